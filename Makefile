@@ -1,0 +1,63 @@
+# Cluster API worker providers for KubeVirt: a Kairos kubeadm bootstrap
+# provider and a KubeVirt infrastructure provider, plus the WorkerClass API.
+SHELL := /usr/bin/env bash -o pipefail
+.SHELLFLAGS := -ec
+.DEFAULT_GOAL := help
+
+export GOFLAGS ?= -mod=mod
+ROOT := $(abspath .)
+CONTROLLER_GEN = $(shell hack/tool.sh controller-gen)
+FUZZ_TIME ?= 60s
+TEST_FLAGS ?=
+
+##@ General
+
+.PHONY: help
+help: ## Show this help.
+	@awk 'BEGIN {FS = ":.*##"} /^[a-zA-Z_0-9-]+:.*##/ { printf "  %-18s %s\n", $$1, $$2 } /^##@/ { printf "\n%s\n", substr($$0, 5) }' $(MAKEFILE_LIST)
+
+##@ Development
+
+.PHONY: generate
+generate: generate-deepcopy generate-manifests ## Generate deepcopy code, CRDs, RBAC and webhook manifests.
+
+.PHONY: generate-deepcopy
+generate-deepcopy:
+	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./exp/workerclass/api/... paths=./bootstrap/api/... paths=./infrastructure/api/...
+
+.PHONY: generate-manifests
+generate-manifests:
+	hack/generate-manifests.sh "$(CONTROLLER_GEN)"
+
+.PHONY: verify-gen
+verify-gen: generate ## Fail when generated files are stale.
+	@if [ -n "$$(git status --porcelain -- . ':!*.md')" ]; then \
+		git status --porcelain -- . ':!*.md'; git --no-pager diff --stat; \
+		echo "generated files are stale: run 'make generate' and commit the result"; exit 1; fi
+
+.PHONY: envtest-bins
+envtest-bins: ## Build kube-apiserver and etcd from their Go modules into the cache.
+	hack/tools-bins.sh envtest
+
+.PHONY: tools-bins
+tools-bins: ## Build every Kubernetes binary the tests use (apiserver, etcd, kubeadm, controller-manager).
+	hack/tools-bins.sh all
+
+.PHONY: lint
+lint: ## Run go vet and golangci-lint.
+	go vet ./...
+	$(shell hack/tool.sh golangci-lint) run ./...
+
+##@ Testing
+
+.PHONY: test
+test: ## Run unit, fuzz-seed, envtest and real-consumer tests (builds what they need).
+	hack/test.sh $(TEST_FLAGS)
+
+.PHONY: fuzz
+fuzz: ## Run every fuzz target for FUZZ_TIME each (default 60s).
+	hack/fuzz.sh $(FUZZ_TIME)
+
+.PHONY: bench
+bench: ## Run the Go benchmarks and print their figures.
+	go test -run '^$$' -bench . -benchmem ./...

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Generates CRDs, RBAC and webhook manifests for each provider with
+# controller-gen. Usage: hack/generate-manifests.sh <controller-gen>
+set -euo pipefail
+cg="$1"
+cd "$(dirname "$0")/.."
+
+gen() {
+  local name="$1" apis="$2" code="$3"
+  rm -rf "config/${name}/crd/bases"
+  if compgen -G "${apis}/*.go" >/dev/null; then
+    "${cg}" crd:crdVersions=v1 "paths=./${apis}/..." "output:crd:dir=./config/${name}/crd/bases"
+  fi
+  local paths=()
+  for p in ${code}; do
+    [[ -d "$p" ]] && paths+=("paths=./${p}/...")
+  done
+  if [[ ${#paths[@]} -gt 0 ]]; then
+    "${cg}" rbac:roleName=manager-role webhook "${paths[@]}" \
+      "output:rbac:dir=./config/${name}/rbac" "output:webhook:dir=./config/${name}/webhook"
+  fi
+}
+
+gen workerclass exp/workerclass/api/v1alpha1 ""
+gen bootstrap bootstrap/api/v1alpha1 "bootstrap"
+gen infrastructure infrastructure/api/v1alpha1 "infrastructure exp/workerclass"

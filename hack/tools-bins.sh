@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# Builds the Kubernetes binaries the tests run (kube-apiserver, etcd, kubeadm,
+# kube-controller-manager) from their Go modules into a cache outside the
+# checkout. Nothing is downloaded as a prebuilt binary: this machine and CI
+# reach only the Go module proxy.
+#
+# Usage: hack/tools-bins.sh [envtest|kubeadm|controller-manager|all]...
+# Prints the cache directory on stdout. Reuses binaries already built.
+set -euo pipefail
+
+KUBERNETES_VERSION="${KUBERNETES_VERSION:-v1.36.3}"
+ETCD_VERSION="${ETCD_VERSION:-v3.6.16}"
+CACHE_ROOT="${KUBEVIRT_WORKERS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kubevirt-workers}"
+BIN_DIR="${CACHE_ROOT}/bin/k8s-${KUBERNETES_VERSION}-etcd-${ETCD_VERSION}"
+mkdir -p "${BIN_DIR}"
+
+log() { echo "tools-bins: $*" >&2; }
+
+# staging_tree prepares a writable copy of k8s.io/kubernetes whose staging
+# replace lines point at the published k8s.io/* modules of the same release.
+staging_tree() {
+  local src="${CACHE_ROOT}/src/kubernetes-${KUBERNETES_VERSION}"
+  if [[ -f "${src}/.prepared" ]]; then
+    echo "${src}"
+    return
+  fi
+  local dir
+  dir=$(cd "$(mktemp -d)" && GOFLAGS=-mod=mod go mod download -json "k8s.io/kubernetes@${KUBERNETES_VERSION}" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+  [[ -n "${dir}" ]] || { log "could not download k8s.io/kubernetes@${KUBERNETES_VERSION}"; exit 1; }
+  rm -rf "${src}"
+  mkdir -p "$(dirname "${src}")"
+  cp -r "${dir}" "${src}"
+  chmod -R u+w "${src}"
+  rm -f "${src}/go.work" "${src}/go.work.sum"
+  rm -rf "${src}/vendor"
+  local staging_version="v0${KUBERNETES_VERSION#v1}"
+  sed -i -E "s#^(\s*k8s\.io/[a-z0-9-]+) => \./staging/src/k8s\.io/[a-z0-9-]+#\1 => \1 ${staging_version}#" "${src}/go.mod"
+  (cd "${src}" && GOFLAGS=-mod=mod go mod download >/dev/null 2>&1 || true)
+  touch "${src}/.prepared"
+  echo "${src}"
+}
+
+kube_ldflags() {
+  local minor="${KUBERNETES_VERSION#v1.}"
+  minor="${minor%%.*}"
+  echo "-s -w -X k8s.io/component-base/version.gitVersion=${KUBERNETES_VERSION} -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=${minor} -X k8s.io/component-base/version.gitTreeState=clean -X k8s.io/client-go/pkg/version.gitVersion=${KUBERNETES_VERSION}"
+}
+
+build_kube() {
+  local name="$1"
+  if [[ -x "${BIN_DIR}/${name}" ]]; then
+    return
+  fi
+  local src
+  src=$(staging_tree)
+  log "building ${name} ${KUBERNETES_VERSION} (several minutes on two cores)"
+  (cd "${src}" && GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath -ldflags "$(kube_ldflags)" -o "${BIN_DIR}/${name}.tmp" "./cmd/${name}")
+  mv "${BIN_DIR}/${name}.tmp" "${BIN_DIR}/${name}"
+}
+
+build_etcd() {
+  if [[ -x "${BIN_DIR}/etcd" ]]; then
+    return
+  fi
+  log "building etcd ${ETCD_VERSION}"
+  local mod
+  mod=$(mktemp -d)
+  cat >"${mod}/main.go" <<'EOF'
+// Command etcd runs the etcd server from its Go module.
+package main
+
+import (
+	"os"
+
+	"go.etcd.io/etcd/server/v3/etcdmain"
+)
+
+func main() { etcdmain.Main(os.Args) }
+EOF
+  (cd "${mod}" && go mod init local/etcd >/dev/null 2>&1 &&
+    GOFLAGS=-mod=mod go get "go.etcd.io/etcd/server/v3@${ETCD_VERSION}" >/dev/null 2>&1 &&
+    GOFLAGS=-mod=mod go mod tidy >/dev/null 2>&1 &&
+    CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "${BIN_DIR}/etcd.tmp" .)
+  mv "${BIN_DIR}/etcd.tmp" "${BIN_DIR}/etcd"
+  rm -rf "${mod}"
+}
+
+record_versions() {
+  {
+    echo "kubernetes ${KUBERNETES_VERSION}"
+    echo "etcd ${ETCD_VERSION}"
+    echo "go $(go env GOVERSION)"
+    for b in "${BIN_DIR}"/*; do
+      [[ -x "$b" ]] && echo "binary $(basename "$b")"
+    done
+  } >"${BIN_DIR}/VERSIONS"
+}
+
+targets=("$@")
+[[ ${#targets[@]} -gt 0 ]] || targets=(envtest)
+for t in "${targets[@]}"; do
+  case "$t" in
+    envtest) build_etcd; build_kube kube-apiserver ;;
+    kubeadm) build_kube kubeadm ;;
+    controller-manager) build_kube kube-controller-manager ;;
+    all) build_etcd; build_kube kube-apiserver; build_kube kubeadm; build_kube kube-controller-manager ;;
+    *) log "unknown target $t"; exit 2 ;;
+  esac
+done
+record_versions
+echo "${BIN_DIR}"
