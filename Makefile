@@ -23,11 +23,19 @@ generate: generate-deepcopy generate-manifests ## Generate deepcopy code, CRDs, 
 
 .PHONY: generate-deepcopy
 generate-deepcopy:
-	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./exp/workerclass/api/... paths=./bootstrap/api/... paths=./infrastructure/api/...
+	for d in exp/workerclass/api bootstrap/api infrastructure/api; do \
+		if [ -d $$d ]; then $(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./$$d/...; fi; done
 
 .PHONY: generate-manifests
 generate-manifests:
 	hack/generate-manifests.sh "$(CONTROLLER_GEN)"
+
+# Per-part generation, for working on one part while others are mid-edit.
+.PHONY: generate-workerclass generate-bootstrap generate-infrastructure
+generate-workerclass generate-bootstrap generate-infrastructure: generate-%:
+	d=$$(case $* in workerclass) echo exp/workerclass;; *) echo $*;; esac); \
+		$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./$$d/api/...
+	hack/generate-manifests.sh "$(CONTROLLER_GEN)" $*
 
 .PHONY: verify-gen
 verify-gen: generate ## Fail when generated files are stale.

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Generates CRDs, RBAC and webhook manifests for each provider with
-# controller-gen. Usage: hack/generate-manifests.sh <controller-gen>
+# controller-gen.
+# Usage: hack/generate-manifests.sh <controller-gen> [workerclass|bootstrap|infrastructure]...
 set -euo pipefail
 cg="$1"
 cd "$(dirname "$0")/.."
@@ -21,6 +22,13 @@ gen() {
   fi
 }
 
-gen workerclass exp/workerclass/api/v1alpha1 ""
-gen bootstrap bootstrap/api/v1alpha1 "bootstrap"
-gen infrastructure infrastructure/api/v1alpha1 "infrastructure exp/workerclass"
+targets=("${@:2}")
+[[ ${#targets[@]} -gt 0 ]] || targets=(workerclass bootstrap infrastructure)
+for t in "${targets[@]}"; do
+  case "$t" in
+    workerclass) gen workerclass exp/workerclass/api/v1alpha1 "exp/workerclass" ;;
+    bootstrap) gen bootstrap bootstrap/api/v1alpha1 "bootstrap" ;;
+    infrastructure) gen infrastructure infrastructure/api/v1alpha1 "infrastructure" ;;
+    *) echo "unknown target $t" >&2; exit 2 ;;
+  esac
+done
