@@ -208,3 +208,17 @@ type GPU struct {
 	// +kubebuilder:validation:MaxLength=253
 	Name string `json:"name"`
 }
+
+// KubernetesVersionMatch says how strictly a worker's Kubernetes version is
+// tied to its image: Exact for a fixed image that packages one patch, Minor
+// for platform images that follow the platform's patch for a minor.
+// +kubebuilder:validation:Enum=Exact;Minor
+type KubernetesVersionMatch string
+
+const (
+	// KubernetesVersionMatchExact: the image packages exactly this patch.
+	KubernetesVersionMatchExact KubernetesVersionMatch = "Exact"
+	// KubernetesVersionMatchMinor: the image serves the minor; the patch
+	// comes from the platform's version map.
+	KubernetesVersionMatchMinor KubernetesVersionMatch = "Minor"
+)
