@@ -69,3 +69,9 @@ fuzz: ## Run every fuzz target for FUZZ_TIME each (default 60s).
 .PHONY: bench
 bench: ## Run the Go benchmarks and print their figures.
 	go test -run '^$$' -bench . -benchmem ./...
+
+##@ Release
+
+.PHONY: release-manifests
+release-manifests: ## Write components, metadata and cluster templates to RELEASE_DIR (default out/).
+	hack/release-manifests.sh
