@@ -1,0 +1,216 @@
+/*
+Copyright 2026 The Cozystack Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+// Package admission decides what the KubernetesNodes pool API stores and
+// whether it accepts a request, as pure functions over the new and old pool,
+// a class getter and a platform getter. It implements the seed's table
+// "KubernetesNodes application API":
+//
+//   - CREATE without a class stores the current platform default, then
+//     validates it; CREATE with a class validates that class.
+//   - UPDATE of a classless pool without a class stays legacy Talos and
+//     never looks up a class or the platform.
+//   - UPDATE of a classified pool without a class restores the stored class
+//     (a full replace included); empty is not a request to become legacy.
+//   - UPDATE selecting another class must keep the bootstrap family and
+//     pass resolution.
+package admission
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
+	"github.com/cozystack/cluster-api-workers/exp/workerclass/resolve"
+	"github.com/cozystack/cluster-api-workers/exp/workerclass/validation"
+)
+
+// Operation is the admission operation.
+type Operation string
+
+const (
+	Create Operation = "CREATE"
+	Update Operation = "UPDATE"
+)
+
+// ClassNameField is the pool field that names the class.
+const ClassNameField = "workerClassName"
+
+// ErrNotFound is returned by getters for a missing class or platform.
+var ErrNotFound = errors.New("not found")
+
+// ClassGetter returns a class by name, or an error wrapping ErrNotFound.
+type ClassGetter func(name string) (*v1alpha1.WorkerClass, error)
+
+// PlatformGetter returns the platform configuration, or an error wrapping
+// ErrNotFound.
+type PlatformGetter func() (*v1alpha1.WorkerPlatformSpec, error)
+
+// Pool is the class-relevant view of a pool object.
+type Pool struct {
+	// ClassName is spec.workerClassName; "" when omitted or empty.
+	ClassName string
+	Settings  v1alpha1.PoolSettings
+}
+
+// Request is one admission request.
+type Request struct {
+	Operation Operation
+	// Old is the stored pool on UPDATE, nil on CREATE.
+	Old       *Pool
+	New       Pool
+	Classes   ClassGetter
+	Platform  PlatformGetter
+	Substrate resolve.Substrate
+}
+
+// Decision is what the pool must store.
+type Decision struct {
+	// ClassName is the class the pool stores; "" for a legacy pool.
+	ClassName string
+	// Defaulted means ClassName came from the platform default.
+	Defaulted bool
+	// Restored means ClassName is the stored class put back.
+	Restored bool
+	// Result is the resolution of a classified pool whose class-relevant
+	// settings were validated; nil when nothing needed resolving.
+	Result *resolve.Result
+}
+
+// Legacy reports whether the pool stays on the classless Talos path.
+func (d Decision) Legacy() bool { return d.ClassName == "" }
+
+var specPath = field.NewPath("spec")
+
+// Admit applies the pool API's table and returns the decision or the
+// field errors that refuse the request. Lookup failures other than "not
+// found" are field.InternalError, so callers can tell them apart.
+func Admit(req Request) (Decision, field.ErrorList) {
+	classPath := specPath.Child(ClassNameField)
+	var d Decision
+	var oldFamily v1alpha1.BootstrapFamily
+	switch req.Operation {
+	case Create:
+		d.ClassName = req.New.ClassName
+		if d.ClassName == "" {
+			platform, err := req.Platform()
+			switch {
+			case errors.Is(err, ErrNotFound) || err == nil && platform.DefaultClass == "":
+				return d, field.ErrorList{field.Required(classPath, "no class was given and the platform configuration names no default class")}
+			case err != nil:
+				return d, field.ErrorList{field.InternalError(classPath, fmt.Errorf("reading the platform configuration: %w", err))}
+			}
+			d.ClassName, d.Defaulted = platform.DefaultClass, true
+		}
+	case Update:
+		if req.Old == nil {
+			return d, field.ErrorList{field.InternalError(specPath, errors.New("an UPDATE needs the stored pool"))}
+		}
+		if req.Old.ClassName == "" && req.New.ClassName == "" {
+			// A classless pool stays legacy; no class is looked up.
+			return d, nil
+		}
+		d.ClassName = req.New.ClassName
+		if d.ClassName == "" {
+			d.ClassName, d.Restored = req.Old.ClassName, true
+		}
+		if d.ClassName == req.Old.ClassName && reflect.DeepEqual(req.Old.Settings, req.New.Settings) {
+			// Nothing class-relevant changed, so a scale or relabel is
+			// never refused because the platform moved on meanwhile.
+			return d, nil
+		}
+		oldFamily = v1alpha1.BootstrapTalos // a legacy pool is Talos
+		if req.Old.ClassName != "" && req.Old.ClassName != d.ClassName {
+			oldClass, errs := getClass(req.Classes, req.Old.ClassName, classPath, "the stored class")
+			if len(errs) > 0 {
+				return d, errs
+			}
+			oldFamily = oldClass.Spec.Bootstrap
+		}
+	default:
+		return d, field.ErrorList{field.NotSupported(field.NewPath("operation"), req.Operation, []Operation{Create, Update})}
+	}
+
+	class, errs := getClass(req.Classes, d.ClassName, classPath, "the class")
+	if len(errs) > 0 {
+		return d, errs
+	}
+	if oldFamily != "" && req.Old.ClassName != d.ClassName && class.Spec.Bootstrap != oldFamily {
+		return d, field.ErrorList{field.Forbidden(classPath, fmt.Sprintf(
+			"switching a running pool from %s to %s in place is refused; create a second pool, verify worker join and workloads, then plan the migration",
+			oldFamily, class.Spec.Bootstrap))}
+	}
+
+	errs = validation.ValidatePoolSettings(&req.New.Settings, specPath)
+	errs = append(errs, validation.ValidateSSHKeys(class.Spec.Bootstrap, req.New.Settings.SSHKeys, specPath.Child("sshKeys"))...)
+	if len(errs) > 0 {
+		return d, errs
+	}
+	platform, err := req.Platform()
+	switch {
+	case errors.Is(err, ErrNotFound):
+		platform = nil
+	case err != nil:
+		return d, field.ErrorList{field.InternalError(specPath, fmt.Errorf("reading the platform configuration: %w", err))}
+	}
+	res, errs := resolve.Resolve(resolve.Input{Class: class, Pool: req.New.Settings, Platform: platform, Substrate: req.Substrate, Path: specPath})
+	if len(errs) > 0 {
+		return d, errs
+	}
+	d.Result = res
+	return d, nil
+}
+
+func getClass(get ClassGetter, name string, path *field.Path, what string) (*v1alpha1.WorkerClass, field.ErrorList) {
+	class, err := get(name)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return nil, field.ErrorList{field.NotFound(path, name)}
+	case err != nil:
+		return nil, field.ErrorList{field.InternalError(path, fmt.Errorf("reading %s %s: %w", what, name, err))}
+	case class == nil:
+		return nil, field.ErrorList{field.NotFound(path, name)}
+	}
+	return class, nil
+}
+
+// PoolFromObject reads the class name and settings from a pool object's
+// content (an unstructured map). Fields the pool API has but resolution
+// does not read are ignored.
+func PoolFromObject(obj map[string]any) (Pool, field.ErrorList) {
+	var p Pool
+	spec, ok := obj["spec"].(map[string]any)
+	if !ok {
+		if _, present := obj["spec"]; present {
+			return p, field.ErrorList{field.Invalid(specPath, field.OmitValueType{}, "spec must be an object")}
+		}
+		return p, nil
+	}
+	if raw, present := spec[ClassNameField]; present && raw != nil {
+		name, ok := raw.(string)
+		if !ok {
+			return p, field.ErrorList{field.Invalid(specPath.Child(ClassNameField), raw, "must be a string")}
+		}
+		p.ClassName = name
+	}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(spec, &p.Settings); err != nil {
+		return p, field.ErrorList{field.Invalid(specPath, field.OmitValueType{}, "the pool's class-relevant fields do not match their schema: "+err.Error())}
+	}
+	return p, nil
+}
