@@ -1,0 +1,189 @@
+/*
+Copyright 2026 The Cozystack Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package envtest
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	crenvtest "sigs.k8s.io/controller-runtime/pkg/envtest"
+)
+
+// Controllers of kube-controller-manager that the harness runs. envtest
+// starts no controller-manager, so without these nothing garbage-collects
+// dependents, signs cluster-info or removes expired bootstrap tokens.
+const (
+	GarbageCollectorController = "garbage-collector-controller"
+	NamespaceController        = "namespace-controller"
+	BootstrapSignerController  = "bootstrap-signer-controller"
+	TokenCleanerController     = "token-cleaner-controller"
+)
+
+// ManagementControllers are the controllers a management cluster needs for
+// Cluster API's owner-reference chains to be collected and test namespaces
+// to be emptied on deletion.
+var ManagementControllers = []string{GarbageCollectorController, NamespaceController}
+
+// WorkloadControllers are the controllers a workload cluster needs for joins:
+// cluster-info is signed for every signing bootstrap token and expired
+// tokens are removed, as in a kubeadm cluster.
+var WorkloadControllers = []string{BootstrapSignerController, TokenCleanerController, GarbageCollectorController}
+
+// ControllerManager is a running kube-controller-manager built from source
+// by hack/tools-bins.sh.
+type ControllerManager struct {
+	cmd  *exec.Cmd
+	dir  string
+	log  *lockedBuffer
+	done chan struct{}
+	once sync.Once
+}
+
+// ControllerManagerBinary returns the kube-controller-manager path: the
+// KUBE_CONTROLLER_MANAGER_BIN variable when set, otherwise the cache that
+// hack/tools-bins.sh fills (building it on first use).
+func ControllerManagerBinary() (string, error) {
+	if bin := os.Getenv("KUBE_CONTROLLER_MANAGER_BIN"); bin != "" {
+		return bin, nil
+	}
+	dir, err := ToolsBinary("controller-manager")
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(dir, "kube-controller-manager"), nil
+}
+
+// StartControllerManager runs kube-controller-manager with the given
+// controllers against the management apiserver.
+func (e *Environment) StartControllerManager(controllers ...string) (*ControllerManager, error) {
+	return startControllerManager(e.env, controllers)
+}
+
+// StartControllerManager runs kube-controller-manager with the given
+// controllers against the workload apiserver.
+func (w *Workload) StartControllerManager(controllers ...string) (*ControllerManager, error) {
+	return startControllerManager(w.env, controllers)
+}
+
+func startControllerManager(env *crenvtest.Environment, controllers []string) (*ControllerManager, error) {
+	if len(controllers) == 0 {
+		return nil, fmt.Errorf("kube-controller-manager needs at least one controller")
+	}
+	bin, err := ControllerManagerBinary()
+	if err != nil {
+		return nil, err
+	}
+	user, err := env.AddUser(crenvtest.User{Name: "system:kube-controller-manager", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return nil, fmt.Errorf("creating the kube-controller-manager user: %w", err)
+	}
+	kubeconfig, err := user.KubeConfig()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "kube-controller-manager-")
+	if err != nil {
+		return nil, err
+	}
+	kubeconfigPath := filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(kubeconfigPath, kubeconfig, 0o600); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	cm := &ControllerManager{dir: dir, log: &lockedBuffer{}, done: make(chan struct{})}
+	cm.cmd = exec.Command(bin,
+		"--kubeconfig="+kubeconfigPath,
+		"--controllers="+strings.Join(controllers, ","),
+		"--leader-elect=false",
+		"--secure-port=0",
+		"--use-service-account-credentials=false",
+		// Tests create and delete quickly; a short resync finds new CRDs soon.
+		"--concurrent-gc-syncs=5",
+		"--v=1",
+	)
+	cm.cmd.Stdout, cm.cmd.Stderr = cm.log, cm.log
+	// Its own process group, so a test binary killed by a timeout does not
+	// leave it running with the apiserver gone.
+	cm.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cm.cmd.Start(); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, fmt.Errorf("starting kube-controller-manager: %w", err)
+	}
+	go func() {
+		_ = cm.cmd.Wait()
+		close(cm.done)
+	}()
+	// A controller-manager that exits at once has a flag or connection
+	// problem; report it rather than let tests time out.
+	select {
+	case <-cm.done:
+		_ = os.RemoveAll(dir)
+		return nil, fmt.Errorf("kube-controller-manager exited at start: %s", cm.log.String())
+	case <-time.After(time.Second):
+	}
+	return cm, nil
+}
+
+// Log returns what the controller-manager printed, for test failure output.
+func (c *ControllerManager) Log() string { return c.log.String() }
+
+// Stop stops the controller-manager.
+func (c *ControllerManager) Stop() {
+	c.once.Do(func() {
+		if c.cmd.Process != nil {
+			_ = c.cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-c.done:
+			case <-time.After(10 * time.Second):
+				_ = c.cmd.Process.Kill()
+				<-c.done
+			}
+		}
+		_ = os.RemoveAll(c.dir)
+	})
+}
+
+// lockedBuffer keeps the last output of a process, safe for concurrent use.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+const maxLogBytes = 1 << 20
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.buf.Len()+len(p) > maxLogBytes {
+		keep := b.buf.Bytes()[b.buf.Len()-maxLogBytes/2:]
+		b.buf = *bytes.NewBuffer(append([]byte(nil), keep...))
+	}
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
