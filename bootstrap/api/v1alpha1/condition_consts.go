@@ -1,0 +1,75 @@
+/*
+Copyright 2026 The Cozystack Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+package v1alpha1
+
+// Conditions and reasons of a KairosConfig (v1beta2 conditions).
+const (
+	// ReadyCondition summarizes the other conditions; Cluster API mirrors it
+	// to the Machine's BootstrapConfigReady condition.
+	ReadyCondition = "Ready"
+
+	// ReadyReason is Ready's reason when the bootstrap data is available.
+	ReadyReason = "Ready"
+	// NotReadyReason is Ready's reason while the data is not available.
+	NotReadyReason = "NotReady"
+	// ReadyUnknownReason is Ready's reason when availability is unknown.
+	ReadyUnknownReason = "ReadyUnknown"
+
+	// DataSecretAvailableCondition is true once the bootstrap data Secret
+	// has been written. While it is false its reason says what it waits for.
+	DataSecretAvailableCondition = "DataSecretAvailable"
+
+	// DataSecretAvailableReason: the bootstrap data Secret exists.
+	DataSecretAvailableReason = "Available"
+	// WaitingForClusterInfrastructureReason: the Cluster's infrastructure is
+	// not provisioned, so the workload cluster cannot be reached yet.
+	WaitingForClusterInfrastructureReason = "WaitingForClusterInfrastructure"
+	// WaitingForControlPlaneInitializedReason: the Cluster's control plane is
+	// not initialized, so there is nothing to join yet.
+	WaitingForControlPlaneInitializedReason = "WaitingForControlPlaneInitialized"
+	// WaitingForControlPlaneEndpointReason: Cluster.spec.controlPlaneEndpoint
+	// is not set.
+	WaitingForControlPlaneEndpointReason = "WaitingForControlPlaneEndpoint"
+	// WaitingForInfrastructureNameReason: Machine.spec.infrastructureRef.name
+	// is empty, so the hostname and providerID are not known yet.
+	WaitingForInfrastructureNameReason = "WaitingForInfrastructureName"
+	// WaitingForInfrastructureReason: the Machine's infrastructure object does
+	// not exist yet, so the image's Kubernetes version cannot be checked.
+	WaitingForInfrastructureReason = "WaitingForInfrastructure"
+	// WaitingForClusterCAReason: the cluster CA Secret (<cluster>-ca) is
+	// missing or holds no certificate, so the CA pin cannot be computed.
+	WaitingForClusterCAReason = "WaitingForClusterCA"
+	// WaitingForWorkloadClusterReason: the workload cluster's API server is
+	// not reachable through the ClusterCache, so no token can be created.
+	WaitingForWorkloadClusterReason = "WaitingForWorkloadCluster"
+	// KubernetesVersionMismatchReason: the image's Kubernetes version does not
+	// match Machine.spec.version; nothing is rendered.
+	KubernetesVersionMismatchReason = "KubernetesVersionMismatch"
+	// FileSourceNotAvailableReason: a file's contentFrom Secret or key is
+	// missing.
+	FileSourceNotAvailableReason = "FileSourceNotAvailable"
+	// InternalErrorReason: an unexpected error; the controller log has it.
+	InternalErrorReason = "InternalError"
+)
+
+const (
+	// ConfigFinalizer lets the controller revoke the Machine's bootstrap
+	// token in the workload cluster before the KairosConfig goes away.
+	ConfigFinalizer = "bootstrap.cozystack.io/kairosconfig"
+
+	// DataFormatCloudConfig is the bootstrap Secret's `format` value.
+	DataFormatCloudConfig = "cloud-config"
+)

@@ -1,0 +1,218 @@
+/*
+Copyright 2026 The Cozystack Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Command manager runs the Kairos bootstrap provider: the KairosConfig
+// reconciler and the KairosConfig and KairosConfigTemplate webhooks.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/spf13/pflag"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	cliflag "k8s.io/component-base/cli/flag"
+	"k8s.io/component-base/logs"
+	logsv1 "k8s.io/component-base/logs/api/v1"
+	_ "k8s.io/component-base/logs/json/register"
+	"k8s.io/klog/v2"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	capisetup "sigs.k8s.io/cluster-api/bootstrap/kubeadm/setup"
+	"sigs.k8s.io/cluster-api/controllers/clustercache"
+	"sigs.k8s.io/cluster-api/controllers/remote"
+	"sigs.k8s.io/cluster-api/util/flags"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+
+	bootstrapv1 "github.com/cozystack/cluster-api-workers/bootstrap/api/v1alpha1"
+	"github.com/cozystack/cluster-api-workers/bootstrap/reconcilers/kairosconfig"
+	"github.com/cozystack/cluster-api-workers/bootstrap/webhooks/admission"
+)
+
+const controllerName = "kairos-bootstrap-manager"
+
+// The secure diagnostics endpoint authenticates and authorizes its callers.
+// +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
+// +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
+
+// options are the manager's command-line flags.
+type options struct {
+	leaderElect                 bool
+	leaderElectionLeaseDuration time.Duration
+	leaderElectionRenewDeadline time.Duration
+	leaderElectionRetryPeriod   time.Duration
+	watchNamespace              string
+	watchFilterValue            string
+	syncPeriod                  time.Duration
+	restConfigQPS               float32
+	restConfigBurst             int
+	clusterCacheClientQPS       float32
+	clusterCacheClientBurst     int
+	clusterCacheConcurrency     int
+	kairosConfigConcurrency     int
+	tokenTTL                    time.Duration
+	healthAddr                  string
+	profilerAddress             string
+	webhookPort                 int
+	webhookCertDir              string
+	webhookCertName             string
+	webhookKeyName              string
+	manager                     flags.ManagerOptions
+	logs                        *logsv1.LoggingConfiguration
+}
+
+func (o *options) addFlags(fs *pflag.FlagSet) {
+	logsv1.AddFlags(o.logs, fs)
+	fs.BoolVar(&o.leaderElect, "leader-elect", false, "Enable leader election, so that only one manager replica is active.")
+	fs.DurationVar(&o.leaderElectionLeaseDuration, "leader-elect-lease-duration", 15*time.Second, "How long a non-leader waits before forcing a takeover.")
+	fs.DurationVar(&o.leaderElectionRenewDeadline, "leader-elect-renew-deadline", 10*time.Second, "How long the leader retries renewing leadership before giving up.")
+	fs.DurationVar(&o.leaderElectionRetryPeriod, "leader-elect-retry-period", 2*time.Second, "How long clients wait between leader election attempts.")
+	fs.StringVar(&o.watchNamespace, "namespace", "", "Namespace to watch for Cluster API objects; all namespaces when empty.")
+	fs.StringVar(&o.watchFilterValue, "watch-filter", "", fmt.Sprintf("Only reconcile objects whose %s label has this value; all objects when empty.", clusterv1.WatchLabel))
+	fs.DurationVar(&o.syncPeriod, "sync-period", 10*time.Minute, "Minimum interval at which watched objects are reconciled again.")
+	fs.Float32Var(&o.restConfigQPS, "kube-api-qps", 20, "Queries per second to the management API server.")
+	fs.IntVar(&o.restConfigBurst, "kube-api-burst", 30, "Burst of queries to the management API server.")
+	fs.Float32Var(&o.clusterCacheClientQPS, "clustercache-client-qps", 20, "Queries per second to each workload API server.")
+	fs.IntVar(&o.clusterCacheClientBurst, "clustercache-client-burst", 30, "Burst of queries to each workload API server.")
+	fs.IntVar(&o.clusterCacheConcurrency, "clustercache-concurrency", 100, "Number of clusters whose connections are handled at once.")
+	fs.IntVar(&o.kairosConfigConcurrency, "kairosconfig-concurrency", 10, "Number of KairosConfigs reconciled at once.")
+	fs.DurationVar(&o.tokenTTL, "bootstrap-token-ttl", kairosconfig.DefaultTokenTTL,
+		"Lifetime of a Machine's bootstrap token. It is extended every third of this while the node has not joined and deleted once it has.")
+	fs.StringVar(&o.healthAddr, "health-addr", ":9440", "Address the health probes bind to.")
+	fs.StringVar(&o.profilerAddress, "profiler-address", "", "Address of the pprof profiler (e.g. localhost:6060); off when empty.")
+	fs.IntVar(&o.webhookPort, "webhook-port", 9443, "Webhook server port.")
+	fs.StringVar(&o.webhookCertDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs/", "Webhook certificate directory.")
+	fs.StringVar(&o.webhookCertName, "webhook-cert-name", "tls.crt", "Webhook certificate file name.")
+	fs.StringVar(&o.webhookKeyName, "webhook-key-name", "tls.key", "Webhook key file name.")
+	flags.AddManagerOptions(fs, &o.manager)
+}
+
+func main() {
+	o := &options{logs: logs.NewOptions()}
+	o.addFlags(pflag.CommandLine)
+	pflag.CommandLine.SetNormalizeFunc(cliflag.WordSepNormalizeFunc)
+	pflag.CommandLine.AddGoFlagSet(flag.CommandLine)
+	pflag.Parse()
+	if err := run(o); err != nil {
+		fmt.Fprintf(os.Stderr, "kairos bootstrap manager: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func run(o *options) error {
+	if err := logsv1.ValidateAndApply(o.logs, nil); err != nil {
+		return fmt.Errorf("applying the logging flags: %w", err)
+	}
+	if o.tokenTTL < time.Minute {
+		return fmt.Errorf("--bootstrap-token-ttl must be at least 1m, got %s", o.tokenTTL)
+	}
+	ctrl.SetLogger(klog.Background())
+	setupLog := ctrl.Log.WithName("setup")
+
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, apiextensionsv1.AddToScheme, clusterv1.AddToScheme, bootstrapv1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			return err
+		}
+	}
+
+	restConfig, err := ctrl.GetConfig()
+	if err != nil {
+		return fmt.Errorf("loading the kubeconfig: %w", err)
+	}
+	restConfig.QPS = o.restConfigQPS
+	restConfig.Burst = o.restConfigBurst
+	restConfig.UserAgent = remote.DefaultClusterAPIUserAgent(controllerName)
+
+	tlsOptions, metricsOptions, err := flags.GetManagerOptions(o.manager)
+	if err != nil {
+		return fmt.Errorf("invalid manager flags: %w", err)
+	}
+
+	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{
+		Scheme:                     scheme,
+		LeaderElection:             o.leaderElect,
+		LeaderElectionID:           "kairos-bootstrap-manager-leader-election",
+		LeaseDuration:              &o.leaderElectionLeaseDuration,
+		RenewDeadline:              &o.leaderElectionRenewDeadline,
+		RetryPeriod:                &o.leaderElectionRetryPeriod,
+		LeaderElectionResourceLock: resourcelock.LeasesResourceLock,
+		HealthProbeBindAddress:     o.healthAddr,
+		PprofBindAddress:           o.profilerAddress,
+		Metrics:                    *metricsOptions,
+		// Only cluster-labelled Secrets are cached, with managedFields
+		// stripped; everything else is read directly.
+		Cache:  capisetup.ManagerCacheOptions(scheme, controllerName, o.watchNamespace, o.syncPeriod),
+		Client: capisetup.ManagerClientOptions(),
+		WebhookServer: webhook.NewServer(webhook.Options{
+			Port:     o.webhookPort,
+			CertDir:  o.webhookCertDir,
+			CertName: o.webhookCertName,
+			KeyName:  o.webhookKeyName,
+			TLSOpts:  tlsOptions,
+		}),
+	})
+	if err != nil {
+		return fmt.Errorf("creating the manager: %w", err)
+	}
+
+	ctx := ctrl.SetupSignalHandler()
+	if err := setup(ctx, mgr, o); err != nil {
+		return err
+	}
+	setupLog.Info("Starting the manager", "bootstrapTokenTTL", o.tokenTTL, "namespace", o.watchNamespace, "watchFilter", o.watchFilterValue)
+	return mgr.Start(ctx)
+}
+
+func setup(ctx context.Context, mgr ctrl.Manager, o *options) error {
+	if err := mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
+		return fmt.Errorf("adding the readiness check: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
+		return fmt.Errorf("adding the health check: %w", err)
+	}
+	if err := admission.SetupWebhooksWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the webhooks: %w", err)
+	}
+	secretCachingClient, err := capisetup.CreateSecretCachingClient(mgr)
+	if err != nil {
+		return fmt.Errorf("creating the Secret caching client: %w", err)
+	}
+	clusterCache, err := clustercache.SetupWithManager(ctx, mgr, clustercache.Options{
+		SecretClient:     secretCachingClient,
+		Cache:            capisetup.ClusterCacheCacheOptions(),
+		Client:           capisetup.ClusterCacheClientOptions(controllerName, o.clusterCacheClientQPS, o.clusterCacheClientBurst),
+		WatchFilterValue: o.watchFilterValue,
+	}, controller.Options{MaxConcurrentReconciles: o.clusterCacheConcurrency})
+	if err != nil {
+		return fmt.Errorf("setting up the ClusterCache: %w", err)
+	}
+	return (&kairosconfig.Reconciler{
+		Client:              mgr.GetClient(),
+		SecretCachingClient: secretCachingClient,
+		APIReader:           mgr.GetAPIReader(),
+		ClusterCache:        clusterCache,
+		WatchFilterValue:    o.watchFilterValue,
+		TokenTTL:            o.tokenTTL,
+	}).SetupWithManager(ctx, mgr, controller.Options{MaxConcurrentReconciles: o.kairosConfigConcurrency})
+}

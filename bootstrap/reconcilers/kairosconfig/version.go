@@ -1,0 +1,138 @@
+/*
+Copyright 2026 The Cozystack Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+package kairosconfig
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/blang/semver/v4"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/controllers/external"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// Values of status.resolved.kubernetesVersionMatch on an infrastructure
+// machine template (see the infrastructure provider's contract).
+const (
+	// VersionMatchExact: a fixed image carries one exact patch, which the
+	// Machine must request.
+	VersionMatchExact = "Exact"
+	// VersionMatchMinor: platform images follow the platform's patch map;
+	// only the minor must agree.
+	VersionMatchMinor = "Minor"
+)
+
+// imageVersion is the Kubernetes version an image declares and how a
+// Machine's version must match it.
+type imageVersion struct {
+	Version string
+	Match   string
+	// Source names the object the version was read from, for messages.
+	Source string
+}
+
+// errInfrastructureNotFound means the Machine's infrastructure object does
+// not exist yet.
+var errInfrastructureNotFound = fmt.Errorf("the infrastructure machine does not exist yet")
+
+// resolveImageVersion follows the Machine's infrastructure object to the
+// template it was cloned from (cluster.x-k8s.io/cloned-from-* annotations)
+// and reads status.resolved.kubernetesVersion and
+// status.resolved.kubernetesVersionMatch there. Everything is read as
+// unstructured, so any infrastructure provider works. It returns nil when
+// there is nothing to compare: no cloned-from annotations, the template is
+// gone, or the template has not resolved a version.
+func resolveImageVersion(ctx context.Context, reader client.Reader, machine *clusterv1.Machine) (*imageVersion, error) {
+	infra, err := external.GetObjectFromContractVersionedRef(ctx, reader, machine.Spec.InfrastructureRef, machine.Namespace)
+	if err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, errInfrastructureNotFound
+		}
+		return nil, fmt.Errorf("reading the infrastructure machine: %w", err)
+	}
+	annotations := infra.GetAnnotations()
+	name, groupKind := annotations[clusterv1.TemplateClonedFromNameAnnotation], annotations[clusterv1.TemplateClonedFromGroupKindAnnotation]
+	if name == "" || groupKind == "" {
+		return nil, nil
+	}
+	gk := schema.ParseGroupKind(groupKind)
+	ref := clusterv1.ContractVersionedObjectReference{APIGroup: gk.Group, Kind: gk.Kind, Name: name}
+	template, err := external.GetObjectFromContractVersionedRef(ctx, reader, ref, machine.Namespace)
+	if err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("reading the infrastructure template %s %s: %w", gk.Kind, name, err)
+	}
+	return imageVersionFrom(template)
+}
+
+func imageVersionFrom(template *unstructured.Unstructured) (*imageVersion, error) {
+	version, _, err := unstructured.NestedString(template.Object, "status", "resolved", "kubernetesVersion")
+	if err != nil {
+		return nil, fmt.Errorf("reading status.resolved.kubernetesVersion of %s %s: %w", template.GetKind(), template.GetName(), err)
+	}
+	if version == "" {
+		return nil, nil
+	}
+	match, _, err := unstructured.NestedString(template.Object, "status", "resolved", "kubernetesVersionMatch")
+	if err != nil {
+		return nil, fmt.Errorf("reading status.resolved.kubernetesVersionMatch of %s %s: %w", template.GetKind(), template.GetName(), err)
+	}
+	return &imageVersion{Version: version, Match: match, Source: template.GetKind() + " " + template.GetName()}, nil
+}
+
+// checkVersion compares Machine.spec.version with the image's version:
+// the exact patch for a fixed image (Exact), the minor for platform images
+// (Minor, also the default when the match is not stated). It returns a
+// message naming both versions when they do not match.
+func checkVersion(machineVersion string, image imageVersion) (mismatch string, err error) {
+	want, err := semver.ParseTolerant(machineVersion)
+	if err != nil {
+		return "", fmt.Errorf("machine spec.version %q is not a version: %w", machineVersion, err)
+	}
+	have, err := semver.ParseTolerant(image.Version)
+	if err != nil {
+		return "", fmt.Errorf("%s declares Kubernetes version %q, which is not a version: %w", image.Source, image.Version, err)
+	}
+	switch image.Match {
+	case VersionMatchExact:
+		if want.Major != have.Major || want.Minor != have.Minor || want.Patch != have.Patch {
+			return fmt.Sprintf("Machine version %s does not match the image's Kubernetes version %s (%s, exact patch required)",
+				vPrefixed(machineVersion), vPrefixed(image.Version), image.Source), nil
+		}
+	case VersionMatchMinor, "":
+		if want.Major != have.Major || want.Minor != have.Minor {
+			return fmt.Sprintf("Machine version %s does not match the image's Kubernetes version %s (%s, same minor required)",
+				vPrefixed(machineVersion), vPrefixed(image.Version), image.Source), nil
+		}
+	default:
+		return "", fmt.Errorf("%s has an unknown kubernetesVersionMatch %q", image.Source, image.Match)
+	}
+	return "", nil
+}
+
+func vPrefixed(v string) string {
+	if strings.HasPrefix(v, "v") {
+		return v
+	}
+	return "v" + v
+}

@@ -1,0 +1,100 @@
+/*
+Copyright 2026 The Cozystack Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+package kairosconfig
+
+import (
+	"context"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util/secret"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+
+	bootstrapv1 "github.com/cozystack/cluster-api-workers/bootstrap/api/v1alpha1"
+)
+
+// machineToKairosConfig maps a Machine to the KairosConfig it references.
+func machineToKairosConfig(_ context.Context, o client.Object) []ctrl.Request {
+	m, ok := o.(*clusterv1.Machine)
+	if !ok {
+		return nil
+	}
+	ref := m.Spec.Bootstrap.ConfigRef
+	if ref.APIGroup != bootstrapv1.GroupVersion.Group || ref.Kind != "KairosConfig" || ref.Name == "" {
+		return nil
+	}
+	return []ctrl.Request{{NamespacedName: types.NamespacedName{Namespace: m.Namespace, Name: ref.Name}}}
+}
+
+// clusterToKairosConfigs maps a Cluster to the KairosConfigs of its
+// Machines.
+func (r *Reconciler) clusterToKairosConfigs(ctx context.Context, o client.Object) []ctrl.Request {
+	return r.configsOfCluster(ctx, client.ObjectKey{Namespace: o.GetNamespace(), Name: o.GetName()})
+}
+
+// clusterCAToKairosConfigs maps a <cluster>-ca Secret to the cluster's
+// KairosConfigs, so configs waiting for the CA go on when it appears.
+func (r *Reconciler) clusterCAToKairosConfigs(ctx context.Context, o client.Object) []ctrl.Request {
+	clusterName := o.GetLabels()[clusterv1.ClusterNameLabel]
+	if clusterName == "" || o.GetName() != secret.Name(clusterName, secret.ClusterCA) {
+		return nil
+	}
+	return r.configsOfCluster(ctx, client.ObjectKey{Namespace: o.GetNamespace(), Name: clusterName})
+}
+
+func (r *Reconciler) configsOfCluster(ctx context.Context, cluster client.ObjectKey) []ctrl.Request {
+	machines := &clusterv1.MachineList{}
+	if err := r.Client.List(ctx, machines, client.InNamespace(cluster.Namespace), client.MatchingLabels{clusterv1.ClusterNameLabel: cluster.Name}); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Listing the Cluster's Machines failed", "Cluster", cluster)
+		return nil
+	}
+	var reqs []ctrl.Request
+	for i := range machines.Items {
+		reqs = append(reqs, machineToKairosConfig(ctx, &machines.Items[i])...)
+	}
+	return reqs
+}
+
+// nodeToKairosConfig maps a workload Node to the KairosConfig of the
+// Machine whose VM it is (node name or providerID kubevirt://<vm>).
+func (r *Reconciler) nodeToKairosConfig(cluster client.ObjectKey) handler.MapFunc {
+	return func(ctx context.Context, o client.Object) []ctrl.Request {
+		node, ok := o.(*corev1.Node)
+		if !ok {
+			return nil
+		}
+		vm := node.Name
+		if id, found := strings.CutPrefix(node.Spec.ProviderID, ProviderIDPrefix); found && id != "" {
+			vm = id
+		}
+		machines := &clusterv1.MachineList{}
+		if err := r.Client.List(ctx, machines, client.InNamespace(cluster.Namespace), client.MatchingLabels{clusterv1.ClusterNameLabel: cluster.Name}); err != nil {
+			ctrl.LoggerFrom(ctx).Error(err, "Listing the Cluster's Machines failed", "Cluster", cluster)
+			return nil
+		}
+		var reqs []ctrl.Request
+		for i := range machines.Items {
+			if machines.Items[i].Spec.InfrastructureRef.Name == vm {
+				reqs = append(reqs, machineToKairosConfig(ctx, &machines.Items[i])...)
+			}
+		}
+		return reqs
+	}
+}

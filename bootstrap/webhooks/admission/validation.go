@@ -1,0 +1,284 @@
+/*
+Copyright 2026 The Cozystack Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+// Package admission holds the KairosConfig and KairosConfigTemplate
+// validating webhooks and the spec validation they share.
+package admission
+
+import (
+	"fmt"
+	"path"
+	"regexp"
+	"strconv"
+	"strings"
+	"unicode"
+
+	"golang.org/x/crypto/ssh"
+	corev1 "k8s.io/api/core/v1"
+	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	bootstrapv1 "github.com/cozystack/cluster-api-workers/bootstrap/api/v1alpha1"
+	"github.com/cozystack/cluster-api-workers/bootstrap/internal/cloudconfig"
+)
+
+const (
+	maxSSHKeys          = 1
+	maxInlineFilesBytes = 256 << 10
+)
+
+var (
+	argNameRegexp   = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]*[a-z0-9])?$`)
+	ownerRegexp     = regexp.MustCompile(`^[a-z_][a-z0-9_-]{0,31}(:[a-z_][a-z0-9_-]{0,31})?$`)
+	filePathRegexp  = regexp.MustCompile(`^/[A-Za-z0-9._@+=,:~/-]+$`)
+	permissionsExpr = regexp.MustCompile(`^0?[0-7]{3}$`)
+
+	// reservedKubeletArgs are set by the provider itself.
+	reservedKubeletArgs = sets.New("provider-id", "hostname-override", "node-labels", "register-with-taints", "kubeconfig", "bootstrap-kubeconfig")
+
+	// reservedPaths are written or read by the rendered join.
+	reservedPaths = sets.New(cloudconfig.KubeletKubeconfigPath, "/etc/kubernetes/bootstrap-kubelet.conf", cloudconfig.SudoersPath)
+	// reservedDirs hold the join configuration and the success sentinel.
+	reservedDirs = []string{"/run/kubeadm/", "/run/cluster-api/"}
+
+	// kubeletLabels are the labels in the kubernetes.io and k8s.io
+	// namespaces that a kubelet may set on its own Node (NodeRestriction).
+	kubeletLabels = sets.New(
+		"kubernetes.io/hostname", "kubernetes.io/arch", "kubernetes.io/os",
+		"beta.kubernetes.io/arch", "beta.kubernetes.io/os", "beta.kubernetes.io/instance-type",
+		"node.kubernetes.io/instance-type",
+		"failure-domain.beta.kubernetes.io/region", "failure-domain.beta.kubernetes.io/zone",
+		"topology.kubernetes.io/region", "topology.kubernetes.io/zone",
+	)
+	kubeletLabelNamespaces = []string{"kubelet.kubernetes.io", "node.kubernetes.io"}
+)
+
+// ValidateSpec checks a KairosConfig spec. Errors carry field paths under
+// fldPath.
+func ValidateSpec(spec *bootstrapv1.KairosConfigSpec, fldPath *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	switch spec.JoinMode {
+	case "", bootstrapv1.JoinModeStages, bootstrapv1.JoinModeClusterProvider:
+	default:
+		errs = append(errs, field.NotSupported(fldPath.Child("joinMode"), spec.JoinMode,
+			[]bootstrapv1.JoinMode{bootstrapv1.JoinModeStages, bootstrapv1.JoinModeClusterProvider}))
+	}
+	errs = append(errs, validateSSHKeys(spec.SSHKeys, fldPath.Child("sshKeys"))...)
+	errs = append(errs, validateNodeLabels(spec.NodeLabels, fldPath.Child("nodeLabels"))...)
+	errs = append(errs, validateTaints(spec.NodeTaints, fldPath.Child("nodeTaints"))...)
+	errs = append(errs, validateKubeletArgs(spec.KubeletExtraArgs, fldPath.Child("kubeletExtraArgs"))...)
+	errs = append(errs, validateFiles(spec.Files, fldPath.Child("files"))...)
+	errs = append(errs, validateTimeouts(spec.JoinTimeouts, fldPath.Child("joinTimeouts"))...)
+	return errs
+}
+
+// validateSSHKeys accepts zero or one public key in authorized_keys form,
+// without options: Kairos authorizes at most one key, and a private key or
+// anything else is refused.
+func validateSSHKeys(keys []string, fldPath *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if len(keys) > maxSSHKeys {
+		errs = append(errs, field.TooMany(fldPath, len(keys), maxSSHKeys))
+		return errs
+	}
+	for i, key := range keys {
+		p := fldPath.Index(i)
+		trimmed := strings.TrimSpace(key)
+		if strings.ContainsAny(trimmed, "\r\n") {
+			errs = append(errs, field.Invalid(p, "<key>", "must be a single line holding one public key"))
+			continue
+		}
+		_, _, options, rest, err := ssh.ParseAuthorizedKey([]byte(trimmed))
+		switch {
+		case err != nil:
+			errs = append(errs, field.Invalid(p, "<key>", "must be an SSH public key in authorized_keys format, e.g. \"ssh-ed25519 AAAA... comment\"; never a private key"))
+		case len(options) > 0:
+			errs = append(errs, field.Invalid(p, "<key>", "must not carry authorized_keys options"))
+		case len(strings.TrimSpace(string(rest))) > 0:
+			errs = append(errs, field.Invalid(p, "<key>", "must hold exactly one public key"))
+		}
+	}
+	return errs
+}
+
+// validateNodeLabels checks label syntax and refuses labels a kubelet may
+// not set on itself, which would keep the node from registering.
+func validateNodeLabels(labels map[string]string, fldPath *field.Path) field.ErrorList {
+	errs := metav1validation.ValidateLabels(labels, fldPath)
+	for key := range labels {
+		if !kubeletMaySet(key) {
+			errs = append(errs, field.Invalid(fldPath.Key(key), key,
+				"labels in the kubernetes.io and k8s.io namespaces are limited to those a kubelet may set on itself (kubelet.kubernetes.io/*, node.kubernetes.io/* and the well-known topology, os, arch and instance-type labels)"))
+		}
+	}
+	return errs
+}
+
+func kubeletMaySet(key string) bool {
+	prefix, _, found := strings.Cut(key, "/")
+	if !found {
+		return true
+	}
+	restricted := func(domain string) bool { return prefix == domain || strings.HasSuffix(prefix, "."+domain) }
+	if !restricted("kubernetes.io") && !restricted("k8s.io") {
+		return true
+	}
+	if kubeletLabels.Has(key) {
+		return true
+	}
+	for _, ns := range kubeletLabelNamespaces {
+		if prefix == ns || strings.HasSuffix(prefix, "."+ns) {
+			return true
+		}
+	}
+	return false
+}
+
+func validateTaints(taints []bootstrapv1.NodeTaint, fldPath *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	seen := sets.New[string]()
+	effects := []corev1.TaintEffect{corev1.TaintEffectNoSchedule, corev1.TaintEffectPreferNoSchedule, corev1.TaintEffectNoExecute}
+	for i, t := range taints {
+		p := fldPath.Index(i)
+		for _, msg := range validation.IsQualifiedName(t.Key) {
+			errs = append(errs, field.Invalid(p.Child("key"), t.Key, msg))
+		}
+		if t.Key == cloudconfig.UninitializedTaintKey {
+			errs = append(errs, field.Invalid(p.Child("key"), t.Key, "is added by the provider and removed by Cluster API; do not set it"))
+		}
+		for _, msg := range validation.IsValidLabelValue(t.Value) {
+			errs = append(errs, field.Invalid(p.Child("value"), t.Value, msg))
+		}
+		switch t.Effect {
+		case corev1.TaintEffectNoSchedule, corev1.TaintEffectPreferNoSchedule, corev1.TaintEffectNoExecute:
+		default:
+			errs = append(errs, field.NotSupported(p.Child("effect"), t.Effect, effects))
+		}
+		id := t.Key + ":" + string(t.Effect)
+		if seen.Has(id) {
+			errs = append(errs, field.Duplicate(p, id))
+		}
+		seen.Insert(id)
+	}
+	return errs
+}
+
+func validateKubeletArgs(args []bootstrapv1.Arg, fldPath *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	seen := sets.New[string]()
+	for i, a := range args {
+		p := fldPath.Index(i)
+		switch {
+		case !argNameRegexp.MatchString(a.Name):
+			errs = append(errs, field.Invalid(p.Child("name"), a.Name, "must be a kubelet flag name without leading dashes, e.g. max-pods"))
+		case reservedKubeletArgs.Has(a.Name):
+			errs = append(errs, field.Forbidden(p.Child("name"), fmt.Sprintf("%s is set by the provider (hostname, providerID, nodeLabels and nodeTaints have their own fields)", a.Name)))
+		case seen.Has(a.Name):
+			errs = append(errs, field.Duplicate(p.Child("name"), a.Name))
+		}
+		seen.Insert(a.Name)
+		if hasControl(a.Value) {
+			errs = append(errs, field.Invalid(p.Child("value"), a.Value, "must not contain control characters"))
+		}
+		if strings.Contains(a.Value, "{{") || strings.Contains(a.Value, "}}") {
+			errs = append(errs, field.Invalid(p.Child("value"), a.Value, "must not contain template delimiters {{ or }}, which Kairos would expand"))
+		}
+	}
+	return errs
+}
+
+func validateFiles(files []bootstrapv1.File, fldPath *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	seen := sets.New[string]()
+	inline := 0
+	for i, f := range files {
+		p := fldPath.Index(i)
+		errs = append(errs, validateFilePath(f.Path, p.Child("path"))...)
+		if seen.Has(f.Path) {
+			errs = append(errs, field.Duplicate(p.Child("path"), f.Path))
+		}
+		seen.Insert(f.Path)
+		if f.Owner != "" && !ownerRegexp.MatchString(f.Owner) {
+			errs = append(errs, field.Invalid(p.Child("owner"), f.Owner, "must be user or user:group"))
+		}
+		fromSecret := f.ContentFrom != (bootstrapv1.FileSource{})
+		if fromSecret {
+			if f.Content != "" {
+				errs = append(errs, field.Forbidden(p.Child("contentFrom"), "content and contentFrom are mutually exclusive"))
+			}
+			if f.ContentFrom.Secret.Name == "" {
+				errs = append(errs, field.Required(p.Child("contentFrom", "secret", "name"), ""))
+			}
+			if f.ContentFrom.Secret.Key == "" {
+				errs = append(errs, field.Required(p.Child("contentFrom", "secret", "key"), ""))
+			}
+		}
+		inline += len(f.Content)
+		if f.Permissions != "" {
+			if !permissionsExpr.MatchString(f.Permissions) {
+				errs = append(errs, field.Invalid(p.Child("permissions"), f.Permissions, "must be an octal file mode such as 0644"))
+			} else if mode, _ := strconv.ParseUint(f.Permissions, 8, 32); fromSecret && mode&0o007 != 0 {
+				errs = append(errs, field.Invalid(p.Child("permissions"), f.Permissions, "content from a Secret must not be readable, writable or executable by others"))
+			}
+		}
+	}
+	if inline > maxInlineFilesBytes {
+		errs = append(errs, field.TooLong(fldPath, inline, maxInlineFilesBytes))
+	}
+	return errs
+}
+
+func validateFilePath(p string, fldPath *field.Path) field.ErrorList {
+	switch {
+	case !filePathRegexp.MatchString(p):
+		return field.ErrorList{field.Invalid(fldPath, p, "must be an absolute path of letters, digits and ._@+=,:~/- characters")}
+	case path.Clean(p) != p:
+		return field.ErrorList{field.Invalid(fldPath, p, "must be a clean path (no //, . or .. elements, no trailing /)")}
+	case reservedPaths.Has(p):
+		return field.ErrorList{field.Forbidden(fldPath, fmt.Sprintf("%s is written by the join itself", p))}
+	}
+	for _, dir := range reservedDirs {
+		if strings.HasPrefix(p+"/", dir) {
+			return field.ErrorList{field.Forbidden(fldPath, fmt.Sprintf("%s is reserved for the join configuration and the bootstrap sentinel", dir))}
+		}
+	}
+	return nil
+}
+
+func validateTimeouts(t bootstrapv1.JoinTimeouts, fldPath *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	for name, v := range map[string]*int32{
+		"discoverySeconds":          t.DiscoverySeconds,
+		"tlsBootstrapSeconds":       t.TLSBootstrapSeconds,
+		"kubeletHealthCheckSeconds": t.KubeletHealthCheckSeconds,
+		"kubernetesAPICallSeconds":  t.KubernetesAPICallSeconds,
+	} {
+		if v != nil && (*v < 1 || *v > 3600) {
+			errs = append(errs, field.Invalid(fldPath.Child(name), *v, "must be between 1 and 3600 seconds"))
+		}
+	}
+	return errs
+}
+
+func hasControl(s string) bool {
+	for _, r := range s {
+		if unicode.IsControl(r) {
+			return true
+		}
+	}
+	return false
+}

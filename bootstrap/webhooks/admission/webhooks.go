@@ -1,0 +1,119 @@
+/*
+Copyright 2026 The Cozystack Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+package admission
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"sigs.k8s.io/cluster-api/util/topology"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	bootstrapv1 "github.com/cozystack/cluster-api-workers/bootstrap/api/v1alpha1"
+)
+
+// +kubebuilder:webhook:verbs=create;update,path=/validate-bootstrap-cozystack-io-v1alpha1-kairosconfig,mutating=false,failurePolicy=fail,matchPolicy=Equivalent,groups=bootstrap.cozystack.io,resources=kairosconfigs,versions=v1alpha1,name=validation.kairosconfig.bootstrap.cozystack.io,sideEffects=None,admissionReviewVersions=v1
+// +kubebuilder:webhook:verbs=create;update,path=/validate-bootstrap-cozystack-io-v1alpha1-kairosconfigtemplate,mutating=false,failurePolicy=fail,matchPolicy=Equivalent,groups=bootstrap.cozystack.io,resources=kairosconfigtemplates,versions=v1alpha1,name=validation.kairosconfigtemplate.bootstrap.cozystack.io,sideEffects=None,admissionReviewVersions=v1
+
+// KairosConfig validates KairosConfigs. Their spec is immutable: a
+// bootstrap change needs a new worker, never an edit of a rendered one.
+type KairosConfig struct{}
+
+var _ admission.Validator[*bootstrapv1.KairosConfig] = &KairosConfig{}
+
+// SetupWebhookWithManager registers the webhook.
+func (w *KairosConfig) SetupWebhookWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewWebhookManagedBy(mgr, &bootstrapv1.KairosConfig{}).WithValidator(w).Complete()
+}
+
+// ValidateCreate validates a new KairosConfig.
+func (w *KairosConfig) ValidateCreate(_ context.Context, c *bootstrapv1.KairosConfig) (admission.Warnings, error) {
+	return nil, invalid("KairosConfig", c.Name, ValidateSpec(&c.Spec, field.NewPath("spec")))
+}
+
+// ValidateUpdate refuses spec changes.
+func (w *KairosConfig) ValidateUpdate(_ context.Context, oldC, newC *bootstrapv1.KairosConfig) (admission.Warnings, error) {
+	errs := ValidateSpec(&newC.Spec, field.NewPath("spec"))
+	if !reflect.DeepEqual(oldC.Spec, newC.Spec) {
+		errs = append(errs, field.Forbidden(field.NewPath("spec"), "KairosConfig spec is immutable; replace the Machine to change how it bootstraps"))
+	}
+	return nil, invalid("KairosConfig", newC.Name, errs)
+}
+
+// ValidateDelete allows deletion.
+func (w *KairosConfig) ValidateDelete(context.Context, *bootstrapv1.KairosConfig) (admission.Warnings, error) {
+	return nil, nil
+}
+
+// KairosConfigTemplate validates KairosConfigTemplates, which are
+// immutable except for the server-side-apply dry-run requests the
+// ClusterClass topology controller sends to compute diffs.
+type KairosConfigTemplate struct{}
+
+var _ admission.Validator[*bootstrapv1.KairosConfigTemplate] = &KairosConfigTemplate{}
+
+// SetupWebhookWithManager registers the webhook.
+func (w *KairosConfigTemplate) SetupWebhookWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewWebhookManagedBy(mgr, &bootstrapv1.KairosConfigTemplate{}).WithValidator(w).Complete()
+}
+
+// ValidateCreate validates a new template.
+func (w *KairosConfigTemplate) ValidateCreate(_ context.Context, t *bootstrapv1.KairosConfigTemplate) (admission.Warnings, error) {
+	return nil, invalid("KairosConfigTemplate", t.Name, validateTemplate(t))
+}
+
+// ValidateUpdate refuses spec changes unless the request is a topology
+// dry-run.
+func (w *KairosConfigTemplate) ValidateUpdate(ctx context.Context, oldT, newT *bootstrapv1.KairosConfigTemplate) (admission.Warnings, error) {
+	req, err := admission.RequestFromContext(ctx)
+	if err != nil {
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("expected an admission.Request inside the context: %v", err))
+	}
+	errs := validateTemplate(newT)
+	if !topology.IsDryRunRequest(req, newT) && !reflect.DeepEqual(oldT.Spec, newT.Spec) {
+		errs = append(errs, field.Forbidden(field.NewPath("spec"), "KairosConfigTemplate spec is immutable; create a new template and point the MachineDeployment at it"))
+	}
+	return nil, invalid("KairosConfigTemplate", newT.Name, errs)
+}
+
+// ValidateDelete allows deletion.
+func (w *KairosConfigTemplate) ValidateDelete(context.Context, *bootstrapv1.KairosConfigTemplate) (admission.Warnings, error) {
+	return nil, nil
+}
+
+func validateTemplate(t *bootstrapv1.KairosConfigTemplate) field.ErrorList {
+	errs := ValidateSpec(&t.Spec.Template.Spec, field.NewPath("spec", "template", "spec"))
+	return append(errs, t.Spec.Template.ObjectMeta.Validate(field.NewPath("spec", "template", "metadata"))...)
+}
+
+func invalid(kind, name string, errs field.ErrorList) error {
+	if len(errs) == 0 {
+		return nil
+	}
+	return apierrors.NewInvalid(bootstrapv1.GroupVersion.WithKind(kind).GroupKind(), name, errs)
+}
+
+// SetupWebhooksWithManager registers every bootstrap webhook.
+func SetupWebhooksWithManager(mgr ctrl.Manager) error {
+	if err := (&KairosConfig{}).SetupWebhookWithManager(mgr); err != nil {
+		return err
+	}
+	return (&KairosConfigTemplate{}).SetupWebhookWithManager(mgr)
+}
