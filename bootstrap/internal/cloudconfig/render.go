@@ -13,6 +13,7 @@ WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 See the License for the specific language governing permissions and
 limitations under the License.
 */
+
 // Package cloudconfig renders the Kairos #cloud-config that joins one
 // worker to its cluster with kubeadm. It is pure: the same Input always
 // gives the same bytes, and nothing is read from or written to anywhere.

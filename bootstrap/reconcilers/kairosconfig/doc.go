@@ -13,6 +13,7 @@ WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 See the License for the specific language governing permissions and
 limitations under the License.
 */
+
 // Package kairosconfig holds the KairosConfig reconciler: it waits for the
 // cluster, creates a per-Machine bootstrap token in the workload cluster,
 // renders the Kairos cloud-config and keeps the token alive until the node
