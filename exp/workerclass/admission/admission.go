@@ -151,6 +151,10 @@ func Admit(req Request) (Decision, field.ErrorList) {
 	if len(errs) > 0 {
 		return d, errs
 	}
+	selecting := req.Operation == Create || req.Old.ClassName != d.ClassName
+	if selecting && !class.DeletionTimestamp.IsZero() {
+		return d, field.ErrorList{field.Forbidden(classPath, fmt.Sprintf("class %s is being deleted; select another class", d.ClassName))}
+	}
 	if oldFamily != "" && req.Old.ClassName != d.ClassName && class.Spec.Bootstrap != oldFamily {
 		return d, field.ErrorList{field.Forbidden(classPath, fmt.Sprintf(
 			"switching a running pool from %s to %s in place is refused; create a second pool, verify worker join and workloads, then plan the migration",

@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/crypto/ssh"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -31,6 +32,8 @@ import (
 )
 
 var testClasses = map[string]*v1alpha1.WorkerClass{
+	"deleting": {ObjectMeta: metav1.ObjectMeta{Name: "deleting", DeletionTimestamp: &metav1.Time{Time: time.Unix(1, 0)}, Finalizers: []string{v1alpha1.WorkerClassInUseFinalizer}},
+		Spec: v1alpha1.WorkerClassSpec{Bootstrap: v1alpha1.BootstrapTalos}},
 	"talos":  {ObjectMeta: metav1.ObjectMeta{Name: "talos"}, Spec: v1alpha1.WorkerClassSpec{Bootstrap: v1alpha1.BootstrapTalos}},
 	"kairos": {ObjectMeta: metav1.ObjectMeta{Name: "kairos"}, Spec: v1alpha1.WorkerClassSpec{Bootstrap: v1alpha1.BootstrapKairos}},
 	"talos-example-r1": {ObjectMeta: metav1.ObjectMeta{Name: "talos-example-r1"}, Spec: v1alpha1.WorkerClassSpec{
@@ -160,6 +163,12 @@ func TestPoolAPITable(t *testing.T) {
 		{name: "UPDATE with changed overrides is validated", op: Update,
 			old: pool("kairos", v135), new: pool("kairos", v1alpha1.PoolSettings{Version: "v1.35", KernelModules: []v1alpha1.KernelModule{{Name: "x"}}}),
 			wantErr: "spec.kernelModules: Forbidden"},
+		{name: "CREATE selecting a class being deleted is refused", op: Create,
+			new: pool("deleting", v135), wantErr: "class deleting is being deleted"},
+		{name: "UPDATE switching to a class being deleted is refused", op: Update,
+			old: pool("talos", v135), new: pool("deleting", v135), wantErr: "class deleting is being deleted"},
+		{name: "UPDATE keeping a class being deleted is allowed", op: Update,
+			old: pool("deleting", v135), new: pool("", v1alpha1.PoolSettings{Version: "v1.34"}), wantClass: "deleting", wantRestored: true},
 		{name: "a lookup failure is an internal error, not a denial of the pool", op: Create,
 			new: pool("talos", v135), lookups: lookups{fail: errors.New("connection refused")}, wantErr: "Internal error"},
 	}

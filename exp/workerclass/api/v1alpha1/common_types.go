@@ -16,6 +16,21 @@ limitations under the License.
 
 package v1alpha1
 
+import "k8s.io/apimachinery/pkg/runtime/schema"
+
+// The kinds that use classes. They are not served by this API group; the
+// class controller reads them as metadata only, and pool admission as
+// unstructured objects, so nothing here imports their Go types.
+var (
+	// PoolGroupVersionKind is the tenant pool API, KubernetesNodes.
+	PoolGroupVersionKind = schema.GroupVersionKind{Group: "apps.cozystack.io", Version: "v1alpha1", Kind: "KubernetesNodes"}
+	// PoolResource is the pool API's resource.
+	PoolResource = schema.GroupVersionResource{Group: "apps.cozystack.io", Version: "v1alpha1", Resource: "kubernetesnodes"}
+	// KubeVirtMachineTemplateGroupVersionKind is the infrastructure
+	// template that names a class.
+	KubeVirtMachineTemplateGroupVersionKind = schema.GroupVersionKind{Group: "infrastructure.cozystack.io", Version: "v1alpha1", Kind: "KubeVirtMachineTemplate"}
+)
+
 // Well-known names shared by admission, the class controller and the
 // providers that consume classes.
 const (

@@ -1,0 +1,208 @@
+/*
+Copyright 2026 The Cozystack Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package controllers holds the class controller: it keeps the built-in
+// classes and the default platform configuration present, reports each
+// class's users, and keeps a class in use from being deleted.
+package controllers
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	kerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/client-go/tools/events"
+	"sigs.k8s.io/cluster-api/util/conditions"
+	"sigs.k8s.io/cluster-api/util/patch"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
+)
+
+// UserKinds are the kinds that use classes: pools and templates.
+var UserKinds = []schema.GroupVersionKind{v1alpha1.PoolGroupVersionKind, v1alpha1.KubeVirtMachineTemplateGroupVersionKind}
+
+// +kubebuilder:rbac:groups=cozystack.io,resources=workerclasses,verbs=get;list;watch;create;update;patch
+// +kubebuilder:rbac:groups=cozystack.io,resources=workerclasses/status;workerclasses/finalizers,verbs=get;update;patch
+// +kubebuilder:rbac:groups=cozystack.io,resources=workerplatforms,verbs=get;list;watch;create
+// +kubebuilder:rbac:groups=apps.cozystack.io,resources=kubernetesnodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups=infrastructure.cozystack.io,resources=kubevirtmachinetemplates,verbs=get;list;watch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// WorkerClassReconciler reports a class's users and holds the in-use
+// finalizer until none is left.
+type WorkerClassReconciler struct {
+	Client client.Client
+	// UserReader lists users. It must be uncached so that releasing the
+	// finalizer never relies on a stale cache; metadata-only lists keep
+	// that cheap.
+	UserReader client.Reader
+	Recorder   events.EventRecorder
+}
+
+// SetupWithManager watches classes, and pools and templates (metadata
+// only) when their kinds are installed.
+func (r *WorkerClassReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
+	if r.Client == nil {
+		r.Client = mgr.GetClient()
+	}
+	if r.UserReader == nil {
+		r.UserReader = mgr.GetAPIReader()
+	}
+	if r.Recorder == nil {
+		r.Recorder = mgr.GetEventRecorder("workerclass-controller")
+	}
+	b := ctrl.NewControllerManagedBy(mgr).For(&v1alpha1.WorkerClass{}).Named("workerclass")
+	for _, gvk := range UserKinds {
+		if _, err := mgr.GetRESTMapper().RESTMapping(gvk.GroupKind(), gvk.Version); err != nil {
+			if meta.IsNoMatchError(err) {
+				// Without a watch the counts refresh on class events only;
+				// deletion stays safe because release lists users live.
+				ctrl.LoggerFrom(ctx).Info("A kind that uses classes is not installed; its users are counted when a class changes", "kind", gvk.String())
+				continue
+			}
+			return fmt.Errorf("looking up %s: %w", gvk, err)
+		}
+		user := &metav1.PartialObjectMetadata{}
+		user.SetGroupVersionKind(gvk)
+		b = b.WatchesMetadata(user, handler.EnqueueRequestsFromMapFunc(classOfUser))
+	}
+	return b.Complete(r)
+}
+
+// classOfUser maps a pool or template to the class its label names.
+func classOfUser(_ context.Context, obj client.Object) []reconcile.Request {
+	if name := obj.GetLabels()[v1alpha1.WorkerClassLabel]; name != "" {
+		return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: name}}}
+	}
+	return nil
+}
+
+// Reconcile updates one class's users, conditions and finalizer, with one
+// deferred patch.
+func (r *WorkerClassReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, reterr error) {
+	log := ctrl.LoggerFrom(ctx)
+	class := &v1alpha1.WorkerClass{}
+	if err := r.Client.Get(ctx, req.NamespacedName, class); err != nil {
+		if apierrors.IsNotFound(err) {
+			return ctrl.Result{}, ensureBuiltinClass(ctx, r.Client, req.Name)
+		}
+		return ctrl.Result{}, err
+	}
+	helper, err := patch.NewHelper(class, r.Client)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	defer func() {
+		if err := helper.Patch(ctx, class,
+			patch.WithOwnedConditions{Conditions: []string{v1alpha1.InUseCondition, v1alpha1.ReadyCondition}},
+			patch.WithStatusObservedGeneration{}); err != nil {
+			reterr = kerrors.NewAggregate([]error{reterr, err})
+		}
+	}()
+
+	users, err := r.listUsers(ctx, class.Name)
+	if err != nil {
+		conditions.Set(class, metav1.Condition{Type: v1alpha1.ReadyCondition, Status: metav1.ConditionFalse,
+			Reason: v1alpha1.UsersUnknownReason, Message: "The pools and templates using this class could not be listed"})
+		conditions.Set(class, metav1.Condition{Type: v1alpha1.InUseCondition, Status: metav1.ConditionUnknown,
+			Reason: v1alpha1.UsersUnknownReason, Message: "The pools and templates using this class could not be listed"})
+		return ctrl.Result{}, err
+	}
+	setUsers(class, users)
+
+	if class.DeletionTimestamp.IsZero() {
+		controllerutil.AddFinalizer(class, v1alpha1.WorkerClassInUseFinalizer)
+		return ctrl.Result{}, nil
+	}
+	if !controllerutil.ContainsFinalizer(class, v1alpha1.WorkerClassInUseFinalizer) {
+		return ctrl.Result{}, nil
+	}
+	if n := len(users.all); n > 0 {
+		r.Recorder.Eventf(class, nil, corev1.EventTypeWarning, "DeletionBlocked", "Delete",
+			"Class is used by %d pool(s) and %d template(s); it is deleted once none uses it", users.pools, users.templates)
+		log.Info("Deletion of the class waits until no pool or template uses it", "pools", users.pools, "templates", users.templates)
+		return ctrl.Result{}, nil
+	}
+	controllerutil.RemoveFinalizer(class, v1alpha1.WorkerClassInUseFinalizer)
+	r.Recorder.Eventf(class, nil, corev1.EventTypeNormal, "Released", "Delete", "Class is no longer used; deletion proceeds")
+	log.Info("Released the class for deletion: no pool or template uses it")
+	return ctrl.Result{}, nil
+}
+
+type classUsers struct {
+	all              []v1alpha1.WorkerClassUser
+	pools, templates int32
+}
+
+// listUsers lists pools and templates labelled with the class. A kind that
+// is not installed has no users.
+func (r *WorkerClassReconciler) listUsers(ctx context.Context, class string) (classUsers, error) {
+	var users classUsers
+	var errs []error
+	for _, gvk := range UserKinds {
+		list := &metav1.PartialObjectMetadataList{}
+		list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
+		err := r.UserReader.List(ctx, list, client.MatchingLabels{v1alpha1.WorkerClassLabel: class})
+		switch {
+		case meta.IsNoMatchError(err) || apierrors.IsNotFound(err):
+			continue
+		case err != nil:
+			errs = append(errs, fmt.Errorf("listing %s using class %s: %w", gvk.Kind, class, err))
+			continue
+		}
+		for _, item := range list.Items {
+			users.all = append(users.all, v1alpha1.WorkerClassUser{Kind: gvk.Kind, Namespace: item.Namespace, Name: item.Name})
+		}
+		if gvk == v1alpha1.PoolGroupVersionKind {
+			users.pools += int32(len(list.Items))
+		} else {
+			users.templates += int32(len(list.Items))
+		}
+	}
+	return users, errors.Join(errs...)
+}
+
+// setUsers writes the bounded user list, the counts and the conditions.
+func setUsers(class *v1alpha1.WorkerClass, users classUsers) {
+	slices.SortFunc(users.all, func(a, b v1alpha1.WorkerClassUser) int {
+		return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
+	})
+	listed := users.all[:min(len(users.all), v1alpha1.MaxListedUsers)]
+	class.Status.Users = slices.Clone(listed)
+	class.Status.PoolCount, class.Status.TemplateCount = users.pools, users.templates
+
+	inUse := metav1.Condition{Type: v1alpha1.InUseCondition, Status: metav1.ConditionFalse, Reason: v1alpha1.NotInUseReason,
+		Message: "No pool or template uses this class"}
+	if len(users.all) > 0 {
+		inUse = metav1.Condition{Type: v1alpha1.InUseCondition, Status: metav1.ConditionTrue, Reason: v1alpha1.InUseReason,
+			Message: fmt.Sprintf("Used by %d pool(s) and %d template(s)", users.pools, users.templates)}
+	}
+	conditions.Set(class, inUse)
+	conditions.Set(class, metav1.Condition{Type: v1alpha1.ReadyCondition, Status: metav1.ConditionTrue, Reason: v1alpha1.ReadyReason})
+}

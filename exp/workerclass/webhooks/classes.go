@@ -1,0 +1,123 @@
+/*
+Copyright 2026 The Cozystack Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package webhooks serves the WorkerClass API's admission webhooks: class
+// and platform validation, and the mutating and validating admission of the
+// KubernetesNodes pool API over unstructured objects.
+package webhooks
+
+import (
+	"context"
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
+	"github.com/cozystack/cluster-api-workers/exp/workerclass/validation"
+)
+
+// +kubebuilder:webhook:path=/validate-cozystack-io-v1alpha1-workerclass,mutating=false,failurePolicy=fail,sideEffects=None,groups=cozystack.io,resources=workerclasses,verbs=create;update,versions=v1alpha1,name=validation.workerclass.cozystack.io,admissionReviewVersions=v1
+
+// WorkerClass validates classes: a well-formed spec that never changes.
+// Deletion is allowed; the in-use finalizer protects classes in use.
+type WorkerClass struct{}
+
+var _ admission.Validator[*v1alpha1.WorkerClass] = &WorkerClass{}
+
+// SetupWebhookWithManager registers the class webhook.
+func (w *WorkerClass) SetupWebhookWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewWebhookManagedBy(mgr, &v1alpha1.WorkerClass{}).WithValidator(w).Complete()
+}
+
+// ValidateCreate checks a new class.
+func (w *WorkerClass) ValidateCreate(_ context.Context, c *v1alpha1.WorkerClass) (admission.Warnings, error) {
+	return nil, classInvalid(c, validateClass(c))
+}
+
+// ValidateUpdate refuses any spec change.
+func (w *WorkerClass) ValidateUpdate(_ context.Context, oldClass, newClass *v1alpha1.WorkerClass) (admission.Warnings, error) {
+	errs := validation.ValidateClassUpdate(&oldClass.Spec, &newClass.Spec, field.NewPath("spec"))
+	if len(errs) == 0 {
+		errs = validateClass(newClass)
+	}
+	return nil, classInvalid(newClass, errs)
+}
+
+// ValidateDelete allows deletion.
+func (w *WorkerClass) ValidateDelete(context.Context, *v1alpha1.WorkerClass) (admission.Warnings, error) {
+	return nil, nil
+}
+
+// builtinFamilies pins the built-in names to their families, so "talos"
+// and "kairos" always mean what the documentation says.
+var builtinFamilies = map[string]v1alpha1.BootstrapFamily{
+	v1alpha1.TalosClassName:  v1alpha1.BootstrapTalos,
+	v1alpha1.KairosClassName: v1alpha1.BootstrapKairos,
+}
+
+func validateClass(c *v1alpha1.WorkerClass) field.ErrorList {
+	errs := validation.ValidateClassSpec(&c.Spec, field.NewPath("spec"))
+	if family, builtin := builtinFamilies[c.Name]; builtin && c.Spec.Bootstrap != family {
+		errs = append(errs, field.Invalid(field.NewPath("spec", "bootstrap"), c.Spec.Bootstrap,
+			fmt.Sprintf("the built-in class %s must use bootstrap %s", c.Name, family)))
+	}
+	return errs
+}
+
+func classInvalid(c *v1alpha1.WorkerClass, errs field.ErrorList) error {
+	if len(errs) == 0 {
+		return nil
+	}
+	return apierrors.NewInvalid(v1alpha1.GroupVersion.WithKind("WorkerClass").GroupKind(), c.Name, errs)
+}
+
+// +kubebuilder:webhook:path=/validate-cozystack-io-v1alpha1-workerplatform,mutating=false,failurePolicy=fail,sideEffects=None,groups=cozystack.io,resources=workerplatforms,verbs=create;update,versions=v1alpha1,name=validation.workerplatform.cozystack.io,admissionReviewVersions=v1
+
+// WorkerPlatform validates the platform configuration.
+type WorkerPlatform struct{}
+
+var _ admission.Validator[*v1alpha1.WorkerPlatform] = &WorkerPlatform{}
+
+// SetupWebhookWithManager registers the platform webhook.
+func (w *WorkerPlatform) SetupWebhookWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewWebhookManagedBy(mgr, &v1alpha1.WorkerPlatform{}).WithValidator(w).Complete()
+}
+
+// ValidateCreate checks a new platform configuration.
+func (w *WorkerPlatform) ValidateCreate(_ context.Context, p *v1alpha1.WorkerPlatform) (admission.Warnings, error) {
+	return nil, platformInvalid(p, validation.ValidatePlatform(p))
+}
+
+// ValidateUpdate checks a changed platform configuration.
+func (w *WorkerPlatform) ValidateUpdate(_ context.Context, _, p *v1alpha1.WorkerPlatform) (admission.Warnings, error) {
+	return nil, platformInvalid(p, validation.ValidatePlatform(p))
+}
+
+// ValidateDelete allows deletion; the class controller recreates the
+// default configuration.
+func (w *WorkerPlatform) ValidateDelete(context.Context, *v1alpha1.WorkerPlatform) (admission.Warnings, error) {
+	return nil, nil
+}
+
+func platformInvalid(p *v1alpha1.WorkerPlatform, errs field.ErrorList) error {
+	if len(errs) == 0 {
+		return nil
+	}
+	return apierrors.NewInvalid(v1alpha1.GroupVersion.WithKind("WorkerPlatform").GroupKind(), p.Name, errs)
+}

@@ -1,0 +1,196 @@
+/*
+Copyright 2026 The Cozystack Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package webhooks
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	pooladmission "github.com/cozystack/cluster-api-workers/exp/workerclass/admission"
+	"github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
+	"github.com/cozystack/cluster-api-workers/exp/workerclass/resolve"
+)
+
+// Paths of the pool webhooks; config/workerclass/webhook/pool-webhooks.yaml
+// registers them with matchConditions.
+const (
+	PoolMutatePath   = "/mutate-apps-cozystack-io-v1alpha1-kubernetesnodes"
+	PoolValidatePath = "/validate-apps-cozystack-io-v1alpha1-kubernetesnodes"
+)
+
+// Pool admits KubernetesNodes pools. The pool API is not ours, so it works
+// on unstructured objects and reads only the class-relevant fields.
+type Pool struct {
+	// Reader reads classes and the platform configuration. Use an
+	// uncached reader: a class created a moment ago must be found.
+	Reader client.Reader
+	// Substrate the pools run on; defaults to KubeVirt.
+	Substrate resolve.Substrate
+}
+
+// SetupWebhookWithManager registers the mutating and validating handlers.
+func (p *Pool) SetupWebhookWithManager(mgr ctrl.Manager) error {
+	if p.Reader == nil {
+		p.Reader = mgr.GetAPIReader()
+	}
+	server := mgr.GetWebhookServer()
+	server.Register(PoolMutatePath, &webhook.Admission{Handler: admission.HandlerFunc(p.mutate)})
+	server.Register(PoolValidatePath, &webhook.Admission{Handler: admission.HandlerFunc(p.validate)})
+	return nil
+}
+
+// mutate stores the class the table asks for (the platform default on
+// CREATE, the stored class on UPDATE) and labels the pool with it.
+func (p *Pool) mutate(ctx context.Context, req admission.Request) admission.Response {
+	obj, decision, resp, done := p.admit(ctx, req)
+	if done {
+		return resp
+	}
+	if decision.Legacy() {
+		return admission.Allowed("a classless pool stays on the legacy Talos path")
+	}
+	if err := unstructured.SetNestedField(obj.Object, decision.ClassName, "spec", pooladmission.ClassNameField); err != nil {
+		return admission.Errored(http.StatusBadRequest, err)
+	}
+	labels := obj.GetLabels()
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	labels[v1alpha1.WorkerClassLabel] = decision.ClassName
+	obj.SetLabels(labels)
+	mutated, err := json.Marshal(obj.Object)
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, err)
+	}
+	return admission.PatchResponseFromRaw(req.Object.Raw, mutated)
+}
+
+// validate re-checks the final object: a classified pool must store its
+// class and carry the matching label, which the mutating webhook ensures.
+func (p *Pool) validate(ctx context.Context, req admission.Request) admission.Response {
+	obj, decision, resp, done := p.admit(ctx, req)
+	if done {
+		return resp
+	}
+	if decision.Legacy() {
+		return admission.Allowed("")
+	}
+	var errs field.ErrorList
+	if decision.Defaulted || decision.Restored {
+		errs = append(errs, field.Required(field.NewPath("spec", pooladmission.ClassNameField),
+			fmt.Sprintf("the pool must store class %s; the pool's mutating webhook did not run", decision.ClassName)))
+	}
+	if got := obj.GetLabels()[v1alpha1.WorkerClassLabel]; got != decision.ClassName {
+		errs = append(errs, field.Invalid(field.NewPath("metadata", "labels").Key(v1alpha1.WorkerClassLabel), got,
+			"must name the pool's class "+decision.ClassName))
+	}
+	if len(errs) > 0 {
+		return denied(obj.GetName(), errs)
+	}
+	return admission.Allowed("")
+}
+
+// admit decodes the request and runs the pure admission. done is true when
+// resp is final.
+func (p *Pool) admit(ctx context.Context, req admission.Request) (obj *unstructured.Unstructured, d pooladmission.Decision, resp admission.Response, done bool) {
+	var op pooladmission.Operation
+	switch req.Operation {
+	case admissionv1.Create:
+		op = pooladmission.Create
+	case admissionv1.Update:
+		op = pooladmission.Update
+	default:
+		return nil, d, admission.Allowed(""), true
+	}
+	obj = &unstructured.Unstructured{}
+	if err := obj.UnmarshalJSON(req.Object.Raw); err != nil {
+		return nil, d, admission.Errored(http.StatusBadRequest, err), true
+	}
+	newPool, errs := pooladmission.PoolFromObject(obj.Object)
+	if len(errs) > 0 {
+		return nil, d, denied(obj.GetName(), errs), true
+	}
+	in := pooladmission.Request{
+		Operation: op,
+		New:       newPool,
+		Substrate: p.Substrate,
+		Classes:   func(name string) (*v1alpha1.WorkerClass, error) { return p.getClass(ctx, name) },
+		Platform:  func() (*v1alpha1.WorkerPlatformSpec, error) { return p.getPlatform(ctx) },
+	}
+	if op == pooladmission.Update {
+		old := &unstructured.Unstructured{}
+		if err := old.UnmarshalJSON(req.OldObject.Raw); err != nil {
+			return nil, d, admission.Errored(http.StatusBadRequest, err), true
+		}
+		oldPool, errs := pooladmission.PoolFromObject(old.Object)
+		if len(errs) > 0 {
+			return nil, d, denied(obj.GetName(), errs), true
+		}
+		in.Old = &oldPool
+	}
+	d, errs = pooladmission.Admit(in)
+	if len(errs) > 0 {
+		for _, e := range errs {
+			if e.Type == field.ErrorTypeInternal {
+				return nil, d, admission.Errored(http.StatusInternalServerError, errs.ToAggregate()), true
+			}
+		}
+		return nil, d, denied(obj.GetName(), errs), true
+	}
+	return obj, d, admission.Response{}, false
+}
+
+func (p *Pool) getClass(ctx context.Context, name string) (*v1alpha1.WorkerClass, error) {
+	c := &v1alpha1.WorkerClass{}
+	if err := p.Reader.Get(ctx, types.NamespacedName{Name: name}, c); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, errors.Join(pooladmission.ErrNotFound, err)
+		}
+		return nil, err
+	}
+	return c, nil
+}
+
+func (p *Pool) getPlatform(ctx context.Context) (*v1alpha1.WorkerPlatformSpec, error) {
+	wp := &v1alpha1.WorkerPlatform{}
+	if err := p.Reader.Get(ctx, types.NamespacedName{Name: v1alpha1.PlatformName}, wp); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, errors.Join(pooladmission.ErrNotFound, err)
+		}
+		return nil, err
+	}
+	return &wp.Spec, nil
+}
+
+// denied answers like the apiserver's own validation: 422 with causes.
+func denied(name string, errs field.ErrorList) admission.Response {
+	status := apierrors.NewInvalid(v1alpha1.PoolGroupVersionKind.GroupKind(), name, errs).ErrStatus
+	return admission.Response{AdmissionResponse: admissionv1.AdmissionResponse{Allowed: false, Result: &status}}
+}
