@@ -1,0 +1,201 @@
+/*
+Copyright 2026 The Cozystack Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+
+	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
+)
+
+// KubeVirtMachineTemplateSpec is a machine template, optionally bound to a
+// WorkerClass.
+// +kubebuilder:validation:XValidation:rule="!has(self.workerClassName) || !has(self.template.spec.image)",message="a template that names a workerClassName takes its image from the class; spec.template.spec.image must be empty"
+// +kubebuilder:validation:XValidation:rule="has(self.workerClassName) || has(self.template.spec.image)",message="set workerClassName, or an explicit spec.template.spec.image for a classless template"
+type KubeVirtMachineTemplateSpec struct {
+	// workerClassName is the cluster-scoped WorkerClass the image and
+	// bootstrap family are resolved from, once, into status.resolved. Empty
+	// for a classless template, which then sets spec.template.spec.image and
+	// looks no class up.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	WorkerClassName string `json:"workerClassName,omitempty"`
+
+	// PoolSettings are the pool's Kubernetes minor and the overrides the
+	// class baseline is resolved with (talos, kernelModules,
+	// registryMirrors, osImage, sshKeys, gpus). Only a class-based template
+	// sets them.
+	workerclassv1.PoolSettings `json:",inline"`
+
+	// template is the KubeVirtMachine every Machine of the template gets.
+	// +required
+	Template KubeVirtMachineTemplateResource `json:"template"`
+}
+
+// KubeVirtMachineTemplateResource is the KubeVirtMachine a template stamps
+// out.
+type KubeVirtMachineTemplateResource struct {
+	// metadata of the KubeVirtMachines.
+	// +optional
+	ObjectMeta clusterv1.ObjectMeta `json:"metadata,omitempty,omitzero"`
+
+	// spec of the KubeVirtMachines.
+	// +required
+	Spec KubeVirtMachineSpec `json:"spec"`
+}
+
+// ResolvedMachine is the result of resolving a template, frozen once written.
+type ResolvedMachine struct {
+	// workerClassName the result was resolved from; empty for a classless
+	// template.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	WorkerClassName string `json:"workerClassName,omitempty"`
+
+	// bootstrap is the bootstrap family of the class; empty for a classless
+	// template.
+	// +optional
+	Bootstrap workerclassv1.BootstrapFamily `json:"bootstrap,omitempty"`
+
+	// kubernetesVersion is the exact Kubernetes version (vMAJOR.MINOR.PATCH)
+	// of the image; empty for a classless template.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	KubernetesVersion string `json:"kubernetesVersion,omitempty"`
+
+	// kubernetesVersionMatch tells a bootstrap provider how a Machine's
+	// version must match kubernetesVersion.
+	// +optional
+	KubernetesVersionMatch workerclassv1.KubernetesVersionMatch `json:"kubernetesVersionMatch,omitempty"`
+
+	// image is the root disk source every machine of the template boots.
+	// +required
+	Image ImageSource `json:"image"`
+
+	// talosVersion of a Talos image.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	TalosVersion string `json:"talosVersion,omitempty"`
+
+	// schematicID of a Talos image factory image.
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	SchematicID string `json:"schematicID,omitempty"`
+
+	// cloudInitDatasource the machines attach their bootstrap data with.
+	// +required
+	CloudInitDatasource CloudInitDatasource `json:"cloudInitDatasource"`
+
+	// contentHash is a stable hash of everything that changes the machines'
+	// bytes or boot.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	ContentHash string `json:"contentHash"`
+}
+
+// NodeInfo is the architecture and operating system of the template's nodes,
+// for the cluster autoscaler's scale from zero.
+// +kubebuilder:validation:MinProperties=1
+type NodeInfo struct {
+	// architecture of the node's CPU.
+	// +optional
+	Architecture Architecture `json:"architecture,omitempty"`
+
+	// operatingSystem of the node, always linux here.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	OperatingSystem string `json:"operatingSystem,omitempty"`
+}
+
+// KubeVirtMachineTemplateStatus is the resolved, frozen state of a template.
+// +kubebuilder:validation:MinProperties=1
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.resolved) || (has(self.resolved) && self.resolved == oldSelf.resolved)",message="status.resolved is frozen once written"
+type KubeVirtMachineTemplateStatus struct {
+	// conditions: Resolved and Paused.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=32
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// resolved is the image, versions and datasource the template's machines
+	// use, written once.
+	// +optional
+	Resolved *ResolvedMachine `json:"resolved,omitempty"`
+
+	// capacity of one machine (cpu, memory, GPUs by node resource name,
+	// ephemeral-storage) for the cluster autoscaler's scale from zero.
+	// +optional
+	Capacity corev1.ResourceList `json:"capacity,omitempty"`
+
+	// nodeInfo of one machine for the cluster autoscaler's scale from zero.
+	// +optional
+	NodeInfo NodeInfo `json:"nodeInfo,omitempty,omitzero"`
+}
+
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:path=kubevirtmachinetemplates,scope=Namespaced,categories=cluster-api,shortName=kvmt
+// +kubebuilder:storageversion
+// +kubebuilder:subresource:status
+// +kubebuilder:metadata:labels="cluster.x-k8s.io/v1beta2=v1alpha1"
+// +kubebuilder:printcolumn:name="Class",type="string",JSONPath=".spec.workerClassName"
+// +kubebuilder:printcolumn:name="Resolved",type="string",JSONPath=`.status.conditions[?(@.type=="Resolved")].status`
+// +kubebuilder:printcolumn:name="Kubernetes",type="string",JSONPath=".status.resolved.kubernetesVersion"
+// +kubebuilder:printcolumn:name="Hash",type="string",JSONPath=".status.resolved.contentHash",priority=1
+// +kubebuilder:printcolumn:name="Age",type="date",JSONPath=".metadata.creationTimestamp"
+
+// KubeVirtMachineTemplate is an immutable template of KubeVirtMachines. A
+// class-based template is resolved once; the result is frozen in status.
+type KubeVirtMachineTemplate struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec is the template.
+	// +required
+	Spec KubeVirtMachineTemplateSpec `json:"spec"`
+
+	// status is the frozen resolution.
+	// +optional
+	Status KubeVirtMachineTemplateStatus `json:"status,omitempty,omitzero"`
+}
+
+// GetConditions returns the template's conditions.
+func (t *KubeVirtMachineTemplate) GetConditions() []metav1.Condition {
+	return t.Status.Conditions
+}
+
+// SetConditions sets the template's conditions.
+func (t *KubeVirtMachineTemplate) SetConditions(conditions []metav1.Condition) {
+	t.Status.Conditions = conditions
+}
+
+// +kubebuilder:object:root=true
+
+// KubeVirtMachineTemplateList is a list of KubeVirtMachineTemplates.
+type KubeVirtMachineTemplateList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []KubeVirtMachineTemplate `json:"items"`
+}
+
+func init() {
+	objectTypes = append(objectTypes, &KubeVirtMachineTemplate{}, &KubeVirtMachineTemplateList{})
+}

@@ -1,0 +1,212 @@
+/*
+Copyright 2026 The Cozystack Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Command infrastructure is the manager of the KubeVirt infrastructure
+// provider (Cluster API provider infrastructure-kubevirt-workers).
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	cliflag "k8s.io/component-base/cli/flag"
+	"k8s.io/component-base/logs"
+	logsv1 "k8s.io/component-base/logs/api/v1"
+	_ "k8s.io/component-base/logs/json/register"
+	"k8s.io/klog/v2"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/controllers/remote"
+	"sigs.k8s.io/cluster-api/util/apiwarnings"
+	"sigs.k8s.io/cluster-api/util/flags"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+
+	"github.com/cozystack/cluster-api-workers/exp/workerclass"
+	"github.com/cozystack/cluster-api-workers/feature"
+	"github.com/cozystack/cluster-api-workers/infrastructure/reconcilers/kubevirtmachine"
+	"github.com/cozystack/cluster-api-workers/infrastructure/setup"
+)
+
+const controllerName = "cluster-api-kubevirt-workers-manager"
+
+var (
+	setupLog = ctrl.Log.WithName("setup")
+
+	enableLeaderElection        bool
+	leaderElectionLeaseDuration time.Duration
+	leaderElectionRenewDeadline time.Duration
+	leaderElectionRetryPeriod   time.Duration
+	watchNamespace              string
+	watchFilterValue            string
+	profilerAddress             string
+	syncPeriod                  time.Duration
+	restConfigQPS               float32
+	restConfigBurst             int
+	webhookPort                 int
+	webhookCertDir              string
+	webhookCertName             string
+	webhookKeyName              string
+	healthAddr                  string
+	importFailureRestarts       int32
+	machineConcurrency          int
+	templateConcurrency         int
+	clusterConcurrency          int
+	managerOptions              = flags.ManagerOptions{}
+	logOptions                  = logs.NewOptions()
+)
+
+func initFlags(fs *pflag.FlagSet) {
+	logsv1.AddFlags(logOptions, fs)
+	fs.BoolVar(&enableLeaderElection, "leader-elect", false,
+		"Enable leader election, so that only one replica of the manager is active.")
+	fs.DurationVar(&leaderElectionLeaseDuration, "leader-elect-lease-duration", 15*time.Second,
+		"How long non-leaders wait before they force-acquire leadership.")
+	fs.DurationVar(&leaderElectionRenewDeadline, "leader-elect-renew-deadline", 10*time.Second,
+		"How long the leader retries refreshing leadership before giving up.")
+	fs.DurationVar(&leaderElectionRetryPeriod, "leader-elect-retry-period", 2*time.Second,
+		"How long leader election clients wait between tries.")
+	fs.StringVar(&watchNamespace, "namespace", "",
+		"Namespace whose objects the manager reconciles; all namespaces when empty.")
+	fs.StringVar(&watchFilterValue, "watch-filter", "",
+		fmt.Sprintf("Reconcile only objects whose %s label has this value; all objects when empty.", clusterv1.WatchLabel))
+	fs.StringVar(&profilerAddress, "profiler-address", "",
+		"Bind address of the pprof profiler (e.g. localhost:6060); off when empty.")
+	fs.DurationVar(&syncPeriod, "sync-period", 10*time.Minute,
+		"Minimum interval at which every watched object is reconciled again.")
+	fs.Float32Var(&restConfigQPS, "kube-api-qps", 20,
+		"Queries per second to the Kubernetes API server.")
+	fs.IntVar(&restConfigBurst, "kube-api-burst", 30,
+		"Burst of queries to the Kubernetes API server.")
+	fs.IntVar(&webhookPort, "webhook-port", 9443, "Port of the webhook server.")
+	fs.StringVar(&webhookCertDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs/", "Directory of the webhook server's certificate.")
+	fs.StringVar(&webhookCertName, "webhook-cert-name", "tls.crt", "File name of the webhook server's certificate.")
+	fs.StringVar(&webhookKeyName, "webhook-key-name", "tls.key", "File name of the webhook server's key.")
+	fs.StringVar(&healthAddr, "health-addr", ":9440", "Bind address of the health and readiness probes.")
+	fs.Int32Var(&importFailureRestarts, "import-failure-restarts", kubevirtmachine.DefaultImportFailureRestarts,
+		"Importer pod restarts of a root DataVolume that count as a failed import (reported as ImportFailed).")
+	fs.IntVar(&machineConcurrency, "kubevirtmachine-concurrency", 10, "KubeVirtMachines reconciled in parallel.")
+	fs.IntVar(&templateConcurrency, "kubevirtmachinetemplate-concurrency", 5, "KubeVirtMachineTemplates reconciled in parallel.")
+	fs.IntVar(&clusterConcurrency, "kubevirtcluster-concurrency", 5, "KubeVirtClusters reconciled in parallel.")
+	flags.AddManagerOptions(fs, &managerOptions)
+	feature.MutableGates.AddFlag(fs)
+}
+
+// The authorized metrics endpoint reviews tokens and access.
+// +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
+// +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
+
+func main() {
+	if err := run(); err != nil {
+		setupLog.Error(err, "The manager stopped")
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	initFlags(pflag.CommandLine)
+	pflag.CommandLine.SetNormalizeFunc(cliflag.WordSepNormalizeFunc)
+	pflag.CommandLine.AddGoFlagSet(flag.CommandLine)
+	pflag.Parse()
+	if err := logsv1.ValidateAndApply(logOptions, nil); err != nil {
+		return fmt.Errorf("applying the log options: %w", err)
+	}
+	ctrl.SetLogger(klog.Background())
+
+	scheme := runtime.NewScheme()
+	if err := setup.AddToScheme(scheme); err != nil {
+		return err
+	}
+	restConfig, err := ctrl.GetConfig()
+	if err != nil {
+		return fmt.Errorf("loading the kubeconfig: %w", err)
+	}
+	restConfig.QPS = restConfigQPS
+	restConfig.Burst = restConfigBurst
+	restConfig.UserAgent = remote.DefaultClusterAPIUserAgent(controllerName)
+	restConfig.WarningHandler = apiwarnings.DefaultHandler(klog.Background().WithName("API Server Warning"))
+
+	tlsOptions, metricsOptions, err := flags.GetManagerOptions(managerOptions)
+	if err != nil {
+		return fmt.Errorf("invalid manager flags: %w", err)
+	}
+	cacheOptions, err := setup.ManagerCacheOptions(scheme, controllerName, watchNamespace, syncPeriod)
+	if err != nil {
+		return err
+	}
+	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{
+		Scheme:                     scheme,
+		LeaderElection:             enableLeaderElection,
+		LeaderElectionID:           "infrastructure-kubevirt-workers-leader-election",
+		LeaseDuration:              &leaderElectionLeaseDuration,
+		RenewDeadline:              &leaderElectionRenewDeadline,
+		RetryPeriod:                &leaderElectionRetryPeriod,
+		LeaderElectionResourceLock: resourcelock.LeasesResourceLock,
+		HealthProbeBindAddress:     healthAddr,
+		PprofBindAddress:           profilerAddress,
+		Metrics:                    *metricsOptions,
+		Cache:                      cacheOptions,
+		WebhookServer: webhook.NewServer(webhook.Options{
+			Port:     webhookPort,
+			CertDir:  webhookCertDir,
+			CertName: webhookCertName,
+			KeyName:  webhookKeyName,
+			TLSOpts:  tlsOptions,
+		}),
+	})
+	if err != nil {
+		return fmt.Errorf("creating the manager: %w", err)
+	}
+	if err := mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
+		return err
+	}
+	if err := mgr.AddHealthzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
+		return err
+	}
+
+	ctx := ctrl.SetupSignalHandler()
+	workerClasses := feature.Gates.Enabled(feature.WorkerClass)
+	if err := setup.SetupWebhooks(mgr); err != nil {
+		return err
+	}
+	if err := setup.SetupReconcilers(ctx, mgr, setup.Options{
+		WatchFilterValue:      watchFilterValue,
+		WorkerClasses:         workerClasses,
+		ImportFailureRestarts: importFailureRestarts,
+		MachineConcurrency:    machineConcurrency,
+		TemplateConcurrency:   templateConcurrency,
+		ClusterConcurrency:    clusterConcurrency,
+	}); err != nil {
+		return err
+	}
+	// The WorkerClass API (class controller, class and pool admission) is
+	// alpha and runs in this manager only behind its feature gate.
+	if workerClasses {
+		if err := workerclass.SetupWebhooksWithManager(mgr); err != nil {
+			return err
+		}
+		if err := workerclass.SetupWithManager(ctx, mgr, workerclass.Options{}); err != nil {
+			return err
+		}
+	}
+	setupLog.Info("Starting the manager", "namespace", watchNamespace, "watchFilter", watchFilterValue, "workerClasses", workerClasses)
+	return mgr.Start(ctx)
+}

@@ -1,0 +1,106 @@
+/*
+Copyright 2026 The Cozystack Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package capacity computes what one machine of a template offers the
+// workload cluster, in the form the cluster autoscaler's Cluster API provider
+// reads for scale from zero: status.capacity and status.nodeInfo.
+package capacity
+
+import (
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	instancetypev1beta1 "kubevirt.io/api/instancetype/v1beta1"
+
+	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
+)
+
+// OperatingSystem is the operating system of every node this provider runs.
+const OperatingSystem = "linux"
+
+// Input is a machine spec and what its references resolve to.
+type Input struct {
+	// Spec is the template's machine spec.
+	Spec *infrav1.KubeVirtMachineSpec
+	// Instancetype is the spec of the referenced instancetype; nil without
+	// one.
+	Instancetype *instancetypev1beta1.VirtualMachineInstancetypeSpec
+	// PreferredArchitecture is the referenced preference's preferred
+	// architecture; empty without one.
+	PreferredArchitecture string
+	// Image is the resolved root disk source: only an imported or cloned
+	// disk has a known size.
+	Image infrav1.ImageSource
+}
+
+// Compute returns the capacity and node info of one machine.
+func Compute(in Input) (corev1.ResourceList, infrav1.NodeInfo) {
+	capacity := corev1.ResourceList{}
+	spec := in.Spec
+	var gpus []kubevirtv1.GPU
+	switch {
+	case in.Instancetype != nil:
+		capacity[corev1.ResourceCPU] = *resource.NewQuantity(int64(in.Instancetype.CPU.Guest), resource.DecimalSI)
+		capacity[corev1.ResourceMemory] = in.Instancetype.Memory.Guest.DeepCopy()
+		gpus = append(gpus, in.Instancetype.GPUs...)
+	default:
+		if spec.CPU != nil {
+			capacity[corev1.ResourceCPU] = *resource.NewQuantity(int64(spec.CPU.Cores), resource.DecimalSI)
+		}
+		if spec.Memory != nil {
+			capacity[corev1.ResourceMemory] = spec.Memory.DeepCopy()
+		}
+	}
+	counts := map[corev1.ResourceName]int64{}
+	for _, g := range gpus {
+		counts[NodeResourceName("", g.DeviceName)]++
+	}
+	for _, g := range spec.GPUs {
+		counts[NodeResourceName(g.NodeResourceName, g.DeviceName)]++
+	}
+	for name, n := range counts {
+		capacity[name] = *resource.NewQuantity(n, resource.DecimalSI)
+	}
+	if in.Image.ContainerDisk == nil && spec.RootDisk != nil && spec.RootDisk.Size != nil {
+		capacity[corev1.ResourceEphemeralStorage] = spec.RootDisk.Size.DeepCopy()
+	}
+
+	arch := spec.Architecture
+	if arch == "" {
+		arch = infrav1.Architecture(in.PreferredArchitecture)
+	}
+	if arch == "" {
+		arch = infrav1.ArchitectureAmd64
+	}
+	return capacity, infrav1.NodeInfo{Architecture: arch, OperatingSystem: OperatingSystem}
+}
+
+// NodeResourceName is the workload-Node resource a passed-through GPU is
+// counted under: the explicit name when given, else <vendor domain of the
+// device plugin's resource>/gpu (nvidia.com/GA102GL_A10 counts as
+// nvidia.com/gpu, the name NVIDIA's device plugin advertises in the guest),
+// else the device name itself.
+func NodeResourceName(explicit, deviceName string) corev1.ResourceName {
+	if explicit != "" {
+		return corev1.ResourceName(explicit)
+	}
+	if vendor, _, ok := strings.Cut(deviceName, "/"); ok && vendor != "" {
+		return corev1.ResourceName(vendor + "/gpu")
+	}
+	return corev1.ResourceName(deviceName)
+}

@@ -1,0 +1,416 @@
+/*
+Copyright 2026 The Cozystack Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package render turns a KubeVirtMachine and its resolved image into the
+// objects that run it: the VirtualMachine, the root DataVolume of an imported
+// or cloned disk, the ConfigMap holding an import's CA bundle and the Secret
+// carrying the bootstrap data as cloud-init user data. It is pure: no I/O,
+// the same input always gives the same objects.
+package render
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/utils/ptr"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+
+	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
+)
+
+const (
+	// UserDataKey is the Secret key KubeVirt reads cloud-init user data from.
+	UserDataKey = "userdata"
+	// ImportCAKey is the ConfigMap key holding an import's CA bundle. CDI
+	// trusts every file of the mounted ConfigMap.
+	ImportCAKey = "ca.pem"
+	// KeepAfterCompletionAnnotation stops CDI from garbage-collecting a
+	// finished DataVolume, so the machine keeps observing its root disk.
+	KeepAfterCompletionAnnotation = "cdi.kubevirt.io/storage.deleteAfterCompletion"
+
+	rootVolumeName      = "root"
+	cloudInitVolumeName = "cloudinit"
+	defaultNetworkName  = "default"
+)
+
+// Input is everything a machine's objects are rendered from.
+type Input struct {
+	// Machine supplies the name, namespace, UID and spec.
+	Machine *infrav1.KubeVirtMachine
+	// ClusterName labels every object.
+	ClusterName string
+	// Image is the root disk source: the machine's own spec.image, or the
+	// template's resolved image.
+	Image infrav1.ImageSource
+	// Datasource is the resolved cloud-init datasource; empty means NoCloud.
+	Datasource infrav1.CloudInitDatasource
+	// FailureDomain is the Machine's failure domain, if any.
+	FailureDomain string
+	// UserData is the bootstrap Secret's value, attached unchanged.
+	UserData []byte
+}
+
+// Objects are a machine's rendered objects.
+type Objects struct {
+	VirtualMachine *kubevirtv1.VirtualMachine
+	// RootDataVolume is nil for container disks.
+	RootDataVolume *cdiv1.DataVolume
+	// ImportCA is nil unless an HTTP import has a CA bundle.
+	ImportCA *corev1.ConfigMap
+	UserData *corev1.Secret
+}
+
+// RootDataVolumeName is the name of a machine's root DataVolume.
+func RootDataVolumeName(machineName string) string { return machineName + "-root" }
+
+// UserDataSecretName is the name of a machine's cloud-init user data Secret.
+func UserDataSecretName(machineName string) string { return machineName + "-userdata" }
+
+// ImportCAConfigMapName is the name of a machine's import CA ConfigMap.
+func ImportCAConfigMapName(machineName string) string { return machineName + "-import-ca" }
+
+// IsEphemeral reports whether a root disk loses its content when the VM
+// starts a new instance.
+func IsEphemeral(image infrav1.ImageSource) bool { return image.ContainerDisk != nil }
+
+// Labels are the labels of every object rendered for a machine.
+func Labels(clusterName, machineName string) map[string]string {
+	return map[string]string{
+		clusterv1.ClusterNameLabel: clusterName,
+		infrav1.MachineNameLabel:   machineName,
+	}
+}
+
+// Render renders a machine's objects, or the field errors that prevent it.
+func Render(in Input) (*Objects, field.ErrorList) {
+	errs := validateInput(in)
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	m := in.Machine
+	spec := &m.Spec
+	labels := Labels(in.ClusterName, m.Name)
+	owner := ownerReference(m)
+	meta := func(name string) metav1.ObjectMeta {
+		return metav1.ObjectMeta{
+			Name:            name,
+			Namespace:       m.Namespace,
+			Labels:          copyMap(labels),
+			OwnerReferences: []metav1.OwnerReference{owner},
+		}
+	}
+
+	out := &Objects{
+		UserData: &corev1.Secret{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
+			ObjectMeta: meta(UserDataSecretName(m.Name)),
+			Type:       corev1.SecretTypeOpaque,
+			Data:       map[string][]byte{UserDataKey: append([]byte(nil), in.UserData...)},
+		},
+	}
+
+	rootVolume := kubevirtv1.Volume{Name: rootVolumeName}
+	switch {
+	case in.Image.ContainerDisk != nil:
+		rootVolume.ContainerDisk = &kubevirtv1.ContainerDiskSource{
+			Image:           in.Image.ContainerDisk.Reference,
+			ImagePullPolicy: corev1.PullIfNotPresent,
+		}
+	default:
+		dv := &cdiv1.DataVolume{
+			TypeMeta:   metav1.TypeMeta{APIVersion: cdiv1.SchemeGroupVersion.String(), Kind: "DataVolume"},
+			ObjectMeta: meta(RootDataVolumeName(m.Name)),
+			Spec:       cdiv1.DataVolumeSpec{Storage: storageSpec(spec.RootDisk)},
+		}
+		dv.Annotations = map[string]string{KeepAfterCompletionAnnotation: "false"}
+		switch {
+		case in.Image.HTTPImport != nil:
+			http := &cdiv1.DataVolumeSourceHTTP{URL: in.Image.HTTPImport.URL}
+			if in.Image.HTTPImport.CABundle != "" {
+				out.ImportCA = &corev1.ConfigMap{
+					TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
+					ObjectMeta: meta(ImportCAConfigMapName(m.Name)),
+					Data:       map[string]string{ImportCAKey: in.Image.HTTPImport.CABundle},
+				}
+				http.CertConfigMap = out.ImportCA.Name
+			}
+			dv.Spec.Source = &cdiv1.DataVolumeSource{HTTP: http}
+		case in.Image.Clone.Kind == infrav1.CloneFromDataSource:
+			dv.Spec.SourceRef = &cdiv1.DataVolumeSourceRef{
+				Kind:      cdiv1.DataVolumeDataSource,
+				Namespace: ptr.To(cloneNamespace(in.Image.Clone, m.Namespace)),
+				Name:      in.Image.Clone.Name,
+			}
+		default:
+			dv.Spec.Source = &cdiv1.DataVolumeSource{PVC: &cdiv1.DataVolumeSourcePVC{
+				Namespace: cloneNamespace(in.Image.Clone, m.Namespace),
+				Name:      in.Image.Clone.Name,
+			}}
+		}
+		out.RootDataVolume = dv
+		rootVolume.DataVolume = &kubevirtv1.DataVolumeSource{Name: dv.Name}
+	}
+
+	cloudInitVolume := kubevirtv1.Volume{Name: cloudInitVolumeName}
+	secretRef := &corev1.LocalObjectReference{Name: out.UserData.Name}
+	if in.Datasource == infrav1.ConfigDriveDatasource {
+		cloudInitVolume.CloudInitConfigDrive = &kubevirtv1.CloudInitConfigDriveSource{UserDataSecretRef: secretRef}
+	} else {
+		cloudInitVolume.CloudInitNoCloud = &kubevirtv1.CloudInitNoCloudSource{UserDataSecretRef: secretRef}
+	}
+
+	interfaces, networks := renderNetworks(spec.Networks)
+	vmi := kubevirtv1.VirtualMachineInstanceSpec{
+		Domain: kubevirtv1.DomainSpec{
+			Devices: kubevirtv1.Devices{
+				Disks: []kubevirtv1.Disk{
+					{Name: rootVolumeName, BootOrder: ptr.To[uint](1), DiskDevice: kubevirtv1.DiskDevice{Disk: &kubevirtv1.DiskTarget{}}},
+					{Name: cloudInitVolumeName, DiskDevice: kubevirtv1.DiskDevice{Disk: &kubevirtv1.DiskTarget{}}},
+				},
+				Interfaces:  interfaces,
+				GPUs:        renderGPUs(spec.GPUs),
+				HostDevices: renderHostDevices(spec.HostDevices),
+			},
+		},
+		Hostname:     m.Name,
+		Networks:     networks,
+		Volumes:      []kubevirtv1.Volume{rootVolume, cloudInitVolume},
+		Affinity:     affinity(spec.Affinity, in.FailureDomain),
+		Tolerations:  append([]corev1.Toleration(nil), spec.Tolerations...),
+		Architecture: string(spec.Architecture),
+	}
+	if spec.Instancetype == nil {
+		vmi.Domain.CPU = &kubevirtv1.CPU{Cores: uint32(spec.CPU.Cores), DedicatedCPUPlacement: spec.CPU.DedicatedCPUPlacement}
+		vmi.Domain.Memory = &kubevirtv1.Memory{Guest: ptr.To(spec.Memory.DeepCopy())}
+	}
+	if spec.EvictionStrategy != "" {
+		vmi.EvictionStrategy = ptr.To(kubevirtv1.EvictionStrategy(spec.EvictionStrategy))
+	}
+
+	runStrategy := kubevirtv1.RunStrategyAlways
+	if spec.RunStrategy != "" {
+		runStrategy = kubevirtv1.VirtualMachineRunStrategy(spec.RunStrategy)
+	}
+	vm := &kubevirtv1.VirtualMachine{
+		TypeMeta:   metav1.TypeMeta{APIVersion: kubevirtv1.SchemeGroupVersion.String(), Kind: "VirtualMachine"},
+		ObjectMeta: meta(m.Name),
+		Spec: kubevirtv1.VirtualMachineSpec{
+			RunStrategy: &runStrategy,
+			Template: &kubevirtv1.VirtualMachineInstanceTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: copyMap(labels)},
+				Spec:       vmi,
+			},
+		},
+	}
+	if spec.Instancetype != nil {
+		vm.Spec.Instancetype = &kubevirtv1.InstancetypeMatcher{Kind: string(instancetypeKind(spec.Instancetype)), Name: spec.Instancetype.Name}
+	}
+	if spec.Preference != nil {
+		vm.Spec.Preference = &kubevirtv1.PreferenceMatcher{Kind: string(preferenceKind(spec.Preference)), Name: spec.Preference.Name}
+	}
+	out.VirtualMachine = vm
+	return out, nil
+}
+
+func validateInput(in Input) field.ErrorList {
+	var errs field.ErrorList
+	if in.Machine == nil {
+		return field.ErrorList{field.Required(field.NewPath("machine"), "a KubeVirtMachine is required")}
+	}
+	m := in.Machine
+	spec := field.NewPath("spec")
+	for _, msg := range validation.IsDNS1123Label(m.Name) {
+		errs = append(errs, field.Invalid(field.NewPath("metadata", "name"), m.Name,
+			"the VirtualMachine, its hostname and providerID take the machine's name: "+msg))
+	}
+	if in.ClusterName == "" {
+		errs = append(errs, field.Required(field.NewPath("metadata", "labels").Key(clusterv1.ClusterNameLabel), "the machine must belong to a cluster"))
+	}
+	if m.Spec.Instancetype == nil {
+		if m.Spec.CPU == nil || m.Spec.CPU.Cores < 1 {
+			errs = append(errs, field.Required(spec.Child("cpu", "cores"), "set cpu and memory, or an instancetype"))
+		}
+		if m.Spec.Memory == nil || m.Spec.Memory.Sign() <= 0 {
+			errs = append(errs, field.Required(spec.Child("memory"), "set cpu and memory, or an instancetype"))
+		}
+	}
+	imagePath := spec.Child("image")
+	set := 0
+	for _, present := range []bool{in.Image.ContainerDisk != nil, in.Image.HTTPImport != nil, in.Image.Clone != nil} {
+		if present {
+			set++
+		}
+	}
+	switch {
+	case set != 1:
+		errs = append(errs, field.Invalid(imagePath, set, "exactly one of containerDisk, httpImport or clone must be set"))
+	case in.Image.ContainerDisk != nil && in.Image.ContainerDisk.Reference == "":
+		errs = append(errs, field.Required(imagePath.Child("containerDisk", "reference"), "a container disk needs an image reference"))
+	case in.Image.HTTPImport != nil && in.Image.HTTPImport.URL == "":
+		errs = append(errs, field.Required(imagePath.Child("httpImport", "url"), "an HTTP import needs a URL"))
+	case in.Image.HTTPImport != nil && (m.Spec.RootDisk == nil || m.Spec.RootDisk.Size == nil || m.Spec.RootDisk.Size.Sign() <= 0):
+		errs = append(errs, field.Required(spec.Child("rootDisk", "size"), "an HTTP import needs the size of the volume it imports into"))
+	case in.Image.Clone != nil && in.Image.Clone.Name == "":
+		errs = append(errs, field.Required(imagePath.Child("clone", "name"), "a clone needs the name of its source"))
+	}
+	switch in.Datasource {
+	case "", infrav1.NoCloudDatasource, infrav1.ConfigDriveDatasource:
+	default:
+		errs = append(errs, field.NotSupported(spec.Child("cloudInitDatasource"), in.Datasource,
+			[]infrav1.CloudInitDatasource{infrav1.NoCloudDatasource, infrav1.ConfigDriveDatasource}))
+	}
+	return errs
+}
+
+func ownerReference(m *infrav1.KubeVirtMachine) metav1.OwnerReference {
+	return metav1.OwnerReference{
+		APIVersion:         infrav1.GroupVersion.String(),
+		Kind:               "KubeVirtMachine",
+		Name:               m.Name,
+		UID:                m.UID,
+		Controller:         ptr.To(true),
+		BlockOwnerDeletion: ptr.To(true),
+	}
+}
+
+func storageSpec(disk *infrav1.RootDisk) *cdiv1.StorageSpec {
+	storage := &cdiv1.StorageSpec{}
+	if disk == nil {
+		return storage
+	}
+	if disk.Size != nil {
+		storage.Resources.Requests = corev1.ResourceList{corev1.ResourceStorage: disk.Size.DeepCopy()}
+	}
+	if disk.StorageClassName != "" {
+		storage.StorageClassName = ptr.To(disk.StorageClassName)
+	}
+	storage.AccessModes = append([]corev1.PersistentVolumeAccessMode(nil), disk.AccessModes...)
+	if disk.VolumeMode != nil {
+		storage.VolumeMode = ptr.To(*disk.VolumeMode)
+	}
+	return storage
+}
+
+func cloneNamespace(src *infrav1.CloneSource, machineNamespace string) string {
+	if src.Namespace != "" {
+		return src.Namespace
+	}
+	return machineNamespace
+}
+
+func renderNetworks(in []infrav1.Network) ([]kubevirtv1.Interface, []kubevirtv1.Network) {
+	if len(in) == 0 {
+		in = []infrav1.Network{{Name: defaultNetworkName, Pod: &infrav1.PodNetwork{}}}
+	}
+	interfaces := make([]kubevirtv1.Interface, 0, len(in))
+	networks := make([]kubevirtv1.Network, 0, len(in))
+	for _, n := range in {
+		iface := kubevirtv1.Interface{Name: n.Name}
+		network := kubevirtv1.Network{Name: n.Name}
+		binding := n.Binding
+		if n.Pod != nil {
+			network.Pod = &kubevirtv1.PodNetwork{}
+			if binding == "" {
+				binding = infrav1.MasqueradeBinding
+			}
+		} else if n.Multus != nil {
+			network.Multus = &kubevirtv1.MultusNetwork{NetworkName: n.Multus.NetworkName, Default: n.Multus.Default}
+			binding = infrav1.BridgeBinding
+		}
+		if binding == infrav1.MasqueradeBinding {
+			iface.Masquerade = &kubevirtv1.InterfaceMasquerade{}
+		} else {
+			iface.Bridge = &kubevirtv1.InterfaceBridge{}
+		}
+		interfaces = append(interfaces, iface)
+		networks = append(networks, network)
+	}
+	return interfaces, networks
+}
+
+func renderGPUs(in []infrav1.GPU) []kubevirtv1.GPU {
+	if len(in) == 0 {
+		return nil
+	}
+	out := make([]kubevirtv1.GPU, 0, len(in))
+	for _, g := range in {
+		out = append(out, kubevirtv1.GPU{Name: g.Name, DeviceName: g.DeviceName})
+	}
+	return out
+}
+
+func renderHostDevices(in []infrav1.HostDevice) []kubevirtv1.HostDevice {
+	if len(in) == 0 {
+		return nil
+	}
+	out := make([]kubevirtv1.HostDevice, 0, len(in))
+	for _, d := range in {
+		out = append(out, kubevirtv1.HostDevice{Name: d.Name, DeviceName: d.DeviceName})
+	}
+	return out
+}
+
+// affinity adds the failure domain to the spec's affinity. Required node
+// selector terms are ORed, so the zone requirement joins every term.
+func affinity(in *corev1.Affinity, failureDomain string) *corev1.Affinity {
+	if failureDomain == "" {
+		return in.DeepCopy()
+	}
+	out := in.DeepCopy()
+	if out == nil {
+		out = &corev1.Affinity{}
+	}
+	if out.NodeAffinity == nil {
+		out.NodeAffinity = &corev1.NodeAffinity{}
+	}
+	zone := corev1.NodeSelectorRequirement{Key: infrav1.FailureDomainLabel, Operator: corev1.NodeSelectorOpIn, Values: []string{failureDomain}}
+	required := out.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution
+	if required == nil || len(required.NodeSelectorTerms) == 0 {
+		out.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution = &corev1.NodeSelector{
+			NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{zone}}},
+		}
+		return out
+	}
+	for i := range required.NodeSelectorTerms {
+		required.NodeSelectorTerms[i].MatchExpressions = append(required.NodeSelectorTerms[i].MatchExpressions, zone)
+	}
+	return out
+}
+
+func instancetypeKind(ref *infrav1.InstancetypeReference) infrav1.InstancetypeKind {
+	if ref.Kind == "" {
+		return infrav1.ClusterInstancetypeKind
+	}
+	return ref.Kind
+}
+
+func preferenceKind(ref *infrav1.PreferenceReference) infrav1.PreferenceKind {
+	if ref.Kind == "" {
+		return infrav1.ClusterPreferenceKind
+	}
+	return ref.Kind
+}
+
+func copyMap(in map[string]string) map[string]string {
+	out := make(map[string]string, len(in))
+	for k, v := range in {
+		out[k] = v
+	}
+	return out
+}

@@ -1,0 +1,484 @@
+/*
+Copyright 2026 The Cozystack Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package render
+
+import (
+	"encoding/json"
+	"reflect"
+	"strings"
+	"testing"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+
+	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
+)
+
+const (
+	digestRef = "registry.example.com/workers/kairos-worker@sha256:1111111111111111111111111111111111111111111111111111111111111111"
+	testCA    = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+)
+
+// userData has bytes a text round trip would mangle: it must reach the
+// Secret unchanged.
+var userData = []byte("#cloud-config\nhostname: worker-0\n\x00\xff\r\n")
+
+func machine(mutate ...func(*infrav1.KubeVirtMachine)) *infrav1.KubeVirtMachine {
+	m := &infrav1.KubeVirtMachine{
+		ObjectMeta: metav1.ObjectMeta{Name: "worker-0", Namespace: "tenant-a", UID: "uid-1"},
+		Spec: infrav1.KubeVirtMachineSpec{
+			CPU:    &infrav1.CPU{Cores: 2},
+			Memory: ptr.To(resource.MustParse("4Gi")),
+		},
+	}
+	for _, f := range mutate {
+		f(m)
+	}
+	return m
+}
+
+func containerDisk() infrav1.ImageSource {
+	return infrav1.ImageSource{ContainerDisk: &infrav1.ContainerDiskSource{Reference: digestRef}}
+}
+
+func input(m *infrav1.KubeVirtMachine, image infrav1.ImageSource) Input {
+	return Input{Machine: m, ClusterName: "cluster-a", Image: image, UserData: userData}
+}
+
+func withRootDisk(size string) func(*infrav1.KubeVirtMachine) {
+	return func(m *infrav1.KubeVirtMachine) {
+		m.Spec.RootDisk = &infrav1.RootDisk{Size: ptr.To(resource.MustParse(size)), StorageClassName: "replicated"}
+	}
+}
+
+func mustRender(t *testing.T, in Input) *Objects {
+	t.Helper()
+	out, errs := Render(in)
+	if len(errs) > 0 {
+		t.Fatalf("render: %v", errs.ToAggregate())
+	}
+	return out
+}
+
+func volume(vm *kubevirtv1.VirtualMachine, name string) kubevirtv1.Volume {
+	for _, v := range vm.Spec.Template.Spec.Volumes {
+		if v.Name == name {
+			return v
+		}
+	}
+	return kubevirtv1.Volume{}
+}
+
+func TestImageSources(t *testing.T) {
+	t.Run("container disk boots the digest-pinned image and creates no DataVolume", func(t *testing.T) {
+		g := NewWithT(t)
+		out := mustRender(t, input(machine(), containerDisk()))
+		g.Expect(volume(out.VirtualMachine, "root").ContainerDisk).To(Equal(&kubevirtv1.ContainerDiskSource{
+			Image: digestRef, ImagePullPolicy: corev1.PullIfNotPresent}))
+		g.Expect(out.RootDataVolume).To(BeNil())
+		g.Expect(out.ImportCA).To(BeNil())
+		g.Expect(IsEphemeral(containerDisk())).To(BeTrue())
+	})
+
+	t.Run("HTTP import creates a sized DataVolume that trusts the CA ConfigMap", func(t *testing.T) {
+		g := NewWithT(t)
+		img := infrav1.ImageSource{HTTPImport: &infrav1.HTTPImportSource{
+			URL: "https://factory.example.com/image/abc/v1.13.6/nocloud-amd64.raw.xz", CABundle: testCA}}
+		out := mustRender(t, input(machine(withRootDisk("20Gi")), img))
+		dv := out.RootDataVolume
+		g.Expect(dv.Name).To(Equal("worker-0-root"))
+		g.Expect(dv.Spec.Source.HTTP).To(Equal(&cdiv1.DataVolumeSourceHTTP{URL: img.HTTPImport.URL, CertConfigMap: "worker-0-import-ca"}))
+		g.Expect(dv.Spec.Storage.Resources.Requests).To(HaveKeyWithValue(corev1.ResourceStorage, resource.MustParse("20Gi")))
+		g.Expect(dv.Spec.Storage.StorageClassName).To(Equal(ptr.To("replicated")))
+		g.Expect(dv.Annotations).To(HaveKeyWithValue(KeepAfterCompletionAnnotation, "false"))
+		g.Expect(out.ImportCA.Name).To(Equal("worker-0-import-ca"))
+		g.Expect(out.ImportCA.Data).To(Equal(map[string]string{ImportCAKey: testCA}))
+		g.Expect(volume(out.VirtualMachine, "root").DataVolume).To(Equal(&kubevirtv1.DataVolumeSource{Name: "worker-0-root"}))
+		g.Expect(IsEphemeral(img)).To(BeFalse())
+	})
+
+	t.Run("HTTP import without a CA bundle uses the system trust", func(t *testing.T) {
+		g := NewWithT(t)
+		img := infrav1.ImageSource{HTTPImport: &infrav1.HTTPImportSource{URL: "https://factory.example.com/disk.raw.xz"}}
+		out := mustRender(t, input(machine(withRootDisk("20Gi")), img))
+		g.Expect(out.ImportCA).To(BeNil())
+		g.Expect(out.RootDataVolume.Spec.Source.HTTP.CertConfigMap).To(BeEmpty())
+	})
+
+	t.Run("clone of a golden DataSource references it by sourceRef, defaulting to the machine's namespace", func(t *testing.T) {
+		g := NewWithT(t)
+		img := infrav1.ImageSource{Clone: &infrav1.CloneSource{Kind: infrav1.CloneFromDataSource, Name: "talos-v1-13-6"}}
+		out := mustRender(t, input(machine(), img))
+		g.Expect(out.RootDataVolume.Spec.SourceRef).To(Equal(&cdiv1.DataVolumeSourceRef{
+			Kind: cdiv1.DataVolumeDataSource, Namespace: ptr.To("tenant-a"), Name: "talos-v1-13-6"}))
+		g.Expect(out.RootDataVolume.Spec.Source).To(BeNil())
+		g.Expect(out.RootDataVolume.Spec.Storage.Resources.Requests).To(BeEmpty(), "a clone takes its source's size")
+	})
+
+	t.Run("clone of a golden PVC in another namespace uses source.pvc", func(t *testing.T) {
+		g := NewWithT(t)
+		img := infrav1.ImageSource{Clone: &infrav1.CloneSource{Kind: infrav1.CloneFromPersistentVolumeClaim, Namespace: "cozy-golden", Name: "talos"}}
+		out := mustRender(t, input(machine(), img))
+		g.Expect(out.RootDataVolume.Spec.Source.PVC).To(Equal(&cdiv1.DataVolumeSourcePVC{Namespace: "cozy-golden", Name: "talos"}))
+	})
+}
+
+func TestDatasources(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		datasource infrav1.CloudInitDatasource
+		configure  func(kubevirtv1.Volume) *corev1.LocalObjectReference
+	}{
+		{"empty datasource attaches NoCloud", "", func(v kubevirtv1.Volume) *corev1.LocalObjectReference {
+			return v.CloudInitNoCloud.UserDataSecretRef
+		}},
+		{"NoCloud attaches the user data Secret as a NoCloud volume", infrav1.NoCloudDatasource, func(v kubevirtv1.Volume) *corev1.LocalObjectReference {
+			return v.CloudInitNoCloud.UserDataSecretRef
+		}},
+		{"ConfigDrive attaches the user data Secret as a config drive", infrav1.ConfigDriveDatasource, func(v kubevirtv1.Volume) *corev1.LocalObjectReference {
+			return v.CloudInitConfigDrive.UserDataSecretRef
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			in := input(machine(), containerDisk())
+			in.Datasource = tc.datasource
+			out := mustRender(t, in)
+			v := volume(out.VirtualMachine, "cloudinit")
+			g.Expect(tc.configure(v)).To(Equal(&corev1.LocalObjectReference{Name: "worker-0-userdata"}))
+			g.Expect(v.CloudInitNoCloud != nil).NotTo(Equal(v.CloudInitConfigDrive != nil), "exactly one datasource")
+		})
+	}
+}
+
+func TestBootstrapDataIsAttachedUnchanged(t *testing.T) {
+	g := NewWithT(t)
+	out := mustRender(t, input(machine(), containerDisk()))
+	g.Expect(out.UserData.Name).To(Equal("worker-0-userdata"))
+	g.Expect(out.UserData.Data).To(Equal(map[string][]byte{UserDataKey: userData}))
+	g.Expect(out.UserData.Type).To(Equal(corev1.SecretTypeOpaque))
+	// The VM carries only a reference: no user data, no SSH users or keys.
+	raw, err := json.Marshal(out.VirtualMachine)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(string(raw)).NotTo(ContainSubstring("cloud-config"))
+	g.Expect(out.VirtualMachine.Spec.Template.Spec.AccessCredentials).To(BeEmpty())
+}
+
+func TestIdentity(t *testing.T) {
+	g := NewWithT(t)
+	out := mustRender(t, input(machine(withRootDisk("10Gi")), infrav1.ImageSource{HTTPImport: &infrav1.HTTPImportSource{URL: "https://x.example.com/d.raw", CABundle: testCA}}))
+	g.Expect(out.VirtualMachine.Name).To(Equal("worker-0"), "the VM is named after the machine")
+	g.Expect(out.VirtualMachine.Spec.Template.Spec.Hostname).To(Equal("worker-0"))
+	wantLabels := map[string]string{clusterv1.ClusterNameLabel: "cluster-a", infrav1.MachineNameLabel: "worker-0"}
+	g.Expect(out.VirtualMachine.Spec.Template.ObjectMeta.Labels).To(Equal(wantLabels), "the VMI carries the labels the watch maps by")
+	for _, obj := range []metav1.Object{out.VirtualMachine, out.RootDataVolume, out.ImportCA, out.UserData} {
+		g.Expect(obj.GetNamespace()).To(Equal("tenant-a"))
+		g.Expect(obj.GetLabels()).To(Equal(wantLabels))
+		g.Expect(obj.GetOwnerReferences()).To(ConsistOf(metav1.OwnerReference{
+			APIVersion: infrav1.GroupVersion.String(), Kind: "KubeVirtMachine", Name: "worker-0", UID: "uid-1",
+			Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}))
+	}
+}
+
+func TestSizing(t *testing.T) {
+	t.Run("cpu and memory set the domain", func(t *testing.T) {
+		g := NewWithT(t)
+		m := machine(func(m *infrav1.KubeVirtMachine) { m.Spec.CPU.DedicatedCPUPlacement = true })
+		domain := mustRender(t, input(m, containerDisk())).VirtualMachine.Spec.Template.Spec.Domain
+		g.Expect(domain.CPU).To(Equal(&kubevirtv1.CPU{Cores: 2, DedicatedCPUPlacement: true}))
+		g.Expect(domain.Memory.Guest.Equal(resource.MustParse("4Gi"))).To(BeTrue())
+	})
+	t.Run("an instancetype and preference size the VM and leave the domain unsized", func(t *testing.T) {
+		g := NewWithT(t)
+		m := machine(func(m *infrav1.KubeVirtMachine) {
+			m.Spec.CPU, m.Spec.Memory = nil, nil
+			m.Spec.Instancetype = &infrav1.InstancetypeReference{Name: "u1.large"}
+			m.Spec.Preference = &infrav1.PreferenceReference{Kind: infrav1.NamespacedPreferenceKind, Name: "linux"}
+		})
+		vm := mustRender(t, input(m, containerDisk())).VirtualMachine
+		g.Expect(vm.Spec.Instancetype).To(Equal(&kubevirtv1.InstancetypeMatcher{Kind: "VirtualMachineClusterInstancetype", Name: "u1.large"}))
+		g.Expect(vm.Spec.Preference).To(Equal(&kubevirtv1.PreferenceMatcher{Kind: "VirtualMachinePreference", Name: "linux"}))
+		g.Expect(vm.Spec.Template.Spec.Domain.CPU).To(BeNil())
+		g.Expect(vm.Spec.Template.Spec.Domain.Memory).To(BeNil())
+	})
+	t.Run("architecture is passed to the instance", func(t *testing.T) {
+		g := NewWithT(t)
+		m := machine(func(m *infrav1.KubeVirtMachine) { m.Spec.Architecture = infrav1.ArchitectureArm64 })
+		g.Expect(mustRender(t, input(m, containerDisk())).VirtualMachine.Spec.Template.Spec.Architecture).To(Equal("arm64"))
+	})
+}
+
+func TestNetworks(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		networks   []infrav1.Network
+		interfaces []kubevirtv1.Interface
+		vmNetworks []kubevirtv1.Network
+	}{
+		{
+			name:       "no networks means one masquerade interface on the pod network",
+			interfaces: []kubevirtv1.Interface{{Name: "default", InterfaceBindingMethod: kubevirtv1.InterfaceBindingMethod{Masquerade: &kubevirtv1.InterfaceMasquerade{}}}},
+			vmNetworks: []kubevirtv1.Network{{Name: "default", NetworkSource: kubevirtv1.NetworkSource{Pod: &kubevirtv1.PodNetwork{}}}},
+		},
+		{
+			name: "pod network with bridge binding and a Multus network",
+			networks: []infrav1.Network{
+				{Name: "pod", Pod: &infrav1.PodNetwork{}, Binding: infrav1.BridgeBinding},
+				{Name: "storage", Multus: &infrav1.MultusNetwork{NetworkName: "infra/storage"}},
+			},
+			interfaces: []kubevirtv1.Interface{
+				{Name: "pod", InterfaceBindingMethod: kubevirtv1.InterfaceBindingMethod{Bridge: &kubevirtv1.InterfaceBridge{}}},
+				{Name: "storage", InterfaceBindingMethod: kubevirtv1.InterfaceBindingMethod{Bridge: &kubevirtv1.InterfaceBridge{}}},
+			},
+			vmNetworks: []kubevirtv1.Network{
+				{Name: "pod", NetworkSource: kubevirtv1.NetworkSource{Pod: &kubevirtv1.PodNetwork{}}},
+				{Name: "storage", NetworkSource: kubevirtv1.NetworkSource{Multus: &kubevirtv1.MultusNetwork{NetworkName: "infra/storage"}}},
+			},
+		},
+		{
+			name:       "a default Multus network replaces the pod network",
+			networks:   []infrav1.Network{{Name: "vlan", Multus: &infrav1.MultusNetwork{NetworkName: "vlan10", Default: true}}},
+			interfaces: []kubevirtv1.Interface{{Name: "vlan", InterfaceBindingMethod: kubevirtv1.InterfaceBindingMethod{Bridge: &kubevirtv1.InterfaceBridge{}}}},
+			vmNetworks: []kubevirtv1.Network{{Name: "vlan", NetworkSource: kubevirtv1.NetworkSource{Multus: &kubevirtv1.MultusNetwork{NetworkName: "vlan10", Default: true}}}},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			m := machine(func(m *infrav1.KubeVirtMachine) { m.Spec.Networks = tc.networks })
+			spec := mustRender(t, input(m, containerDisk())).VirtualMachine.Spec.Template.Spec
+			g.Expect(spec.Domain.Devices.Interfaces).To(Equal(tc.interfaces))
+			g.Expect(spec.Networks).To(Equal(tc.vmNetworks))
+		})
+	}
+}
+
+func TestGPUsAndHostDevices(t *testing.T) {
+	g := NewWithT(t)
+	m := machine(func(m *infrav1.KubeVirtMachine) {
+		m.Spec.GPUs = []infrav1.GPU{{Name: "gpu1", DeviceName: "nvidia.com/GA102GL_A10"}, {Name: "gpu2", DeviceName: "nvidia.com/GA102GL_A10", NodeResourceName: "nvidia.com/a10"}}
+		m.Spec.HostDevices = []infrav1.HostDevice{{Name: "nic", DeviceName: "intel.com/E810"}}
+	})
+	devices := mustRender(t, input(m, containerDisk())).VirtualMachine.Spec.Template.Spec.Domain.Devices
+	g.Expect(devices.GPUs).To(Equal([]kubevirtv1.GPU{{Name: "gpu1", DeviceName: "nvidia.com/GA102GL_A10"}, {Name: "gpu2", DeviceName: "nvidia.com/GA102GL_A10"}}))
+	g.Expect(devices.HostDevices).To(Equal([]kubevirtv1.HostDevice{{Name: "nic", DeviceName: "intel.com/E810"}}))
+}
+
+func TestPlacement(t *testing.T) {
+	zone := func(fd string) corev1.NodeSelectorRequirement {
+		return corev1.NodeSelectorRequirement{Key: corev1.LabelTopologyZone, Operator: corev1.NodeSelectorOpIn, Values: []string{fd}}
+	}
+	ssd := corev1.NodeSelectorRequirement{Key: "disk", Operator: corev1.NodeSelectorOpIn, Values: []string{"ssd"}}
+	gpu := corev1.NodeSelectorRequirement{Key: "gpu", Operator: corev1.NodeSelectorOpExists}
+	preferred := []corev1.PreferredSchedulingTerm{{Weight: 10, Preference: corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{ssd}}}}
+
+	t.Run("without a failure domain the affinity is the spec's", func(t *testing.T) {
+		g := NewWithT(t)
+		aff := &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{PreferredDuringSchedulingIgnoredDuringExecution: preferred}}
+		m := machine(func(m *infrav1.KubeVirtMachine) { m.Spec.Affinity = aff })
+		g.Expect(mustRender(t, input(m, containerDisk())).VirtualMachine.Spec.Template.Spec.Affinity).To(Equal(aff))
+	})
+	t.Run("a failure domain without an affinity requires the zone", func(t *testing.T) {
+		g := NewWithT(t)
+		in := input(machine(), containerDisk())
+		in.FailureDomain = "zone-a"
+		aff := mustRender(t, in).VirtualMachine.Spec.Template.Spec.Affinity
+		g.Expect(aff.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms).To(Equal(
+			[]corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{zone("zone-a")}}}))
+	})
+	t.Run("a failure domain joins every required term and leaves the spec untouched", func(t *testing.T) {
+		g := NewWithT(t)
+		aff := &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+			RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{
+				{MatchExpressions: []corev1.NodeSelectorRequirement{ssd}},
+				{MatchExpressions: []corev1.NodeSelectorRequirement{gpu}},
+			}},
+			PreferredDuringSchedulingIgnoredDuringExecution: preferred,
+		}}
+		before := aff.DeepCopy()
+		m := machine(func(m *infrav1.KubeVirtMachine) { m.Spec.Affinity = aff })
+		in := input(m, containerDisk())
+		in.FailureDomain = "zone-b"
+		got := mustRender(t, in).VirtualMachine.Spec.Template.Spec.Affinity
+		g.Expect(got.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms).To(Equal([]corev1.NodeSelectorTerm{
+			{MatchExpressions: []corev1.NodeSelectorRequirement{ssd, zone("zone-b")}},
+			{MatchExpressions: []corev1.NodeSelectorRequirement{gpu, zone("zone-b")}},
+		}))
+		g.Expect(got.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution).To(Equal(preferred))
+		g.Expect(aff).To(Equal(before), "the machine's spec is not mutated")
+	})
+	t.Run("tolerations, eviction strategy and run strategy are passed through", func(t *testing.T) {
+		g := NewWithT(t)
+		tolerations := []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "vms", Effect: corev1.TaintEffectNoSchedule}}
+		m := machine(func(m *infrav1.KubeVirtMachine) {
+			m.Spec.Tolerations = tolerations
+			m.Spec.EvictionStrategy = infrav1.EvictionLiveMigrate
+			m.Spec.RunStrategy = infrav1.RunOnce
+		})
+		vm := mustRender(t, input(m, containerDisk())).VirtualMachine
+		g.Expect(vm.Spec.Template.Spec.Tolerations).To(Equal(tolerations))
+		g.Expect(vm.Spec.Template.Spec.EvictionStrategy).To(Equal(ptr.To(kubevirtv1.EvictionStrategyLiveMigrate)))
+		g.Expect(vm.Spec.RunStrategy).To(Equal(ptr.To(kubevirtv1.RunStrategyOnce)))
+	})
+	t.Run("run strategy defaults to Always and eviction to KubeVirt's default", func(t *testing.T) {
+		g := NewWithT(t)
+		vm := mustRender(t, input(machine(), containerDisk())).VirtualMachine
+		g.Expect(vm.Spec.RunStrategy).To(Equal(ptr.To(kubevirtv1.RunStrategyAlways)))
+		g.Expect(vm.Spec.Template.Spec.EvictionStrategy).To(BeNil())
+	})
+}
+
+func TestRenderRejects(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		in    Input
+		field string
+	}{
+		{"an HTTP import without a disk size", input(machine(), infrav1.ImageSource{HTTPImport: &infrav1.HTTPImportSource{URL: "https://x.example.com/d.raw"}}), "spec.rootDisk.size"},
+		{"no image source", input(machine(), infrav1.ImageSource{}), "spec.image"},
+		{"two image sources", input(machine(), infrav1.ImageSource{ContainerDisk: containerDisk().ContainerDisk, Clone: &infrav1.CloneSource{Name: "x"}}), "spec.image"},
+		{"a container disk without a reference", input(machine(), infrav1.ImageSource{ContainerDisk: &infrav1.ContainerDiskSource{}}), "spec.image.containerDisk.reference"},
+		{"a name that is not a DNS label", input(machine(func(m *infrav1.KubeVirtMachine) { m.Name = strings.Repeat("w", 64) }), containerDisk()), "metadata.name"},
+		{"a machine without a cluster", Input{Machine: machine(), Image: containerDisk()}, "metadata.labels[cluster.x-k8s.io/cluster-name]"},
+		{"neither instancetype nor cpu", input(machine(func(m *infrav1.KubeVirtMachine) { m.Spec.CPU = nil }), containerDisk()), "spec.cpu.cores"},
+		{"neither instancetype nor memory", input(machine(func(m *infrav1.KubeVirtMachine) { m.Spec.Memory = nil }), containerDisk()), "spec.memory"},
+		{"an unknown datasource", func() Input { in := input(machine(), containerDisk()); in.Datasource = "Ignition"; return in }(), "spec.cloudInitDatasource"},
+		{"no machine", Input{}, "machine"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			out, errs := Render(tc.in)
+			g.Expect(out).To(BeNil(), "nothing is half-rendered")
+			g.Expect(errs).NotTo(BeEmpty())
+			fields := []string{}
+			for _, e := range errs {
+				fields = append(fields, e.Field)
+			}
+			g.Expect(fields).To(ContainElement(tc.field))
+		})
+	}
+}
+
+func TestRenderIsDeterministic(t *testing.T) {
+	g := NewWithT(t)
+	in := input(machine(withRootDisk("10Gi")), infrav1.ImageSource{HTTPImport: &infrav1.HTTPImportSource{URL: "https://x.example.com/d.raw", CABundle: testCA}})
+	in.FailureDomain = "zone-a"
+	a, b := mustRender(t, in), mustRender(t, in)
+	g.Expect(reflect.DeepEqual(a, b)).To(BeTrue())
+}
+
+// FuzzRender renders arbitrary machine specs and images: it never panics,
+// fails with field errors or renders a VM that boots exactly one root disk
+// with the bootstrap data unchanged.
+func FuzzRender(f *testing.F) {
+	seeds := []Input{
+		input(machine(), containerDisk()),
+		input(machine(withRootDisk("20Gi")), infrav1.ImageSource{HTTPImport: &infrav1.HTTPImportSource{URL: "https://x.example.com/d.raw", CABundle: testCA}}),
+		input(machine(func(m *infrav1.KubeVirtMachine) {
+			m.Spec.CPU, m.Spec.Memory = nil, nil
+			m.Spec.Instancetype = &infrav1.InstancetypeReference{Name: "u1.large"}
+			m.Spec.Networks = []infrav1.Network{{Name: "vlan", Multus: &infrav1.MultusNetwork{NetworkName: "vlan10", Default: true}}}
+			m.Spec.GPUs = []infrav1.GPU{{Name: "gpu", DeviceName: "nvidia.com/A10"}}
+		}), infrav1.ImageSource{Clone: &infrav1.CloneSource{Kind: infrav1.CloneFromDataSource, Name: "golden"}}),
+	}
+	for i, s := range seeds {
+		spec, err := json.Marshal(s.Machine.Spec)
+		if err != nil {
+			f.Fatal(err)
+		}
+		image, err := json.Marshal(s.Image)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(spec, image, s.UserData, []string{"", "zone-a", "zone-b"}[i], []string{"", "NoCloud", "ConfigDrive"}[i])
+	}
+	f.Fuzz(func(t *testing.T, specJSON, imageJSON, data []byte, failureDomain, datasource string) {
+		m := machine()
+		m.Spec = infrav1.KubeVirtMachineSpec{}
+		var image infrav1.ImageSource
+		if json.Unmarshal(specJSON, &m.Spec) != nil || json.Unmarshal(imageJSON, &image) != nil {
+			t.Skip("not JSON of the API types")
+		}
+		in := Input{Machine: m, ClusterName: "c", Image: image, Datasource: infrav1.CloudInitDatasource(datasource), FailureDomain: failureDomain, UserData: data}
+		out, errs := Render(in)
+		again, againErrs := Render(in)
+		if !reflect.DeepEqual(out, again) || !reflect.DeepEqual(errs, againErrs) {
+			t.Fatal("rendering is not deterministic")
+		}
+		if len(errs) > 0 {
+			if out != nil {
+				t.Fatal("errors with objects")
+			}
+			for _, e := range errs {
+				if e.Field == "" {
+					t.Fatalf("error without a field path: %v", e)
+				}
+			}
+			return
+		}
+		if string(out.UserData.Data[UserDataKey]) != string(data) {
+			t.Fatal("bootstrap data changed")
+		}
+		vm := out.VirtualMachine
+		if vm.Name != m.Name || vm.Spec.Template.Spec.Hostname != m.Name {
+			t.Fatalf("VM %q hostname %q for machine %q", vm.Name, vm.Spec.Template.Spec.Hostname, m.Name)
+		}
+		roots := 0
+		for _, v := range vm.Spec.Template.Spec.Volumes {
+			if v.Name == "root" && (v.ContainerDisk != nil) != (v.DataVolume != nil) {
+				roots++
+			}
+		}
+		if roots != 1 || (out.RootDataVolume == nil) != (image.ContainerDisk != nil) {
+			t.Fatalf("root disk: %d volumes, DataVolume %v, image %+v", roots, out.RootDataVolume != nil, image)
+		}
+	})
+}
+
+// BenchmarkRender reports the cost of rendering one machine's objects for
+// each image source.
+func BenchmarkRender(b *testing.B) {
+	for _, bc := range []struct {
+		name string
+		in   Input
+	}{
+		{"containerDisk", input(machine(), containerDisk())},
+		{"httpImport", input(machine(withRootDisk("20Gi")), infrav1.ImageSource{HTTPImport: &infrav1.HTTPImportSource{URL: "https://x.example.com/d.raw", CABundle: testCA}})},
+		{"clone-with-gpus-and-zone", func() Input {
+			in := input(machine(func(m *infrav1.KubeVirtMachine) {
+				m.Spec.GPUs = []infrav1.GPU{{Name: "gpu", DeviceName: "nvidia.com/A10"}}
+				m.Spec.Networks = []infrav1.Network{{Name: "pod", Pod: &infrav1.PodNetwork{}}, {Name: "storage", Multus: &infrav1.MultusNetwork{NetworkName: "storage"}}}
+			}), infrav1.ImageSource{Clone: &infrav1.CloneSource{Kind: infrav1.CloneFromDataSource, Name: "golden"}})
+			in.FailureDomain = "zone-a"
+			return in
+		}()},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, errs := Render(bc.in); len(errs) > 0 {
+					b.Fatal(errs.ToAggregate())
+				}
+			}
+		})
+	}
+}

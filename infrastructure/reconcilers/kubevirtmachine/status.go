@@ -1,0 +1,368 @@
+/*
+Copyright 2026 The Cozystack Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package kubevirtmachine
+
+import (
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+
+	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
+)
+
+// observation is what the controller sees of a machine's KubeVirt objects.
+// The functions below turn it into conditions; they are pure so every rule
+// has a table test.
+type observation struct {
+	// provisioned is the machine's status.initialization.provisioned.
+	provisioned bool
+	// provisionedInstanceUID is the machine's recorded first ready instance.
+	provisionedInstanceUID string
+	vm                     *kubevirtv1.VirtualMachine
+	vmi                    *kubevirtv1.VirtualMachineInstance
+	// rootDataVolume is nil for container disks, and before it is created.
+	rootDataVolume *cdiv1.DataVolume
+	// rootDataVolumeName is empty for container disks.
+	rootDataVolumeName string
+	// containerDisk is the root container disk's image; empty otherwise.
+	containerDisk string
+	// importFailureRestarts is how many importer pod restarts count as a
+	// failed import.
+	importFailureRestarts int32
+}
+
+func (o *observation) ephemeral() bool { return o.containerDisk != "" }
+
+func (o *observation) runStrategy() kubevirtv1.VirtualMachineRunStrategy {
+	if o.vm != nil && o.vm.Spec.RunStrategy != nil {
+		return *o.vm.Spec.RunStrategy
+	}
+	return kubevirtv1.RunStrategyAlways
+}
+
+// restartsInstances reports whether KubeVirt starts a new instance after the
+// current one stopped or failed.
+func (o *observation) restartsInstances(failed bool) bool {
+	switch o.runStrategy() {
+	case kubevirtv1.RunStrategyAlways:
+		return true
+	case kubevirtv1.RunStrategyRerunOnFailure:
+		return failed
+	default:
+		return false
+	}
+}
+
+func condition(conditionType string, status metav1.ConditionStatus, reason, message string) metav1.Condition {
+	return metav1.Condition{Type: conditionType, Status: status, Reason: reason, Message: message}
+}
+
+// bootDiskCondition reports the root disk. A slow import that makes progress
+// stays Unknown with its progress; only CDI's Failed phase or an importer
+// that keeps restarting is False.
+func bootDiskCondition(o *observation) metav1.Condition {
+	const t = infrav1.BootDiskReadyCondition
+	if o.ephemeral() {
+		return condition(t, metav1.ConditionTrue, infrav1.ContainerDiskReason,
+			fmt.Sprintf("Root disk is the container disk %s", o.containerDisk))
+	}
+	dv := o.rootDataVolume
+	if dv == nil {
+		if o.provisioned {
+			return condition(t, metav1.ConditionTrue, infrav1.DiskReadyReason,
+				fmt.Sprintf("DataVolume %s is gone; its PersistentVolumeClaim backs the running VM", o.rootDataVolumeName))
+		}
+		return condition(t, metav1.ConditionUnknown, infrav1.DiskPendingReason,
+			fmt.Sprintf("Creating DataVolume %s", o.rootDataVolumeName))
+	}
+	name := dv.Name
+	running := dataVolumeCondition(dv, cdiv1.DataVolumeRunning)
+	switch dv.Status.Phase {
+	case cdiv1.Succeeded:
+		return condition(t, metav1.ConditionTrue, infrav1.DiskReadyReason, fmt.Sprintf("DataVolume %s is ready", name))
+	case cdiv1.Failed:
+		return condition(t, metav1.ConditionFalse, infrav1.ImportFailedReason,
+			fmt.Sprintf("DataVolume %s failed%s", name, detail(running)))
+	}
+	if o.importFailureRestarts > 0 && dv.Status.RestartCount >= o.importFailureRestarts {
+		return condition(t, metav1.ConditionFalse, infrav1.ImportFailedReason,
+			fmt.Sprintf("DataVolume %s: its importer pod restarted %d times%s", name, dv.Status.RestartCount, detail(running)))
+	}
+	progress := ""
+	if p := string(dv.Status.Progress); p != "" && p != "N/A" {
+		progress = ", " + p
+	}
+	switch dv.Status.Phase {
+	case cdiv1.ImportScheduled, cdiv1.ImportInProgress:
+		return condition(t, metav1.ConditionUnknown, infrav1.ImportingReason,
+			fmt.Sprintf("DataVolume %s: %s%s", name, dv.Status.Phase, progress))
+	case cdiv1.CloneScheduled, cdiv1.CloneInProgress, cdiv1.SnapshotForSmartCloneInProgress,
+		cdiv1.CloneFromSnapshotSourceInProgress, cdiv1.SmartClonePVCInProgress, cdiv1.CSICloneInProgress,
+		cdiv1.NamespaceTransferInProgress, cdiv1.PrepClaimInProgress, cdiv1.RebindInProgress, cdiv1.ExpansionInProgress:
+		return condition(t, metav1.ConditionUnknown, infrav1.CloningReason,
+			fmt.Sprintf("DataVolume %s: %s%s", name, dv.Status.Phase, progress))
+	}
+	phase := string(dv.Status.Phase)
+	if phase == "" {
+		phase = "waiting for CDI"
+	}
+	return condition(t, metav1.ConditionUnknown, infrav1.DiskPendingReason, fmt.Sprintf("DataVolume %s: %s", name, phase))
+}
+
+func dataVolumeCondition(dv *cdiv1.DataVolume, t cdiv1.DataVolumeConditionType) *cdiv1.DataVolumeCondition {
+	for i := range dv.Status.Conditions {
+		if dv.Status.Conditions[i].Type == t {
+			return &dv.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+func detail(c *cdiv1.DataVolumeCondition) string {
+	if c == nil || c.Message == "" {
+		return ""
+	}
+	return ": " + c.Message
+}
+
+// virtualMachineCondition reports the VirtualMachine and its instance.
+func virtualMachineCondition(o *observation) metav1.Condition {
+	const t = infrav1.VirtualMachineProvisionedCondition
+	vm, vmi := o.vm, o.vmi
+	if vm == nil {
+		if o.provisioned {
+			return condition(t, metav1.ConditionFalse, infrav1.VirtualMachineDeletedReason,
+				"VirtualMachine was deleted after the machine was provisioned")
+		}
+		return condition(t, metav1.ConditionUnknown, infrav1.ProvisioningReason, "Creating the VirtualMachine")
+	}
+	if o.ephemeral() && o.provisionedInstanceUID != "" {
+		if vmi == nil || string(vmi.UID) != o.provisionedInstanceUID ||
+			vmi.Status.Phase == kubevirtv1.Failed || vmi.Status.Phase == kubevirtv1.Succeeded {
+			return condition(t, metav1.ConditionFalse, infrav1.EphemeralDiskLostReason,
+				fmt.Sprintf("VirtualMachineInstance %s that booted the container disk has stopped; a new instance boots a blank disk and the node cannot rejoin", o.provisionedInstanceUID))
+		}
+	}
+
+	switch vm.Status.PrintableStatus {
+	case kubevirtv1.VirtualMachineStatusUnschedulable:
+		return condition(t, metav1.ConditionFalse, infrav1.UnschedulableReason, unschedulableMessage(vm, vmi))
+	case kubevirtv1.VirtualMachineStatusErrImagePull, kubevirtv1.VirtualMachineStatusImagePullBackOff:
+		return condition(t, metav1.ConditionFalse, infrav1.ImagePullFailedReason,
+			fmt.Sprintf("Container disk cannot be pulled (%s)%s", vm.Status.PrintableStatus, vmFailureDetail(vm)))
+	case kubevirtv1.VirtualMachineStatusCrashLoopBackOff:
+		failures := 0
+		if vm.Status.StartFailure != nil {
+			failures = vm.Status.StartFailure.ConsecutiveFailCount
+		}
+		return condition(t, metav1.ConditionFalse, infrav1.StartFailedReason,
+			fmt.Sprintf("KubeVirt backs off starting the VM after %d consecutive failed starts%s", failures, vmFailureDetail(vm)))
+	case kubevirtv1.VirtualMachineStatusPvcNotFound:
+		return condition(t, metav1.ConditionFalse, infrav1.VolumeMissingReason,
+			"A PersistentVolumeClaim of the VM does not exist")
+	case kubevirtv1.VirtualMachineStatusProvisioning, kubevirtv1.VirtualMachineStatusWaitingForVolumeBinding,
+		kubevirtv1.VirtualMachineStatusDataVolumeError:
+		return condition(t, metav1.ConditionUnknown, infrav1.WaitingForDiskReason,
+			fmt.Sprintf("VirtualMachine waits for its volumes (%s)", vm.Status.PrintableStatus))
+	}
+
+	if vmi == nil || !vmi.DeletionTimestamp.IsZero() {
+		switch {
+		case !o.provisioned:
+			return condition(t, metav1.ConditionUnknown, infrav1.ProvisioningReason, "Waiting for KubeVirt to start the VirtualMachineInstance")
+		case o.restartsInstances(false):
+			return condition(t, metav1.ConditionUnknown, infrav1.InstanceRestartingReason,
+				"VirtualMachineInstance stopped; KubeVirt starts a new one on the persistent root disk")
+		default:
+			return condition(t, metav1.ConditionFalse, infrav1.InstanceStoppedReason,
+				fmt.Sprintf("VirtualMachineInstance stopped and run strategy %s starts no other", o.runStrategy()))
+		}
+	}
+
+	switch vmi.Status.Phase {
+	case kubevirtv1.Failed, kubevirtv1.Succeeded:
+		failed := vmi.Status.Phase == kubevirtv1.Failed
+		what := "stopped"
+		if failed {
+			what = "failed"
+		}
+		if vmi.Status.Reason != "" {
+			what += " (" + vmi.Status.Reason + ")"
+		}
+		if o.restartsInstances(failed) {
+			return condition(t, metav1.ConditionUnknown, infrav1.InstanceRestartingReason,
+				fmt.Sprintf("VirtualMachineInstance %s; KubeVirt starts a new one", what))
+		}
+		reason := infrav1.InstanceStoppedReason
+		if failed {
+			reason = infrav1.InstanceFailedReason
+		}
+		return condition(t, metav1.ConditionFalse, reason,
+			fmt.Sprintf("VirtualMachineInstance %s and run strategy %s starts no other", what, o.runStrategy()))
+	case kubevirtv1.Running:
+		if !instanceReady(vmi) {
+			return condition(t, metav1.ConditionUnknown, infrav1.InstanceNotReadyReason,
+				fmt.Sprintf("VirtualMachineInstance runs on node %s but is not ready", vmi.Status.NodeName))
+		}
+		if len(instanceIPs(vmi)) == 0 {
+			return condition(t, metav1.ConditionUnknown, infrav1.ProvisioningReason,
+				"VirtualMachineInstance is ready; waiting for it to report an address")
+		}
+		return condition(t, metav1.ConditionTrue, infrav1.ProvisionedReason,
+			fmt.Sprintf("VirtualMachineInstance runs on node %s", vmi.Status.NodeName))
+	case kubevirtv1.Unknown:
+		return condition(t, metav1.ConditionUnknown, infrav1.InstanceNotReadyReason,
+			"VirtualMachineInstance state is unknown; its node may be unreachable")
+	}
+	if c := instanceCondition(vmi, kubevirtv1.VirtualMachineInstanceConditionType(corev1.PodScheduled)); c != nil &&
+		c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+		return condition(t, metav1.ConditionFalse, infrav1.UnschedulableReason, unschedulableMessage(vm, vmi))
+	}
+	phase := string(vmi.Status.Phase)
+	if phase == "" {
+		phase = string(kubevirtv1.Pending)
+	}
+	return condition(t, metav1.ConditionUnknown, infrav1.ProvisioningReason, fmt.Sprintf("VirtualMachineInstance is %s", phase))
+}
+
+func unschedulableMessage(vm *kubevirtv1.VirtualMachine, vmi *kubevirtv1.VirtualMachineInstance) string {
+	if vmi != nil {
+		if c := instanceCondition(vmi, kubevirtv1.VirtualMachineInstanceConditionType(corev1.PodScheduled)); c != nil && c.Message != "" {
+			return "VM's pod cannot be scheduled: " + c.Message
+		}
+	}
+	return "VM's pod cannot be scheduled" + vmFailureDetail(vm)
+}
+
+func vmFailureDetail(vm *kubevirtv1.VirtualMachine) string {
+	for _, c := range vm.Status.Conditions {
+		if c.Type == kubevirtv1.VirtualMachineFailure && c.Status == corev1.ConditionTrue && c.Message != "" {
+			return ": " + c.Message
+		}
+	}
+	return ""
+}
+
+func instanceCondition(vmi *kubevirtv1.VirtualMachineInstance, t kubevirtv1.VirtualMachineInstanceConditionType) *kubevirtv1.VirtualMachineInstanceCondition {
+	for i := range vmi.Status.Conditions {
+		if vmi.Status.Conditions[i].Type == t {
+			return &vmi.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+func instanceReady(vmi *kubevirtv1.VirtualMachineInstance) bool {
+	c := instanceCondition(vmi, kubevirtv1.VirtualMachineInstanceReady)
+	return c != nil && c.Status == corev1.ConditionTrue
+}
+
+// instanceIPs lists the instance's addresses in interface order, without
+// duplicates.
+func instanceIPs(vmi *kubevirtv1.VirtualMachineInstance) []string {
+	var ips []string
+	seen := map[string]bool{}
+	add := func(ip string) {
+		if ip != "" && !seen[ip] {
+			seen[ip] = true
+			ips = append(ips, ip)
+		}
+	}
+	for _, iface := range vmi.Status.Interfaces {
+		add(iface.IP)
+		for _, ip := range iface.IPs {
+			add(ip)
+		}
+	}
+	return ips
+}
+
+// machineAddresses are the instance's addresses and hostname.
+func machineAddresses(vmi *kubevirtv1.VirtualMachineInstance) []clusterv1.MachineAddress {
+	if vmi == nil {
+		return nil
+	}
+	var out []clusterv1.MachineAddress
+	if vmi.Spec.Hostname != "" {
+		out = append(out, clusterv1.MachineAddress{Type: clusterv1.MachineHostName, Address: vmi.Spec.Hostname})
+	}
+	for _, ip := range instanceIPs(vmi) {
+		out = append(out, clusterv1.MachineAddress{Type: clusterv1.MachineInternalIP, Address: ip})
+	}
+	return out
+}
+
+// readyCondition summarises the two conditions: a failure of either (the
+// disk first, as the usual root cause) is False, both True is True,
+// anything else is Unknown with the first unfinished step's reason.
+func readyCondition(bootDisk, virtualMachine metav1.Condition) metav1.Condition {
+	const t = infrav1.ReadyCondition
+	ordered := []metav1.Condition{bootDisk, virtualMachine}
+	for _, c := range ordered {
+		if c.Status == metav1.ConditionFalse {
+			return condition(t, metav1.ConditionFalse, c.Reason, c.Message)
+		}
+	}
+	for _, c := range ordered {
+		if c.Status != metav1.ConditionTrue {
+			return condition(t, metav1.ConditionUnknown, c.Reason, c.Message)
+		}
+	}
+	return condition(t, metav1.ConditionTrue, infrav1.ReadyReason, virtualMachine.Message)
+}
+
+// waitingConditions are the three conditions while the machine waits before
+// anything is created.
+func waitingConditions(reason, message string) []metav1.Condition {
+	return []metav1.Condition{
+		condition(infrav1.BootDiskReadyCondition, metav1.ConditionUnknown, reason, message),
+		condition(infrav1.VirtualMachineProvisionedCondition, metav1.ConditionUnknown, reason, message),
+		condition(infrav1.ReadyCondition, metav1.ConditionUnknown, reason, message),
+	}
+}
+
+// deletingConditions are the three conditions while the machine waits for its
+// objects to be deleted.
+func deletingConditions(pending []string) []metav1.Condition {
+	message := "Deleted the VirtualMachine and its disks"
+	if len(pending) > 0 {
+		message = "Waiting for " + strings.Join(pending, ", ") + " to be deleted"
+	}
+	return []metav1.Condition{
+		condition(infrav1.BootDiskReadyCondition, metav1.ConditionFalse, infrav1.DeletingReason, message),
+		condition(infrav1.VirtualMachineProvisionedCondition, metav1.ConditionFalse, infrav1.DeletingReason, message),
+		condition(infrav1.ReadyCondition, metav1.ConditionFalse, infrav1.DeletingReason, message),
+	}
+}
+
+// rootContainerDisk returns the container disk image a VM boots, or "".
+func rootContainerDisk(vm *kubevirtv1.VirtualMachine) string {
+	if vm == nil || vm.Spec.Template == nil {
+		return ""
+	}
+	for _, v := range vm.Spec.Template.Spec.Volumes {
+		if v.ContainerDisk != nil {
+			return v.ContainerDisk.Image
+		}
+	}
+	return ""
+}

@@ -1,0 +1,309 @@
+/*
+Copyright 2026 The Cozystack Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package kubevirtmachine
+
+import (
+	"testing"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+
+	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
+)
+
+func dataVolume(phase cdiv1.DataVolumePhase, progress string, restarts int32, runningMessage string) *cdiv1.DataVolume {
+	dv := &cdiv1.DataVolume{ObjectMeta: metav1.ObjectMeta{Name: "w-root"}}
+	dv.Status = cdiv1.DataVolumeStatus{Phase: phase, Progress: cdiv1.DataVolumeProgress(progress), RestartCount: restarts}
+	if runningMessage != "" {
+		dv.Status.Conditions = []cdiv1.DataVolumeCondition{{Type: cdiv1.DataVolumeRunning, Status: corev1.ConditionFalse, Reason: "Error", Message: runningMessage}}
+	}
+	return dv
+}
+
+func TestBootDiskCondition(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		o       observation
+		status  metav1.ConditionStatus
+		reason  string
+		message string
+	}{
+		{"a container disk is ready at once",
+			observation{containerDisk: "r@sha256:1"},
+			metav1.ConditionTrue, infrav1.ContainerDiskReason, "Root disk is the container disk r@sha256:1"},
+		{"a DataVolume not created yet is pending",
+			observation{rootDataVolumeName: "w-root"},
+			metav1.ConditionUnknown, infrav1.DiskPendingReason, "Creating DataVolume w-root"},
+		{"a slow import reports its progress and is never a failure",
+			observation{rootDataVolumeName: "w-root", rootDataVolume: dataVolume(cdiv1.ImportInProgress, "3.25%", 0, ""), importFailureRestarts: 3},
+			metav1.ConditionUnknown, infrav1.ImportingReason, "DataVolume w-root: ImportInProgress, 3.25%"},
+		{"an import with a few transient restarts keeps importing",
+			observation{rootDataVolumeName: "w-root", rootDataVolume: dataVolume(cdiv1.ImportInProgress, "N/A", 2, "connection reset"), importFailureRestarts: 3},
+			metav1.ConditionUnknown, infrav1.ImportingReason, "DataVolume w-root: ImportInProgress"},
+		{"an importer that keeps restarting is a failed import",
+			observation{rootDataVolumeName: "w-root", rootDataVolume: dataVolume(cdiv1.ImportInProgress, "0.00%", 3, "Unable to connect to http data source: 404"), importFailureRestarts: 3},
+			metav1.ConditionFalse, infrav1.ImportFailedReason, "DataVolume w-root: its importer pod restarted 3 times: Unable to connect to http data source: 404"},
+		{"CDI's Failed phase is a failed import",
+			observation{rootDataVolumeName: "w-root", rootDataVolume: dataVolume(cdiv1.Failed, "", 0, "source PVC not found"), importFailureRestarts: 3},
+			metav1.ConditionFalse, infrav1.ImportFailedReason, "DataVolume w-root failed: source PVC not found"},
+		{"a clone in progress reports cloning",
+			observation{rootDataVolumeName: "w-root", rootDataVolume: dataVolume(cdiv1.CSICloneInProgress, "", 0, "")},
+			metav1.ConditionUnknown, infrav1.CloningReason, "DataVolume w-root: CSICloneInProgress"},
+		{"a volume waiting for its first consumer is pending",
+			observation{rootDataVolumeName: "w-root", rootDataVolume: dataVolume(cdiv1.WaitForFirstConsumer, "", 0, "")},
+			metav1.ConditionUnknown, infrav1.DiskPendingReason, "DataVolume w-root: WaitForFirstConsumer"},
+		{"a DataVolume CDI has not seen yet is pending",
+			observation{rootDataVolumeName: "w-root", rootDataVolume: dataVolume("", "", 0, "")},
+			metav1.ConditionUnknown, infrav1.DiskPendingReason, "DataVolume w-root: waiting for CDI"},
+		{"a succeeded DataVolume is ready",
+			observation{rootDataVolumeName: "w-root", rootDataVolume: dataVolume(cdiv1.Succeeded, "100.0%", 1, "")},
+			metav1.ConditionTrue, infrav1.DiskReadyReason, "DataVolume w-root is ready"},
+		{"a DataVolume gone after provisioning leaves its PVC behind the running VM",
+			observation{provisioned: true, rootDataVolumeName: "w-root"},
+			metav1.ConditionTrue, infrav1.DiskReadyReason, "DataVolume w-root is gone; its PersistentVolumeClaim backs the running VM"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			c := bootDiskCondition(&tc.o)
+			g.Expect(c.Type).To(Equal(infrav1.BootDiskReadyCondition))
+			g.Expect(c.Status).To(Equal(tc.status))
+			g.Expect(c.Reason).To(Equal(tc.reason))
+			g.Expect(c.Message).To(Equal(tc.message))
+		})
+	}
+}
+
+type vmOption func(*kubevirtv1.VirtualMachine)
+
+func vm(opts ...vmOption) *kubevirtv1.VirtualMachine {
+	v := &kubevirtv1.VirtualMachine{ObjectMeta: metav1.ObjectMeta{Name: "w"}}
+	v.Spec.RunStrategy = ptr.To(kubevirtv1.RunStrategyAlways)
+	for _, o := range opts {
+		o(v)
+	}
+	return v
+}
+
+func printable(s kubevirtv1.VirtualMachinePrintableStatus) vmOption {
+	return func(v *kubevirtv1.VirtualMachine) { v.Status.PrintableStatus = s }
+}
+
+func runStrategy(s kubevirtv1.VirtualMachineRunStrategy) vmOption {
+	return func(v *kubevirtv1.VirtualMachine) { v.Spec.RunStrategy = &s }
+}
+
+func vmFailure(message string) vmOption {
+	return func(v *kubevirtv1.VirtualMachine) {
+		v.Status.Conditions = append(v.Status.Conditions, kubevirtv1.VirtualMachineCondition{
+			Type: kubevirtv1.VirtualMachineFailure, Status: corev1.ConditionTrue, Message: message})
+	}
+}
+
+type vmiOption func(*kubevirtv1.VirtualMachineInstance)
+
+func vmi(uid string, phase kubevirtv1.VirtualMachineInstancePhase, opts ...vmiOption) *kubevirtv1.VirtualMachineInstance {
+	i := &kubevirtv1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Name: "w", UID: types.UID("vmi-" + uid)}}
+	i.Status.Phase = phase
+	i.Status.NodeName = "infra-1"
+	for _, o := range opts {
+		o(i)
+	}
+	return i
+}
+
+func ready(i *kubevirtv1.VirtualMachineInstance) {
+	i.Status.Conditions = append(i.Status.Conditions, kubevirtv1.VirtualMachineInstanceCondition{
+		Type: kubevirtv1.VirtualMachineInstanceReady, Status: corev1.ConditionTrue})
+}
+
+func address(ip string) vmiOption {
+	return func(i *kubevirtv1.VirtualMachineInstance) {
+		i.Status.Interfaces = append(i.Status.Interfaces, kubevirtv1.VirtualMachineInstanceNetworkInterface{Name: "default", IP: ip, IPs: []string{ip}})
+	}
+}
+
+func unschedulable(message string) vmiOption {
+	return func(i *kubevirtv1.VirtualMachineInstance) {
+		i.Status.Conditions = append(i.Status.Conditions, kubevirtv1.VirtualMachineInstanceCondition{
+			Type: kubevirtv1.VirtualMachineInstanceConditionType(corev1.PodScheduled), Status: corev1.ConditionFalse,
+			Reason: corev1.PodReasonUnschedulable, Message: message})
+	}
+}
+
+func reason(r string) vmiOption {
+	return func(i *kubevirtv1.VirtualMachineInstance) { i.Status.Reason = r }
+}
+
+func TestVirtualMachineCondition(t *testing.T) {
+	const disk = "r@sha256:1"
+	for _, tc := range []struct {
+		name    string
+		o       observation
+		status  metav1.ConditionStatus
+		reason  string
+		message string
+	}{
+		{"no VM yet is provisioning",
+			observation{},
+			metav1.ConditionUnknown, infrav1.ProvisioningReason, "Creating the VirtualMachine"},
+		{"a VM deleted after provisioning needs replacement",
+			observation{provisioned: true},
+			metav1.ConditionFalse, infrav1.VirtualMachineDeletedReason, "VirtualMachine was deleted after the machine was provisioned"},
+		{"a VM waiting for KubeVirt to start its instance is provisioning",
+			observation{vm: vm()},
+			metav1.ConditionUnknown, infrav1.ProvisioningReason, "Waiting for KubeVirt to start the VirtualMachineInstance"},
+		{"a VM waiting for its DataVolume waits for the disk",
+			observation{vm: vm(printable(kubevirtv1.VirtualMachineStatusProvisioning))},
+			metav1.ConditionUnknown, infrav1.WaitingForDiskReason, "VirtualMachine waits for its volumes (Provisioning)"},
+		{"an unschedulable VM is a failure",
+			observation{vm: vm(printable(kubevirtv1.VirtualMachineStatusUnschedulable)), vmi: vmi("1", kubevirtv1.Scheduling, unschedulable("0/3 nodes are available: 3 Insufficient memory."))},
+			metav1.ConditionFalse, infrav1.UnschedulableReason, "VM's pod cannot be scheduled: 0/3 nodes are available: 3 Insufficient memory."},
+		{"an unschedulable instance is a failure before KubeVirt updates the VM",
+			observation{vm: vm(), vmi: vmi("1", kubevirtv1.Scheduling, unschedulable("0/3 nodes are available: 3 node(s) didn't match Pod's node affinity."))},
+			metav1.ConditionFalse, infrav1.UnschedulableReason, "VM's pod cannot be scheduled: 0/3 nodes are available: 3 node(s) didn't match Pod's node affinity."},
+		{"a container disk that cannot be pulled is a failure",
+			observation{vm: vm(printable(kubevirtv1.VirtualMachineStatusImagePullBackOff), vmFailure("Back-off pulling image")), vmi: vmi("1", kubevirtv1.Scheduled)},
+			metav1.ConditionFalse, infrav1.ImagePullFailedReason, "Container disk cannot be pulled (ImagePullBackOff): Back-off pulling image"},
+		{"KubeVirt backing off a crashing VM is a failure",
+			observation{vm: vm(printable(kubevirtv1.VirtualMachineStatusCrashLoopBackOff), func(v *kubevirtv1.VirtualMachine) {
+				v.Status.StartFailure = &kubevirtv1.VirtualMachineStartFailure{ConsecutiveFailCount: 4}
+			})},
+			metav1.ConditionFalse, infrav1.StartFailedReason, "KubeVirt backs off starting the VM after 4 consecutive failed starts"},
+		{"a missing PVC is a failure",
+			observation{vm: vm(printable(kubevirtv1.VirtualMachineStatusPvcNotFound))},
+			metav1.ConditionFalse, infrav1.VolumeMissingReason, "A PersistentVolumeClaim of the VM does not exist"},
+		{"a scheduling instance is provisioning",
+			observation{vm: vm(), vmi: vmi("1", kubevirtv1.Scheduling)},
+			metav1.ConditionUnknown, infrav1.ProvisioningReason, "VirtualMachineInstance is Scheduling"},
+		{"a running instance that is not ready is not provisioned",
+			observation{vm: vm(), vmi: vmi("1", kubevirtv1.Running, address("10.0.0.5"))},
+			metav1.ConditionUnknown, infrav1.InstanceNotReadyReason, "VirtualMachineInstance runs on node infra-1 but is not ready"},
+		{"a ready instance without an address is not provisioned",
+			observation{vm: vm(), vmi: vmi("1", kubevirtv1.Running, ready)},
+			metav1.ConditionUnknown, infrav1.ProvisioningReason, "VirtualMachineInstance is ready; waiting for it to report an address"},
+		{"a ready instance with an address is provisioned",
+			observation{vm: vm(), vmi: vmi("1", kubevirtv1.Running, ready, address("10.0.0.5"))},
+			metav1.ConditionTrue, infrav1.ProvisionedReason, "VirtualMachineInstance runs on node infra-1"},
+		{"the same container-disk instance after provisioning stays provisioned",
+			observation{provisioned: true, provisionedInstanceUID: "vmi-1", containerDisk: disk, vm: vm(), vmi: vmi("1", kubevirtv1.Running, ready, address("10.0.0.5"))},
+			metav1.ConditionTrue, infrav1.ProvisionedReason, "VirtualMachineInstance runs on node infra-1"},
+		{"a new instance of a container disk has lost the node's state",
+			observation{provisioned: true, provisionedInstanceUID: "vmi-1", containerDisk: disk, vm: vm(), vmi: vmi("2", kubevirtv1.Running, ready, address("10.0.0.6"))},
+			metav1.ConditionFalse, infrav1.EphemeralDiskLostReason, "VirtualMachineInstance vmi-1 that booted the container disk has stopped; a new instance boots a blank disk and the node cannot rejoin"},
+		{"a stopped container-disk instance has lost the node's state before KubeVirt restarts it",
+			observation{provisioned: true, provisionedInstanceUID: "vmi-1", containerDisk: disk, vm: vm(), vmi: vmi("1", kubevirtv1.Failed)},
+			metav1.ConditionFalse, infrav1.EphemeralDiskLostReason, "VirtualMachineInstance vmi-1 that booted the container disk has stopped; a new instance boots a blank disk and the node cannot rejoin"},
+		{"a gone container-disk instance has lost the node's state",
+			observation{provisioned: true, provisionedInstanceUID: "vmi-1", containerDisk: disk, vm: vm()},
+			metav1.ConditionFalse, infrav1.EphemeralDiskLostReason, "VirtualMachineInstance vmi-1 that booted the container disk has stopped; a new instance boots a blank disk and the node cannot rejoin"},
+		{"a new instance on a persistent disk keeps the node: provisioned again",
+			observation{provisioned: true, provisionedInstanceUID: "vmi-1", vm: vm(), vmi: vmi("2", kubevirtv1.Running, ready, address("10.0.0.6"))},
+			metav1.ConditionTrue, infrav1.ProvisionedReason, "VirtualMachineInstance runs on node infra-1"},
+		{"a persistent-disk VM between instances is restarting",
+			observation{provisioned: true, provisionedInstanceUID: "vmi-1", vm: vm()},
+			metav1.ConditionUnknown, infrav1.InstanceRestartingReason, "VirtualMachineInstance stopped; KubeVirt starts a new one on the persistent root disk"},
+		{"a failed persistent-disk instance with run strategy Always is restarting",
+			observation{provisioned: true, vm: vm(), vmi: vmi("1", kubevirtv1.Failed, reason("NodeUnresponsive"))},
+			metav1.ConditionUnknown, infrav1.InstanceRestartingReason, "VirtualMachineInstance failed (NodeUnresponsive); KubeVirt starts a new one"},
+		{"a failed instance with run strategy Once is a failure",
+			observation{provisioned: true, vm: vm(runStrategy(kubevirtv1.RunStrategyOnce)), vmi: vmi("1", kubevirtv1.Failed)},
+			metav1.ConditionFalse, infrav1.InstanceFailedReason, "VirtualMachineInstance failed and run strategy Once starts no other"},
+		{"a guest that shut down under RerunOnFailure stays stopped",
+			observation{provisioned: true, vm: vm(runStrategy(kubevirtv1.RunStrategyRerunOnFailure)), vmi: vmi("1", kubevirtv1.Succeeded)},
+			metav1.ConditionFalse, infrav1.InstanceStoppedReason, "VirtualMachineInstance stopped and run strategy RerunOnFailure starts no other"},
+		{"a provisioned VM without an instance under Once is stopped",
+			observation{provisioned: true, vm: vm(runStrategy(kubevirtv1.RunStrategyOnce))},
+			metav1.ConditionFalse, infrav1.InstanceStoppedReason, "VirtualMachineInstance stopped and run strategy Once starts no other"},
+		{"an instance on an unreachable node is unknown",
+			observation{provisioned: true, vm: vm(), vmi: vmi("1", kubevirtv1.Unknown)},
+			metav1.ConditionUnknown, infrav1.InstanceNotReadyReason, "VirtualMachineInstance state is unknown; its node may be unreachable"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			c := virtualMachineCondition(&tc.o)
+			g.Expect(c.Type).To(Equal(infrav1.VirtualMachineProvisionedCondition))
+			g.Expect(c.Status).To(Equal(tc.status))
+			g.Expect(c.Reason).To(Equal(tc.reason))
+			g.Expect(c.Message).To(Equal(tc.message))
+		})
+	}
+}
+
+func TestReadyCondition(t *testing.T) {
+	diskTrue := condition(infrav1.BootDiskReadyCondition, metav1.ConditionTrue, infrav1.DiskReadyReason, "disk ready")
+	diskImporting := condition(infrav1.BootDiskReadyCondition, metav1.ConditionUnknown, infrav1.ImportingReason, "DataVolume w-root: ImportInProgress, 50.00%")
+	diskFailed := condition(infrav1.BootDiskReadyCondition, metav1.ConditionFalse, infrav1.ImportFailedReason, "DataVolume w-root failed")
+	vmTrue := condition(infrav1.VirtualMachineProvisionedCondition, metav1.ConditionTrue, infrav1.ProvisionedReason, "VirtualMachineInstance runs on node infra-1")
+	vmWaiting := condition(infrav1.VirtualMachineProvisionedCondition, metav1.ConditionUnknown, infrav1.WaitingForDiskReason, "waiting")
+	vmFailed := condition(infrav1.VirtualMachineProvisionedCondition, metav1.ConditionFalse, infrav1.UnschedulableReason, "cannot schedule")
+	for _, tc := range []struct {
+		name         string
+		disk, vm     metav1.Condition
+		status       metav1.ConditionStatus
+		reason, text string
+	}{
+		{"both ready is Ready", diskTrue, vmTrue, metav1.ConditionTrue, infrav1.ReadyReason, "VirtualMachineInstance runs on node infra-1"},
+		{"an import in progress is Unknown with its progress, never False", diskImporting, vmWaiting, metav1.ConditionUnknown, infrav1.ImportingReason, "DataVolume w-root: ImportInProgress, 50.00%"},
+		{"a failed import is False and names the disk first", diskFailed, vmWaiting, metav1.ConditionFalse, infrav1.ImportFailedReason, "DataVolume w-root failed"},
+		{"a VM failure is False", diskTrue, vmFailed, metav1.ConditionFalse, infrav1.UnschedulableReason, "cannot schedule"},
+		{"a VM in progress on a ready disk is Unknown", diskTrue, vmWaiting, metav1.ConditionUnknown, infrav1.WaitingForDiskReason, "waiting"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			c := readyCondition(tc.disk, tc.vm)
+			g.Expect(c.Type).To(Equal(infrav1.ReadyCondition))
+			g.Expect(c.Status).To(Equal(tc.status))
+			g.Expect(c.Reason).To(Equal(tc.reason))
+			g.Expect(c.Message).To(Equal(tc.text))
+		})
+	}
+}
+
+func TestDeletingConditions(t *testing.T) {
+	g := NewWithT(t)
+	conds := deletingConditions([]string{"VirtualMachine w", "DataVolume w-root"})
+	g.Expect(conds).To(HaveLen(3))
+	for _, c := range conds {
+		g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
+		g.Expect(c.Reason).To(Equal(infrav1.DeletingReason))
+		g.Expect(c.Message).To(Equal("Waiting for VirtualMachine w, DataVolume w-root to be deleted"))
+	}
+}
+
+func TestMachineAddresses(t *testing.T) {
+	g := NewWithT(t)
+	i := vmi("1", kubevirtv1.Running)
+	i.Spec.Hostname = "w"
+	i.Status.Interfaces = []kubevirtv1.VirtualMachineInstanceNetworkInterface{
+		{Name: "default", IP: "10.0.0.5", IPs: []string{"10.0.0.5", "fd00::5"}},
+		{Name: "storage", IPs: []string{"192.168.1.5"}},
+		{Name: "down"},
+	}
+	g.Expect(machineAddresses(i)).To(Equal([]clusterv1.MachineAddress{
+		{Type: clusterv1.MachineHostName, Address: "w"},
+		{Type: clusterv1.MachineInternalIP, Address: "10.0.0.5"},
+		{Type: clusterv1.MachineInternalIP, Address: "fd00::5"},
+		{Type: clusterv1.MachineInternalIP, Address: "192.168.1.5"},
+	}))
+	g.Expect(machineAddresses(nil)).To(BeNil())
+}

@@ -1,0 +1,354 @@
+/*
+Copyright 2026 The Cozystack Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package kubevirtmachinetemplate resolves KubeVirtMachineTemplates once and
+// freezes the result in status: the image every machine boots, the Kubernetes
+// and Talos versions, the datasource, a content hash, and the capacity and
+// node info the cluster autoscaler scales from zero with. A resolved template
+// is never resolved again, so later changes to a class's platform
+// configuration never reach running machines.
+package kubevirtmachinetemplate
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+	instancetypev1beta1 "kubevirt.io/api/instancetype/v1beta1"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util"
+	"sigs.k8s.io/cluster-api/util/conditions"
+	capicontrollerutil "sigs.k8s.io/cluster-api/util/controller"
+	"sigs.k8s.io/cluster-api/util/patch"
+	"sigs.k8s.io/cluster-api/util/paused"
+	"sigs.k8s.io/cluster-api/util/predicates"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
+	"github.com/cozystack/cluster-api-workers/exp/workerclass/resolve"
+	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
+	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/capacity"
+)
+
+const (
+	// instancetypeIndex indexes templates by "<kind>/<name>" of their
+	// instancetype and preference.
+	instancetypeIndex = "infrastructure.cozystack.io/instancetype-and-preference"
+)
+
+// +kubebuilder:rbac:groups=infrastructure.cozystack.io,resources=kubevirtmachinetemplates;kubevirtmachinetemplates/status,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=cozystack.io,resources=workerclasses;workerplatforms,verbs=get;list;watch
+// +kubebuilder:rbac:groups=instancetype.kubevirt.io,resources=virtualmachineclusterinstancetypes;virtualmachineinstancetypes;virtualmachineclusterpreferences;virtualmachinepreferences,verbs=get;list;watch
+
+// Reconciler resolves KubeVirtMachineTemplates.
+type Reconciler struct {
+	Client client.Client
+	// WatchFilterValue restricts the controller to objects with this
+	// cluster.x-k8s.io/watch-filter label value.
+	WatchFilterValue string
+	// WorkerClasses is the WorkerClass feature gate. Off, the WorkerClass
+	// API is not read and a class-based template reports that.
+	WorkerClasses bool
+}
+
+// SetupWithManager registers the controller. Templates that wait for a
+// class, the platform configuration, an instancetype or a preference are
+// reconciled again when that object changes.
+func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, options controller.Options) error {
+	if r.Client == nil {
+		return fmt.Errorf("the KubeVirtMachineTemplate reconciler needs a Client")
+	}
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &infrav1.KubeVirtMachineTemplate{}, instancetypeIndex, referencedKinds); err != nil {
+		return fmt.Errorf("indexing KubeVirtMachineTemplates by instancetype: %w", err)
+	}
+	predicateLog := ctrl.LoggerFrom(ctx).WithValues("controller", "kubevirtmachinetemplate")
+	filter := predicates.ResourceHasFilterLabel(mgr.GetScheme(), predicateLog, r.WatchFilterValue)
+	b := capicontrollerutil.NewControllerManagedBy(mgr, predicateLog).
+		For(&infrav1.KubeVirtMachineTemplate{}, builder.WithPredicates(filter)).
+		WithOptions(options).
+		Watches(&instancetypev1beta1.VirtualMachineClusterInstancetype{}, handler.EnqueueRequestsFromMapFunc(r.referencingTemplates(string(infrav1.ClusterInstancetypeKind)))).
+		Watches(&instancetypev1beta1.VirtualMachineInstancetype{}, handler.EnqueueRequestsFromMapFunc(r.referencingTemplates(string(infrav1.NamespacedInstancetypeKind)))).
+		Watches(&instancetypev1beta1.VirtualMachineClusterPreference{}, handler.EnqueueRequestsFromMapFunc(r.referencingTemplates(string(infrav1.ClusterPreferenceKind)))).
+		Watches(&instancetypev1beta1.VirtualMachinePreference{}, handler.EnqueueRequestsFromMapFunc(r.referencingTemplates(string(infrav1.NamespacedPreferenceKind))))
+	if r.WorkerClasses {
+		b = b.
+			Watches(&workerclassv1.WorkerClass{}, handler.EnqueueRequestsFromMapFunc(r.classTemplates)).
+			Watches(&workerclassv1.WorkerPlatform{}, handler.EnqueueRequestsFromMapFunc(r.unresolvedTemplates))
+	}
+	return b.Complete(ctx, r)
+}
+
+func referencedKinds(o client.Object) []string {
+	t := o.(*infrav1.KubeVirtMachineTemplate)
+	spec := t.Spec.Template.Spec
+	var keys []string
+	if spec.Instancetype != nil {
+		keys = append(keys, string(instancetypeKind(spec.Instancetype))+"/"+spec.Instancetype.Name)
+	}
+	if spec.Preference != nil {
+		keys = append(keys, string(preferenceKind(spec.Preference))+"/"+spec.Preference.Name)
+	}
+	return keys
+}
+
+// referencingTemplates maps an instancetype or preference to the unresolved
+// templates that reference it.
+func (r *Reconciler) referencingTemplates(kind string) handler.MapFunc {
+	return func(ctx context.Context, o client.Object) []reconcile.Request {
+		opts := []client.ListOption{client.MatchingFields{instancetypeIndex: kind + "/" + o.GetName()}}
+		if o.GetNamespace() != "" {
+			opts = append(opts, client.InNamespace(o.GetNamespace()))
+		}
+		return r.unresolved(ctx, opts...)
+	}
+}
+
+func (r *Reconciler) classTemplates(ctx context.Context, o client.Object) []reconcile.Request {
+	return r.unresolved(ctx, client.MatchingLabels{infrav1.WorkerClassLabel: o.GetName()})
+}
+
+func (r *Reconciler) unresolvedTemplates(ctx context.Context, _ client.Object) []reconcile.Request {
+	return r.unresolved(ctx)
+}
+
+func (r *Reconciler) unresolved(ctx context.Context, opts ...client.ListOption) []reconcile.Request {
+	templates := &infrav1.KubeVirtMachineTemplateList{}
+	if err := r.Client.List(ctx, templates, opts...); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Failed to list KubeVirtMachineTemplates")
+		return nil
+	}
+	var requests []reconcile.Request
+	for i := range templates.Items {
+		if templates.Items[i].Status.Resolved == nil {
+			requests = append(requests, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&templates.Items[i])})
+		}
+	}
+	return requests
+}
+
+// Reconcile resolves one template, once.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, reterr error) {
+	log := ctrl.LoggerFrom(ctx)
+	t := &infrav1.KubeVirtMachineTemplate{}
+	if err := r.Client.Get(ctx, req.NamespacedName, t); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	// Templates of a Cluster pause with it; standalone templates have none.
+	var cluster *clusterv1.Cluster
+	if t.Labels[clusterv1.ClusterNameLabel] != "" {
+		c, err := util.GetClusterFromMetadata(ctx, r.Client, t.ObjectMeta)
+		if err != nil && !apierrors.IsNotFound(err) {
+			return ctrl.Result{}, err
+		}
+		if c != nil {
+			cluster = c
+			log = log.WithValues("Cluster", klog.KObj(c))
+			ctx = ctrl.LoggerInto(ctx, log)
+		}
+	}
+	if isPaused, requeue, err := paused.EnsurePausedCondition(ctx, r.Client, cluster, t); err != nil || isPaused || requeue {
+		return ctrl.Result{}, err
+	}
+	if !t.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, nil
+	}
+
+	patchHelper, err := patch.NewHelper(t, r.Client)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	defer func() {
+		if err := patchHelper.Patch(ctx, t, patch.WithOwnedConditions{Conditions: []string{
+			infrav1.ResolvedCondition, clusterv1.PausedCondition,
+		}}); err != nil {
+			reterr = kerrors.NewAggregate([]error{reterr, err})
+		}
+	}()
+
+	if t.Status.Resolved != nil {
+		setResolved(t, metav1.ConditionTrue, infrav1.ResolvedReason, resolvedMessage(t.Status.Resolved))
+		return ctrl.Result{}, nil
+	}
+
+	resolved, errs, err := r.resolve(ctx, t)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if len(errs) == 0 {
+		var capacityErrs field.ErrorList
+		t.Status.Capacity, t.Status.NodeInfo, capacityErrs, err = r.capacity(ctx, t, resolved.Image)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		errs = capacityErrs
+	}
+	if len(errs) > 0 {
+		t.Status.Capacity, t.Status.NodeInfo = nil, infrav1.NodeInfo{}
+		setResolved(t, metav1.ConditionFalse, infrav1.ResolutionFailedReason, errs.ToAggregate().Error())
+		return ctrl.Result{}, nil
+	}
+	t.Status.Resolved = resolved
+	setResolved(t, metav1.ConditionTrue, infrav1.ResolvedReason, resolvedMessage(resolved))
+	log.Info("Resolved and froze the template", "workerClass", resolved.WorkerClassName,
+		"kubernetesVersion", resolved.KubernetesVersion, "contentHash", resolved.ContentHash)
+	return ctrl.Result{}, nil
+}
+
+func setResolved(t *infrav1.KubeVirtMachineTemplate, status metav1.ConditionStatus, reason, message string) {
+	conditions.Set(t, metav1.Condition{
+		Type:               infrav1.ResolvedCondition,
+		Status:             status,
+		Reason:             reason,
+		Message:            message,
+		ObservedGeneration: t.Generation,
+	})
+}
+
+func resolvedMessage(r *infrav1.ResolvedMachine) string {
+	if r.WorkerClassName == "" {
+		return fmt.Sprintf("Classless template resolved; content hash %s", r.ContentHash)
+	}
+	return fmt.Sprintf("Resolved from WorkerClass %s: %s, Kubernetes %s (%s match); content hash %s",
+		r.WorkerClassName, r.Bootstrap, r.KubernetesVersion, r.KubernetesVersionMatch, r.ContentHash)
+}
+
+// resolve returns the frozen result, or the field errors that prevent it.
+func (r *Reconciler) resolve(ctx context.Context, t *infrav1.KubeVirtMachineTemplate) (*infrav1.ResolvedMachine, field.ErrorList, error) {
+	machine := &t.Spec.Template.Spec
+	machinePath := field.NewPath("spec", "template", "spec")
+	if t.Spec.WorkerClassName == "" {
+		if machine.Image == nil {
+			return nil, field.ErrorList{field.Required(machinePath.Child("image"), "a template without a workerClassName needs an explicit image")}, nil
+		}
+		return Classless(machine), nil, nil
+	}
+	classPath := field.NewPath("spec", "workerClassName")
+	if !r.WorkerClasses {
+		return nil, field.ErrorList{field.Forbidden(classPath, "the infrastructure manager runs with the WorkerClass feature gate off")}, nil
+	}
+	class := &workerclassv1.WorkerClass{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Name: t.Spec.WorkerClassName}, class); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, field.ErrorList{field.NotFound(classPath, t.Spec.WorkerClassName)}, nil
+		}
+		return nil, nil, err
+	}
+	if !class.DeletionTimestamp.IsZero() {
+		return nil, field.ErrorList{field.Invalid(classPath, class.Name, "the WorkerClass is being deleted")}, nil
+	}
+	var platform *workerclassv1.WorkerPlatformSpec
+	p := &workerclassv1.WorkerPlatform{}
+	switch err := r.Client.Get(ctx, client.ObjectKey{Name: workerclassv1.PlatformName}, p); {
+	case err == nil:
+		platform = &p.Spec
+	case !apierrors.IsNotFound(err):
+		return nil, nil, err
+	}
+	res, errs := resolve.Resolve(resolve.Input{
+		Class:     class,
+		Pool:      t.Spec.PoolSettings,
+		Platform:  platform,
+		Substrate: resolve.KubeVirt,
+		Path:      field.NewPath("spec"),
+	})
+	if len(errs) > 0 {
+		return nil, errs, nil
+	}
+	resolved, errs := FromResult(class.Name, res, machine.CloudInitDatasource)
+	if len(errs) > 0 {
+		return nil, errs, nil
+	}
+	if resolved.Image.HTTPImport != nil && (machine.RootDisk == nil || machine.RootDisk.Size == nil) {
+		return nil, field.ErrorList{field.Required(machinePath.Child("rootDisk", "size"),
+			"the class resolves to an HTTP import, which needs the size of the volume it imports into")}, nil
+	}
+	return resolved, nil, nil
+}
+
+// capacity reads the template's instancetype and preference and computes
+// one machine's capacity and node info.
+func (r *Reconciler) capacity(ctx context.Context, t *infrav1.KubeVirtMachineTemplate, image infrav1.ImageSource) (corev1.ResourceList, infrav1.NodeInfo, field.ErrorList, error) {
+	spec := &t.Spec.Template.Spec
+	path := field.NewPath("spec", "template", "spec")
+	in := capacity.Input{Spec: spec, Image: image}
+	if ref := spec.Instancetype; ref != nil {
+		var obj client.Object
+		var itSpec *instancetypev1beta1.VirtualMachineInstancetypeSpec
+		key := client.ObjectKey{Name: ref.Name}
+		if instancetypeKind(ref) == infrav1.NamespacedInstancetypeKind {
+			it := &instancetypev1beta1.VirtualMachineInstancetype{}
+			obj, itSpec, key.Namespace = it, &it.Spec, t.Namespace
+		} else {
+			it := &instancetypev1beta1.VirtualMachineClusterInstancetype{}
+			obj, itSpec = it, &it.Spec
+		}
+		if err := r.Client.Get(ctx, key, obj); err != nil {
+			if apierrors.IsNotFound(err) {
+				return nil, infrav1.NodeInfo{}, field.ErrorList{field.NotFound(path.Child("instancetype", "name"),
+					fmt.Sprintf("%s %s", instancetypeKind(ref), ref.Name))}, nil
+			}
+			return nil, infrav1.NodeInfo{}, nil, err
+		}
+		in.Instancetype = itSpec
+	}
+	if ref := spec.Preference; ref != nil {
+		var obj client.Object
+		var prefSpec *instancetypev1beta1.VirtualMachinePreferenceSpec
+		key := client.ObjectKey{Name: ref.Name}
+		if preferenceKind(ref) == infrav1.NamespacedPreferenceKind {
+			p := &instancetypev1beta1.VirtualMachinePreference{}
+			obj, prefSpec, key.Namespace = p, &p.Spec, t.Namespace
+		} else {
+			p := &instancetypev1beta1.VirtualMachineClusterPreference{}
+			obj, prefSpec = p, &p.Spec
+		}
+		if err := r.Client.Get(ctx, key, obj); err != nil {
+			if apierrors.IsNotFound(err) {
+				return nil, infrav1.NodeInfo{}, field.ErrorList{field.NotFound(path.Child("preference", "name"),
+					fmt.Sprintf("%s %s", preferenceKind(ref), ref.Name))}, nil
+			}
+			return nil, infrav1.NodeInfo{}, nil, err
+		}
+		in.PreferredArchitecture = ptr.Deref(prefSpec.PreferredArchitecture, "")
+	}
+	resources, nodeInfo := capacity.Compute(in)
+	return resources, nodeInfo, nil, nil
+}
+
+func instancetypeKind(ref *infrav1.InstancetypeReference) infrav1.InstancetypeKind {
+	if ref.Kind == "" {
+		return infrav1.ClusterInstancetypeKind
+	}
+	return ref.Kind
+}
+
+func preferenceKind(ref *infrav1.PreferenceReference) infrav1.PreferenceKind {
+	if ref.Kind == "" {
+		return infrav1.ClusterPreferenceKind
+	}
+	return ref.Kind
+}

@@ -1,0 +1,166 @@
+/*
+Copyright 2026 The Cozystack Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package setup wires the KubeVirt provider into a controller manager: the
+// scheme, what the cache holds, the reconcilers and the webhooks. main.go and
+// the envtest suites use the same functions.
+package setup
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/selection"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	instancetypev1beta1 "kubevirt.io/api/instancetype/v1beta1"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	capicontrollerutil "sigs.k8s.io/cluster-api/util/controller"
+	ctrl "sigs.k8s.io/controller-runtime"
+	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+
+	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
+	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
+	"github.com/cozystack/cluster-api-workers/infrastructure/reconcilers/kubevirtcluster"
+	"github.com/cozystack/cluster-api-workers/infrastructure/reconcilers/kubevirtmachine"
+	"github.com/cozystack/cluster-api-workers/infrastructure/reconcilers/kubevirtmachinetemplate"
+	"github.com/cozystack/cluster-api-workers/infrastructure/webhooks/admission"
+)
+
+// AddToScheme adds every API the provider reads or writes.
+func AddToScheme(s *runtime.Scheme) error {
+	for _, add := range []func(*runtime.Scheme) error{
+		clientgoscheme.AddToScheme,
+		clusterv1.AddToScheme,
+		infrav1.AddToScheme,
+		workerclassv1.AddToScheme,
+		kubevirtv1.AddToScheme,
+		instancetypev1beta1.AddToScheme,
+		cdiv1.AddToScheme,
+	} {
+		if err := add(s); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ManagerCacheOptions caches only what the controllers need, without
+// managedFields: Secrets labelled with a cluster name (bootstrap data and
+// the machines' own cloud-init Secrets), and only the VirtualMachines,
+// VirtualMachineInstances, DataVolumes and ConfigMaps this provider created,
+// by their machine-name label. VMs of other providers, CAPK's included, are
+// never cached.
+func ManagerCacheOptions(scheme *runtime.Scheme, controllerName, watchNamespace string, syncPeriod time.Duration) (ctrlcache.Options, error) {
+	var namespaces map[string]ctrlcache.Config
+	if watchNamespace != "" {
+		namespaces = map[string]ctrlcache.Config{watchNamespace: {}}
+	}
+	withCluster, err := labels.NewRequirement(clusterv1.ClusterNameLabel, selection.Exists, nil)
+	if err != nil {
+		return ctrlcache.Options{}, err
+	}
+	withMachine, err := labels.NewRequirement(infrav1.MachineNameLabel, selection.Exists, nil)
+	if err != nil {
+		return ctrlcache.Options{}, err
+	}
+	ours := ctrlcache.ByObject{Label: labels.NewSelector().Add(*withMachine)}
+	return ctrlcache.Options{
+		DefaultNamespaces: namespaces,
+		SyncPeriod:        &syncPeriod,
+		DefaultTransform:  ctrlcache.TransformStripManagedFields(),
+		ByObject: map[client.Object]ctrlcache.ByObject{
+			&corev1.Secret{}:                     {Label: labels.NewSelector().Add(*withCluster)},
+			&corev1.ConfigMap{}:                  ours,
+			&kubevirtv1.VirtualMachine{}:         ours,
+			&kubevirtv1.VirtualMachineInstance{}: ours,
+			&cdiv1.DataVolume{}:                  ours,
+		},
+		NewInformer: capicontrollerutil.NewInformerFunc(scheme, controllerName),
+	}, nil
+}
+
+// Options configure the reconcilers.
+type Options struct {
+	// WatchFilterValue restricts the controllers to objects with this
+	// cluster.x-k8s.io/watch-filter label value.
+	WatchFilterValue string
+	// WorkerClasses is the WorkerClass feature gate.
+	WorkerClasses bool
+	// ImportFailureRestarts is how many importer pod restarts count as a
+	// failed root disk import.
+	ImportFailureRestarts int32
+	// MachineConcurrency, TemplateConcurrency and ClusterConcurrency bound
+	// the parallel reconciles of each kind; 1 when zero.
+	MachineConcurrency, TemplateConcurrency, ClusterConcurrency int
+}
+
+// SetupReconcilers registers the KubeVirtMachine, KubeVirtMachineTemplate and
+// KubeVirtCluster controllers. Their writes use strict field validation, so
+// a field the installed KubeVirt or CDI does not know is an error, not a
+// silently dropped setting.
+func SetupReconcilers(ctx context.Context, mgr ctrl.Manager, opts Options) error {
+	strict := client.WithFieldValidation(mgr.GetClient(), metav1.FieldValidationStrict)
+	if err := (&kubevirtmachine.Reconciler{
+		Client:                strict,
+		APIReader:             mgr.GetAPIReader(),
+		WatchFilterValue:      opts.WatchFilterValue,
+		ImportFailureRestarts: opts.ImportFailureRestarts,
+	}).SetupWithManager(ctx, mgr, concurrency(opts.MachineConcurrency)); err != nil {
+		return fmt.Errorf("setting up the KubeVirtMachine controller: %w", err)
+	}
+	if err := (&kubevirtmachinetemplate.Reconciler{
+		Client:           strict,
+		WatchFilterValue: opts.WatchFilterValue,
+		WorkerClasses:    opts.WorkerClasses,
+	}).SetupWithManager(ctx, mgr, concurrency(opts.TemplateConcurrency)); err != nil {
+		return fmt.Errorf("setting up the KubeVirtMachineTemplate controller: %w", err)
+	}
+	if err := (&kubevirtcluster.Reconciler{
+		Client:           strict,
+		WatchFilterValue: opts.WatchFilterValue,
+	}).SetupWithManager(ctx, mgr, concurrency(opts.ClusterConcurrency)); err != nil {
+		return fmt.Errorf("setting up the KubeVirtCluster controller: %w", err)
+	}
+	return nil
+}
+
+// SetupWebhooks registers the provider's admission webhooks.
+func SetupWebhooks(mgr ctrl.Manager) error {
+	for name, setup := range map[string]func(ctrl.Manager) error{
+		"KubeVirtMachine":         (&admission.KubeVirtMachine{}).SetupWebhookWithManager,
+		"KubeVirtMachineTemplate": (&admission.KubeVirtMachineTemplate{}).SetupWebhookWithManager,
+		"KubeVirtCluster":         (&admission.KubeVirtCluster{}).SetupWebhookWithManager,
+		"KubeVirtClusterTemplate": (&admission.KubeVirtClusterTemplate{}).SetupWebhookWithManager,
+	} {
+		if err := setup(mgr); err != nil {
+			return fmt.Errorf("setting up the %s webhook: %w", name, err)
+		}
+	}
+	return nil
+}
+
+func concurrency(n int) controller.Options {
+	return controller.Options{MaxConcurrentReconciles: max(n, 1)}
+}

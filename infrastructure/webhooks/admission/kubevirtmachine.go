@@ -1,0 +1,87 @@
+/*
+Copyright 2026 The Cozystack Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package admission
+
+import (
+	"context"
+	"reflect"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
+)
+
+// +kubebuilder:webhook:verbs=create;update,path=/validate-infrastructure-cozystack-io-v1alpha1-kubevirtmachine,mutating=false,failurePolicy=fail,matchPolicy=Equivalent,groups=infrastructure.cozystack.io,resources=kubevirtmachines,versions=v1alpha1,name=validation.kubevirtmachine.infrastructure.cozystack.io,sideEffects=None,admissionReviewVersions=v1
+
+// KubeVirtMachine validates KubeVirtMachines.
+type KubeVirtMachine struct{}
+
+var _ admission.Validator[*infrav1.KubeVirtMachine] = &KubeVirtMachine{}
+
+// SetupWebhookWithManager registers the webhook.
+func (w *KubeVirtMachine) SetupWebhookWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewWebhookManagedBy(mgr, &infrav1.KubeVirtMachine{}).WithValidator(w).Complete()
+}
+
+// ValidateCreate checks the spec and that the name can name a VM.
+func (w *KubeVirtMachine) ValidateCreate(_ context.Context, m *infrav1.KubeVirtMachine) (admission.Warnings, error) {
+	var errs field.ErrorList
+	for _, msg := range validation.IsDNS1123Label(m.Name) {
+		errs = append(errs, field.Invalid(field.NewPath("metadata", "name"), m.Name,
+			"the VirtualMachine, its hostname and the providerID take this name: "+msg))
+	}
+	errs = append(errs, ValidateMachineSpec(&m.Spec, field.NewPath("spec"))...)
+	if m.Spec.ProviderID != "" && m.Spec.ProviderID != infrav1.ProviderID(m.Name) {
+		errs = append(errs, field.Invalid(field.NewPath("spec", "providerID"), m.Spec.ProviderID,
+			"must be empty or "+infrav1.ProviderID(m.Name)))
+	}
+	return nil, invalid("KubeVirtMachine", m.Name, errs)
+}
+
+// ValidateUpdate keeps the spec immutable: a machine's VM is created once.
+// Only the controller's providerID may be filled in.
+func (w *KubeVirtMachine) ValidateUpdate(_ context.Context, oldM, newM *infrav1.KubeVirtMachine) (admission.Warnings, error) {
+	var errs field.ErrorList
+	oldSpec, newSpec := oldM.Spec.DeepCopy(), newM.Spec.DeepCopy()
+	if oldSpec.ProviderID != newSpec.ProviderID {
+		if oldSpec.ProviderID != "" || newSpec.ProviderID != infrav1.ProviderID(newM.Name) {
+			errs = append(errs, field.Invalid(field.NewPath("spec", "providerID"), newSpec.ProviderID,
+				"can only be set once, to "+infrav1.ProviderID(newM.Name)))
+		}
+		oldSpec.ProviderID, newSpec.ProviderID = "", ""
+	}
+	if !reflect.DeepEqual(oldSpec, newSpec) {
+		errs = append(errs, field.Forbidden(field.NewPath("spec"), "a KubeVirtMachine's spec is immutable; roll out a new template instead"))
+	}
+	return nil, invalid("KubeVirtMachine", newM.Name, errs)
+}
+
+// ValidateDelete allows every deletion.
+func (w *KubeVirtMachine) ValidateDelete(context.Context, *infrav1.KubeVirtMachine) (admission.Warnings, error) {
+	return nil, nil
+}
+
+func invalid(kind, name string, errs field.ErrorList) error {
+	if len(errs) == 0 {
+		return nil
+	}
+	return apierrors.NewInvalid(infrav1.GroupVersion.WithKind(kind).GroupKind(), name, errs)
+}

@@ -1,0 +1,220 @@
+/*
+Copyright 2026 The Cozystack Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package admission holds the validating and defaulting webhooks of the
+// KubeVirt provider's kinds. The CRD schemas check shapes; these check what
+// a schema cannot: image references pinned by digest, URLs, PEM bundles,
+// resource names, network combinations and immutability.
+package admission
+
+import (
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"net/url"
+	"slices"
+	"strings"
+
+	"github.com/distribution/reference"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
+)
+
+// ValidateMachineSpec checks a KubeVirtMachine spec at path.
+func ValidateMachineSpec(spec *infrav1.KubeVirtMachineSpec, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if spec.Image != nil {
+		errs = append(errs, ValidateImageSource(spec.Image, path.Child("image"))...)
+		if spec.Image.HTTPImport != nil && (spec.RootDisk == nil || spec.RootDisk.Size == nil) {
+			errs = append(errs, field.Required(path.Child("rootDisk", "size"), "an HTTP import needs the size of the volume it imports into"))
+		}
+	}
+	switch {
+	case spec.Instancetype != nil && (spec.CPU != nil || spec.Memory != nil):
+		errs = append(errs, field.Forbidden(path.Child("instancetype"), "set instancetype, or cpu and memory, not both"))
+	case spec.Instancetype == nil && (spec.CPU == nil || spec.Memory == nil):
+		errs = append(errs, field.Required(path.Child("cpu"), "set cpu and memory, or an instancetype"))
+	}
+	if spec.Memory != nil && spec.Memory.Sign() <= 0 {
+		errs = append(errs, field.Invalid(path.Child("memory"), spec.Memory.String(), "must be positive"))
+	}
+	if spec.RootDisk != nil && spec.RootDisk.Size != nil && spec.RootDisk.Size.Sign() <= 0 {
+		errs = append(errs, field.Invalid(path.Child("rootDisk", "size"), spec.RootDisk.Size.String(), "must be positive"))
+	}
+	if spec.RootDisk != nil && spec.RootDisk.StorageClassName != "" {
+		for _, msg := range validation.IsDNS1123Subdomain(spec.RootDisk.StorageClassName) {
+			errs = append(errs, field.Invalid(path.Child("rootDisk", "storageClassName"), spec.RootDisk.StorageClassName, msg))
+		}
+	}
+	errs = append(errs, validateNetworks(spec.Networks, path.Child("networks"))...)
+	for i, g := range spec.GPUs {
+		p := path.Child("gpus").Index(i)
+		errs = append(errs, validateResourceName(g.DeviceName, p.Child("deviceName"))...)
+		if g.NodeResourceName != "" {
+			errs = append(errs, validateResourceName(g.NodeResourceName, p.Child("nodeResourceName"))...)
+		}
+	}
+	for i, d := range spec.HostDevices {
+		errs = append(errs, validateResourceName(d.DeviceName, path.Child("hostDevices").Index(i).Child("deviceName"))...)
+	}
+	return errs
+}
+
+// ValidateImageSource checks that exactly one source is set and that it is
+// usable: a digest-pinned container disk, an http(s) URL with an optional
+// PEM CA bundle, or a named clone source.
+func ValidateImageSource(img *infrav1.ImageSource, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	set := 0
+	if img.ContainerDisk != nil {
+		set++
+		errs = append(errs, ValidateDigestReference(img.ContainerDisk.Reference, path.Child("containerDisk", "reference"))...)
+	}
+	if img.HTTPImport != nil {
+		set++
+		p := path.Child("httpImport")
+		u, err := url.Parse(img.HTTPImport.URL)
+		switch {
+		case err != nil:
+			errs = append(errs, field.Invalid(p.Child("url"), img.HTTPImport.URL, err.Error()))
+		case u.Scheme != "http" && u.Scheme != "https":
+			errs = append(errs, field.Invalid(p.Child("url"), img.HTTPImport.URL, "must be an http or https URL"))
+		case u.Host == "":
+			errs = append(errs, field.Invalid(p.Child("url"), img.HTTPImport.URL, "must name a host"))
+		}
+		if img.HTTPImport.CABundle != "" {
+			if err := validatePEMBundle(img.HTTPImport.CABundle); err != nil {
+				errs = append(errs, field.Invalid(p.Child("caBundle"), "<PEM bundle>", err.Error()))
+			}
+		}
+	}
+	if img.Clone != nil {
+		set++
+		p := path.Child("clone")
+		if img.Clone.Namespace != "" {
+			for _, msg := range validation.IsDNS1123Label(img.Clone.Namespace) {
+				errs = append(errs, field.Invalid(p.Child("namespace"), img.Clone.Namespace, msg))
+			}
+		}
+		for _, msg := range validation.IsDNS1123Subdomain(img.Clone.Name) {
+			errs = append(errs, field.Invalid(p.Child("name"), img.Clone.Name, msg))
+		}
+		if !slices.Contains([]infrav1.CloneSourceKind{infrav1.CloneFromDataSource, infrav1.CloneFromPersistentVolumeClaim}, img.Clone.Kind) {
+			errs = append(errs, field.NotSupported(p.Child("kind"), img.Clone.Kind,
+				[]infrav1.CloneSourceKind{infrav1.CloneFromDataSource, infrav1.CloneFromPersistentVolumeClaim}))
+		}
+	}
+	if set != 1 {
+		errs = append(errs, field.Invalid(path, fmt.Sprintf("%d sources", set), "exactly one of containerDisk, httpImport or clone must be set"))
+	}
+	return errs
+}
+
+// ValidateDigestReference checks that ref is an image reference pinned by
+// digest, so every machine boots the same bytes.
+func ValidateDigestReference(ref string, path *field.Path) field.ErrorList {
+	named, err := reference.ParseNormalizedNamed(ref)
+	if err != nil {
+		return field.ErrorList{field.Invalid(path, ref, fmt.Sprintf("not an image reference: %v", err))}
+	}
+	if _, ok := named.(reference.Canonical); !ok {
+		return field.ErrorList{field.Invalid(path, ref, "must be pinned by digest (name@sha256:<hex>) so every machine boots the same bytes")}
+	}
+	return nil
+}
+
+func validatePEMBundle(bundle string) error {
+	rest := []byte(bundle)
+	certs := 0
+	for {
+		var block *pem.Block
+		block, rest = pem.Decode(rest)
+		if block == nil {
+			break
+		}
+		if block.Type != "CERTIFICATE" {
+			return fmt.Errorf("PEM block %d is a %s, not a CERTIFICATE", certs+1, block.Type)
+		}
+		if _, err := x509.ParseCertificate(block.Bytes); err != nil {
+			return fmt.Errorf("certificate %d: %v", certs+1, err)
+		}
+		certs++
+	}
+	if certs == 0 {
+		return fmt.Errorf("no PEM certificate found")
+	}
+	return nil
+}
+
+func validateResourceName(name string, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	for _, msg := range validation.IsQualifiedName(name) {
+		errs = append(errs, field.Invalid(path, name, msg))
+	}
+	return errs
+}
+
+func validateNetworks(networks []infrav1.Network, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	names := map[string]bool{}
+	pods, defaults := 0, 0
+	for i, n := range networks {
+		p := path.Index(i)
+		if names[n.Name] {
+			errs = append(errs, field.Duplicate(p.Child("name"), n.Name))
+		}
+		names[n.Name] = true
+		if (n.Pod == nil) == (n.Multus == nil) {
+			errs = append(errs, field.Invalid(p, n.Name, "exactly one of pod or multus must be set"))
+			continue
+		}
+		if n.Pod != nil {
+			pods++
+			continue
+		}
+		if n.Binding == infrav1.MasqueradeBinding {
+			errs = append(errs, field.Invalid(p.Child("binding"), n.Binding, "Masquerade binding is only possible on the pod network"))
+		}
+		if n.Multus.Default {
+			defaults++
+		}
+		for _, msg := range validateNetworkName(n.Multus.NetworkName) {
+			errs = append(errs, field.Invalid(p.Child("multus", "networkName"), n.Multus.NetworkName, msg))
+		}
+	}
+	if pods > 1 {
+		errs = append(errs, field.Invalid(path, pods, "at most one interface can use the pod network"))
+	}
+	if defaults > 1 {
+		errs = append(errs, field.Invalid(path, defaults, "at most one Multus network can be the default"))
+	}
+	if pods > 0 && defaults > 0 {
+		errs = append(errs, field.Invalid(path, "pod and default Multus", "a default Multus network replaces the pod network; use one of them"))
+	}
+	return errs
+}
+
+// validateNetworkName checks <name> or <namespace>/<name> of a
+// NetworkAttachmentDefinition.
+func validateNetworkName(name string) []string {
+	namespace, object, found := strings.Cut(name, "/")
+	if !found {
+		return validation.IsDNS1123Subdomain(name)
+	}
+	return append(validation.IsDNS1123Label(namespace), validation.IsDNS1123Subdomain(object)...)
+}
