@@ -36,14 +36,16 @@ import (
 const (
 	GarbageCollectorController = "garbage-collector-controller"
 	NamespaceController        = "namespace-controller"
+	ClaimProtectionController  = "persistentvolumeclaim-protection-controller"
 	BootstrapSignerController  = "bootstrap-signer-controller"
 	TokenCleanerController     = "token-cleaner-controller"
 )
 
 // ManagementControllers are the controllers a management cluster needs for
-// Cluster API's owner-reference chains to be collected and test namespaces
-// to be emptied on deletion.
-var ManagementControllers = []string{GarbageCollectorController, NamespaceController}
+// Cluster API's owner-reference chains to be collected, test namespaces to
+// be emptied on deletion, and claims (which the apiserver protects with a
+// finalizer) to be released once deleted.
+var ManagementControllers = []string{GarbageCollectorController, NamespaceController, ClaimProtectionController}
 
 // WorkloadControllers are the controllers a workload cluster needs for joins:
 // cluster-info is signed for every signing bootstrap token and expired

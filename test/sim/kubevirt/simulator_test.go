@@ -1,0 +1,438 @@
+/*
+Copyright 2026 The Cozystack Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package kubevirt_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	instancetypev1beta1 "kubevirt.io/api/instancetype/v1beta1"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/cozystack/cluster-api-workers/test/envtest"
+	kubevirtsim "github.com/cozystack/cluster-api-workers/test/sim/kubevirt"
+)
+
+var (
+	env    *envtest.Environment
+	sim    *kubevirtsim.Simulator
+	strict = client.FieldValidation(metav1.FieldValidationStrict)
+)
+
+const (
+	timeout = 30 * time.Second
+	poll    = 50 * time.Millisecond
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	ctrl.SetLogger(logr.Discard())
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	scheme := envtest.DefaultScheme()
+	for _, add := range []func(*kruntime.Scheme) error{kubevirtv1.AddToScheme, cdiv1.AddToScheme, instancetypev1beta1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			panic(err)
+		}
+	}
+	var err error
+	env, err = envtest.Start(ctx, envtest.Options{Scheme: scheme, CRDPaths: envtest.ExternalCRDPaths()})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer func() { _ = env.Stop() }()
+	kcm, err := env.StartControllerManager(envtest.ManagementControllers...)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer kcm.Stop()
+
+	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	sim = kubevirtsim.New(kubevirtsim.Options{
+		ImportDuration: time.Second,
+		Nodes: []kubevirtsim.InfraNode{
+			{Name: "infra-a", Labels: map[string]string{corev1.LabelTopologyZone: "zone-a"}},
+			{Name: "infra-b", Labels: map[string]string{corev1.LabelTopologyZone: "zone-b"}},
+		},
+	})
+	if err := sim.SetupWithManager(ctx, mgr); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	mgrCtx, stopManager := context.WithCancel(ctx)
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		_ = mgr.Start(mgrCtx)
+	}()
+	// Watches still open when the apiserver stops delay its shutdown.
+	defer func() { stopManager(); <-stopped }()
+	return m.Run()
+}
+
+func namespace(t *testing.T) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "sim-"}}
+	if err := env.Client.Create(context.Background(), ns); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), ns) })
+	return ns.Name
+}
+
+func userDataSecret(ns, name string) *corev1.Secret {
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Data:       map[string][]byte{"userdata": []byte("#cloud-config\n")},
+	}
+}
+
+// virtualMachine is a VM shaped like the ones the infrastructure provider
+// renders: a root volume, a NoCloud volume and a pod network interface.
+func virtualMachine(ns, name string, root kubevirtv1.VolumeSource) *kubevirtv1.VirtualMachine {
+	return &kubevirtv1.VirtualMachine{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: kubevirtv1.VirtualMachineSpec{
+			RunStrategy: ptr.To(kubevirtv1.RunStrategyAlways),
+			Template: &kubevirtv1.VirtualMachineInstanceTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"machine": name}},
+				Spec: kubevirtv1.VirtualMachineInstanceSpec{
+					Domain: kubevirtv1.DomainSpec{
+						CPU:    &kubevirtv1.CPU{Cores: 2},
+						Memory: &kubevirtv1.Memory{Guest: ptr.To(resource.MustParse("4Gi"))},
+						Devices: kubevirtv1.Devices{
+							Disks: []kubevirtv1.Disk{
+								{Name: "root", DiskDevice: kubevirtv1.DiskDevice{Disk: &kubevirtv1.DiskTarget{}}},
+								{Name: "cloudinit", DiskDevice: kubevirtv1.DiskDevice{Disk: &kubevirtv1.DiskTarget{}}},
+							},
+							Interfaces: []kubevirtv1.Interface{{Name: "default", InterfaceBindingMethod: kubevirtv1.InterfaceBindingMethod{Masquerade: &kubevirtv1.InterfaceMasquerade{}}}},
+						},
+					},
+					Hostname: name,
+					Networks: []kubevirtv1.Network{{Name: "default", NetworkSource: kubevirtv1.NetworkSource{Pod: &kubevirtv1.PodNetwork{}}}},
+					Volumes: []kubevirtv1.Volume{
+						{Name: "root", VolumeSource: root},
+						{Name: "cloudinit", VolumeSource: kubevirtv1.VolumeSource{CloudInitNoCloud: &kubevirtv1.CloudInitNoCloudSource{UserDataSecretRef: &corev1.LocalObjectReference{Name: name + "-userdata"}}}},
+					},
+				},
+			},
+		},
+	}
+}
+
+func containerDisk() kubevirtv1.VolumeSource {
+	return kubevirtv1.VolumeSource{ContainerDisk: &kubevirtv1.ContainerDiskSource{Image: "registry.example.com/kairos@sha256:" + fmt.Sprintf("%064d", 1)}}
+}
+
+func httpDataVolume(ns, name string) *cdiv1.DataVolume {
+	return &cdiv1.DataVolume{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: cdiv1.DataVolumeSpec{
+			Source:  &cdiv1.DataVolumeSource{HTTP: &cdiv1.DataVolumeSourceHTTP{URL: "https://factory.example.com/image/abc/v1.13.6/nocloud-amd64.raw.xz"}},
+			Storage: &cdiv1.StorageSpec{Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("20Gi")}}},
+		},
+	}
+}
+
+func create(t *testing.T, objs ...client.Object) {
+	t.Helper()
+	for _, o := range objs {
+		if err := env.Client.Create(context.Background(), o, strict); err != nil {
+			t.Fatalf("creating %T %s: %v", o, o.GetName(), err)
+		}
+	}
+}
+
+func get[T client.Object](g Gomega, key client.ObjectKey, obj T) T {
+	g.Expect(env.Client.Get(context.Background(), key, obj)).To(Succeed())
+	return obj
+}
+
+func gone(key client.ObjectKey, obj client.Object) func() bool {
+	return func() bool { return apierrors.IsNotFound(env.Client.Get(context.Background(), key, obj)) }
+}
+
+func TestContainerDiskVirtualMachineRunsWithAnAddress(t *testing.T) {
+	g := NewWithT(t)
+	ns := namespace(t)
+	vm := virtualMachine(ns, "cd", containerDisk())
+	create(t, userDataSecret(ns, "cd-userdata"), vm)
+	key := client.ObjectKeyFromObject(vm)
+
+	g.Eventually(func(g Gomega) {
+		vm := get(g, key, &kubevirtv1.VirtualMachine{})
+		g.Expect(vm.Finalizers).To(ContainElement(kubevirtv1.VirtualMachineControllerFinalizer))
+		g.Expect(vm.Status.PrintableStatus).To(Equal(kubevirtv1.VirtualMachineStatusRunning))
+		g.Expect(vm.Status.Ready).To(BeTrue())
+		vmi := get(g, key, &kubevirtv1.VirtualMachineInstance{})
+		g.Expect(vmi.Status.Phase).To(Equal(kubevirtv1.Running))
+		g.Expect(metav1.IsControlledBy(vmi, vm)).To(BeTrue())
+		g.Expect(vmi.Finalizers).To(ContainElement(kubevirtv1.VirtualMachineInstanceFinalizer))
+		g.Expect(vmi.Status.NodeName).To(BeElementOf("infra-a", "infra-b"))
+		g.Expect(vmi.Status.Interfaces).To(HaveLen(1))
+		g.Expect(vmi.Status.Interfaces[0].Name).To(Equal("default"))
+		g.Expect(vmi.Status.Interfaces[0].IP).To(HavePrefix("10.244.0."))
+	}, timeout, poll).Should(Succeed())
+}
+
+func TestDataVolumeTemplateImportsWithProgressBeforeTheInstanceStarts(t *testing.T) {
+	g := NewWithT(t)
+	ns := namespace(t)
+	vm := virtualMachine(ns, "tpl", kubevirtv1.VolumeSource{DataVolume: &kubevirtv1.DataVolumeSource{Name: "tpl-root"}})
+	dv := httpDataVolume(ns, "tpl-root")
+	vm.Spec.DataVolumeTemplates = []kubevirtv1.DataVolumeTemplateSpec{{ObjectMeta: metav1.ObjectMeta{Name: dv.Name}, Spec: dv.Spec}}
+	create(t, userDataSecret(ns, "tpl-userdata"), vm)
+	key := client.ObjectKeyFromObject(vm)
+	dvKey := client.ObjectKey{Namespace: ns, Name: "tpl-root"}
+
+	sawProgress := false
+	g.Eventually(func(g Gomega) {
+		dv := get(g, dvKey, &cdiv1.DataVolume{})
+		if dv.Status.Phase == cdiv1.ImportInProgress && dv.Status.Progress != "N/A" {
+			sawProgress = true
+			// No instance starts before its disk is imported.
+			g.Expect(gone(key, &kubevirtv1.VirtualMachineInstance{})()).To(BeTrue())
+			g.Expect(get(g, key, &kubevirtv1.VirtualMachine{}).Status.PrintableStatus).To(Equal(kubevirtv1.VirtualMachineStatusProvisioning))
+		}
+		g.Expect(dv.Status.Phase).To(Equal(cdiv1.Succeeded))
+	}, timeout, 10*time.Millisecond).Should(Succeed())
+	g.Expect(sawProgress).To(BeTrue(), "the import reported no progress")
+
+	dvObj := get(g, dvKey, &cdiv1.DataVolume{})
+	g.Expect(metav1.IsControlledBy(dvObj, get(g, key, &kubevirtv1.VirtualMachine{}))).To(BeTrue())
+	pvc := get(g, dvKey, &corev1.PersistentVolumeClaim{})
+	g.Expect(metav1.IsControlledBy(pvc, dvObj)).To(BeTrue())
+	g.Expect(pvc.Status.Phase).To(Equal(corev1.ClaimBound))
+	g.Expect(pvc.Spec.Resources.Requests.Storage().String()).To(Equal("20Gi"))
+	g.Eventually(func(g Gomega) {
+		g.Expect(get(g, key, &kubevirtv1.VirtualMachineInstance{}).Status.Phase).To(Equal(kubevirtv1.Running))
+	}, timeout, poll).Should(Succeed())
+}
+
+func TestFailedImportRestartsTheImporterAndNeverStartsTheVM(t *testing.T) {
+	g := NewWithT(t)
+	ns := namespace(t)
+	sim.FailImports(kubevirtsim.Named(client.ObjectKey{Namespace: ns, Name: "bad-root"}), 1)
+	dv := httpDataVolume(ns, "bad-root")
+	vm := virtualMachine(ns, "bad", kubevirtv1.VolumeSource{DataVolume: &kubevirtv1.DataVolumeSource{Name: dv.Name}})
+	create(t, userDataSecret(ns, "bad-userdata"), dv, vm)
+
+	g.Eventually(func(g Gomega) {
+		dv := get(g, client.ObjectKeyFromObject(dv), &cdiv1.DataVolume{})
+		g.Expect(dv.Status.Phase).To(Equal(cdiv1.ImportInProgress))
+		g.Expect(dv.Status.RestartCount).To(BeNumerically(">=", 3))
+		g.Expect(dv.Status.Conditions).To(ContainElement(And(
+			HaveField("Type", cdiv1.DataVolumeRunning), HaveField("Status", corev1.ConditionFalse),
+			HaveField("Reason", "Error"), HaveField("Message", kubevirtsim.ImportFailureMessage))))
+		g.Expect(get(g, client.ObjectKeyFromObject(vm), &kubevirtv1.VirtualMachine{}).Status.PrintableStatus).To(Equal(kubevirtv1.VirtualMachineStatusDataVolumeError))
+	}, timeout, poll).Should(Succeed())
+	g.Expect(gone(client.ObjectKeyFromObject(vm), &kubevirtv1.VirtualMachineInstance{})()).To(BeTrue())
+
+	// The fault was for one import only: the next one succeeds.
+	next := httpDataVolume(ns, "bad-root-2")
+	create(t, next)
+	g.Eventually(func(g Gomega) {
+		g.Expect(get(g, client.ObjectKeyFromObject(next), &cdiv1.DataVolume{}).Status.Phase).To(Equal(cdiv1.Succeeded))
+	}, timeout, poll).Should(Succeed())
+}
+
+func TestSlowImportProgressesWithoutRestarts(t *testing.T) {
+	g := NewWithT(t)
+	ns := namespace(t)
+	sim.SlowImports(kubevirtsim.Named(client.ObjectKey{Namespace: ns, Name: "slow"}), 1, 4*time.Second)
+	dv := httpDataVolume(ns, "slow")
+	create(t, dv)
+	progress := map[cdiv1.DataVolumeProgress]bool{}
+	g.Eventually(func(g Gomega) {
+		dv := get(g, client.ObjectKeyFromObject(dv), &cdiv1.DataVolume{})
+		g.Expect(dv.Status.RestartCount).To(BeZero())
+		progress[dv.Status.Progress] = true
+		g.Expect(dv.Status.Phase).To(Equal(cdiv1.Succeeded))
+	}, timeout, 20*time.Millisecond).Should(Succeed())
+	g.Expect(len(progress)).To(BeNumerically(">=", 3), "progress steps seen: %v", progress)
+}
+
+func TestNeverScheduledInstanceIsReportedUnschedulable(t *testing.T) {
+	g := NewWithT(t)
+	ns := namespace(t)
+	sim.NeverSchedule(kubevirtsim.WithLabels(map[string]string{"machine": "stuck"}), 1)
+	vm := virtualMachine(ns, "stuck", containerDisk())
+	create(t, userDataSecret(ns, "stuck-userdata"), vm)
+	g.Eventually(func(g Gomega) {
+		vmi := get(g, client.ObjectKeyFromObject(vm), &kubevirtv1.VirtualMachineInstance{})
+		g.Expect(vmi.Status.Phase).To(Equal(kubevirtv1.Scheduling))
+		g.Expect(vmi.Status.Conditions).To(ContainElement(And(
+			HaveField("Type", kubevirtv1.VirtualMachineInstanceConditionType(corev1.PodScheduled)),
+			HaveField("Status", corev1.ConditionFalse), HaveField("Reason", corev1.PodReasonUnschedulable))))
+		g.Expect(get(g, client.ObjectKeyFromObject(vm), &kubevirtv1.VirtualMachine{}).Status.PrintableStatus).To(Equal(kubevirtv1.VirtualMachineStatusUnschedulable))
+	}, timeout, poll).Should(Succeed())
+	g.Consistently(func(g Gomega) {
+		g.Expect(get(g, client.ObjectKeyFromObject(vm), &kubevirtv1.VirtualMachineInstance{}).Status.NodeName).To(BeEmpty())
+	}, 2*time.Second, 200*time.Millisecond).Should(Succeed())
+}
+
+func TestNodeAffinityToAZoneWithoutNodesIsUnschedulable(t *testing.T) {
+	g := NewWithT(t)
+	ns := namespace(t)
+	zoned := func(name, zone string) *kubevirtv1.VirtualMachine {
+		vm := virtualMachine(ns, name, containerDisk())
+		vm.Spec.Template.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+			RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+				MatchExpressions: []corev1.NodeSelectorRequirement{{Key: corev1.LabelTopologyZone, Operator: corev1.NodeSelectorOpIn, Values: []string{zone}}},
+			}}},
+		}}
+		create(t, userDataSecret(ns, name+"-userdata"), vm)
+		return vm
+	}
+	inB, nowhere := zoned("in-b", "zone-b"), zoned("nowhere", "zone-x")
+	g.Eventually(func(g Gomega) {
+		g.Expect(get(g, client.ObjectKeyFromObject(inB), &kubevirtv1.VirtualMachineInstance{}).Status.NodeName).To(Equal("infra-b"))
+		g.Expect(get(g, client.ObjectKeyFromObject(nowhere), &kubevirtv1.VirtualMachine{}).Status.PrintableStatus).To(Equal(kubevirtv1.VirtualMachineStatusUnschedulable))
+	}, timeout, poll).Should(Succeed())
+}
+
+func TestCrashedInstanceIsReplacedUnderRunStrategyAlways(t *testing.T) {
+	g := NewWithT(t)
+	ns := namespace(t)
+	vm := virtualMachine(ns, "crash", containerDisk())
+	create(t, userDataSecret(ns, "crash-userdata"), vm)
+	key := client.ObjectKeyFromObject(vm)
+	var first types.UID
+	g.Eventually(func(g Gomega) {
+		vmi := get(g, key, &kubevirtv1.VirtualMachineInstance{})
+		g.Expect(vmi.Status.Phase).To(Equal(kubevirtv1.Running))
+		first = vmi.UID
+	}, timeout, poll).Should(Succeed())
+
+	g.Expect(sim.Crash(context.Background(), key, "")).To(Succeed())
+	g.Expect(get(g, key, &kubevirtv1.VirtualMachineInstance{}).Status.Phase).To(Equal(kubevirtv1.Failed))
+	g.Eventually(func(g Gomega) {
+		vmi := get(g, key, &kubevirtv1.VirtualMachineInstance{})
+		g.Expect(vmi.UID).NotTo(Equal(first))
+		g.Expect(vmi.Status.Phase).To(Equal(kubevirtv1.Running))
+	}, timeout, poll).Should(Succeed())
+}
+
+func TestHaltedVirtualMachineStartsNoInstance(t *testing.T) {
+	g := NewWithT(t)
+	ns := namespace(t)
+	vm := virtualMachine(ns, "halted", containerDisk())
+	vm.Spec.RunStrategy = ptr.To(kubevirtv1.RunStrategyHalted)
+	create(t, userDataSecret(ns, "halted-userdata"), vm)
+	g.Eventually(func(g Gomega) {
+		g.Expect(get(g, client.ObjectKeyFromObject(vm), &kubevirtv1.VirtualMachine{}).Status.PrintableStatus).To(Equal(kubevirtv1.VirtualMachineStatusStopped))
+	}, timeout, poll).Should(Succeed())
+	g.Expect(gone(client.ObjectKeyFromObject(vm), &kubevirtv1.VirtualMachineInstance{})()).To(BeTrue())
+}
+
+func TestMissingCloudInitSecretKeepsTheVMStopped(t *testing.T) {
+	g := NewWithT(t)
+	ns := namespace(t)
+	vm := virtualMachine(ns, "nodata", containerDisk())
+	create(t, vm)
+	g.Eventually(func(g Gomega) {
+		vm := get(g, client.ObjectKeyFromObject(vm), &kubevirtv1.VirtualMachine{})
+		g.Expect(vm.Status.PrintableStatus).To(Equal(kubevirtv1.VirtualMachineStatusStopped))
+		g.Expect(vm.Status.Conditions).To(ContainElement(HaveField("Message", ContainSubstring("nodata-userdata"))))
+	}, timeout, poll).Should(Succeed())
+	g.Expect(gone(client.ObjectKeyFromObject(vm), &kubevirtv1.VirtualMachineInstance{})()).To(BeTrue())
+}
+
+func TestInstancetypeSizesTheInstance(t *testing.T) {
+	g := NewWithT(t)
+	ns := namespace(t)
+	it := &instancetypev1beta1.VirtualMachineClusterInstancetype{
+		ObjectMeta: metav1.ObjectMeta{Name: "sim-u1-large"},
+		Spec: instancetypev1beta1.VirtualMachineInstancetypeSpec{
+			CPU:    instancetypev1beta1.CPUInstancetype{Guest: 4},
+			Memory: instancetypev1beta1.MemoryInstancetype{Guest: resource.MustParse("8Gi")},
+			GPUs:   []kubevirtv1.GPU{{Name: "gpu1", DeviceName: "nvidia.com/GA102GL_A10"}},
+		},
+	}
+	create(t, it)
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), it) })
+	vm := virtualMachine(ns, "sized", containerDisk())
+	vm.Spec.Template.Spec.Domain.CPU, vm.Spec.Template.Spec.Domain.Memory = nil, nil
+	vm.Spec.Instancetype = &kubevirtv1.InstancetypeMatcher{Kind: "VirtualMachineClusterInstancetype", Name: it.Name}
+	create(t, userDataSecret(ns, "sized-userdata"), vm)
+	g.Eventually(func(g Gomega) {
+		vmi := get(g, client.ObjectKeyFromObject(vm), &kubevirtv1.VirtualMachineInstance{})
+		g.Expect(vmi.Spec.Domain.CPU.Sockets).To(Equal(uint32(4)))
+		g.Expect(vmi.Spec.Domain.Memory.Guest.String()).To(Equal("8Gi"))
+		g.Expect(vmi.Spec.Domain.Devices.GPUs).To(ConsistOf(HaveField("DeviceName", "nvidia.com/GA102GL_A10")))
+	}, timeout, poll).Should(Succeed())
+}
+
+// TestDeletingTheVirtualMachineLeavesNothing proves KubeVirt's finalizers
+// are honoured (the instance shuts down before the VM goes) and that,
+// with the garbage collector, the VM's DataVolumes and claims go too.
+func TestDeletingTheVirtualMachineLeavesNothing(t *testing.T) {
+	g := NewWithT(t)
+	ns := namespace(t)
+	vm := virtualMachine(ns, "del", kubevirtv1.VolumeSource{DataVolume: &kubevirtv1.DataVolumeSource{Name: "del-root"}})
+	dv := httpDataVolume(ns, "del-root")
+	vm.Spec.DataVolumeTemplates = []kubevirtv1.DataVolumeTemplateSpec{{ObjectMeta: metav1.ObjectMeta{Name: dv.Name}, Spec: dv.Spec}}
+	create(t, userDataSecret(ns, "del-userdata"), vm)
+	key := client.ObjectKeyFromObject(vm)
+	g.Eventually(func(g Gomega) {
+		g.Expect(get(g, key, &kubevirtv1.VirtualMachineInstance{}).Status.Phase).To(Equal(kubevirtv1.Running))
+	}, timeout, poll).Should(Succeed())
+
+	g.Expect(env.Client.Delete(context.Background(), vm)).To(Succeed())
+	// The VM waits for its instance.
+	g.Eventually(func(g Gomega) {
+		vm := get(g, key, &kubevirtv1.VirtualMachine{})
+		g.Expect(vm.Status.PrintableStatus).To(BeElementOf(kubevirtv1.VirtualMachineStatusTerminating))
+	}, timeout, poll).Should(Succeed())
+	dvKey := client.ObjectKey{Namespace: ns, Name: "del-root"}
+	for _, c := range []struct {
+		key client.ObjectKey
+		obj client.Object
+	}{
+		{key, &kubevirtv1.VirtualMachineInstance{}},
+		{key, &kubevirtv1.VirtualMachine{}},
+		{dvKey, &cdiv1.DataVolume{}},
+		{dvKey, &corev1.PersistentVolumeClaim{}},
+	} {
+		g.Eventually(gone(c.key, c.obj), timeout, poll).Should(BeTrue(), "%T %s is left", c.obj, c.key)
+	}
+}
