@@ -89,7 +89,9 @@ func TestValidateMachineSpec(t *testing.T) {
 	}{
 		{"a digest-pinned container disk with cpu and memory is valid", spec(), nil},
 		{"a container disk by tag is rejected: machines could boot different bytes",
-			spec(func(s *infrav1.KubeVirtMachineSpec) { s.Image.ContainerDisk.Reference = "registry.example.com/workers/kairos:v1" }),
+			spec(func(s *infrav1.KubeVirtMachineSpec) {
+				s.Image.ContainerDisk.Reference = "registry.example.com/workers/kairos:v1"
+			}),
 			[]string{"spec.image.containerDisk.reference"}},
 		{"a container disk reference that does not parse is rejected",
 			spec(func(s *infrav1.KubeVirtMachineSpec) { s.Image.ContainerDisk.Reference = "UPPER/case@sha256:zz" }),
@@ -122,7 +124,9 @@ func TestValidateMachineSpec(t *testing.T) {
 				s.Image.Clone = &infrav1.CloneSource{Kind: infrav1.CloneFromDataSource, Name: "golden"}
 			}), []string{"spec.image"}},
 		{"an instancetype with cpu is rejected",
-			spec(func(s *infrav1.KubeVirtMachineSpec) { s.Instancetype = &infrav1.InstancetypeReference{Name: "u1.large"} }),
+			spec(func(s *infrav1.KubeVirtMachineSpec) {
+				s.Instancetype = &infrav1.InstancetypeReference{Name: "u1.large"}
+			}),
 			[]string{"spec.instancetype"}},
 		{"an instancetype alone is valid",
 			spec(func(s *infrav1.KubeVirtMachineSpec) {
@@ -349,4 +353,3 @@ func TestKubeVirtClusterWebhooks(t *testing.T) {
 		g.Expect(err).To(MatchError(ContainSubstring("immutable")))
 	})
 }
-
