@@ -1,0 +1,403 @@
+/*
+Copyright 2026 The Cozystack Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package workerclass_test
+
+import (
+	"strings"
+	"testing"
+
+	. "github.com/onsi/gomega"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/cozystack/cluster-api-workers/exp/workerclass/admission"
+	"github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
+	"github.com/cozystack/cluster-api-workers/test/envtest"
+)
+
+// The built-ins talos and kairos exist after install, the platform default
+// is talos at first, and the controller never overwrites the platform.
+func TestBuiltinsAndPlatform(t *testing.T) {
+	g := NewWithT(t)
+	for name, family := range map[string]v1alpha1.BootstrapFamily{"talos": v1alpha1.BootstrapTalos, "kairos": v1alpha1.BootstrapKairos} {
+		class := &v1alpha1.WorkerClass{}
+		g.Eventually(func() error { return env.Client.Get(ctx, types.NamespacedName{Name: name}, class) }).Should(Succeed())
+		g.Expect(class.Spec.Bootstrap).To(Equal(family))
+		g.Eventually(func() []string {
+			_ = env.Client.Get(ctx, types.NamespacedName{Name: name}, class)
+			return class.Finalizers
+		}).Should(ContainElement(v1alpha1.WorkerClassInUseFinalizer))
+	}
+
+	platform := &v1alpha1.WorkerPlatform{}
+	g.Expect(env.Client.Get(ctx, types.NamespacedName{Name: v1alpha1.PlatformName}, platform)).To(Succeed())
+	g.Expect(platform.Spec.DefaultClass).To(Equal(v1alpha1.TalosClassName))
+
+	t.Run("a deleted, unused built-in comes back", func(t *testing.T) {
+		g := NewWithT(t)
+		kairos := &v1alpha1.WorkerClass{}
+		g.Expect(env.Client.Get(ctx, types.NamespacedName{Name: "kairos"}, kairos)).To(Succeed())
+		g.Expect(env.Client.Delete(ctx, kairos)).To(Succeed())
+		g.Eventually(func() types.UID {
+			again := &v1alpha1.WorkerClass{}
+			_ = env.Client.Get(ctx, types.NamespacedName{Name: "kairos"}, again)
+			return again.UID
+		}).ShouldNot(Or(BeEmpty(), Equal(kairos.UID)))
+	})
+
+	t.Run("a deleted platform configuration comes back, an existing one is never overwritten", func(t *testing.T) {
+		g := NewWithT(t)
+		current := &v1alpha1.WorkerPlatform{}
+		g.Expect(env.Client.Get(ctx, types.NamespacedName{Name: v1alpha1.PlatformName}, current)).To(Succeed())
+		saved := current.Spec.DeepCopy()
+		g.Expect(env.Client.Delete(ctx, current)).To(Succeed())
+		recreated := &v1alpha1.WorkerPlatform{}
+		g.Eventually(func() types.UID {
+			_ = env.Client.Get(ctx, types.NamespacedName{Name: v1alpha1.PlatformName}, recreated)
+			return recreated.UID
+		}).ShouldNot(Or(BeEmpty(), Equal(current.UID)))
+		g.Expect(recreated.Spec.DefaultClass).To(Equal(v1alpha1.TalosClassName))
+		recreated.Spec = *saved
+		g.Expect(env.Client.Update(ctx, recreated)).To(Succeed())
+		// A reconcile of the existing configuration leaves the hoster's
+		// values alone.
+		recreated.Annotations = map[string]string{"touched": "yes"}
+		g.Expect(env.Client.Update(ctx, recreated)).To(Succeed())
+		g.Consistently(func() []v1alpha1.KubernetesVersion {
+			got := &v1alpha1.WorkerPlatform{}
+			_ = env.Client.Get(ctx, types.NamespacedName{Name: v1alpha1.PlatformName}, got)
+			return got.Spec.KubernetesVersions
+		}, "1s").Should(Equal(saved.KubernetesVersions))
+	})
+}
+
+// The seed's table "KubernetesNodes application API" through the real
+// apiserver with the webhooks installed.
+func TestPoolAPITable(t *testing.T) {
+	ns := newNamespace(t)
+	spec := func(class string, extra ...any) map[string]any {
+		s := map[string]any{"cluster": "example", "version": "v1.35", "minReplicas": int64(2), "maxReplicas": int64(3)}
+		if class != "-" {
+			s["workerClassName"] = class
+		}
+		for i := 0; i+1 < len(extra); i += 2 {
+			s[extra[i].(string)] = extra[i+1]
+		}
+		return s
+	}
+
+	t.Run("CREATE with class omitted writes the current platform default", func(t *testing.T) {
+		g := NewWithT(t)
+		pool, err := createPool(t, ns, "omitted", spec("-"))
+		g.Expect(err).NotTo(HaveOccurred())
+		expectClass(g, pool, "talos")
+	})
+	t.Run("CREATE with class empty writes the current platform default", func(t *testing.T) {
+		g := NewWithT(t)
+		pool, err := createPool(t, ns, "empty", spec(""))
+		g.Expect(err).NotTo(HaveOccurred())
+		expectClass(g, pool, "talos")
+	})
+	t.Run("changing the platform default does not retarget stored pools", func(t *testing.T) {
+		g := NewWithT(t)
+		before, err := createPool(t, ns, "before-change", spec("-"))
+		g.Expect(err).NotTo(HaveOccurred())
+		setPlatformDefault(g, "kairos")
+		t.Cleanup(func() { setPlatformDefault(NewWithT(t), "talos") })
+		after, err := createPool(t, ns, "after-change", spec("-", "sshKeys", []any{}))
+		g.Expect(err).NotTo(HaveOccurred())
+		expectClass(g, after, "kairos")
+		expectClass(g, before, "talos")
+	})
+	t.Run("CREATE with an explicit class preserves and validates it", func(t *testing.T) {
+		g := NewWithT(t)
+		pool, err := createPool(t, ns, "explicit", spec(fixedClass))
+		g.Expect(err).NotTo(HaveOccurred())
+		expectClass(g, pool, fixedClass)
+
+		_, err = createPool(t, ns, "explicit-wrong-minor", spec(fixedClass, "version", "v1.34"))
+		g.Expect(apierrors.IsInvalid(err)).To(BeTrue(), "got %v", err)
+		g.Expect(err.Error()).To(ContainSubstring("the pool must select minor v1.35"))
+
+		_, err = createPool(t, ns, "explicit-missing", spec("no-such-class"))
+		g.Expect(err).To(MatchError(ContainSubstring(`spec.workerClassName: Not found: "no-such-class"`)))
+	})
+
+	t.Run("UPDATE of a classless pool, class omitted or empty, stays legacy Talos", func(t *testing.T) {
+		g := NewWithT(t)
+		legacy := envtest.NewPool(ns, "legacy", spec("-"))
+		g.Expect(env.CreateLegacyPools(ctx, legacy)).To(Succeed())
+		t.Cleanup(func() { deletePool(t, legacy) })
+		_, found := classOf(g, getPool(g, legacy))
+		g.Expect(found).To(BeFalse())
+
+		g.Expect(replaceSpec(legacy, spec("-", "minReplicas", int64(5)))).To(Succeed())
+		got := getPool(g, legacy)
+		_, found = classOf(g, got)
+		g.Expect(found).To(BeFalse(), "an omitted class stays omitted")
+		g.Expect(got.GetLabels()).NotTo(HaveKey(v1alpha1.WorkerClassLabel))
+
+		g.Expect(replaceSpec(legacy, spec("", "minReplicas", int64(4)))).To(Succeed())
+		name, _ := classOf(g, getPool(g, legacy))
+		g.Expect(name).To(BeEmpty(), "an empty class leaves the pool legacy")
+	})
+
+	t.Run("UPDATE of a classified pool, class omitted or empty, restores the stored class", func(t *testing.T) {
+		g := NewWithT(t)
+		pool, err := createPool(t, ns, "classified", spec("kairos"))
+		g.Expect(err).NotTo(HaveOccurred())
+
+		g.Expect(replaceSpec(pool, spec("-", "minReplicas", int64(1)))).To(Succeed(), "full replace without the class")
+		expectClass(g, pool, "kairos")
+
+		g.Expect(replaceSpec(pool, spec(""))).To(Succeed(), "empty is not a request to become legacy")
+		expectClass(g, pool, "kairos")
+
+		patch := client.RawPatch(types.MergePatchType, []byte(`{"spec":{"workerClassName":null},"metadata":{"labels":null}}`))
+		g.Expect(env.Client.Patch(ctx, envtest.NewPool(ns, "classified", nil), patch)).To(Succeed())
+		expectClass(g, pool, "kairos")
+
+		err = replaceSpec(pool, spec("-", "talos", map[string]any{"version": "v1.13.6"}))
+		g.Expect(err).To(MatchError(ContainSubstring("spec.talos: Forbidden")), "the restored class validates the new settings")
+	})
+
+	t.Run("UPDATE selecting another class passes the family and image checks", func(t *testing.T) {
+		g := NewWithT(t)
+		talosPool, err := createPool(t, ns, "switch-talos", spec("talos"))
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(replaceSpec(talosPool, spec(talosR1))).To(Succeed())
+		expectClass(g, talosPool, talosR1)
+
+		err = replaceSpec(talosPool, spec("kairos"))
+		g.Expect(err).To(MatchError(ContainSubstring("switching a running pool from talos to kairos in place is refused")))
+
+		kairosPool, err := createPool(t, ns, "switch-kairos", spec("kairos", "version", "v1.35"))
+		g.Expect(err).NotTo(HaveOccurred())
+		err = replaceSpec(kairosPool, spec(fixedClass, "version", "v1.34"))
+		g.Expect(err).To(MatchError(ContainSubstring("the pool must select minor v1.35")))
+		g.Expect(replaceSpec(kairosPool, spec(fixedClass))).To(Succeed())
+		expectClass(g, kairosPool, fixedClass)
+
+		legacy := envtest.NewPool(ns, "switch-legacy", spec("-"))
+		g.Expect(env.CreateLegacyPools(ctx, legacy)).To(Succeed())
+		t.Cleanup(func() { deletePool(t, legacy) })
+		err = replaceSpec(legacy, spec("kairos"))
+		g.Expect(err).To(MatchError(ContainSubstring("from talos to kairos")), "a legacy pool is Talos")
+	})
+}
+
+// The seed's example classes and pools are accepted as written.
+func TestSeedExamples(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	public, _ := publicKey(t)
+	for name, spec := range map[string]map[string]any{
+		"example-kairos": {"cluster": "example", "workerClassName": "kairos", "version": "v1.35",
+			"minReplicas": int64(2), "maxReplicas": int64(3), "sshKeys": []any{}},
+		"example-kairos-ssh": {"cluster": "example", "workerClassName": "kairos", "version": "v1.35", "sshKeys": []any{public}},
+		"example-talos": {"cluster": "example", "workerClassName": talosR1, "version": "v1.35",
+			"talos": map[string]any{"version": "v1.13.6"}, "kernelModules": []any{map[string]any{"name": "nvme_tcp"}}},
+		"example-custom-kairos": {"cluster": "example", "workerClassName": fixedClass, "version": "v1.35"},
+	} {
+		pool, err := createPool(t, ns, name, spec)
+		g.Expect(err).NotTo(HaveOccurred(), name)
+		expectClass(g, pool, spec["workerClassName"].(string))
+	}
+}
+
+// The pool's sshKeys rules through the apiserver.
+func TestPoolSSHKeys(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	public, private := publicKey(t)
+	second, _ := publicKey(t)
+
+	_, err := createPool(t, ns, "two-keys", map[string]any{"cluster": "c", "workerClassName": "kairos", "version": "v1.35", "sshKeys": []any{public, second}})
+	g.Expect(err).To(MatchError(ContainSubstring("spec.sshKeys: Too many: 2: must have at most 1 item")))
+
+	_, err = createPool(t, ns, "talos-key", map[string]any{"cluster": "c", "workerClassName": "talos", "version": "v1.35", "sshKeys": []any{public}})
+	g.Expect(err).To(MatchError(ContainSubstring("Talos has no SSH server")))
+
+	_, err = createPool(t, ns, "talos-empty", map[string]any{"cluster": "c", "workerClassName": "talos", "version": "v1.35", "sshKeys": []any{}})
+	g.Expect(err).NotTo(HaveOccurred())
+
+	_, err = createPool(t, ns, "private", map[string]any{"cluster": "c", "workerClassName": "kairos", "version": "v1.35", "sshKeys": []any{private}})
+	g.Expect(err).To(MatchError(ContainSubstring("looks like a private key")))
+	for _, line := range strings.Split(private, "\n") {
+		if len(line) > 16 && !strings.HasPrefix(line, "-----") {
+			g.Expect(err.Error()).NotTo(ContainSubstring(line), "the refusal echoes the private key")
+		}
+	}
+}
+
+// A supplied [] or {} survives the apiserver and typed clients: empty is
+// a value, not an absence.
+func TestEmptyValuesRoundTrip(t *testing.T) {
+	g := NewWithT(t)
+	class := &v1alpha1.WorkerClass{ObjectMeta: metav1.ObjectMeta{Name: "talos-empty-lists"}, Spec: v1alpha1.WorkerClassSpec{
+		Bootstrap: v1alpha1.BootstrapTalos,
+		Talos: &v1alpha1.TalosBaseline{
+			TalosScalars:    v1alpha1.TalosScalars{InstallerRepository: ptr("")},
+			KernelModules:   []v1alpha1.KernelModule{},
+			RegistryMirrors: map[string]v1alpha1.RegistryMirror{},
+		},
+		Proxmox: &v1alpha1.ProxmoxTemplateSource{TemplateTags: []string{}},
+	}}
+	g.Expect(env.Client.Create(ctx, class, client.FieldValidation(metav1.FieldValidationStrict))).To(Succeed())
+	t.Cleanup(func() { g.Expect(env.Client.Delete(ctx, class)).To(Succeed()) })
+	got := &v1alpha1.WorkerClass{}
+	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(class), got)).To(Succeed())
+	g.Expect(got.Spec.Talos.KernelModules).NotTo(BeNil())
+	g.Expect(got.Spec.Talos.KernelModules).To(BeEmpty())
+	g.Expect(got.Spec.Talos.RegistryMirrors).NotTo(BeNil())
+	g.Expect(got.Spec.Talos.RegistryMirrors).To(BeEmpty())
+	g.Expect(got.Spec.Proxmox.TemplateTags).NotTo(BeNil())
+	g.Expect(got.Spec.Talos.InstallerRepository).To(Equal(ptr("")))
+	g.Expect(got.Spec.Talos.Version).To(BeNil(), "absent stays absent")
+
+	ns := newNamespace(t)
+	pool, err := createPool(t, ns, "empties", map[string]any{"cluster": "c", "workerClassName": class.Name, "version": "v1.35",
+		"sshKeys": []any{}, "kernelModules": []any{}, "registryMirrors": map[string]any{}, "talos": map[string]any{"imageFactoryCA": ""}})
+	g.Expect(err).NotTo(HaveOccurred())
+	stored := getPool(g, pool)
+	settings, errs := admission.PoolFromObject(stored.Object)
+	g.Expect(errs).To(BeEmpty())
+	g.Expect(settings.Settings.SSHKeys).To(And(Not(BeNil()), BeEmpty()))
+	g.Expect(settings.Settings.KernelModules).To(And(Not(BeNil()), BeEmpty()))
+	g.Expect(settings.Settings.RegistryMirrors).To(And(Not(BeNil()), BeEmpty()))
+	g.Expect(settings.Settings.Talos.ImageFactoryCA).To(Equal(ptr("")))
+	g.Expect(settings.Settings.OSImage).To(BeNil())
+}
+
+// The class spec is immutable (CEL and webhook) and invalid classes and
+// platform configurations are rejected.
+func TestClassAndPlatformValidation(t *testing.T) {
+	g := NewWithT(t)
+	class := &v1alpha1.WorkerClass{}
+	g.Expect(env.Client.Get(ctx, types.NamespacedName{Name: talosR1}, class)).To(Succeed())
+
+	// Merge patches carry no resourceVersion, so the controller's status
+	// updates cannot conflict with them.
+	changed := class.DeepCopy()
+	changed.Spec.Talos.Version = ptr("v1.13.7")
+	err := env.Client.Patch(ctx, changed, client.MergeFrom(class))
+	g.Expect(apierrors.IsInvalid(err)).To(BeTrue(), "got %v", err)
+	g.Expect(err.Error()).To(ContainSubstring("spec is immutable"))
+
+	labelled := class.DeepCopy()
+	labelled.Labels = map[string]string{"tier": "gold"}
+	g.Expect(env.Client.Patch(ctx, labelled, client.MergeFrom(class))).To(Succeed(), "metadata stays editable")
+
+	ref := "registry.example.com/workers/kairos-worker@" + diskDigest
+	for name, tc := range map[string]struct {
+		spec v1alpha1.WorkerClassSpec
+		want string
+	}{
+		"fixed image reference without digest": {v1alpha1.WorkerClassSpec{Bootstrap: v1alpha1.BootstrapKairos,
+			Image: &v1alpha1.FixedImage{KubernetesVersion: "v1.35.6", Reference: "registry.example.com/w:v1.35.6"}}, "pinned by digest"},
+		"fixed image without reference": {v1alpha1.WorkerClassSpec{Bootstrap: v1alpha1.BootstrapKairos,
+			Image: &v1alpha1.FixedImage{KubernetesVersion: "v1.35.6"}}, "spec.image.reference"},
+		"fixed image with a minor only": {v1alpha1.WorkerClassSpec{Bootstrap: v1alpha1.BootstrapKairos,
+			Image: &v1alpha1.FixedImage{KubernetesVersion: "v1.35", Reference: ref}}, "spec.image.kubernetesVersion"},
+		"fixed image on Talos": {v1alpha1.WorkerClassSpec{Bootstrap: v1alpha1.BootstrapTalos,
+			Image: &v1alpha1.FixedImage{KubernetesVersion: "v1.35.6", Reference: ref}}, "a fixed image is a Kairos artifact"},
+		"builtin and factory": {v1alpha1.WorkerClassSpec{Bootstrap: v1alpha1.BootstrapTalos,
+			KubeVirt: &v1alpha1.KubeVirtClassSource{OSImage: &v1alpha1.OSImageSource{
+				Builtin: &v1alpha1.BuiltinImageSource{}, Factory: &v1alpha1.FactoryImageSource{}}}}, "builtin and factory cannot both be set"},
+		"Talos settings on Kairos": {v1alpha1.WorkerClassSpec{Bootstrap: v1alpha1.BootstrapKairos,
+			Talos: &v1alpha1.TalosBaseline{TalosScalars: v1alpha1.TalosScalars{Version: ptr("v1.13.6")}}}, "Talos settings are not Kairos configuration"},
+	} {
+		bad := &v1alpha1.WorkerClass{ObjectMeta: metav1.ObjectMeta{Name: "invalid-" + strings.ReplaceAll(strings.ToLower(name), " ", "-")}, Spec: tc.spec}
+		err := env.Client.Create(ctx, bad)
+		g.Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%s: got %v", name, err)
+		g.Expect(err.Error()).To(ContainSubstring(tc.want), name)
+	}
+
+	other := &v1alpha1.WorkerPlatform{ObjectMeta: metav1.ObjectMeta{Name: "other"}, Spec: v1alpha1.WorkerPlatformSpec{DefaultClass: "talos"}}
+	g.Expect(env.Client.Create(ctx, other)).To(MatchError(ContainSubstring("singleton named default")))
+
+	platform := &v1alpha1.WorkerPlatform{}
+	g.Expect(env.Client.Get(ctx, types.NamespacedName{Name: v1alpha1.PlatformName}, platform)).To(Succeed())
+	platform.Spec.KubernetesVersions = append(platform.Spec.KubernetesVersions, v1alpha1.KubernetesVersion{Minor: "v1.33", Patch: "v1.34.1"})
+	g.Expect(env.Client.Update(ctx, platform)).To(MatchError(ContainSubstring("the patch must belong to minor v1.33")))
+}
+
+// A class in use keeps its finalizer until no pool uses it; its status
+// lists the users.
+func TestDeletionProtection(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	class := &v1alpha1.WorkerClass{ObjectMeta: metav1.ObjectMeta{Name: "talos-protected"}, Spec: v1alpha1.WorkerClassSpec{Bootstrap: v1alpha1.BootstrapTalos}}
+	g.Expect(env.Client.Create(ctx, class)).To(Succeed())
+	pool, err := createPool(t, ns, "user", map[string]any{"cluster": "c", "workerClassName": class.Name, "version": "v1.35"})
+	g.Expect(err).NotTo(HaveOccurred())
+
+	g.Eventually(func(g Gomega) {
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(class), class)).To(Succeed())
+		g.Expect(class.Status.PoolCount).To(BeEquivalentTo(1))
+		g.Expect(class.Status.Users).To(ConsistOf(v1alpha1.WorkerClassUser{Kind: "KubernetesNodes", Namespace: ns, Name: "user"}))
+		g.Expect(class.Finalizers).To(ContainElement(v1alpha1.WorkerClassInUseFinalizer))
+	}).Should(Succeed())
+
+	g.Expect(env.Client.Delete(ctx, class)).To(Succeed())
+	g.Eventually(func() []string { return classEvents(g, class) }).Should(ContainElement("DeletionBlocked"))
+	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(class), class)).To(Succeed(), "a class in use is not deleted")
+	g.Expect(class.DeletionTimestamp.IsZero()).To(BeFalse())
+
+	_, err = createPool(t, ns, "late", map[string]any{"cluster": "c", "workerClassName": class.Name, "version": "v1.35"})
+	g.Expect(err).To(MatchError(ContainSubstring("is being deleted")))
+	g.Expect(replaceSpec(pool, map[string]any{"cluster": "c", "version": "v1.34"})).To(Succeed(), "its users keep working")
+	expectClass(g, pool, class.Name)
+
+	deletePool(t, pool)
+	g.Eventually(func() bool {
+		return apierrors.IsNotFound(env.Client.Get(ctx, client.ObjectKeyFromObject(class), &v1alpha1.WorkerClass{}))
+	}).Should(BeTrue(), "the finalizer is released once unused")
+}
+
+// The status lists a bounded number of users and counts all of them.
+func TestClassStatusBoundsUsers(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	const pools = v1alpha1.MaxListedUsers + 3
+	for i := range pools {
+		_, err := createPool(t, ns, "pool-"+string(rune('a'+i/26))+string(rune('a'+i%26)), map[string]any{"cluster": "c", "workerClassName": talosR1, "version": "v1.35"})
+		g.Expect(err).NotTo(HaveOccurred())
+	}
+	class := &v1alpha1.WorkerClass{}
+	g.Eventually(func(g Gomega) {
+		g.Expect(env.Client.Get(ctx, types.NamespacedName{Name: talosR1}, class)).To(Succeed())
+		g.Expect(class.Status.PoolCount).To(BeEquivalentTo(pools))
+		g.Expect(class.Status.Users).To(HaveLen(v1alpha1.MaxListedUsers))
+		g.Expect(class.Status.Users[0].Name).To(Equal("pool-aa"))
+		inUse := metaCondition(class, v1alpha1.InUseCondition)
+		g.Expect(inUse).NotTo(BeNil())
+		g.Expect(inUse.Status).To(Equal(metav1.ConditionTrue))
+		g.Expect(inUse.Message).To(Equal("Used by 35 pool(s) and 0 template(s)"))
+	}).Should(Succeed())
+}
+
+func metaCondition(class *v1alpha1.WorkerClass, t string) *metav1.Condition {
+	for i := range class.Status.Conditions {
+		if class.Status.Conditions[i].Type == t {
+			return &class.Status.Conditions[i]
+		}
+	}
+	return nil
+}

@@ -1,0 +1,144 @@
+package envtest
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/cozystack/cluster-api-workers/exp/workerclass"
+	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
+)
+
+// PoolCRDPath is the stand-in CRD for Cozystack's KubernetesNodes pool API.
+var PoolCRDPath = filepath.Join("test", "crds", "pool")
+
+// WorkerClassWebhookPath holds the WorkerClass, WorkerPlatform and pool
+// webhook configurations.
+var WorkerClassWebhookPath = filepath.Join("config", "workerclass", "webhook")
+
+// WorkerClassOptions returns Options that install the pool CRD, serve the
+// WorkerClass API's webhooks and, with controllers, run the class
+// controller. Callers may add to the returned Options.
+func WorkerClassOptions(controllers bool) Options {
+	scheme := DefaultScheme()
+	if err := workerclassv1.AddToScheme(scheme); err != nil {
+		// AddToScheme fails only for conflicting registrations, which a
+		// fresh scheme cannot have.
+		panic(fmt.Sprintf("adding the WorkerClass API to the scheme: %v", err))
+	}
+	opts := Options{
+		Scheme:        scheme,
+		CRDPaths:      []string{PoolCRDPath},
+		WebhookPaths:  []string{WorkerClassWebhookPath},
+		SetupWebhooks: workerclass.SetupWebhooksWithManager,
+	}
+	if controllers {
+		opts.SetupControllers = func(ctx context.Context, mgr ctrl.Manager) error {
+			return workerclass.SetupWithManager(ctx, mgr, workerclass.Options{})
+		}
+	}
+	return opts
+}
+
+// NewPool returns a KubernetesNodes object with the given spec.
+func NewPool(namespace, name string, spec map[string]any) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{Object: map[string]any{"spec": spec}}
+	u.SetGroupVersionKind(workerclassv1.PoolGroupVersionKind)
+	u.SetNamespace(namespace)
+	u.SetName(name)
+	return u
+}
+
+// CreateLegacyPools stores classless pools the way a cluster has them from
+// before class support: it removes the pool webhook configurations, waits
+// until the apiserver stops calling them, creates the pools, then puts the
+// configurations back and waits until CREATEs are defaulted again.
+func (e *Environment) CreateLegacyPools(ctx context.Context, pools ...*unstructured.Unstructured) error {
+	var mutating admissionv1.MutatingWebhookConfigurationList
+	var validating admissionv1.ValidatingWebhookConfigurationList
+	if err := e.Client.List(ctx, &mutating); err != nil {
+		return err
+	}
+	if err := e.Client.List(ctx, &validating); err != nil {
+		return err
+	}
+	var saved []client.Object
+	for i := range mutating.Items {
+		if hasPoolRule(mutating.Items[i].Webhooks[0].Rules) {
+			saved = append(saved, &mutating.Items[i])
+		}
+	}
+	for i := range validating.Items {
+		if hasPoolRule(validating.Items[i].Webhooks[0].Rules) {
+			saved = append(saved, &validating.Items[i])
+		}
+	}
+	if len(saved) == 0 {
+		return fmt.Errorf("no pool webhook configuration is installed")
+	}
+	for _, obj := range saved {
+		if err := e.Client.Delete(ctx, obj); err != nil {
+			return err
+		}
+	}
+	namespace := pools[0].GetNamespace()
+	if err := waitForPoolDefaulting(ctx, e.Client, namespace, false); err != nil {
+		return err
+	}
+	for _, p := range pools {
+		if err := e.Client.Create(ctx, p); err != nil {
+			return fmt.Errorf("creating legacy pool %s: %w", p.GetName(), err)
+		}
+	}
+	for _, obj := range saved {
+		obj.SetResourceVersion("")
+		obj.SetUID("")
+		if err := e.Client.Create(ctx, obj); err != nil {
+			return err
+		}
+	}
+	return waitForPoolDefaulting(ctx, e.Client, namespace, true)
+}
+
+func hasPoolRule(rules []admissionv1.RuleWithOperations) bool {
+	for _, r := range rules {
+		for _, res := range r.Resources {
+			if res == workerclassv1.PoolResource.Resource {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// waitForPoolDefaulting creates throw-away classless pools until the
+// apiserver's view of the webhooks matches want: defaulted (webhooks on)
+// or stored classless (webhooks off).
+func waitForPoolDefaulting(ctx context.Context, c client.Client, namespace string, want bool) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for i := 0; ; i++ {
+		probe := NewPool(namespace, fmt.Sprintf("webhook-probe-%d-%d", time.Now().UnixNano(), i), map[string]any{"cluster": "probe", "version": "v1.35"})
+		err := c.Create(ctx, probe)
+		if err == nil {
+			class, _, _ := unstructured.NestedString(probe.Object, "spec", "workerClassName")
+			_ = c.Delete(ctx, probe)
+			if (class != "") == want {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the apiserver did not pick up the pool webhook change within 30s (last error: %v)", err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
