@@ -1,0 +1,119 @@
+/*
+Copyright 2026 The Cozystack Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
+)
+
+func labelledPool(namespace, name, class string) *metav1.PartialObjectMetadata {
+	m := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name,
+		Labels: map[string]string{v1alpha1.WorkerClassLabel: class}}}
+	m.SetGroupVersionKind(v1alpha1.PoolGroupVersionKind)
+	return m
+}
+
+func condition(class *v1alpha1.WorkerClass, t string) metav1.Condition {
+	for _, c := range class.Status.Conditions {
+		if c.Type == t {
+			return c
+		}
+	}
+	return metav1.Condition{}
+}
+
+// Users are found by label through metadata-only lists; a user kind that
+// is not installed (here KubeVirtMachineTemplate) counts as no users.
+func TestListUsersToleratesMissingKinds(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	// The fake client stores pools as metadata only, as the controller
+	// reads them.
+	scheme.AddKnownTypeWithName(v1alpha1.PoolGroupVersionKind, &metav1.PartialObjectMetadata{})
+	scheme.AddKnownTypeWithName(v1alpha1.PoolGroupVersionKind.GroupVersion().WithKind("KubernetesNodesList"), &metav1.PartialObjectMetadataList{})
+	mapper := meta.NewDefaultRESTMapper(nil)
+	mapper.Add(v1alpha1.PoolGroupVersionKind, meta.RESTScopeNamespace)
+	c := fake.NewClientBuilder().WithScheme(scheme).WithRESTMapper(mapper).WithObjects(
+		labelledPool("a", "p1", "gold"), labelledPool("b", "p2", "gold"), labelledPool("a", "p3", "silver"),
+	).Build()
+	r := &WorkerClassReconciler{Client: c, UserReader: c}
+	users, err := r.listUsers(context.Background(), "gold")
+	if err != nil {
+		t.Fatalf("a missing kind must not fail the listing: %v", err)
+	}
+	if users.pools != 2 || users.templates != 0 || len(users.all) != 2 {
+		t.Errorf("users = %+v, want the two gold pools", users)
+	}
+}
+
+func TestSetUsersBoundsAndSorts(t *testing.T) {
+	var users classUsers
+	for i := range v1alpha1.MaxListedUsers + 5 {
+		users.all = append(users.all, v1alpha1.WorkerClassUser{Kind: "KubernetesNodes", Namespace: "ns", Name: fmt.Sprintf("pool-%03d", 100-i)})
+		users.pools++
+	}
+	users.all = append(users.all, v1alpha1.WorkerClassUser{Kind: "KubeVirtMachineTemplate", Namespace: "zz", Name: "t"})
+	users.templates++
+	class := &v1alpha1.WorkerClass{}
+	setUsers(class, users)
+	if len(class.Status.Users) != v1alpha1.MaxListedUsers {
+		t.Fatalf("listed %d users, want the bound %d", len(class.Status.Users), v1alpha1.MaxListedUsers)
+	}
+	if class.Status.Users[0].Kind != "KubeVirtMachineTemplate" || class.Status.Users[1].Name != "pool-064" {
+		t.Errorf("users are not sorted by kind, namespace and name: %v", class.Status.Users[:2])
+	}
+	if class.Status.PoolCount != v1alpha1.MaxListedUsers+5 || class.Status.TemplateCount != 1 {
+		t.Errorf("counts %d/%d", class.Status.PoolCount, class.Status.TemplateCount)
+	}
+	if c := condition(class, v1alpha1.InUseCondition); c.Status != metav1.ConditionTrue || c.Message != "Used by 37 pool(s) and 1 template(s)" {
+		t.Errorf("InUse = %+v", c)
+	}
+	if c := condition(class, v1alpha1.ReadyCondition); c.Status != metav1.ConditionTrue {
+		t.Errorf("Ready = %+v", c)
+	}
+
+	setUsers(class, classUsers{})
+	if class.Status.Users != nil && len(class.Status.Users) != 0 || class.Status.PoolCount != 0 {
+		t.Errorf("an unused class still lists users: %+v", class.Status)
+	}
+	if c := condition(class, v1alpha1.InUseCondition); c.Status != metav1.ConditionFalse || c.Reason != v1alpha1.NotInUseReason {
+		t.Errorf("InUse = %+v", c)
+	}
+}
+
+func TestClassOfUser(t *testing.T) {
+	if got := classOfUser(context.Background(), labelledPool("a", "p", "gold")); len(got) != 1 || got[0].Name != "gold" {
+		t.Errorf("requests %v", got)
+	}
+	var unlabelled client.Object = &unstructured.Unstructured{}
+	if got := classOfUser(context.Background(), unlabelled); len(got) != 0 {
+		t.Errorf("an unlabelled object maps to %v", got)
+	}
+}
