@@ -25,6 +25,7 @@ package cloudconfig
 
 import (
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"net"
 	"sort"
@@ -39,7 +40,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	kubeadmv1beta4 "sigs.k8s.io/cluster-api/bootstrap/kubeadm/pkg/types/upstreamv1beta4"
-	sigsyaml "sigs.k8s.io/yaml"
 
 	bootstrapv1 "github.com/cozystack/cluster-api-workers/bootstrap/api/v1alpha1"
 )
@@ -148,7 +148,7 @@ func Render(in Input) ([]byte, error) {
 
 	switch mode(in) {
 	case bootstrapv1.JoinModeClusterProvider:
-		config, err := sigsyaml.Marshal(providerConfig{JoinConfiguration: join})
+		config, err := kubeadmYAML(providerConfig{JoinConfiguration: join})
 		if err != nil {
 			return nil, fmt.Errorf("serializing the provider join configuration: %w", err)
 		}
@@ -165,7 +165,7 @@ func Render(in Input) ([]byte, error) {
 		doc.Stages["reconcile"] = []stage{reportSuccessStage()}
 	default:
 		join.TypeMeta = metav1.TypeMeta{APIVersion: kubeadmv1beta4.GroupVersion.String(), Kind: "JoinConfiguration"}
-		config, err := sigsyaml.Marshal(join)
+		config, err := kubeadmYAML(join)
 		if err != nil {
 			return nil, fmt.Errorf("serializing the JoinConfiguration: %w", err)
 		}
@@ -215,7 +215,19 @@ func JoinConfiguration(in Input) ([]byte, error) {
 		return nil, err
 	}
 	join.TypeMeta = metav1.TypeMeta{APIVersion: kubeadmv1beta4.GroupVersion.String(), Kind: "JoinConfiguration"}
-	return sigsyaml.Marshal(join)
+	return kubeadmYAML(join)
+}
+
+// kubeadmYAML serializes a kubeadm API object as indented JSON, which is
+// YAML too: kubeadm and the Kairos provider read it as such. Going through
+// encoding/json keeps the kubeadm types' field names and omissions and
+// costs a fraction of a YAML encoder's time.
+func kubeadmYAML(v any) ([]byte, error) {
+	raw, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return append(raw, '\n'), nil
 }
 
 func mode(in Input) bootstrapv1.JoinMode {
@@ -251,10 +263,60 @@ func validate(in Input) field.ErrorList {
 	if len(in.CACertHashes) == 0 {
 		errs = append(errs, field.Required(root.Child("caCertHashes"), "the cluster CA must be pinned"))
 	}
+	errs = append(errs, validateText(in, root)...)
 	if _, err := kubeadmv1beta4.NewBootstrapTokenString(in.Token); err != nil {
 		errs = append(errs, field.Invalid(root.Child("token"), "<redacted>", "must be a bootstrap token of the form [a-z0-9]{6}.[a-z0-9]{16}"))
 	}
 	return errs
+}
+
+// validateText refuses strings that are not UTF-8 or hold control
+// characters: an encoder would replace them, or YAML readers refuse them,
+// so the node would not get what the API holds. File content is exempt:
+// it is carried base64-encoded when it is not plain text.
+func validateText(in Input, root *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	check := func(p *field.Path, s string) {
+		if !IsText(s) {
+			errs = append(errs, field.Invalid(p, s, "must be UTF-8 text without control characters"))
+		}
+	}
+	check(root.Child("hostname"), in.Hostname)
+	check(root.Child("providerID"), in.ProviderID)
+	check(root.Child("sshAuthorizedKey"), in.SSHAuthorizedKey)
+	check(root.Child("clusterToken"), in.ClusterToken)
+	for k, v := range in.NodeLabels {
+		check(root.Child("nodeLabels").Key(k), k)
+		check(root.Child("nodeLabels").Key(k), v)
+	}
+	for i, t := range in.NodeTaints {
+		check(root.Child("nodeTaints").Index(i).Child("key"), t.Key)
+		check(root.Child("nodeTaints").Index(i).Child("value"), t.Value)
+		check(root.Child("nodeTaints").Index(i).Child("effect"), string(t.Effect))
+	}
+	for i, a := range in.KubeletExtraArgs {
+		check(root.Child("kubeletExtraArgs").Index(i).Child("name"), a.Name)
+		check(root.Child("kubeletExtraArgs").Index(i).Child("value"), a.Value)
+	}
+	for i, f := range in.Files {
+		check(root.Child("files").Index(i).Child("path"), f.Path)
+		check(root.Child("files").Index(i).Child("owner"), f.Owner)
+	}
+	return errs
+}
+
+// IsText reports whether s is UTF-8 without control characters or
+// Unicode non-characters U+FFFE and U+FFFF, which YAML does not allow.
+func IsText(s string) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if unicode.IsControl(r) || r == 0xfffe || r == 0xffff {
+			return false
+		}
+	}
+	return true
 }
 
 func joinConfiguration(in Input) (*kubeadmv1beta4.JoinConfiguration, error) {
@@ -358,7 +420,7 @@ func newFile(path, owner string, perm uint32, content []byte) file {
 		f.OwnerString = owner
 	}
 	escaped := EscapeTemplate(string(content))
-	if printable(escaped) {
+	if plainText(escaped) {
 		f.Content = escaped
 	} else {
 		f.Content = base64.StdEncoding.EncodeToString([]byte(escaped))
@@ -376,15 +438,16 @@ func EscapeTemplate(s string) string {
 	return strings.ReplaceAll(s, "{{", `{{ "{{" }}`)
 }
 
-func printable(s string) bool {
-	if !utf8.ValidString(s) {
+// plainText reports whether s can be carried as a plain YAML string that
+// reads back unchanged. Anything else (binary data, control characters,
+// and the shapes the YAML encoder's literal blocks do not round-trip:
+// tabs and a leading line break) is carried base64-encoded instead.
+func plainText(s string) bool {
+	if strings.HasPrefix(s, "\n") || strings.ContainsRune(s, '\t') || !utf8.ValidString(s) {
 		return false
 	}
 	for _, r := range s {
-		if r == '\n' || r == '\t' {
-			continue
-		}
-		if !unicode.IsPrint(r) && r != ' ' {
+		if r != '\n' && (!unicode.IsPrint(r) && r != ' ') {
 			return false
 		}
 	}
