@@ -1,0 +1,92 @@
+/*
+Copyright 2026 The Cozystack Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Command workerclass prints the effective settings of a KubernetesNodes
+// pool file resolved against WorkerClass files and the platform
+// configuration, exactly as pool admission would; with --legacy it prints
+// a classified Talos pool in the legacy (classless) field layout, the
+// restore interface for rolling back to a chart without class support.
+//
+//	workerclass resolve --pool pool.yaml --classes classes/ --platform platform.yaml [--substrate KubeVirt|Proxmox] [--legacy]
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// Exit codes.
+const (
+	exitOK       = 0
+	exitRejected = 1
+	exitUsage    = 2
+)
+
+const usage = `usage: workerclass resolve --pool FILE --classes FILE|DIR --platform FILE [--substrate KubeVirt|Proxmox] [--legacy]
+
+Prints the effective settings of a KubernetesNodes pool resolved against the
+WorkerClass objects in --classes and the WorkerPlatform in --platform, or the
+field errors pool admission would answer with. A pool without
+spec.workerClassName resolves with the platform default class, as a CREATE
+would.
+
+--legacy prints a classified Talos pool in the legacy (classless) field layout
+instead: the class name and label removed and every effective Talos setting
+written into the pool's own fields. Kairos pools and class settings a
+classless pool cannot carry are refused; already classless pools are printed
+unchanged.
+`
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] != "resolve" {
+		fmt.Fprint(stderr, usage)
+		return exitUsage
+	}
+	fs := flag.NewFlagSet("workerclass resolve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, usage) }
+	var opts options
+	fs.StringVar(&opts.pool, "pool", "", "KubernetesNodes pool file")
+	fs.StringVar(&opts.classes, "classes", "", "WorkerClass file or directory of files")
+	fs.StringVar(&opts.platform, "platform", "", "WorkerPlatform file")
+	fs.StringVar(&opts.substrate, "substrate", "KubeVirt", "KubeVirt or Proxmox")
+	fs.BoolVar(&opts.legacy, "legacy", false, "print the legacy (classless) layout of a classified Talos pool")
+	if err := fs.Parse(args[1:]); err != nil {
+		return exitUsage
+	}
+	if opts.pool == "" || opts.classes == "" || opts.platform == "" || fs.NArg() > 0 {
+		fmt.Fprint(stderr, usage)
+		return exitUsage
+	}
+	out, err := resolveCommand(opts)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		var rejected *rejectedError
+		if errors.As(err, &rejected) {
+			return exitRejected
+		}
+		return exitUsage
+	}
+	fmt.Fprint(stdout, out)
+	return exitOK
+}

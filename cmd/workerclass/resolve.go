@@ -1,0 +1,257 @@
+/*
+Copyright 2026 The Cozystack Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/yaml"
+
+	"github.com/cozystack/cluster-api-workers/exp/workerclass/admission"
+	"github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
+	"github.com/cozystack/cluster-api-workers/exp/workerclass/resolve"
+	"github.com/cozystack/cluster-api-workers/exp/workerclass/restore"
+	"github.com/cozystack/cluster-api-workers/exp/workerclass/validation"
+)
+
+type options struct {
+	pool, classes, platform, substrate string
+	legacy                             bool
+}
+
+// rejectedError is a refusal of the inputs, as opposed to a usage or I/O
+// problem.
+type rejectedError struct{ msg string }
+
+func (e *rejectedError) Error() string { return e.msg }
+
+func rejected(what string, errs field.ErrorList) error {
+	lines := make([]string, 0, len(errs)+1)
+	lines = append(lines, what+":")
+	for _, e := range errs {
+		lines = append(lines, "  "+e.Error())
+	}
+	return &rejectedError{msg: strings.Join(lines, "\n")}
+}
+
+func resolveCommand(opts options) (string, error) {
+	substrate := resolve.Substrate(opts.substrate)
+	if substrate != resolve.KubeVirt && substrate != resolve.Proxmox {
+		return "", fmt.Errorf("--substrate must be KubeVirt or Proxmox, not %q", opts.substrate)
+	}
+	platform, err := readPlatform(opts.platform)
+	if err != nil {
+		return "", err
+	}
+	classes, err := readClasses(opts.classes)
+	if err != nil {
+		return "", err
+	}
+	poolObj, err := readPool(opts.pool)
+	if err != nil {
+		return "", err
+	}
+	pool, errs := admission.PoolFromObject(poolObj.Object)
+	if len(errs) > 0 {
+		return "", rejected("pool "+poolRef(poolObj)+" is rejected", errs)
+	}
+	if opts.legacy && pool.ClassName == "" {
+		return "# " + poolRef(poolObj) + " is already classless: no class restoration is needed.\n" + mustYAML(poolObj.Object), nil
+	}
+
+	decision, errs := admission.Admit(admission.Request{
+		Operation: admission.Create,
+		New:       pool,
+		Substrate: substrate,
+		Classes: func(name string) (*v1alpha1.WorkerClass, error) {
+			if c, ok := classes[name]; ok {
+				return c, nil
+			}
+			return nil, fmt.Errorf("class %s is not in %s: %w", name, opts.classes, admission.ErrNotFound)
+		},
+		Platform: func() (*v1alpha1.WorkerPlatformSpec, error) { return &platform.Spec, nil },
+	})
+	if len(errs) > 0 {
+		return "", rejected("pool "+poolRef(poolObj)+" is rejected", errs)
+	}
+
+	if opts.legacy {
+		legacy, err := restore.LegacyPool(poolObj, decision.Result, &platform.Spec, substrate)
+		if err != nil {
+			return "", &rejectedError{msg: fmt.Sprintf("pool %s cannot be restored to the legacy layout: %v", poolRef(poolObj), err)}
+		}
+		header := fmt.Sprintf("# Legacy (classless) layout of %s, restored from class %s.\n"+
+			"# Apply it with hoster authorization, then verify the old chart's resources and\n"+
+			"# template hashes: remaining Talos is not proof of no rollout.\n", poolRef(poolObj), decision.ClassName)
+		return header + mustYAML(legacy.Object), nil
+	}
+	source := "pool"
+	if decision.Defaulted {
+		source = "platformDefault"
+	}
+	return mustYAML(effectiveOf(poolRef(poolObj), decision.ClassName, source, decision.Result)), nil
+}
+
+func poolRef(u *unstructured.Unstructured) string {
+	if u.GetNamespace() == "" {
+		return u.GetName()
+	}
+	return u.GetNamespace() + "/" + u.GetName()
+}
+
+// mustYAML encodes values built from decoded YAML or plain structs, which
+// always encode.
+func mustYAML(v any) string {
+	data, err := yaml.Marshal(v)
+	if err != nil {
+		return fmt.Sprintf("# encoding failed: %v\n", err)
+	}
+	return string(data)
+}
+
+// readDocuments splits a YAML file into its documents.
+func readDocuments(path string) ([][]byte, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+	var docs [][]byte
+	for {
+		doc, err := reader.Read()
+		if errors.Is(err, io.EOF) {
+			return docs, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		if len(bytes.TrimSpace(doc)) > 0 && !onlyComments(doc) {
+			docs = append(docs, doc)
+		}
+	}
+}
+
+func onlyComments(doc []byte) bool {
+	for _, line := range strings.Split(string(doc), "\n") {
+		if l := strings.TrimSpace(line); l != "" && !strings.HasPrefix(l, "#") {
+			return false
+		}
+	}
+	return true
+}
+
+func kindOf(doc []byte) (string, error) {
+	var meta struct {
+		APIVersion string `json:"apiVersion"`
+		Kind       string `json:"kind"`
+	}
+	if err := yaml.Unmarshal(doc, &meta); err != nil {
+		return "", err
+	}
+	return meta.APIVersion + "/" + meta.Kind, nil
+}
+
+func readPlatform(path string) (*v1alpha1.WorkerPlatform, error) {
+	docs, err := readDocuments(path)
+	if err != nil {
+		return nil, err
+	}
+	want := v1alpha1.GroupVersion.String() + "/WorkerPlatform"
+	if len(docs) != 1 {
+		return nil, fmt.Errorf("%s: want exactly one %s document, found %d", path, want, len(docs))
+	}
+	if kind, err := kindOf(docs[0]); err != nil || kind != want {
+		return nil, fmt.Errorf("%s: want a %s document, found %q (%v)", path, want, kind, err)
+	}
+	p := &v1alpha1.WorkerPlatform{}
+	if err := yaml.UnmarshalStrict(docs[0], p); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if errs := validation.ValidatePlatform(p); len(errs) > 0 {
+		return nil, rejected(path+": the platform configuration is invalid", errs)
+	}
+	return p, nil
+}
+
+func readClasses(path string) (map[string]*v1alpha1.WorkerClass, error) {
+	files := []string{path}
+	if info, err := os.Stat(path); err != nil {
+		return nil, err
+	} else if info.IsDir() {
+		files = nil
+		for _, pattern := range []string{"*.yaml", "*.yml", "*.json"} {
+			matches, _ := filepath.Glob(filepath.Join(path, pattern))
+			files = append(files, matches...)
+		}
+		slices.Sort(files)
+	}
+	want := v1alpha1.GroupVersion.String() + "/WorkerClass"
+	classes := map[string]*v1alpha1.WorkerClass{}
+	for _, file := range files {
+		docs, err := readDocuments(file)
+		if err != nil {
+			return nil, err
+		}
+		for _, doc := range docs {
+			if kind, err := kindOf(doc); err != nil || kind != want {
+				return nil, fmt.Errorf("%s: want %s documents, found %q (%v)", file, want, kind, err)
+			}
+			c := &v1alpha1.WorkerClass{}
+			if err := yaml.UnmarshalStrict(doc, c); err != nil {
+				return nil, fmt.Errorf("%s: %w", file, err)
+			}
+			if _, dup := classes[c.Name]; dup {
+				return nil, fmt.Errorf("%s: class %s is defined twice", file, c.Name)
+			}
+			if errs := validation.ValidateClassSpec(&c.Spec, field.NewPath("spec")); len(errs) > 0 {
+				return nil, rejected(fmt.Sprintf("%s: class %s is invalid", file, c.Name), errs)
+			}
+			classes[c.Name] = c
+		}
+	}
+	return classes, nil
+}
+
+func readPool(path string) (*unstructured.Unstructured, error) {
+	docs, err := readDocuments(path)
+	if err != nil {
+		return nil, err
+	}
+	want := v1alpha1.PoolGroupVersionKind.GroupVersion().String() + "/" + v1alpha1.PoolGroupVersionKind.Kind
+	if len(docs) != 1 {
+		return nil, fmt.Errorf("%s: want exactly one %s document, found %d", path, want, len(docs))
+	}
+	if kind, err := kindOf(docs[0]); err != nil || kind != want {
+		return nil, fmt.Errorf("%s: want a %s document, found %q (%v)", path, want, kind, err)
+	}
+	obj := map[string]any{}
+	if err := yaml.Unmarshal(docs[0], &obj); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return &unstructured.Unstructured{Object: obj}, nil
+}
