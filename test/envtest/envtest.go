@@ -60,8 +60,6 @@ type Environment struct {
 	env     *crenvtest.Environment
 	cancel  context.CancelFunc
 	done    chan struct{}
-	// webhookCancel stops only the webhook server's manager, to test
-	// behaviour while webhooks are down.
 	stopOnce sync.Once
 }
 
@@ -81,12 +79,6 @@ func DefaultScheme() *kruntime.Scheme {
 		}
 	}
 	return s
-}
-
-var binariesOnce struct {
-	sync.Once
-	dir string
-	err error
 }
 
 // BinaryDir returns the directory holding kube-apiserver and etcd: the
