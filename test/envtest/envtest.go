@@ -53,13 +53,13 @@ type Options struct {
 // Environment is a running apiserver with a client and, when webhooks or
 // controllers were asked for, a running manager.
 type Environment struct {
-	Config  *rest.Config
-	Client  client.Client
-	Scheme  *kruntime.Scheme
-	Manager ctrl.Manager
-	env     *crenvtest.Environment
-	cancel  context.CancelFunc
-	done    chan struct{}
+	Config   *rest.Config
+	Client   client.Client
+	Scheme   *kruntime.Scheme
+	Manager  ctrl.Manager
+	env      *crenvtest.Environment
+	cancel   context.CancelFunc
+	done     chan struct{}
 	stopOnce sync.Once
 }
 
