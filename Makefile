@@ -43,6 +43,14 @@ verify-gen: generate ## Fail when generated files are stale.
 		git status --porcelain -- . ':!*.md'; git --no-pager diff --stat; \
 		echo "generated files are stale: run 'make generate' and commit the result"; exit 1; fi
 
+.PHONY: external-crds
+external-crds: ## Regenerate the KubeVirt and CDI CRDs in test/crds from their pinned sources (about 10 minutes cold).
+	hack/gen-external-crds.sh
+
+.PHONY: verify-external-crds
+verify-external-crds: ## Fail when test/crds differs from what the pinned sources generate.
+	hack/gen-external-crds.sh --verify
+
 .PHONY: envtest-bins
 envtest-bins: ## Build kube-apiserver and etcd from their Go modules into the cache.
 	hack/tools-bins.sh envtest
