@@ -57,14 +57,20 @@ classless pool cannot carry are refused; already classless pools are printed
 unchanged.
 `
 
+// report writes to stderr; a failed write there has nowhere left to be
+// reported, so it is dropped.
+func report(stderr io.Writer, msg string) {
+	_, _ = io.WriteString(stderr, msg)
+}
+
 func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || args[0] != "resolve" {
-		fmt.Fprint(stderr, usage)
+		report(stderr, usage)
 		return exitUsage
 	}
 	fs := flag.NewFlagSet("workerclass resolve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, usage) }
+	fs.Usage = func() { report(stderr, usage) }
 	var opts options
 	fs.StringVar(&opts.pool, "pool", "", "KubernetesNodes pool file")
 	fs.StringVar(&opts.classes, "classes", "", "WorkerClass file or directory of files")
@@ -75,18 +81,21 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	if opts.pool == "" || opts.classes == "" || opts.platform == "" || fs.NArg() > 0 {
-		fmt.Fprint(stderr, usage)
+		report(stderr, usage)
 		return exitUsage
 	}
 	out, err := resolveCommand(opts)
 	if err != nil {
-		fmt.Fprintln(stderr, err)
+		report(stderr, err.Error()+"\n")
 		var rejected *rejectedError
 		if errors.As(err, &rejected) {
 			return exitRejected
 		}
 		return exitUsage
 	}
-	fmt.Fprint(stdout, out)
+	if _, err := io.WriteString(stdout, out); err != nil {
+		report(stderr, fmt.Sprintf("writing the output: %v\n", err))
+		return exitUsage
+	}
 	return exitOK
 }

@@ -100,7 +100,7 @@ func TestSetUsersBoundsAndSorts(t *testing.T) {
 	}
 
 	setUsers(class, classUsers{})
-	if class.Status.Users != nil && len(class.Status.Users) != 0 || class.Status.PoolCount != 0 {
+	if len(class.Status.Users) != 0 || class.Status.PoolCount != 0 {
 		t.Errorf("an unused class still lists users: %+v", class.Status)
 	}
 	if c := condition(class, v1alpha1.InUseCondition); c.Status != metav1.ConditionFalse || c.Reason != v1alpha1.NotInUseReason {
