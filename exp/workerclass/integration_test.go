@@ -28,6 +28,7 @@ import (
 
 	"github.com/cozystack/cluster-api-workers/exp/workerclass/admission"
 	"github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
+	"github.com/cozystack/cluster-api-workers/exp/workerclass/controllers"
 	"github.com/cozystack/cluster-api-workers/test/envtest"
 )
 
@@ -75,15 +76,13 @@ func TestBuiltinsAndPlatform(t *testing.T) {
 		g.Expect(recreated.Spec.DefaultClass).To(Equal(v1alpha1.TalosClassName))
 		recreated.Spec = *saved
 		g.Expect(env.Client.Update(ctx, recreated)).To(Succeed())
-		// A reconcile of the existing configuration leaves the hoster's
-		// values alone.
-		recreated.Annotations = map[string]string{"touched": "yes"}
-		g.Expect(env.Client.Update(ctx, recreated)).To(Succeed())
-		g.Consistently(func() []v1alpha1.KubernetesVersion {
-			got := &v1alpha1.WorkerPlatform{}
-			_ = env.Client.Get(ctx, types.NamespacedName{Name: v1alpha1.PlatformName}, got)
-			return got.Spec.KubernetesVersions
-		}, "1s").Should(Equal(saved.KubernetesVersions))
+		// Ensuring the defaults again, as the controller does on start,
+		// leaves the hoster's configuration alone.
+		g.Expect(controllers.EnsureDefaults(ctx, env.Client)).To(Succeed())
+		got := &v1alpha1.WorkerPlatform{}
+		g.Expect(env.Client.Get(ctx, types.NamespacedName{Name: v1alpha1.PlatformName}, got)).To(Succeed())
+		g.Expect(got.Spec).To(Equal(*saved))
+		g.Expect(got.ResourceVersion).To(Equal(recreated.ResourceVersion), "the configuration was rewritten")
 	})
 }
 

@@ -37,6 +37,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -61,6 +62,9 @@ var diskDigest = "sha256:" + strings.Repeat("5e", 32)
 
 func TestMain(m *testing.M) {
 	ctrl.SetLogger(logr.Discard())
+	// Two shared cores: controllers and webhooks may take seconds to react.
+	SetDefaultEventuallyTimeout(30 * time.Second)
+	SetDefaultEventuallyPollingInterval(50 * time.Millisecond)
 	var err error
 	env, err = envtest.Start(ctx, envtest.WorkerClassOptions(true))
 	if err != nil {
@@ -84,16 +88,11 @@ func TestMain(m *testing.M) {
 // example classes.
 func configurePlatform() error {
 	platform := &v1alpha1.WorkerPlatform{}
-	deadline := time.Now().Add(time.Minute)
-	for {
-		err := env.Client.Get(ctx, types.NamespacedName{Name: v1alpha1.PlatformName}, platform)
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the controller did not create the platform configuration: %w", err)
-		}
-		time.Sleep(100 * time.Millisecond)
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		return env.Client.Get(ctx, types.NamespacedName{Name: v1alpha1.PlatformName}, platform) == nil, nil
+	})
+	if err != nil {
+		return fmt.Errorf("the controller did not create the platform configuration: %w", err)
 	}
 	platform.Spec.KubernetesVersions = []v1alpha1.KubernetesVersion{{Minor: "v1.34", Patch: "v1.34.9"}, {Minor: "v1.35", Patch: "v1.35.6"}}
 	platform.Spec.TalosFactory.Version = "v1.13.6"

@@ -20,6 +20,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/go-logr/logr"
 	. "github.com/onsi/gomega"
@@ -38,6 +39,9 @@ import (
 // CREATE and any classified UPDATE fail closed.
 func TestPoolWebhooksDown(t *testing.T) {
 	ctrl.SetLogger(logr.Discard())
+	// Two shared cores: controllers and webhooks may take seconds to react.
+	SetDefaultEventuallyTimeout(30 * time.Second)
+	SetDefaultEventuallyPollingInterval(50 * time.Millisecond)
 	g := NewWithT(t)
 	ctx := context.Background()
 	env, err := envtest.Start(ctx, envtest.WorkerClassOptions(false))
