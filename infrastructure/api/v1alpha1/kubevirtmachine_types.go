@@ -25,7 +25,7 @@ import (
 
 // MachineFinalizer lets the controller delete the VirtualMachine and its
 // disks, and wait until they are gone, before the KubeVirtMachine goes.
-const MachineFinalizer = "kubevirtmachine.infrastructure.cozystack.io"
+const MachineFinalizer = "infrastructure.cozystack.io/kubevirtmachine"
 
 // KubeVirtMachineSpec is the VM a machine runs.
 // +kubebuilder:validation:XValidation:rule="has(self.instancetype) ? !has(self.cpu) && !has(self.memory) : has(self.cpu) && has(self.memory)",message="set instancetype, or cpu and memory, not both"

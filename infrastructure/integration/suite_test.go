@@ -1,0 +1,336 @@
+/*
+Copyright 2026 The Cozystack Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package integration runs the KubeVirt provider's controllers and webhooks
+// against a real kube-apiserver with the real Cluster API, KubeVirt and CDI
+// CRD schemas. No KubeVirt or CDI controller runs: the tests play their part
+// by writing the status of VirtualMachineInstances and DataVolumes, and by
+// holding finalizers where those controllers would.
+package integration
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	"go.uber.org/zap/zapcore"
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
+	"github.com/cozystack/cluster-api-workers/infrastructure/setup"
+	"github.com/cozystack/cluster-api-workers/test/envtest"
+)
+
+const digestRef = "registry.example.com/workers/kairos-worker@sha256:1111111111111111111111111111111111111111111111111111111111111111"
+
+var (
+	env    *envtest.Environment
+	scheme = runtime.NewScheme()
+	// c creates and reads objects with strict field validation, so an
+	// object the real CRD schemas would prune fails the test instead.
+	c client.Client
+	// controllers is the running controller manager; tests restart it.
+	controllers atomic.Pointer[controllerManager]
+	managers    atomic.Int32
+)
+
+// syncPeriod is short so that the idle test sees many resyncs of every
+// object: none of them may write.
+const syncPeriod = 2 * time.Second
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	// The tests mostly wait for the controllers' once-a-second rate limit
+	// per object, not for CPU: run more of them at once than there are
+	// cores, unless -parallel says otherwise.
+	parallelSet := false
+	flag.Visit(func(f *flag.Flag) { parallelSet = parallelSet || f.Name == "test.parallel" })
+	if !parallelSet {
+		if err := flag.Set("test.parallel", "8"); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+	}
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(zapLevel())))
+	SetDefaultEventuallyTimeout(30 * time.Second)
+	SetDefaultEventuallyPollingInterval(50 * time.Millisecond)
+	SetDefaultConsistentlyPollingInterval(100 * time.Millisecond)
+	for _, add := range []func(*runtime.Scheme) error{setup.AddToScheme, apiextensionsv1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	}
+	ctx := context.Background()
+	var err error
+	// The environment's manager serves only the webhooks, so the
+	// controllers can be stopped and restarted while admission keeps
+	// working.
+	env, err = envtest.Start(ctx, envtest.Options{
+		Scheme:        scheme,
+		CRDPaths:      envtest.ExternalCRDPaths(),
+		WebhookPaths:  []string{"config/infrastructure/webhook"},
+		SetupWebhooks: setup.SetupWebhooks,
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer func() {
+		if err := env.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+		}
+	}()
+	c = client.WithFieldValidation(env.Client, metav1.FieldValidationStrict)
+	cm, err := startControllers(ctx)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	controllers.Store(cm)
+	defer func() { controllers.Load().stop() }()
+	return m.Run()
+}
+
+// zapLevel logs errors only, unless INTEGRATION_VERBOSE asks for the
+// controllers' debug logs.
+func zapLevel() zapcore.Level {
+	if os.Getenv("INTEGRATION_VERBOSE") != "" {
+		return zapcore.Level(-4)
+	}
+	return zapcore.ErrorLevel
+}
+
+type controllerManager struct {
+	mgr    ctrl.Manager
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// startControllers starts a manager running the provider's reconcilers with
+// the cache options main.go uses. Each manager has its own informer names,
+// as two managers in one process need.
+func startControllers(ctx context.Context) (*controllerManager, error) {
+	name := fmt.Sprintf("kubevirt-workers-test-%d", managers.Add(1))
+	cacheOptions, err := setup.ManagerCacheOptions(scheme, name, "", syncPeriod)
+	if err != nil {
+		return nil, err
+	}
+	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
+		Scheme:                 scheme,
+		Cache:                  cacheOptions,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	if err != nil {
+		return nil, err
+	}
+	mctx, cancel := context.WithCancel(ctx)
+	if err := setup.SetupReconcilers(mctx, mgr, setup.Options{WorkerClasses: true, ImportFailureRestarts: 3, MachineConcurrency: 10, TemplateConcurrency: 4}); err != nil {
+		cancel()
+		return nil, err
+	}
+	cm := &controllerManager{mgr: mgr, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(cm.done)
+		if err := mgr.Start(mctx); err != nil {
+			fmt.Fprintf(os.Stderr, "controller manager stopped: %v\n", err)
+		}
+	}()
+	if !mgr.GetCache().WaitForCacheSync(mctx) {
+		cancel()
+		return nil, fmt.Errorf("the controller manager's cache did not sync")
+	}
+	return cm, nil
+}
+
+func (cm *controllerManager) stop() {
+	cm.cancel()
+	<-cm.done
+}
+
+// restartControllers replaces the running controllers with fresh ones, as a
+// new leader with empty caches would.
+func restartControllers(t *testing.T) {
+	t.Helper()
+	controllers.Load().stop()
+	cm, err := startControllers(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	controllers.Store(cm)
+}
+
+var namespaces atomic.Int32
+
+// testCluster is a namespace with a provisioned Cluster whose control plane
+// is hosted elsewhere.
+type testCluster struct {
+	namespace string
+	cluster   *clusterv1.Cluster
+}
+
+func newCluster(t *testing.T) *testCluster {
+	t.Helper()
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := fmt.Sprintf("kubevirt-workers-%d", namespaces.Add(1))
+	g.Expect(c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
+	cluster := &clusterv1.Cluster{
+		ObjectMeta: metav1.ObjectMeta{Name: "tenant", Namespace: ns},
+		Spec:       clusterv1.ClusterSpec{ControlPlaneEndpoint: clusterv1.APIEndpoint{Host: "api.tenant.example.com", Port: 6443}},
+	}
+	g.Expect(c.Create(ctx, cluster)).To(Succeed())
+	cluster.Status.Initialization.InfrastructureProvisioned = ptr.To(true)
+	g.Expect(c.Status().Update(ctx, cluster)).To(Succeed())
+	return &testCluster{namespace: ns, cluster: cluster}
+}
+
+// machine creates a bootstrap Secret, a Machine and its KubeVirtMachine.
+func (tc *testCluster) machine(t *testing.T, name string, spec infrav1.KubeVirtMachineSpec, mutate ...func(*clusterv1.Machine, *infrav1.KubeVirtMachine, *corev1.Secret)) *infrav1.KubeVirtMachine {
+	t.Helper()
+	g := NewWithT(t)
+	ctx := context.Background()
+	secret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: name + "-bootstrap", Namespace: tc.namespace,
+			Labels: map[string]string{clusterv1.ClusterNameLabel: tc.cluster.Name}},
+		Type: clusterv1.ClusterSecretType,
+		Data: map[string][]byte{"value": bootstrapData(name), "format": []byte("cloud-config")},
+	}
+	machine := &clusterv1.Machine{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: tc.namespace,
+			Labels: map[string]string{clusterv1.ClusterNameLabel: tc.cluster.Name}},
+		Spec: clusterv1.MachineSpec{
+			ClusterName: tc.cluster.Name,
+			Bootstrap:   clusterv1.Bootstrap{DataSecretName: ptr.To(secret.Name)},
+			InfrastructureRef: clusterv1.ContractVersionedObjectReference{
+				APIGroup: infrav1.GroupVersion.Group, Kind: "KubeVirtMachine", Name: name},
+		},
+	}
+	kvm := &infrav1.KubeVirtMachine{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: tc.namespace,
+			Labels: map[string]string{clusterv1.ClusterNameLabel: tc.cluster.Name}},
+		Spec: spec,
+	}
+	for _, f := range mutate {
+		f(machine, kvm, secret)
+	}
+	g.Expect(c.Create(ctx, secret)).To(Succeed())
+	g.Expect(c.Create(ctx, machine)).To(Succeed())
+	kvm.OwnerReferences = []metav1.OwnerReference{{APIVersion: clusterv1.GroupVersion.String(), Kind: "Machine",
+		Name: machine.Name, UID: machine.UID, Controller: ptr.To(true)}}
+	g.Expect(c.Create(ctx, kvm)).To(Succeed())
+	return kvm
+}
+
+// bootstrapData has bytes a text round trip would mangle.
+func bootstrapData(name string) []byte {
+	return []byte("#cloud-config\nhostname: " + name + "\n\x00\xff\r\n")
+}
+
+func containerDiskSpec() infrav1.KubeVirtMachineSpec {
+	return infrav1.KubeVirtMachineSpec{
+		Image:  &infrav1.ImageSource{ContainerDisk: &infrav1.ContainerDiskSource{Reference: digestRef}},
+		CPU:    &infrav1.CPU{Cores: 2},
+		Memory: ptr.To(resource.MustParse("4Gi")),
+	}
+}
+
+func key(namespace, name string) client.ObjectKey {
+	return client.ObjectKey{Namespace: namespace, Name: name}
+}
+
+// get returns a function for Eventually that fetches obj.
+func get(obj client.Object) func(g Gomega) {
+	return func(g Gomega) {
+		g.Expect(c.Get(context.Background(), client.ObjectKeyFromObject(obj), obj)).To(Succeed())
+	}
+}
+
+func conditionOf(obj interface{ GetConditions() []metav1.Condition }, t string) *metav1.Condition {
+	for _, cond := range obj.GetConditions() {
+		if cond.Type == t {
+			return &cond
+		}
+	}
+	return nil
+}
+
+// haveCondition matches a condition's status and reason.
+func expectCondition(g Gomega, obj interface{ GetConditions() []metav1.Condition }, t string, status metav1.ConditionStatus, reason string) *metav1.Condition {
+	cond := conditionOf(obj, t)
+	g.Expect(cond).NotTo(BeNil(), "condition %s is missing", t)
+	g.Expect(cond.Status).To(Equal(status), "condition %s: %s", t, cond.Message)
+	g.Expect(cond.Reason).To(Equal(reason), "condition %s: %s", t, cond.Message)
+	return cond
+}
+
+// waitForVM waits for the machine's VirtualMachine.
+func waitForVM(t *testing.T, kvm *infrav1.KubeVirtMachine) *kubevirtv1.VirtualMachine {
+	t.Helper()
+	vm := &kubevirtv1.VirtualMachine{ObjectMeta: metav1.ObjectMeta{Name: kvm.Name, Namespace: kvm.Namespace}}
+	NewWithT(t).Eventually(get(vm)).Should(Succeed())
+	return vm
+}
+
+// startInstance plays KubeVirt: it creates the VM's instance from its
+// template and reports it running and ready with an address.
+func startInstance(t *testing.T, vm *kubevirtv1.VirtualMachine, ip string) *kubevirtv1.VirtualMachineInstance {
+	t.Helper()
+	g := NewWithT(t)
+	ctx := context.Background()
+	vmi := &kubevirtv1.VirtualMachineInstance{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: vm.Name, Namespace: vm.Namespace, Labels: vm.Spec.Template.ObjectMeta.Labels,
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: kubevirtv1.SchemeGroupVersion.String(), Kind: "VirtualMachine",
+				Name: vm.Name, UID: vm.UID, Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}},
+		},
+		Spec: *vm.Spec.Template.Spec.DeepCopy(),
+	}
+	g.Expect(c.Create(ctx, vmi)).To(Succeed())
+	vmi.Status = kubevirtv1.VirtualMachineInstanceStatus{
+		Phase:    kubevirtv1.Running,
+		NodeName: "infra-node-1",
+		Conditions: []kubevirtv1.VirtualMachineInstanceCondition{{
+			Type: kubevirtv1.VirtualMachineInstanceReady, Status: corev1.ConditionTrue}},
+		Interfaces: []kubevirtv1.VirtualMachineInstanceNetworkInterface{{Name: "default", IP: ip, IPs: []string{ip}}},
+	}
+	// VirtualMachineInstances have no status subresource.
+	g.Expect(c.Update(ctx, vmi)).To(Succeed())
+	return vmi
+}
