@@ -1,0 +1,194 @@
+/*
+Copyright 2026 The Cozystack Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package harness
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util/conditions"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
+	"github.com/cozystack/cluster-api-workers/test/envtest"
+)
+
+// HostedControlPlaneGVK is the harness's stand-in control plane kind.
+var HostedControlPlaneGVK = schema.GroupVersionKind{Group: "controlplane.harness.cozystack.io", Version: "v1alpha1", Kind: "HostedControlPlane"}
+
+// WorkloadCluster is a Cluster whose control plane is a workload apiserver
+// run by the harness.
+type WorkloadCluster struct {
+	// Key is the Cluster's namespace and name.
+	Key client.ObjectKey
+	// API is the workload apiserver; API.Client is an admin client.
+	API *envtest.Workload
+	// Endpoint is the control plane endpoint, host:port.
+	Endpoint string
+
+	controllerManager *envtest.ControllerManager
+}
+
+// ClusterOptions shape a workload cluster.
+type ClusterOptions struct {
+	// FailureDomains are passed through the KubeVirtCluster.
+	FailureDomains []clusterv1.FailureDomain
+}
+
+// CreateCluster starts a workload apiserver and creates the Cluster that
+// fronts it: a hosted control plane object (initialized, externally
+// managed) with the kubeconfig and CA Secrets it owns, a KubeVirtCluster,
+// and the Cluster. It returns once Cluster API reports the control plane
+// initialized and the infrastructure provisioned.
+func (h *Harness) CreateCluster(ctx context.Context, key client.ObjectKey, opts ClusterOptions) (_ *WorkloadCluster, rerr error) {
+	if err := h.ensureNamespace(ctx, key.Namespace); err != nil {
+		return nil, err
+	}
+	api, err := envtest.StartWorkload()
+	if err != nil {
+		return nil, err
+	}
+	w := &WorkloadCluster{Key: key, API: api, Endpoint: api.Endpoint}
+	defer func() {
+		if rerr != nil {
+			_ = w.stop()
+		}
+	}()
+	if err := api.SeedKubeadmObjects(ctx, envtest.KubeadmSeed{KubernetesVersion: ControlPlaneKubernetesVersion, ClusterName: key.Name}); err != nil {
+		return nil, err
+	}
+	if w.controllerManager, err = api.StartControllerManager(envtest.WorkloadControllers...); err != nil {
+		return nil, err
+	}
+	if err := h.Nodes.AddCluster(api.Endpoint, api.Config); err != nil {
+		return nil, err
+	}
+
+	controlPlane := &unstructured.Unstructured{}
+	controlPlane.SetGroupVersionKind(HostedControlPlaneGVK)
+	controlPlane.SetNamespace(key.Namespace)
+	controlPlane.SetName(key.Name)
+	controlPlane.SetLabels(map[string]string{clusterv1.ClusterNameLabel: key.Name})
+	controlPlane.Object["spec"] = map[string]any{
+		"version":              ControlPlaneKubernetesVersion,
+		"controlPlaneEndpoint": map[string]any{"host": api.Host(), "port": int64(api.Port())},
+	}
+	if err := h.Client.Create(ctx, controlPlane); err != nil {
+		return nil, fmt.Errorf("creating the hosted control plane of %s: %w", key, err)
+	}
+	// What a hosted control plane provider reports once its API server runs.
+	controlPlane.Object["status"] = map[string]any{
+		"version":                     ControlPlaneKubernetesVersion,
+		"externalManagedControlPlane": true,
+		"initialization":              map[string]any{"controlPlaneInitialized": true},
+	}
+	if err := h.Client.Status().Update(ctx, controlPlane); err != nil {
+		return nil, fmt.Errorf("reporting the hosted control plane of %s initialized: %w", key, err)
+	}
+	secrets, err := api.ClusterSecrets(key)
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range secrets {
+		s.OwnerReferences = []metav1.OwnerReference{{
+			APIVersion: HostedControlPlaneGVK.GroupVersion().String(), Kind: HostedControlPlaneGVK.Kind,
+			Name: controlPlane.GetName(), UID: controlPlane.GetUID(), Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
+		}}
+		if err := h.Client.Create(ctx, s); err != nil {
+			return nil, fmt.Errorf("creating Secret %s: %w", s.Name, err)
+		}
+	}
+	if err := h.Client.Create(ctx, &infrav1.KubeVirtCluster{
+		ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name, Labels: map[string]string{clusterv1.ClusterNameLabel: key.Name}},
+		Spec:       infrav1.KubeVirtClusterSpec{FailureDomains: opts.FailureDomains},
+	}); err != nil {
+		return nil, fmt.Errorf("creating the KubeVirtCluster of %s: %w", key, err)
+	}
+	if err := h.Client.Create(ctx, &clusterv1.Cluster{
+		ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name},
+		Spec: clusterv1.ClusterSpec{
+			ControlPlaneRef:   clusterv1.ContractVersionedObjectReference{APIGroup: HostedControlPlaneGVK.Group, Kind: HostedControlPlaneGVK.Kind, Name: key.Name},
+			InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: infrav1.GroupVersion.Group, Kind: "KubeVirtCluster", Name: key.Name},
+		},
+	}); err != nil {
+		return nil, fmt.Errorf("creating Cluster %s: %w", key, err)
+	}
+	h.mu.Lock()
+	h.workloads[key] = w
+	h.mu.Unlock()
+
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		c := &clusterv1.Cluster{}
+		if err := h.Client.Get(ctx, key, c); err != nil {
+			return false, client.IgnoreNotFound(err)
+		}
+		return conditions.IsTrue(c, clusterv1.ClusterControlPlaneInitializedCondition) &&
+			ptr.Deref(c.Status.Initialization.InfrastructureProvisioned, false), nil
+	})
+	if err != nil {
+		return w, fmt.Errorf("waiting for Cluster %s to report its control plane initialized and infrastructure provisioned: %w", key, err)
+	}
+	return w, nil
+}
+
+// Workload returns the workload cluster of a Cluster the harness created.
+func (h *Harness) Workload(key client.ObjectKey) *WorkloadCluster {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.workloads[key]
+}
+
+// DeleteCluster deletes the Cluster and waits until Cluster API has deleted
+// it and everything it owns. The workload apiserver keeps running, so what
+// is left in it can be inspected; Stop stops it.
+func (h *Harness) DeleteCluster(ctx context.Context, key client.ObjectKey, timeout time.Duration) error {
+	c := &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
+	if err := h.Client.Delete(ctx, c); err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		err := h.Client.Get(ctx, key, &clusterv1.Cluster{})
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		return false, err
+	})
+}
+
+func (h *Harness) ensureNamespace(ctx context.Context, name string) error {
+	err := h.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating namespace %s: %w", name, err)
+	}
+	return nil
+}
+
+func (w *WorkloadCluster) stop() error {
+	if w.controllerManager != nil {
+		w.controllerManager.Stop()
+	}
+	return w.API.Stop()
+}

@@ -1,0 +1,299 @@
+/*
+Copyright 2026 The Cozystack Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package harness runs the Kairos bootstrap provider and the KubeVirt
+// infrastructure provider inside upstream Cluster API, in one process, on
+// real apiservers:
+//
+//   - a management kube-apiserver (envtest) with the Cluster API, KubeVirt,
+//     CDI and project CRDs, the admission webhooks of Cluster API and of both
+//     providers served in-process, and kube-controller-manager's garbage
+//     collector;
+//   - per workload cluster, a kube-apiserver with bootstrap-token
+//     authentication, the objects `kubeadm init` leaves, and
+//     kube-controller-manager's bootstrap signer and token cleaner, fronted
+//     in the management cluster by a hosted control plane stand-in;
+//   - the upstream Cluster, MachineDeployment, MachineSet, Machine and
+//     MachineHealthCheck reconcilers, each component in its own manager as it
+//     would run in its own pod;
+//   - the KubeVirt/CDI simulator and the node simulator.
+//
+// The sandbox (cmd/sandbox) and the integration suites (test/integration)
+// use it.
+package harness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	kerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/client-go/rest"
+	addonsv1beta1 "sigs.k8s.io/cluster-api/api/addons/v1beta1"
+	addonsv1 "sigs.k8s.io/cluster-api/api/addons/v1beta2"
+	clusterv1beta1 "sigs.k8s.io/cluster-api/api/core/v1beta1"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	ipamv1alpha1 "sigs.k8s.io/cluster-api/api/ipam/v1alpha1"
+	ipamv1beta1 "sigs.k8s.io/cluster-api/api/ipam/v1beta1"
+	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
+	runtimev1alpha1 "sigs.k8s.io/cluster-api/api/runtime/v1alpha1"
+	runtimev1 "sigs.k8s.io/cluster-api/api/runtime/v1beta2"
+	"sigs.k8s.io/cluster-api/controllers/clustercache"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	bootstrapv1 "github.com/cozystack/cluster-api-workers/bootstrap/api/v1alpha1"
+	infrasetup "github.com/cozystack/cluster-api-workers/infrastructure/setup"
+	"github.com/cozystack/cluster-api-workers/test/envtest"
+	kubevirtsim "github.com/cozystack/cluster-api-workers/test/sim/kubevirt"
+	nodesim "github.com/cozystack/cluster-api-workers/test/sim/node"
+)
+
+// ControlPlaneKubernetesVersion is the version the workload apiservers run
+// (they are built from k8s.io/kubernetes at this version).
+const ControlPlaneKubernetesVersion = "v1.36.3"
+
+// Options configure a harness. The zero value runs everything with
+// timings suited to tests.
+type Options struct {
+	// Logger receives the logs of every component; discarded when unset.
+	Logger logr.Logger
+	// KubeVirt are the KubeVirt and CDI simulator's timings.
+	KubeVirt kubevirtsim.Options
+	// Nodes are the node simulator's options; Images are merged with
+	// Images below.
+	Nodes nodesim.Options
+	// Images maps root disk sources to what they boot (see
+	// nodesim.Options.Images).
+	Images map[string]nodesim.Image
+	// WorkerClasses turns the WorkerClass feature on: templates naming a
+	// class are resolved, the class controller runs, and the WorkerClass,
+	// WorkerPlatform and pool (KubernetesNodes) webhooks are served.
+	WorkerClasses bool
+	// BootstrapTokenTTL is the Kairos bootstrap provider's token lifetime;
+	// its default when zero.
+	BootstrapTokenTTL time.Duration
+	// ImportFailureRestarts is the infrastructure provider's count of
+	// importer restarts that fail an import; its default when zero.
+	ImportFailureRestarts int32
+	// RemoteConditionsGracePeriod is Cluster API's grace period before the
+	// Machine reports node conditions Unknown when the workload cluster is
+	// unreachable; at least 2m (Cluster API refuses less), 5m when zero.
+	RemoteConditionsGracePeriod time.Duration
+}
+
+// Harness is a running management cluster with Cluster API, both providers
+// and the simulators.
+type Harness struct {
+	// Management is the management apiserver.
+	Management *envtest.Environment
+	// Client writes with strict field validation, so a test object with a
+	// field the schema does not know fails instead of losing it.
+	Client client.Client
+	// Scheme knows every API the harness serves.
+	Scheme *runtime.Scheme
+	// KubeVirt is the KubeVirt and CDI simulator.
+	KubeVirt *kubevirtsim.Simulator
+	// Nodes is the node simulator.
+	Nodes *nodesim.Simulator
+
+	opts      Options
+	log       logr.Logger
+	gc        *envtest.ControllerManager
+	cancel    context.CancelFunc
+	managers  sync.WaitGroup
+	mu        sync.Mutex
+	workloads map[client.ObjectKey]*WorkloadCluster
+	errs      chan error
+	// clusterCaches are Cluster API's and the bootstrap provider's.
+	clusterCaches []clustercache.ClusterCache
+}
+
+// Scheme returns a scheme with every API the harness serves.
+func Scheme() (*runtime.Scheme, error) {
+	s := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{
+		infrasetup.AddToScheme, // client-go, Cluster API, infrastructure, WorkerClass, KubeVirt, CDI
+		apiextensionsv1.AddToScheme,
+		bootstrapv1.AddToScheme,
+		// The older Cluster API versions its webhooks convert from.
+		clusterv1beta1.AddToScheme,
+		addonsv1beta1.AddToScheme, addonsv1.AddToScheme,
+		runtimev1alpha1.AddToScheme, runtimev1.AddToScheme,
+		ipamv1alpha1.AddToScheme, ipamv1beta1.AddToScheme, ipamv1.AddToScheme,
+	} {
+		if err := add(s); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// CRDPath holds the harness's hosted control plane CRD.
+func CRDPath() string {
+	return filepath.Join(envtest.RepoRoot(), "test", "harness", "crds")
+}
+
+// Start starts the management apiserver, its webhooks and controllers, and
+// the simulators. Stop releases everything.
+func Start(ctx context.Context, opts Options) (_ *Harness, rerr error) {
+	scheme, err := Scheme()
+	if err != nil {
+		return nil, err
+	}
+	log := opts.Logger
+	if log.GetSink() == nil {
+		log = logr.Discard()
+	}
+	ctrl.SetLogger(log)
+	h := &Harness{Scheme: scheme, opts: opts, log: log, workloads: map[client.ObjectKey]*WorkloadCluster{}, errs: make(chan error, 16)}
+	defer func() {
+		if rerr != nil {
+			h.Stop()
+		}
+	}()
+
+	caches := &lazyClusterCache{}
+	webhooks, err := webhookSetup(opts.WorkerClasses, caches)
+	if err != nil {
+		return nil, err
+	}
+	crdPaths := append(envtest.ExternalCRDPaths(), CRDPath())
+	if opts.WorkerClasses {
+		crdPaths = append(crdPaths, envtest.PoolCRDPath)
+	}
+	if h.Management, err = envtest.Start(ctx, envtest.Options{
+		Scheme:        scheme,
+		CRDPaths:      crdPaths,
+		WebhookPaths:  webhooks.paths,
+		SetupWebhooks: webhooks.setup,
+	}); err != nil {
+		return nil, err
+	}
+	h.Client = client.WithFieldValidation(h.Management.Client, "Strict")
+	if h.gc, err = h.Management.StartControllerManager(envtest.ManagementControllers...); err != nil {
+		return nil, err
+	}
+
+	mctx, cancel := context.WithCancel(ctx)
+	h.cancel = cancel
+	managers, err := h.setupManagers(mctx, caches)
+	if err != nil {
+		return nil, err
+	}
+	for name, mgr := range managers {
+		h.managers.Add(1)
+		go func() {
+			defer h.managers.Done()
+			if err := mgr.Start(mctx); err != nil {
+				select {
+				case h.errs <- fmt.Errorf("the %s manager stopped: %w", name, err):
+				default:
+				}
+			}
+		}()
+	}
+	for name, mgr := range managers {
+		if !mgr.GetCache().WaitForCacheSync(mctx) {
+			return nil, fmt.Errorf("the %s manager's cache did not sync", name)
+		}
+	}
+	return h, nil
+}
+
+// Config returns an admin rest.Config of the management apiserver.
+func (h *Harness) Config() *rest.Config { return rest.CopyConfig(h.Management.Config) }
+
+// Err returns the first error of a manager that stopped, or nil.
+func (h *Harness) Err() error {
+	select {
+	case err := <-h.errs:
+		return err
+	default:
+		return nil
+	}
+}
+
+// Stop stops the controllers, the workload apiservers and the management
+// apiserver, in that order.
+func (h *Harness) Stop() error {
+	var errs []error
+	if h.cancel != nil {
+		h.cancel()
+		h.managers.Wait()
+	}
+	// ClusterCaches run their workload caches outside the managers; their
+	// watches would keep the workload apiservers from shutting down.
+	for _, c := range h.clusterCaches {
+		if s, ok := c.(interface{ Shutdown() }); ok {
+			s.Shutdown()
+		}
+	}
+	h.mu.Lock()
+	for _, w := range h.workloads {
+		if err := w.stop(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	h.workloads = map[client.ObjectKey]*WorkloadCluster{}
+	h.mu.Unlock()
+	if h.gc != nil {
+		h.gc.Stop()
+	}
+	if h.Management != nil {
+		if err := h.Management.Stop(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return kerrors.NewAggregate(errs)
+}
+
+// lazyClusterCache lets Cluster API's Cluster webhook, which is served
+// before the Cluster API manager exists, read through its ClusterCache.
+type lazyClusterCache struct {
+	mu     sync.RWMutex
+	reader interface {
+		GetReader(ctx context.Context, cluster client.ObjectKey) (client.Reader, error)
+	}
+}
+
+func (l *lazyClusterCache) GetReader(ctx context.Context, cluster client.ObjectKey) (client.Reader, error) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.reader == nil {
+		return nil, errors.New("the Cluster API ClusterCache is not running yet")
+	}
+	return l.reader.GetReader(ctx, cluster)
+}
+
+func (l *lazyClusterCache) set(r interface {
+	GetReader(ctx context.Context, cluster client.ObjectKey) (client.Reader, error)
+}) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.reader = r
+}
+
+// clusterLabel selects the objects of one Cluster.
+func clusterLabel(name string) client.MatchingLabels {
+	return client.MatchingLabels{clusterv1.ClusterNameLabel: name}
+}

@@ -1,0 +1,286 @@
+/*
+Copyright 2026 The Cozystack Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package harness
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/utils/ptr"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	kubeadmsetup "sigs.k8s.io/cluster-api/bootstrap/kubeadm/setup"
+	"sigs.k8s.io/cluster-api/controllers/clustercache"
+	"sigs.k8s.io/cluster-api/core/reconcilers/cluster"
+	"sigs.k8s.io/cluster-api/core/reconcilers/machine"
+	"sigs.k8s.io/cluster-api/core/reconcilers/machinedeployment"
+	"sigs.k8s.io/cluster-api/core/reconcilers/machinehealthcheck"
+	"sigs.k8s.io/cluster-api/core/reconcilers/machineset"
+	capisetup "sigs.k8s.io/cluster-api/core/setup"
+	coreadmission "sigs.k8s.io/cluster-api/core/webhooks/admission"
+	"sigs.k8s.io/cluster-api/util/index"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/cozystack/cluster-api-workers/bootstrap/reconcilers/kairosconfig"
+	bootstrapadmission "github.com/cozystack/cluster-api-workers/bootstrap/webhooks/admission"
+	"github.com/cozystack/cluster-api-workers/exp/workerclass"
+	infrasetup "github.com/cozystack/cluster-api-workers/infrastructure/setup"
+	"github.com/cozystack/cluster-api-workers/test/envtest"
+	kubevirtsim "github.com/cozystack/cluster-api-workers/test/sim/kubevirt"
+	nodesim "github.com/cozystack/cluster-api-workers/test/sim/node"
+)
+
+// Controller names, as the components' manager names go in user agents
+// and informer names.
+const (
+	capiControllerName      = "cluster-api-controller-manager"
+	bootstrapControllerName = "kairos-bootstrap-manager"
+	infraControllerName     = "kubevirt-workers-manager"
+	syncPeriod              = 10 * time.Minute
+)
+
+// webhooks are the admission webhooks the management apiserver calls: Cluster
+// API's and both providers', served by envtest's manager.
+type webhooks struct {
+	paths []string
+	setup func(ctrl.Manager) error
+}
+
+func webhookSetup(workerClasses bool, caches *lazyClusterCache) (webhooks, error) {
+	capiDir, err := envtest.ModuleDir("sigs.k8s.io/cluster-api")
+	if err != nil {
+		return webhooks{}, err
+	}
+	paths := []string{
+		filepath.Join(capiDir, "core", "config", "webhook", "manifests.yaml"),
+		filepath.Join("config", "bootstrap", "webhook"),
+		filepath.Join("config", "infrastructure", "webhook"),
+	}
+	if workerClasses {
+		paths = append(paths, envtest.WorkerClassWebhookPath)
+	}
+	return webhooks{paths: paths, setup: func(mgr ctrl.Manager) error {
+		// Every webhook Cluster API's manifests declare must be served, or
+		// the apiserver fails closed on those kinds.
+		for name, setup := range map[string]func(ctrl.Manager) error{
+			"ClusterClass":              (&coreadmission.ClusterClass{Client: mgr.GetClient()}).SetupWebhookWithManager,
+			"Cluster":                   (&coreadmission.Cluster{Client: mgr.GetClient(), ClusterCacheReader: caches}).SetupWebhookWithManager,
+			"Machine":                   (&coreadmission.Machine{}).SetupWebhookWithManager,
+			"MachineSet":                (&coreadmission.MachineSet{}).SetupWebhookWithManager,
+			"MachineDeployment":         (&coreadmission.MachineDeployment{}).SetupWebhookWithManager,
+			"MachineDrainRule":          (&coreadmission.MachineDrainRule{}).SetupWebhookWithManager,
+			"MachinePool":               (&coreadmission.MachinePool{}).SetupWebhookWithManager,
+			"ClusterResourceSet":        (&coreadmission.ClusterResourceSet{}).SetupWebhookWithManager,
+			"ClusterResourceSetBinding": (&coreadmission.ClusterResourceSetBinding{}).SetupWebhookWithManager,
+			"MachineHealthCheck":        (&coreadmission.MachineHealthCheck{}).SetupWebhookWithManager,
+			"ExtensionConfig":           (&coreadmission.ExtensionConfig{}).SetupWebhookWithManager,
+			"IPAddress":                 (&coreadmission.IPAddress{Client: mgr.GetAPIReader()}).SetupWebhookWithManager,
+			"IPAddressClaim":            (&coreadmission.IPAddressClaim{}).SetupWebhookWithManager,
+			"Kairos bootstrap":          bootstrapadmission.SetupWebhooksWithManager,
+			"KubeVirt infrastructure":   infrasetup.SetupWebhooks,
+		} {
+			if err := setup(mgr); err != nil {
+				return fmt.Errorf("serving the %s webhooks: %w", name, err)
+			}
+		}
+		if workerClasses {
+			return workerclass.SetupWebhooksWithManager(mgr)
+		}
+		return nil
+	}}, nil
+}
+
+// managerOptions are the settings every manager shares: no metrics or
+// probes (several run in one process), and controller names that may repeat
+// across managers, as they do across pods.
+func (h *Harness) managerOptions(name string) ctrl.Options {
+	return ctrl.Options{
+		Scheme:                 h.Scheme,
+		Logger:                 h.log.WithName(name),
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
+	}
+}
+
+// setupManagers builds one manager per component: Cluster API core, the
+// Kairos bootstrap provider, the KubeVirt infrastructure provider, and the
+// simulators.
+func (h *Harness) setupManagers(ctx context.Context, caches *lazyClusterCache) (map[string]ctrl.Manager, error) {
+	cfg := h.Config()
+	managers := map[string]ctrl.Manager{}
+
+	// Cluster API core, wired as its main.go does.
+	capiOpts := h.managerOptions("capi")
+	capiOpts.Cache = capisetup.ManagerCacheOptions(h.Scheme, capiControllerName, "", syncPeriod)
+	capiOpts.Client = capisetup.ManagerClientOptions()
+	capiMgr, err := ctrl.NewManager(cfg, capiOpts)
+	if err != nil {
+		return nil, err
+	}
+	if err := index.AddDefaultIndexes(ctx, capiMgr); err != nil {
+		return nil, err
+	}
+	capiCache, err := newClusterCache(ctx, capiMgr, capiControllerName)
+	if err != nil {
+		return nil, err
+	}
+	caches.set(capiCache)
+	h.clusterCaches = append(h.clusterCaches, capiCache)
+	conditionsGrace := h.opts.RemoteConditionsGracePeriod
+	if conditionsGrace == 0 {
+		conditionsGrace = 5 * time.Minute
+	}
+	for name, setup := range map[string]func() error{
+		"Cluster": func() error {
+			return (&cluster.Reconciler{
+				Client: capiMgr.GetClient(), APIReader: capiMgr.GetAPIReader(), ClusterCache: capiCache,
+				RemoteConnectionGracePeriod: 50 * time.Second,
+			}).SetupWithManager(ctx, capiMgr, concurrency(4))
+		},
+		"Machine": func() error {
+			return (&machine.Reconciler{
+				Client: capiMgr.GetClient(), APIReader: capiMgr.GetAPIReader(), ClusterCache: capiCache,
+				RemoteConditionsGracePeriod: conditionsGrace,
+			}).SetupWithManager(ctx, capiMgr, concurrency(10))
+		},
+		"MachineSet": func() error {
+			return (&machineset.Reconciler{
+				Client: capiMgr.GetClient(), APIReader: capiMgr.GetAPIReader(), ClusterCache: capiCache,
+				PreflightChecks: sets.New(clusterv1.MachineSetPreflightCheckAll),
+			}).SetupWithManager(ctx, capiMgr, concurrency(10))
+		},
+		"MachineDeployment": func() error {
+			return (&machinedeployment.Reconciler{
+				Client: capiMgr.GetClient(), APIReader: capiMgr.GetAPIReader(),
+			}).SetupWithManager(ctx, capiMgr, concurrency(10))
+		},
+		"MachineHealthCheck": func() error {
+			return (&machinehealthcheck.Reconciler{
+				Client: capiMgr.GetClient(), ClusterCache: capiCache,
+			}).SetupWithManager(ctx, capiMgr, concurrency(10))
+		},
+	} {
+		if err := setup(); err != nil {
+			return nil, fmt.Errorf("setting up the Cluster API %s controller: %w", name, err)
+		}
+	}
+	managers["capi"] = capiMgr
+
+	// The Kairos bootstrap provider, wired as bootstrap/main.go does.
+	bootstrapOpts := h.managerOptions("bootstrap")
+	bootstrapOpts.Cache = kubeadmsetup.ManagerCacheOptions(h.Scheme, bootstrapControllerName, "", syncPeriod)
+	bootstrapOpts.Client = kubeadmsetup.ManagerClientOptions()
+	bootstrapMgr, err := ctrl.NewManager(cfg, bootstrapOpts)
+	if err != nil {
+		return nil, err
+	}
+	secretCachingClient, err := kubeadmsetup.CreateSecretCachingClient(bootstrapMgr)
+	if err != nil {
+		return nil, err
+	}
+	bootstrapCache, err := newClusterCache(ctx, bootstrapMgr, bootstrapControllerName)
+	if err != nil {
+		return nil, err
+	}
+	h.clusterCaches = append(h.clusterCaches, bootstrapCache)
+	if err := (&kairosconfig.Reconciler{
+		Client:              bootstrapMgr.GetClient(),
+		SecretCachingClient: secretCachingClient,
+		APIReader:           bootstrapMgr.GetAPIReader(),
+		ClusterCache:        bootstrapCache,
+		TokenTTL:            h.opts.BootstrapTokenTTL,
+	}).SetupWithManager(ctx, bootstrapMgr, concurrency(10)); err != nil {
+		return nil, err
+	}
+	managers["bootstrap"] = bootstrapMgr
+
+	// The KubeVirt infrastructure provider, through its setup package.
+	infraOpts := h.managerOptions("infrastructure")
+	if infraOpts.Cache, err = infrasetup.ManagerCacheOptions(h.Scheme, infraControllerName, "", syncPeriod); err != nil {
+		return nil, err
+	}
+	infraMgr, err := ctrl.NewManager(cfg, infraOpts)
+	if err != nil {
+		return nil, err
+	}
+	if err := infrasetup.SetupReconcilers(ctx, infraMgr, infrasetup.Options{
+		WorkerClasses:         h.opts.WorkerClasses,
+		ImportFailureRestarts: h.opts.ImportFailureRestarts,
+		MachineConcurrency:    10,
+		TemplateConcurrency:   5,
+		ClusterConcurrency:    5,
+	}); err != nil {
+		return nil, err
+	}
+	if h.opts.WorkerClasses {
+		if err := workerclass.SetupWithManager(ctx, infraMgr, workerclass.Options{}); err != nil {
+			return nil, err
+		}
+	}
+	managers["infrastructure"] = infraMgr
+
+	// The simulators, as KubeVirt, CDI and the guests would act.
+	simMgr, err := ctrl.NewManager(cfg, h.managerOptions("simulators"))
+	if err != nil {
+		return nil, err
+	}
+	h.KubeVirt = kubevirtsim.New(h.opts.KubeVirt)
+	nodeOpts := h.opts.Nodes
+	nodeOpts.Images = map[string]nodesim.Image{}
+	for k, v := range h.opts.Nodes.Images {
+		nodeOpts.Images[k] = v
+	}
+	for k, v := range h.opts.Images {
+		nodeOpts.Images[k] = v
+	}
+	if nodeOpts.KubeadmBinary == "" {
+		if nodeOpts.KubeadmBinary, err = envtest.KubeadmBinary(); err != nil {
+			return nil, err
+		}
+	}
+	h.Nodes = nodesim.New(nodeOpts)
+	if err := h.KubeVirt.SetupWithManager(ctx, simMgr); err != nil {
+		return nil, err
+	}
+	if err := h.Nodes.SetupWithManager(ctx, simMgr); err != nil {
+		return nil, err
+	}
+	managers["simulators"] = simMgr
+	return managers, nil
+}
+
+func newClusterCache(ctx context.Context, mgr ctrl.Manager, controllerName string) (clustercache.ClusterCache, error) {
+	secretClient, err := capisetup.CreateSecretCachingClient(mgr)
+	if err != nil {
+		return nil, err
+	}
+	return clustercache.SetupWithManager(ctx, mgr, clustercache.Options{
+		SecretClient: secretClient,
+		Cache:        capisetup.ClusterCacheCacheOptions(),
+		Client:       capisetup.ClusterCacheClientOptions(controllerName, 20, 30),
+	}, concurrency(10))
+}
+
+func concurrency(n int) controller.Options {
+	return controller.Options{MaxConcurrentReconciles: n}
+}

@@ -1,0 +1,71 @@
+/*
+Copyright 2026 The Cozystack Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package harness
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/cluster-api/cmd/clusterctl/client/yamlprocessor"
+	utilyaml "sigs.k8s.io/cluster-api/util/yaml"
+
+	"github.com/cozystack/cluster-api-workers/test/envtest"
+)
+
+// KairosPoolTemplate is the example Kairos pool the sandbox applies.
+func KairosPoolTemplate() string {
+	return filepath.Join(envtest.RepoRoot(), "templates", "cluster-template-kairos.yaml")
+}
+
+// RenderTemplate renders a clusterctl template with clusterctl's own
+// variable processor: a variable without a value and without a default is
+// an error, as `clusterctl generate cluster` reports it.
+func RenderTemplate(path string, vars map[string]string) ([]unstructured.Unstructured, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	out, err := yamlprocessor.NewSimpleProcessor().Process(raw, func(name string) (string, error) {
+		if v, ok := vars[name]; ok {
+			return v, nil
+		}
+		return "", fmt.Errorf("variable %s is not set", name)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("rendering %s: %w", filepath.Base(path), err)
+	}
+	objs, err := utilyaml.ToUnstructured(out)
+	if err != nil {
+		return nil, fmt.Errorf("parsing the rendered %s: %w", filepath.Base(path), err)
+	}
+	return objs, nil
+}
+
+// Apply creates the objects with strict field validation, so a field the
+// API does not know is an error. Admission webhooks run as in a cluster.
+func (h *Harness) Apply(ctx context.Context, objs []unstructured.Unstructured) error {
+	for i := range objs {
+		o := objs[i].DeepCopy()
+		if err := h.Client.Create(ctx, o); err != nil {
+			return fmt.Errorf("creating %s %s: %w", o.GetKind(), o.GetName(), err)
+		}
+	}
+	return nil
+}

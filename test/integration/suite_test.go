@@ -1,0 +1,263 @@
+/*
+Copyright 2026 The Cozystack Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package integration runs the scenarios of the Kairos pool on KubeVirt
+// inside upstream Cluster API (test/harness): join, replacement, scale from
+// zero, class upgrades and deletion. Each scenario asserts the end state and
+// that nothing is left behind.
+package integration
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
+	"k8s.io/klog/v2"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util/conditions"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
+	"github.com/cozystack/cluster-api-workers/test/harness"
+	nodesim "github.com/cozystack/cluster-api-workers/test/sim/node"
+)
+
+// Images the platform and the custom classes of the scenarios use, and
+// what the node simulator boots from them.
+const (
+	platformImage = "registry.example.com/cozystack/kairos-worker@sha256:a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1"
+	rebuiltImage  = "registry.example.com/cozystack/kairos-worker@sha256:b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2"
+	customImage   = "registry.example.com/tenant/kairos-worker@sha256:c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3"
+	importedImage = "https://images.example.com/kairos-worker-v1.36.3.raw"
+)
+
+var (
+	h       *harness.Harness
+	verbose = flag.Bool("harness.log", false, "print the controllers' logs")
+)
+
+const (
+	timeout = 2 * time.Minute
+	poll    = 200 * time.Millisecond
+)
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	log := logr.Discard()
+	if *verbose {
+		log = funcr.New(func(prefix, args string) { fmt.Fprintln(os.Stderr, prefix, args) }, funcr.Options{Verbosity: 2})
+	}
+	klog.SetLogger(log)
+	var err error
+	h, err = harness.Start(ctx, harness.Options{
+		Logger:        log,
+		WorkerClasses: true,
+		Images: map[string]nodesim.Image{
+			platformImage: {KubernetesVersion: "v1.36.3", OSImage: "Kairos v3.5.3 (Ubuntu 24.04)"},
+			rebuiltImage:  {KubernetesVersion: "v1.36.3", OSImage: "Kairos v3.5.3 (Ubuntu 24.04, rebuilt)"},
+			customImage:   {KubernetesVersion: "v1.36.2", OSImage: "Tenant Kairos v3.5.2"},
+			importedImage: {KubernetesVersion: "v1.36.3", OSImage: "Kairos v3.5.3 (imported)"},
+		},
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "starting the harness:", err)
+		return 1
+	}
+	defer func() {
+		if err := h.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "stopping the harness:", err)
+		}
+	}()
+	if err := h.ConfigurePlatform(ctx, func(p *workerclassv1.WorkerPlatformSpec) {
+		p.KubernetesVersions = []workerclassv1.KubernetesVersion{{Minor: "v1.36", Patch: "v1.36.3"}}
+		p.KairosImages = []workerclassv1.KairosImage{{Minor: "v1.36", Reference: platformImage}}
+	}); err != nil {
+		fmt.Fprintln(os.Stderr, "configuring the platform:", err)
+		return 1
+	}
+	return m.Run()
+}
+
+// newCluster creates a workload cluster in a namespace of its own.
+func newCluster(t *testing.T, opts harness.ClusterOptions) *harness.WorkloadCluster {
+	t.Helper()
+	name := strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-"))
+	if len(name) > 40 {
+		name = name[:40]
+	}
+	name = strings.TrimRight(name, "-")
+	w, err := h.CreateCluster(context.Background(), client.ObjectKey{Namespace: name, Name: "tenant"}, opts)
+	if err != nil {
+		t.Fatalf("creating the workload cluster: %v", err)
+	}
+	return w
+}
+
+// pool renders the example Kairos pool for the cluster with the scenario's
+// variables on top of test defaults.
+func pool(t *testing.T, w *harness.WorkloadCluster, vars map[string]string) []unstructured.Unstructured {
+	t.Helper()
+	all := map[string]string{
+		"CLUSTER_NAME": w.Key.Name,
+		"NAMESPACE":    w.Key.Namespace,
+		// Short enough for a test, long enough that a healthy node never
+		// trips them.
+		"NODE_STARTUP_TIMEOUT_SECONDS":          "60",
+		"NODE_UNHEALTHY_TIMEOUT_SECONDS":        "5",
+		"INFRASTRUCTURE_FAILED_TIMEOUT_SECONDS": "5",
+	}
+	for k, v := range vars {
+		all[k] = v
+	}
+	objs, err := harness.RenderTemplate(harness.KairosPoolTemplate(), all)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return objs
+}
+
+func applyPool(t *testing.T, w *harness.WorkloadCluster, vars map[string]string) {
+	t.Helper()
+	if err := h.Apply(context.Background(), pool(t, w, vars)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func machines(g Gomega, w *harness.WorkloadCluster) []clusterv1.Machine {
+	list := &clusterv1.MachineList{}
+	g.Expect(h.Client.List(context.Background(), list, client.InNamespace(w.Key.Namespace),
+		client.MatchingLabels{clusterv1.ClusterNameLabel: w.Key.Name})).To(Succeed())
+	return list.Items
+}
+
+func nodes(g Gomega, w *harness.WorkloadCluster) []corev1.Node {
+	list := &corev1.NodeList{}
+	g.Expect(w.API.Client.List(context.Background(), list)).To(Succeed())
+	return list.Items
+}
+
+func nodeReady(n corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// expectJoined waits until the cluster has exactly n Machines, all Running
+// with a healthy node, and n Ready Nodes that are exactly theirs.
+func expectJoined(t *testing.T, w *harness.WorkloadCluster, n int) []clusterv1.Machine {
+	t.Helper()
+	var ms []clusterv1.Machine
+	NewWithT(t).Eventually(func(g Gomega) {
+		ms = machines(g, w)
+		g.Expect(ms).To(HaveLen(n))
+		providerIDs := map[string]bool{}
+		for _, m := range ms {
+			g.Expect(m.Status.Phase).To(Equal(string(clusterv1.MachinePhaseRunning)), "Machine %s", m.Name)
+			g.Expect(conditions.IsTrue(&m, clusterv1.MachineNodeHealthyCondition)).To(BeTrue(), "Machine %s is not NodeHealthy", m.Name)
+			g.Expect(m.Status.NodeRef.Name).To(Equal(m.Spec.InfrastructureRef.Name), "Machine %s", m.Name)
+			providerIDs[m.Spec.ProviderID] = true
+		}
+		ns := nodes(g, w)
+		g.Expect(ns).To(HaveLen(n))
+		for _, node := range ns {
+			g.Expect(nodeReady(node)).To(BeTrue(), "Node %s", node.Name)
+			g.Expect(providerIDs).To(HaveKey(node.Spec.ProviderID), "Node %s belongs to no Machine", node.Name)
+			// Cluster API lifts the uninitialized taint once the Machine
+			// is Running.
+			g.Expect(node.Spec.Taints).NotTo(ContainElement(HaveField("Key", clusterv1.NodeUninitializedTaint.Key)))
+		}
+	}, timeout, poll).Should(Succeed(), func() string { return describe(w) })
+	return ms
+}
+
+// expectBootsClean checks that every simulated boot of the cluster's
+// machines joined without warnings and wrote Cluster API's sentinel.
+func expectBootsClean(g Gomega, ms []clusterv1.Machine) {
+	for _, m := range ms {
+		r, ok := h.Nodes.Boot(client.ObjectKey{Namespace: m.Namespace, Name: m.Spec.InfrastructureRef.Name})
+		g.Expect(ok).To(BeTrue(), "Machine %s never booted", m.Name)
+		g.Expect(r.Phase).To(Equal(nodesim.PhaseJoined))
+		g.Expect(r.SentinelWritten).To(BeTrue())
+		g.Expect(r.Warnings).To(BeEmpty())
+	}
+}
+
+// bootstrapTokens lists the bootstrap token Secrets left in the workload
+// cluster.
+func bootstrapTokens(g Gomega, w *harness.WorkloadCluster) []string {
+	list := &corev1.SecretList{}
+	g.Expect(w.API.Client.List(context.Background(), list, client.InNamespace(metav1.NamespaceSystem))).To(Succeed())
+	var names []string
+	for _, s := range list.Items {
+		if s.Type == bootstrapapi.SecretTypeBootstrapToken {
+			names = append(names, s.Name)
+		}
+	}
+	return names
+}
+
+// describe summarizes the cluster's machines, VMs and nodes for failure
+// messages.
+func describe(w *harness.WorkloadCluster) string {
+	ctx := context.Background()
+	var b strings.Builder
+	list := &clusterv1.MachineList{}
+	_ = h.Client.List(ctx, list, client.InNamespace(w.Key.Namespace))
+	for _, m := range list.Items {
+		fmt.Fprintf(&b, "Machine %s phase=%s node=%s", m.Name, m.Status.Phase, m.Status.NodeRef.Name)
+		for _, c := range m.Status.Conditions {
+			if c.Status != metav1.ConditionTrue {
+				fmt.Fprintf(&b, " [%s=%s %s: %s]", c.Type, c.Status, c.Reason, c.Message)
+			}
+		}
+		if r, ok := h.Nodes.Boot(client.ObjectKey{Namespace: m.Namespace, Name: m.Spec.InfrastructureRef.Name}); ok {
+			fmt.Fprintf(&b, " boot=%s %s", r.Phase, r.Error)
+		}
+		b.WriteString("\n")
+	}
+	vms := &kubevirtv1.VirtualMachineList{}
+	_ = h.Client.List(ctx, vms, client.InNamespace(w.Key.Namespace))
+	for _, vm := range vms.Items {
+		fmt.Fprintf(&b, "VirtualMachine %s %s\n", vm.Name, vm.Status.PrintableStatus)
+	}
+	ns := &corev1.NodeList{}
+	_ = w.API.Client.List(ctx, ns)
+	for _, n := range ns.Items {
+		fmt.Fprintf(&b, "Node %s ready=%v providerID=%s taints=%v\n", n.Name, nodeReady(n), n.Spec.ProviderID, n.Spec.Taints)
+	}
+	return b.String()
+}
