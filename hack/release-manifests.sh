@@ -1,11 +1,18 @@
 #!/usr/bin/env bash
 # Writes the clusterctl release artefacts into an output folder:
 # bootstrap-components.yaml, infrastructure-components.yaml, metadata.yaml
-# and the cluster templates.
+# and the cluster templates (cluster-template*.yaml).
 #
-# Environment: RELEASE_DIR (default out/), BOOTSTRAP_IMAGE and
-# INFRASTRUCTURE_IMAGE (full references, tag or digest included),
-# AVAILABILITY (none|pod|node|zone, default none).
+# Environment:
+#   RELEASE_DIR           output folder (default out/), created if missing
+#   BOOTSTRAP_IMAGE       bootstrap manager image, tag or digest included
+#                         (default ghcr.io/cozystack/kairos-bootstrap-controller:dev)
+#   INFRASTRUCTURE_IMAGE  infrastructure manager image, tag or digest included
+#                         (default ghcr.io/cozystack/kubevirt-workers-controller:dev)
+#   KUSTOMIZE_BIN         kustomize to use (default: hack/tool.sh kustomize)
+#   AVAILABILITY          none|pod|node|zone (default none): the managers'
+#                         replicas, disruption budget and spread
+#                         (config/components/availability)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -13,39 +20,62 @@ out="${RELEASE_DIR:-out}"
 level="${AVAILABILITY:-none}"
 bootstrap_image="${BOOTSTRAP_IMAGE:-ghcr.io/cozystack/kairos-bootstrap-controller:dev}"
 infrastructure_image="${INFRASTRUCTURE_IMAGE:-ghcr.io/cozystack/kubevirt-workers-controller:dev}"
-case "${level}" in none|pod|node|zone) ;; *) echo "AVAILABILITY must be none, pod, node or zone, not ${level}" >&2; exit 2 ;; esac
+case "${level}" in
+  none | pod | node | zone) ;;
+  *) echo "AVAILABILITY must be none, pod, node or zone, not ${level}" >&2; exit 2 ;;
+esac
 
-kustomize=$(hack/tool.sh kustomize)
+kustomize="${KUSTOMIZE_BIN:-$(hack/tool.sh kustomize)}"
 mkdir -p "${out}"
 work=$(mktemp -d)
 trap 'rm -rf "${work}"' EXIT
 
-# build renders one provider through a throw-away overlay that sets its image
-# and availability level, so the checked-in kustomizations stay untouched.
+# image_fields prints the kustomize `images` fields that replace the
+# manager image by the reference $1: newName plus newTag or digest.
+image_fields() {
+  local image="$1" name tag="" digest=""
+  name="${image%@*}"
+  if [[ "${image}" == *@* ]]; then
+    digest="${image#*@}"
+  fi
+  # A tag is a colon in the last path element (a registry port is not).
+  if [[ "${name##*/}" == *:* ]]; then
+    tag="${name##*:}"
+    name="${name%:*}"
+  fi
+  if [[ -z "${name}" || "${name}" == */ || ( -z "${tag}" && -z "${digest}" ) ]]; then
+    echo "image ${image} must be a full reference with a tag or a digest" >&2
+    return 1
+  fi
+  echo "  newName: ${name}"
+  # A digest pins the bytes; a tag beside it would only be decoration.
+  if [[ -n "${digest}" ]]; then
+    echo "  digest: ${digest}"
+  else
+    echo "  newTag: \"${tag}\""
+  fi
+}
+
+# build renders one provider through a throw-away overlay that adds the
+# availability level and sets the image, so the checked-in kustomizations
+# stay untouched. kustomize refuses absolute paths, hence the relative ones.
 build() {
   local provider="$1" image_name="$2" image="$3" target="$4"
   local dir="${work}/${provider}"
   mkdir -p "${dir}"
-  local name="${image%@*}" digest="" tag=""
-  if [[ "${image}" == *@* ]]; then
-    digest="${image#*@}"
-  elif [[ "${image##*/}" == *:* ]]; then
-    tag="${image##*:}"
-    name="${image%:*}"
-  fi
-  {
-    echo "apiVersion: kustomize.config.k8s.io/v1beta1"
-    echo "kind: Kustomization"
-    echo "resources:"
-    echo "- ${root}/config/${provider}/default"
-    echo "components:"
-    echo "- ${root}/config/components/availability/${level}"
-    echo "images:"
-    echo "- name: ${image_name}"
-    echo "  newName: ${name}"
-    [[ -n "${tag}" ]] && echo "  newTag: \"${tag}\""
-    [[ -n "${digest}" ]] && echo "  digest: ${digest}"
-  } >"${dir}/kustomization.yaml"
+  local fields
+  fields=$(image_fields "${image}")
+  cat >"${dir}/kustomization.yaml" <<EOF
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+- $(realpath --relative-to="${dir}" "${root}/config/${provider}/default")
+components:
+- $(realpath --relative-to="${dir}" "${root}/config/components/availability/${level}")
+images:
+- name: ${image_name}
+${fields}
+EOF
   "${kustomize}" build "${dir}" >"${out}/${target}"
 }
 
@@ -53,4 +83,4 @@ build bootstrap ghcr.io/cozystack/kairos-bootstrap-controller "${bootstrap_image
 build infrastructure ghcr.io/cozystack/kubevirt-workers-controller "${infrastructure_image}" infrastructure-components.yaml
 cp metadata.yaml "${out}/metadata.yaml"
 cp templates/cluster-template*.yaml "${out}/"
-echo "release manifests written to ${out}" >&2
+echo "release manifests (availability ${level}) written to ${out}" >&2

@@ -21,11 +21,32 @@ install() {
   echo "${dir}/${name}"
 }
 
+# clusterctl cannot be `go install`ed: the cluster-api module's go.mod has a
+# replace directive for its api module. Build it in a throw-away module that
+# requires both modules at the pinned version, stamped with that version.
+install_clusterctl() {
+  local version="$1"
+  local dir="${CACHE_ROOT}/tools/clusterctl-${version}"
+  if [[ ! -x "${dir}/clusterctl" ]]; then
+    echo "tool: building sigs.k8s.io/cluster-api/cmd/clusterctl@${version}" >&2
+    local src="${CACHE_ROOT}/src/clusterctl-${version}"
+    mkdir -p "${dir}" "${src}"
+    printf 'module kubevirt-workers.local/clusterctl\n\ngo 1.26\n\nrequire (\n\tsigs.k8s.io/cluster-api %s\n\tsigs.k8s.io/cluster-api/api %s\n)\n' \
+      "${version}" "${version}" >"${src}/go.mod"
+    local v="${version#v}" pkg=sigs.k8s.io/cluster-api/version
+    local ldflags="-X ${pkg}.gitMajor=${v%%.*} -X ${pkg}.gitMinor=$(cut -d. -f2 <<<"${v}") -X ${pkg}.gitVersion=${version} -X ${pkg}.gitTreeState=clean"
+    (cd "${src}" && GOFLAGS=-mod=mod GOWORK=off CGO_ENABLED=0 \
+      go build -trimpath -ldflags "${ldflags}" -o "${dir}/clusterctl.tmp" sigs.k8s.io/cluster-api/cmd/clusterctl >&2)
+    mv "${dir}/clusterctl.tmp" "${dir}/clusterctl"
+  fi
+  echo "${dir}/clusterctl"
+}
+
 case "${1:-}" in
   controller-gen) install controller-gen sigs.k8s.io/controller-tools/cmd/controller-gen "${CONTROLLER_TOOLS_VERSION}" ;;
   golangci-lint) install golangci-lint github.com/golangci/golangci-lint/v2/cmd/golangci-lint "${GOLANGCI_LINT_VERSION}" ;;
   yip) install yip github.com/mudler/yip "${YIP_VERSION}" ;;
-  clusterctl) install clusterctl sigs.k8s.io/cluster-api/cmd/clusterctl "${CLUSTER_API_VERSION}" ;;
+  clusterctl) install_clusterctl "${CLUSTER_API_VERSION}" ;;
   kustomize) install kustomize sigs.k8s.io/kustomize/kustomize/v5 "${KUSTOMIZE_VERSION}" ;;
   *) echo "usage: $0 controller-gen|golangci-lint|yip|clusterctl|kustomize" >&2; exit 2 ;;
 esac

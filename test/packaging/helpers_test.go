@@ -1,0 +1,225 @@
+/*
+Copyright 2026 The Cozystack Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package packaging tests what users install: the kustomize bases and
+// availability components of both providers, the release manifests
+// hack/release-manifests.sh writes, the cluster templates, the Tilt and
+// Docker build descriptions, and a real clusterctl (built at the pinned
+// Cluster API version) generating providers and clusters from a local
+// repository and installing both providers into an envtest management
+// cluster.
+package packaging
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+
+	"github.com/cozystack/cluster-api-workers/test/envtest"
+)
+
+// provider describes one of the two providers as clusterctl sees it.
+type provider struct {
+	// name is the clusterctl provider name.
+	name string
+	// kind is the clusterctl provider type flag: bootstrap or infrastructure.
+	kind string
+	// label is the value of cluster.x-k8s.io/provider on every object.
+	label string
+	// components is the components file name in a release.
+	components string
+	// image is the manager image name (without tag) of the default
+	// kustomization, which Tilt builds and releases replace.
+	image string
+	// dir is the provider's directory under config/.
+	dir string
+}
+
+var providers = []provider{
+	{
+		name:       "kairos-kubeadm",
+		kind:       "bootstrap",
+		label:      "bootstrap-kairos-kubeadm",
+		components: "bootstrap-components.yaml",
+		image:      "ghcr.io/cozystack/kairos-bootstrap-controller",
+		dir:        "bootstrap",
+	},
+	{
+		name:       "kubevirt-workers",
+		kind:       "infrastructure",
+		label:      "infrastructure-kubevirt-workers",
+		components: "infrastructure-components.yaml",
+		image:      "ghcr.io/cozystack/kubevirt-workers-controller",
+		dir:        "infrastructure",
+	},
+}
+
+const providerLabel = "cluster.x-k8s.io/provider"
+
+var repoRoot = envtest.RepoRoot()
+
+// tool returns the path of a pinned tool that hack/tool.sh installs (and
+// builds on first use); $<NAME>_BIN overrides it.
+func tool(t testing.TB, name string) string {
+	t.Helper()
+	if bin := os.Getenv(strings.ToUpper(name) + "_BIN"); bin != "" {
+		return bin
+	}
+	toolsMu.Lock()
+	defer toolsMu.Unlock()
+	if p, ok := tools[name]; ok {
+		return p
+	}
+	out, err := command(nil, "", "bash", filepath.Join(repoRoot, "hack", "tool.sh"), name)
+	if err != nil {
+		t.Fatalf("installing %s: %v", name, err)
+	}
+	tools[name] = strings.TrimSpace(out)
+	return tools[name]
+}
+
+var (
+	toolsMu sync.Mutex
+	tools   = map[string]string{}
+)
+
+// command runs a program and returns its standard output; the error carries
+// its standard error. env is added to the test's environment.
+func command(env []string, dir, name string, args ...string) (string, error) {
+	cmd := exec.Command(name, args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), env...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return stdout.String(), fmt.Errorf("%s %s: %w\n%s", filepath.Base(name), strings.Join(args, " "), err, stderr.String())
+	}
+	return stdout.String(), nil
+}
+
+// run is command for steps that must succeed.
+func run(t testing.TB, env []string, dir, name string, args ...string) string {
+	t.Helper()
+	out, err := command(env, dir, name, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// decode splits a multi-document YAML stream into objects, skipping empty
+// documents.
+func decode(t testing.TB, data []byte) []*unstructured.Unstructured {
+	t.Helper()
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	var objs []*unstructured.Unstructured
+	for {
+		u := &unstructured.Unstructured{}
+		err := dec.Decode(&u.Object)
+		if errors.Is(err, io.EOF) {
+			return objs
+		}
+		if err != nil {
+			t.Fatalf("decoding YAML: %v", err)
+		}
+		if len(u.Object) > 0 {
+			objs = append(objs, u)
+		}
+	}
+}
+
+func readObjects(t testing.TB, path string) []*unstructured.Unstructured {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return decode(t, data)
+}
+
+// releases caches hack/release-manifests.sh output per availability level:
+// each test that needs a level renders it once.
+var releases = struct {
+	sync.Mutex
+	dirs map[string]string
+	base string
+}{dirs: map[string]string{}}
+
+// release runs hack/release-manifests.sh (make release-manifests) for an
+// availability level and returns its output folder. The folder lives until
+// the test binary exits.
+func release(t testing.TB, level string) string {
+	t.Helper()
+	releases.Lock()
+	defer releases.Unlock()
+	if dir, ok := releases.dirs[level]; ok {
+		return dir
+	}
+	if releases.base == "" {
+		base, err := os.MkdirTemp("", "packaging-release-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		releases.base = base
+	}
+	dir := filepath.Join(releases.base, level)
+	run(t, []string{"RELEASE_DIR=" + dir, "AVAILABILITY=" + level, "KUSTOMIZE_BIN=" + tool(t, "kustomize")},
+		repoRoot, "bash", filepath.Join(repoRoot, "hack", "release-manifests.sh"))
+	releases.dirs[level] = dir
+	return dir
+}
+
+// TestMain removes the rendered releases after the tests.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if releases.base != "" {
+		_ = os.RemoveAll(releases.base)
+	}
+	os.Exit(code)
+}
+
+// byKind returns the objects of a kind.
+func byKind(objs []*unstructured.Unstructured, kind string) []*unstructured.Unstructured {
+	var out []*unstructured.Unstructured
+	for _, o := range objs {
+		if o.GetKind() == kind {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// clusterScoped are the cluster-scoped kinds the components contain.
+var clusterScoped = map[string]bool{
+	"Namespace":                      true,
+	"CustomResourceDefinition":       true,
+	"ClusterRole":                    true,
+	"ClusterRoleBinding":             true,
+	"ValidatingWebhookConfiguration": true,
+	"MutatingWebhookConfiguration":   true,
+	"WorkerClass":                    true,
+	"WorkerPlatform":                 true,
+}
