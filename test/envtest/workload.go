@@ -285,3 +285,14 @@ func (w *Workload) SignClusterInfo(ctx context.Context, tokenID string) error {
 	cm.Data[bootstrapapi.JWSSignatureKeyPrefix+tokenID] = sig
 	return w.Client.Update(ctx, cm)
 }
+
+// UnsignClusterInfo removes a token's cluster-info signature, as the
+// bootstrapsigner does once the token is deleted or expired.
+func (w *Workload) UnsignClusterInfo(ctx context.Context, tokenID string) error {
+	cm := &corev1.ConfigMap{}
+	if err := w.Client.Get(ctx, client.ObjectKey{Namespace: metav1.NamespacePublic, Name: bootstrapapi.ConfigMapClusterInfo}, cm); err != nil {
+		return fmt.Errorf("reading cluster-info: %w", err)
+	}
+	delete(cm.Data, bootstrapapi.JWSSignatureKeyPrefix+tokenID)
+	return w.Client.Update(ctx, cm)
+}

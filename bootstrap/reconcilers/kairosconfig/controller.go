@@ -58,7 +58,7 @@ const ProviderIDPrefix = "kubevirt://"
 // Requeue intervals for waits that no watch ends.
 const (
 	waitForInfrastructureInterval = 10 * time.Second
-	waitForFileSourceInterval     = 30 * time.Second
+	waitForFileSourceInterval     = 10 * time.Second
 	waitForWorkloadInterval       = 15 * time.Second
 )
 
@@ -109,7 +109,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 		WithOptions(options).
 		Watches(&clusterv1.Machine{}, handler.EnqueueRequestsFromMapFunc(machineToKairosConfig)).
 		Watches(&clusterv1.Cluster{}, handler.EnqueueRequestsFromMapFunc(r.clusterToKairosConfigs)).
-		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.clusterCAToKairosConfigs)).
+		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.secretToKairosConfigs)).
 		WatchesRawSource(r.ClusterCache.GetClusterSource("kairosconfig", r.clusterToKairosConfigs)).
 		WithEventFilter(predicates.ResourceHasFilterLabel(mgr.GetScheme(), log, r.WatchFilterValue)).
 		Build(r)

@@ -50,14 +50,34 @@ func (r *Reconciler) clusterToKairosConfigs(ctx context.Context, o client.Object
 	return r.configsOfCluster(ctx, client.ObjectKey{Namespace: o.GetNamespace(), Name: o.GetName()})
 }
 
-// clusterCAToKairosConfigs maps a <cluster>-ca Secret to the cluster's
-// KairosConfigs, so configs waiting for the CA go on when it appears.
-func (r *Reconciler) clusterCAToKairosConfigs(ctx context.Context, o client.Object) []ctrl.Request {
+// secretToKairosConfigs maps a cluster-labelled Secret (the only kind the
+// cache holds) to the KairosConfigs waiting for it: the <cluster>-ca
+// Secret to every config of the cluster, any other Secret to the configs
+// whose files read it. File Secrets without the label are picked up by
+// the periodic retry instead.
+func (r *Reconciler) secretToKairosConfigs(ctx context.Context, o client.Object) []ctrl.Request {
 	clusterName := o.GetLabels()[clusterv1.ClusterNameLabel]
-	if clusterName == "" || o.GetName() != secret.Name(clusterName, secret.ClusterCA) {
+	if clusterName == "" {
 		return nil
 	}
-	return r.configsOfCluster(ctx, client.ObjectKey{Namespace: o.GetNamespace(), Name: clusterName})
+	if o.GetName() == secret.Name(clusterName, secret.ClusterCA) {
+		return r.configsOfCluster(ctx, client.ObjectKey{Namespace: o.GetNamespace(), Name: clusterName})
+	}
+	configs := &bootstrapv1.KairosConfigList{}
+	if err := r.Client.List(ctx, configs, client.InNamespace(o.GetNamespace()), client.MatchingLabels{clusterv1.ClusterNameLabel: clusterName}); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Listing the Cluster's KairosConfigs failed", "Cluster", clusterName)
+		return nil
+	}
+	var reqs []ctrl.Request
+	for _, c := range configs.Items {
+		for _, f := range c.Spec.Files {
+			if f.ContentFrom.Secret.Name == o.GetName() {
+				reqs = append(reqs, ctrl.Request{NamespacedName: types.NamespacedName{Namespace: c.Namespace, Name: c.Name}})
+				break
+			}
+		}
+	}
+	return reqs
 }
 
 func (r *Reconciler) configsOfCluster(ctx context.Context, cluster client.ObjectKey) []ctrl.Request {

@@ -1,0 +1,393 @@
+/*
+Copyright 2026 The Cozystack Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package kairosconfig
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
+	"k8s.io/utils/ptr"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	bootstrapv1 "github.com/cozystack/cluster-api-workers/bootstrap/api/v1alpha1"
+	"github.com/cozystack/cluster-api-workers/bootstrap/internal/cloudconfig"
+)
+
+const eventually = 30 * time.Second
+
+func TestTokenCreatedAndBootstrapSecretWritten(t *testing.T) {
+	startController(t, testTokenTTL)
+	f := newFixture(t, readyCluster)
+	g := f.g
+	w := f.newWorker("worker-0", machineOptions{vmName: "worker-0-vm", spec: bootstrapv1.KairosConfigSpec{
+		NodeLabels: map[string]string{"example.com/pool": "a"},
+	}})
+	data := f.waitForData(w)
+
+	// The bootstrap Secret follows the contract.
+	g.Expect(data.Type).To(Equal(clusterv1.ClusterSecretType))
+	g.Expect(data.Labels).To(HaveKeyWithValue(clusterv1.ClusterNameLabel, f.cluster.Name))
+	g.Expect(metav1.GetControllerOf(data)).NotTo(BeNil())
+	g.Expect(metav1.GetControllerOf(data).Kind).To(Equal("KairosConfig"))
+	g.Expect(metav1.GetControllerOf(data).Name).To(Equal(w.config.Name))
+	g.Expect(data.Data).To(HaveLen(2))
+	g.Expect(string(data.Data["format"])).To(Equal("cloud-config"))
+
+	cfg := &bootstrapv1.KairosConfig{}
+	g.Expect(mgmt.Client.Get(suiteCtx, client.ObjectKeyFromObject(w.config), cfg)).To(Succeed())
+	g.Expect(cfg.Status.DataSecretName).To(Equal(data.Name))
+	g.Expect(cfg.Status.Initialization.DataSecretCreated).To(Equal(ptr.To(true)))
+	g.Expect(cfg.Status.ObservedGeneration).To(Equal(cfg.Generation))
+	g.Expect(cfg.Finalizers).To(ContainElement(bootstrapv1.ConfigFinalizer))
+	ready := findCondition(cfg.Status.Conditions, bootstrapv1.ReadyCondition)
+	g.Expect(ready).NotTo(BeNil())
+	g.Expect(ready.Status).To(Equal(metav1.ConditionTrue))
+
+	// One token, kept in our Secret (never in spec), created in the
+	// workload cluster with the TTL and the kubeadm node group.
+	tok, found := f.storedToken(w)
+	g.Expect(found).To(BeTrue())
+	remote, err := workloadToken(tok.ID)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(string(remote.Data[bootstrapapi.BootstrapTokenSecretKey])).To(Equal(tok.Secret))
+	g.Expect(string(remote.Data[bootstrapapi.BootstrapTokenExtraGroupsKey])).To(Equal(NodeBootstrapTokenGroup))
+	expiration, err := time.Parse(time.RFC3339, string(remote.Data[bootstrapapi.BootstrapTokenExpirationKey]))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(expiration).To(BeTemporally("~", time.Now().Add(testTokenTTL), testTokenTTL))
+	g.Expect(workloadTokensFor(g, w)).To(HaveLen(1))
+
+	// The rendering joins with that token, the pinned CA, the endpoint,
+	// and the VM name as hostname and providerID.
+	value := string(data.Data["value"])
+	g.Expect(value).To(HavePrefix("#cloud-config\n"))
+	g.Expect(value).To(ContainSubstring(tok.String()))
+	g.Expect(value).To(ContainSubstring(workload.Endpoint))
+	g.Expect(value).To(ContainSubstring("hostname: worker-0-vm"))
+	g.Expect(value).To(ContainSubstring("kubevirt://worker-0-vm"))
+	g.Expect(value).To(ContainSubstring("sha256:"))
+	g.Expect(value).To(ContainSubstring("example.com/pool=a"))
+	g.Expect(value).NotTo(ContainSubstring("unsafeSkipCAVerification"))
+	g.Expect(string(mustJSON(g, cfg.Spec))).NotTo(ContainSubstring(tok.Secret), "the token must never be in spec")
+}
+
+func TestTokenIsRefreshedUntilTheNodeJoins(t *testing.T) {
+	startController(t, testTokenTTL)
+	f := newFixture(t, readyCluster)
+	g := f.g
+	w := f.newWorker("worker-0", machineOptions{vmName: "refresh-vm"})
+	f.waitForData(w)
+	tok, _ := f.storedToken(w)
+	first, err := workloadToken(tok.ID)
+	g.Expect(err).NotTo(HaveOccurred())
+	before := string(first.Data[bootstrapapi.BootstrapTokenExpirationKey])
+	g.Eventually(func(g Gomega) string {
+		s, err := workloadToken(tok.ID)
+		g.Expect(err).NotTo(HaveOccurred())
+		return string(s.Data[bootstrapapi.BootstrapTokenExpirationKey])
+	}, eventually, 200*time.Millisecond).ShouldNot(Equal(before))
+
+	// The same token is extended, never replaced: the rendered data stays valid.
+	again, _ := f.storedToken(w)
+	g.Expect(again.ID).To(Equal(tok.ID))
+	g.Expect(workloadTokensFor(g, w)).To(HaveLen(1))
+
+	// A token Secret that vanished before the node joined (expired and
+	// cleaned up, or deleted by hand) is created again with the same value.
+	g.Expect(workload.Client.Delete(suiteCtx, first)).To(Succeed())
+	g.Eventually(func() error { _, err := workloadToken(tok.ID); return err }, eventually, 200*time.Millisecond).Should(Succeed())
+}
+
+func TestNodeJoinsAndTheTokenIsDeleted(t *testing.T) {
+	startController(t, testTokenTTL)
+	f := newFixture(t, readyCluster)
+	g := f.g
+	w := f.newWorker("worker-0", machineOptions{vmName: "joined-vm"})
+	f.waitForData(w)
+	tok, _ := f.storedToken(w)
+
+	// The kubelet registers the Node; the Node watch in the workload
+	// cluster triggers the revocation before Cluster API sets a nodeRef.
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "joined-vm"}, Spec: corev1.NodeSpec{ProviderID: "kubevirt://joined-vm"}}
+	g.Expect(workload.Client.Create(suiteCtx, node)).To(Succeed())
+	t.Cleanup(func() { _ = workload.Client.Delete(suiteCtx, node) })
+
+	g.Eventually(func() bool { _, err := workloadToken(tok.ID); return apierrors.IsNotFound(err) }, eventually, 100*time.Millisecond).Should(BeTrue())
+	g.Eventually(func() bool { _, found := f.storedToken(w); return found }, eventually, 100*time.Millisecond).Should(BeFalse())
+	// The data stays available and no new token appears.
+	g.Consistently(func(g Gomega) []corev1.Secret { return workloadTokensFor(g, w) }, 2*time.Second, 200*time.Millisecond).Should(BeEmpty())
+	g.Expect(f.condition(w)(g).Status).To(Equal(metav1.ConditionTrue))
+}
+
+func TestNodeRefRevokesTheToken(t *testing.T) {
+	startController(t, testTokenTTL)
+	f := newFixture(t, readyCluster)
+	g := f.g
+	w := f.newWorker("worker-0", machineOptions{vmName: "noderef-vm"})
+	f.waitForData(w)
+	tok, _ := f.storedToken(w)
+
+	g.Expect(mgmt.Client.Get(suiteCtx, client.ObjectKeyFromObject(w.machine), w.machine)).To(Succeed())
+	w.machine.Status.NodeRef = clusterv1.MachineNodeReference{Name: "noderef-vm"}
+	g.Expect(mgmt.Client.Status().Update(suiteCtx, w.machine)).To(Succeed())
+
+	g.Eventually(func() bool { _, err := workloadToken(tok.ID); return apierrors.IsNotFound(err) }, eventually, 100*time.Millisecond).Should(BeTrue())
+	g.Eventually(func() bool { _, found := f.storedToken(w); return found }, eventually, 100*time.Millisecond).Should(BeFalse())
+}
+
+func TestMachineDeletedAndTheTokenIsDeleted(t *testing.T) {
+	startController(t, testTokenTTL)
+	f := newFixture(t, readyCluster)
+	g := f.g
+	w := f.newWorker("worker-0", machineOptions{vmName: "deleted-vm"})
+	f.waitForData(w)
+	tok, _ := f.storedToken(w)
+
+	g.Expect(mgmt.Client.Delete(suiteCtx, w.machine)).To(Succeed())
+	g.Eventually(func() bool { _, err := workloadToken(tok.ID); return apierrors.IsNotFound(err) }, eventually, 100*time.Millisecond).Should(BeTrue())
+	g.Eventually(func() bool { _, found := f.storedToken(w); return found }, eventually, 100*time.Millisecond).Should(BeFalse())
+}
+
+func TestConfigDeletedRevokesTheTokenBeforeItGoes(t *testing.T) {
+	startController(t, testTokenTTL)
+	f := newFixture(t, readyCluster)
+	g := f.g
+	w := f.newWorker("worker-0", machineOptions{vmName: "config-deleted-vm"})
+	f.waitForData(w)
+	tok, _ := f.storedToken(w)
+
+	// Cluster API deletes the bootstrap config when it deletes a Machine;
+	// the finalizer holds the config until the token is revoked.
+	g.Expect(mgmt.Client.Delete(suiteCtx, w.config)).To(Succeed())
+	g.Eventually(func() bool {
+		return apierrors.IsNotFound(mgmt.Client.Get(suiteCtx, client.ObjectKeyFromObject(w.config), &bootstrapv1.KairosConfig{}))
+	}, eventually, 100*time.Millisecond).Should(BeTrue())
+	_, err := workloadToken(tok.ID)
+	g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "the token must be revoked before the config is gone")
+}
+
+func TestControllerRestartNeitherDuplicatesNorLeaksTokens(t *testing.T) {
+	f := newFixture(t, readyCluster)
+	g := f.g
+
+	// A controller that stored a token and died before creating it in the
+	// workload cluster: the next one creates exactly that token.
+	w := f.newWorker("worker-0", machineOptions{vmName: "restart-vm"})
+	pending, err := newToken(time.Now(), testTokenTTL)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(mgmt.Client.Get(suiteCtx, client.ObjectKeyFromObject(w.config), w.config)).To(Succeed())
+	g.Expect(mgmt.Client.Create(suiteCtx, managementTokenSecret(w.config, f.cluster.Name, pending))).To(Succeed())
+
+	first := startController(t, testTokenTTL)
+	data := f.waitForData(w)
+	g.Expect(string(data.Data["value"])).To(ContainSubstring(pending.String()))
+	g.Expect(workloadTokensFor(g, w)).To(HaveLen(1))
+	_, err = workloadToken(pending.ID)
+	g.Expect(err).NotTo(HaveOccurred())
+
+	// Stop and start again: same token, same data, nothing new.
+	first.stop()
+	startController(t, testTokenTTL)
+	second := f.newWorker("worker-1", machineOptions{vmName: "restart-vm-1"})
+	f.waitForData(second) // the new manager is working
+	g.Consistently(func(g Gomega) {
+		g.Expect(workloadTokensFor(g, w)).To(HaveLen(1))
+		tok, found := f.storedToken(w)
+		g.Expect(found).To(BeTrue())
+		g.Expect(tok.ID).To(Equal(pending.ID))
+		again := &corev1.Secret{}
+		g.Expect(mgmt.Client.Get(suiteCtx, client.ObjectKeyFromObject(data), again)).To(Succeed())
+		g.Expect(again.Data["value"]).To(Equal(data.Data["value"]))
+	}, 3*time.Second, 300*time.Millisecond).Should(Succeed())
+	g.Expect(workloadTokensFor(g, second)).To(HaveLen(1))
+}
+
+func TestWaitingConditions(t *testing.T) {
+	startController(t, testTokenTTL)
+	tests := []struct {
+		name    string
+		state   clusterState
+		options machineOptions
+		reason  string
+		// release ends the wait; the data must then be written.
+		release func(f *fixture, w *worker)
+	}{
+		{
+			name:    "cluster infrastructure not provisioned",
+			state:   clusterState{controlPlaneInitialized: true, endpoint: true, caSecret: true},
+			options: machineOptions{vmName: "wait-infra-vm"},
+			reason:  bootstrapv1.WaitingForClusterInfrastructureReason,
+			release: func(f *fixture, _ *worker) { f.setClusterStatus(readyCluster) },
+		},
+		{
+			name:    "control plane not initialized",
+			state:   clusterState{infrastructureProvisioned: true, endpoint: true, caSecret: true},
+			options: machineOptions{vmName: "wait-cp-vm"},
+			reason:  bootstrapv1.WaitingForControlPlaneInitializedReason,
+			release: func(f *fixture, _ *worker) { f.setClusterStatus(readyCluster) },
+		},
+		{
+			name:    "cluster CA Secret missing",
+			state:   clusterState{infrastructureProvisioned: true, controlPlaneInitialized: true, endpoint: true},
+			options: machineOptions{vmName: "wait-ca-vm"},
+			reason:  bootstrapv1.WaitingForClusterCAReason,
+			release: func(f *fixture, _ *worker) { f.createCASecret() },
+		},
+		{
+			// Machine.spec.infrastructureRef.name is required by the v1beta2
+			// schema; the name is known but the object may not exist yet,
+			// and the image's version cannot be checked without it. (The
+			// empty-name wait is covered by TestRenderWaitsForTheInfrastructureName.)
+			name:    "infrastructure machine not created yet",
+			state:   readyCluster,
+			options: machineOptions{vmName: "wait-infra-object-vm", skipInfrastructure: true},
+			reason:  bootstrapv1.WaitingForInfrastructureReason,
+			release: func(f *fixture, _ *worker) { f.newInfrastructureMachine("wait-infra-object-vm") },
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t, tt.state)
+			w := f.newWorker("worker-0", tt.options)
+			cond := f.waitForReason(w, tt.reason)
+			f.g.Expect(cond.Status).To(Equal(metav1.ConditionFalse))
+			f.g.Expect(cond.Message).NotTo(BeEmpty())
+			// Nothing was rendered and no token was minted while waiting.
+			f.g.Expect(apierrors.IsNotFound(mgmt.Client.Get(suiteCtx, client.ObjectKey{Namespace: f.namespace, Name: w.config.Name}, &corev1.Secret{}))).To(BeTrue())
+			_, found := f.storedToken(w)
+			f.g.Expect(found).To(BeFalse())
+			tt.release(f, w)
+			f.waitForData(w)
+		})
+	}
+}
+
+func (f *fixture) newInfrastructureMachine(name string) {
+	infra := map[string]any{
+		"apiVersion": "infrastructure.test.cozystack.io/v1alpha1", "kind": "TestMachine",
+		"metadata": map[string]any{"namespace": f.namespace, "name": name}, "spec": map[string]any{},
+	}
+	f.g.Expect(mgmt.Client.Create(suiteCtx, unstructuredFrom(infra))).To(Succeed())
+}
+
+func TestKubernetesVersionMismatchRendersNothing(t *testing.T) {
+	startController(t, testTokenTTL)
+	tests := []struct {
+		name         string
+		machine      string
+		image        string
+		match        string
+		wantMismatch bool
+	}{
+		{name: "fixed image: another patch is a mismatch", machine: "v1.35.5", image: "v1.35.6", match: VersionMatchExact, wantMismatch: true},
+		{name: "fixed image: the exact patch matches", machine: "v1.35.6", image: "v1.35.6", match: VersionMatchExact},
+		{name: "platform image: another minor is a mismatch", machine: "v1.34.9", image: "v1.35.6", match: VersionMatchMinor, wantMismatch: true},
+		{name: "platform image: any patch of the minor matches", machine: "v1.35.1", image: "v1.35.6", match: VersionMatchMinor},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t, readyCluster)
+			w := f.newWorker("worker-0", machineOptions{
+				vmName:   "version-vm-" + string(rune('a'+i)),
+				version:  tt.machine,
+				template: map[string]any{"kubernetesVersion": tt.image, "kubernetesVersionMatch": tt.match},
+			})
+			if !tt.wantMismatch {
+				f.waitForData(w)
+				return
+			}
+			cond := f.waitForReason(w, bootstrapv1.KubernetesVersionMismatchReason)
+			f.g.Expect(cond.Message).To(ContainSubstring(tt.machine))
+			f.g.Expect(cond.Message).To(ContainSubstring(tt.image))
+			f.g.Consistently(func(g Gomega) {
+				g.Expect(apierrors.IsNotFound(mgmt.Client.Get(suiteCtx, client.ObjectKey{Namespace: f.namespace, Name: w.config.Name}, &corev1.Secret{}))).To(BeTrue())
+				g.Expect(workloadTokensFor(g, w)).To(BeEmpty())
+			}, time.Second, 200*time.Millisecond).Should(Succeed())
+			_, found := f.storedToken(w)
+			f.g.Expect(found).To(BeFalse())
+		})
+	}
+}
+
+func TestPausedClusterIsNotReconciled(t *testing.T) {
+	startController(t, testTokenTTL)
+	f := newFixture(t, readyCluster)
+	g := f.g
+	g.Expect(mgmt.Client.Get(suiteCtx, client.ObjectKeyFromObject(f.cluster), f.cluster)).To(Succeed())
+	f.cluster.Spec.Paused = ptr.To(true)
+	g.Expect(mgmt.Client.Update(suiteCtx, f.cluster)).To(Succeed())
+	w := f.newWorker("worker-0", machineOptions{vmName: "paused-vm"})
+	g.Eventually(func(g Gomega) {
+		cfg := &bootstrapv1.KairosConfig{}
+		g.Expect(mgmt.Client.Get(suiteCtx, client.ObjectKeyFromObject(w.config), cfg)).To(Succeed())
+		paused := findCondition(cfg.Status.Conditions, clusterv1.PausedCondition)
+		g.Expect(paused).NotTo(BeNil())
+		g.Expect(paused.Status).To(Equal(metav1.ConditionTrue))
+	}, eventually, 100*time.Millisecond).Should(Succeed())
+	_, found := f.storedToken(w)
+	g.Expect(found).To(BeFalse())
+
+	g.Expect(mgmt.Client.Get(suiteCtx, client.ObjectKeyFromObject(f.cluster), f.cluster)).To(Succeed())
+	f.cluster.Spec.Paused = ptr.To(false)
+	g.Expect(mgmt.Client.Update(suiteCtx, f.cluster)).To(Succeed())
+	f.waitForData(w)
+}
+
+func TestFilesFromSecretsAndClusterProviderMode(t *testing.T) {
+	startController(t, testTokenTTL)
+	f := newFixture(t, readyCluster)
+	g := f.g
+	w := f.newWorker("worker-0", machineOptions{vmName: "files-vm", spec: bootstrapv1.KairosConfigSpec{
+		JoinMode: bootstrapv1.JoinModeClusterProvider,
+		Files: []bootstrapv1.File{{
+			Path:        "/etc/app/credentials",
+			ContentFrom: bootstrapv1.FileSource{Secret: bootstrapv1.SecretKeySource{Name: "app", Key: "credentials"}},
+		}},
+	}})
+	cond := f.waitForReason(w, bootstrapv1.FileSourceNotAvailableReason)
+	g.Expect(cond.Message).To(ContainSubstring("spec.files[0].contentFrom.secret"))
+
+	g.Expect(mgmt.Client.Create(suiteCtx, &corev1.Secret{
+		// The cluster-name label puts the Secret in the controller's cache,
+		// so its creation is seen at once.
+		ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace, Name: "app", Labels: map[string]string{clusterv1.ClusterNameLabel: f.cluster.Name}},
+		Data:       map[string][]byte{"credentials": []byte("user: {{ not a template }}\n")},
+	})).To(Succeed())
+	data := f.waitForData(w)
+	value := string(data.Data["value"])
+	g.Expect(value).To(ContainSubstring("control_plane_host: " + workload.Endpoint))
+	g.Expect(value).To(ContainSubstring("role: worker"))
+	g.Expect(value).To(ContainSubstring(`user: {{ "{{" }} not a template }}`))
+	g.Expect(value).To(ContainSubstring("permissions: 384 # 0600"))
+	g.Expect(strings.Count(value, "kubeadm join")).To(BeZero(), "the provider joins; the stages must not join a second time")
+	g.Expect(value).To(ContainSubstring(cloudconfig.StageReportSuccess))
+}
+
+func findCondition(list []metav1.Condition, t string) *metav1.Condition {
+	for i := range list {
+		if list[i].Type == t {
+			return &list[i]
+		}
+	}
+	return nil
+}

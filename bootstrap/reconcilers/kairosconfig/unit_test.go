@@ -1,0 +1,124 @@
+/*
+Copyright 2026 The Cozystack Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package kairosconfig
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util/conditions"
+
+	bootstrapv1 "github.com/cozystack/cluster-api-workers/bootstrap/api/v1alpha1"
+)
+
+// TestRenderWaitsForTheInfrastructureName covers a Machine whose
+// infrastructureRef has no name yet (the v1beta2 schema requires one, so
+// only objects from elsewhere can get here): hostname and providerID are
+// unknown, so nothing may be rendered. No client is touched before the wait.
+func TestRenderWaitsForTheInfrastructureName(t *testing.T) {
+	g := NewWithT(t)
+	r := &Reconciler{TokenTTL: time.Hour, now: time.Now}
+	s := &scope{
+		config:  &bootstrapv1.KairosConfig{ObjectMeta: metav1.ObjectMeta{Name: "c"}},
+		machine: &clusterv1.Machine{},
+		cluster: &clusterv1.Cluster{
+			Spec: clusterv1.ClusterSpec{ControlPlaneEndpoint: clusterv1.APIEndpoint{Host: "10.0.0.1", Port: 6443}},
+			Status: clusterv1.ClusterStatus{Initialization: clusterv1.ClusterInitializationStatus{
+				InfrastructureProvisioned: ptr.To(true), ControlPlaneInitialized: ptr.To(true),
+			}},
+		},
+	}
+	res, err := r.render(context.Background(), s)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res.IsZero()).To(BeTrue())
+	c := conditions.Get(s.config, bootstrapv1.DataSecretAvailableCondition)
+	g.Expect(c).NotTo(BeNil())
+	g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
+	g.Expect(c.Reason).To(Equal(bootstrapv1.WaitingForInfrastructureNameReason))
+}
+
+func TestCheckVersion(t *testing.T) {
+	tests := []struct {
+		name, machine, image, match string
+		wantMismatch, wantErr       bool
+	}{
+		{name: "exact: same patch", machine: "v1.35.6", image: "v1.35.6", match: VersionMatchExact},
+		{name: "exact: same patch without v prefix", machine: "1.35.6", image: "v1.35.6", match: VersionMatchExact},
+		{name: "exact: other patch", machine: "v1.35.5", image: "v1.35.6", match: VersionMatchExact, wantMismatch: true},
+		{name: "exact: other minor", machine: "v1.36.6", image: "v1.35.6", match: VersionMatchExact, wantMismatch: true},
+		{name: "minor: other patch", machine: "v1.35.1", image: "v1.35.6", match: VersionMatchMinor},
+		{name: "minor: other minor", machine: "v1.34.6", image: "v1.35.6", match: VersionMatchMinor, wantMismatch: true},
+		{name: "minor is the default", machine: "v1.35.0", image: "v1.35.6", match: ""},
+		{name: "unknown match", machine: "v1.35.6", image: "v1.35.6", match: "Fuzzy", wantErr: true},
+		{name: "machine version unparsable", machine: "latest", image: "v1.35.6", match: VersionMatchExact, wantErr: true},
+		{name: "image version unparsable", machine: "v1.35.6", image: "stable", match: VersionMatchExact, wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			msg, err := checkVersion(tt.machine, imageVersion{Version: tt.image, Match: tt.match, Source: "TestMachineTemplate t"})
+			if tt.wantErr {
+				g.Expect(err).To(HaveOccurred())
+				return
+			}
+			g.Expect(err).NotTo(HaveOccurred())
+			if tt.wantMismatch {
+				g.Expect(msg).To(ContainSubstring(vPrefixed(tt.machine)))
+				g.Expect(msg).To(ContainSubstring(tt.image))
+			} else {
+				g.Expect(msg).To(BeEmpty())
+			}
+		})
+	}
+}
+
+func TestTokenHelpers(t *testing.T) {
+	g := NewWithT(t)
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	tok, err := newToken(now, time.Hour)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(tok.ID).To(HaveLen(6))
+	g.Expect(tok.Secret).To(HaveLen(16))
+	g.Expect(tok.Expiration).To(Equal(now.Add(time.Hour)))
+	parsed, err := parseToken(tok.String())
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(parsed.ID).To(Equal(tok.ID))
+	_, err = parseToken("nope")
+	g.Expect(err).To(HaveOccurred())
+
+	// Refresh once a third of the TTL has passed, never earlier.
+	g.Expect(needsRefresh(now.Add(time.Hour), now, time.Hour)).To(BeFalse())
+	g.Expect(needsRefresh(now.Add(41*time.Minute), now, time.Hour)).To(BeFalse())
+	g.Expect(needsRefresh(now.Add(39*time.Minute), now, time.Hour)).To(BeTrue())
+	g.Expect(refreshInterval(time.Hour)).To(Equal(20 * time.Minute))
+
+	// Names stay deterministic and within the object name limit.
+	g.Expect(tokenSecretName("worker-0")).To(Equal("worker-0-bootstrap-token"))
+	long := make([]byte, 253)
+	for i := range long {
+		long[i] = 'a'
+	}
+	name := tokenSecretName(string(long))
+	g.Expect(len(name)).To(BeNumerically("<=", 253))
+	g.Expect(name).To(Equal(tokenSecretName(string(long))))
+	g.Expect(name).To(HaveSuffix(TokenSecretSuffix))
+}
