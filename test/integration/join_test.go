@@ -49,4 +49,5 @@ func TestJoin(t *testing.T) {
 		g.Expect(n.Labels).To(HaveKeyWithValue("node.cozystack.io/pool", "kairos"))
 	}
 	g.Eventually(func(g Gomega) { g.Expect(bootstrapTokens(g, w)).To(BeEmpty()) }, timeout, poll).Should(Succeed())
+	expectNoOrphans(t, w)
 }

@@ -1,0 +1,208 @@
+/*
+Copyright 2026 The Cozystack Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package integration
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util/conditions"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
+	"github.com/cozystack/cluster-api-workers/test/harness"
+	kubevirtsim "github.com/cozystack/cluster-api-workers/test/sim/kubevirt"
+)
+
+// TestReplacementAfterInstanceCrash: the instance of one VM crashes; its
+// node goes unknown (a container disk cannot rejoin), the
+// MachineHealthCheck remediates the Machine, and the replacement joins.
+// Nothing of the crashed machine is left.
+func TestReplacementAfterInstanceCrash(t *testing.T) {
+	g := NewWithT(t)
+	w := newCluster(t, harness.ClusterOptions{})
+	applyPool(t, w, map[string]string{"WORKER_MACHINE_COUNT": "2"})
+	before := expectJoined(t, w, 2)
+	victim := before[0]
+
+	g.Expect(h.KubeVirt.Crash(context.Background(), vmKey(victim), "")).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		for _, m := range machines(g, w) {
+			g.Expect(m.UID).NotTo(Equal(victim.UID), "Machine %s was not remediated", m.Name)
+		}
+	}, timeout, poll).Should(Succeed(), func() string { return describe(w) })
+
+	after := expectJoined(t, w, 2)
+	g.Expect(machineUIDs(after)).To(ContainElement(before[1].UID), "the healthy Machine was replaced too")
+	expectBootsClean(g, after)
+	expectNoOrphans(t, w)
+	g.Eventually(func(g Gomega) { g.Expect(bootstrapTokens(g, w)).To(BeEmpty()) }, timeout, poll).Should(Succeed())
+}
+
+// TestSingletonPoolWithHalfUnhealthyAllowedIsNotRemediated: 50% of one
+// Machine rounds down to zero, so the MachineHealthCheck reports the
+// Machine unhealthy but does not remediate it (the seed's note).
+func TestSingletonPoolWithHalfUnhealthyAllowedIsNotRemediated(t *testing.T) {
+	g := NewWithT(t)
+	w := newCluster(t, harness.ClusterOptions{})
+	applyPool(t, w, map[string]string{"WORKER_MACHINE_COUNT": "1", "MAX_UNHEALTHY": "50%"})
+	only := expectJoined(t, w, 1)[0]
+
+	g.Expect(h.KubeVirt.Crash(context.Background(), vmKey(only), "")).To(Succeed())
+	mhcKey := client.ObjectKey{Namespace: w.Key.Namespace, Name: w.Key.Name + "-kairos"}
+	g.Eventually(func(g Gomega) {
+		m := &clusterv1.Machine{}
+		g.Expect(h.Client.Get(context.Background(), client.ObjectKeyFromObject(&only), m)).To(Succeed())
+		g.Expect(conditions.IsFalse(m, clusterv1.MachineHealthCheckSucceededCondition)).To(BeTrue())
+		mhc := &clusterv1.MachineHealthCheck{}
+		g.Expect(h.Client.Get(context.Background(), mhcKey, mhc)).To(Succeed())
+		c := conditions.Get(mhc, clusterv1.MachineHealthCheckRemediationAllowedCondition)
+		g.Expect(c).NotTo(BeNil())
+		g.Expect(c.Status).To(BeEquivalentTo(corev1.ConditionFalse))
+		g.Expect(c.Reason).To(Equal(clusterv1.MachineHealthCheckTooManyUnhealthyReason))
+	}, timeout, poll).Should(Succeed(), func() string { return describe(w) })
+	// Well past the 5 s node timeout, the Machine is still there and not
+	// marked for remediation.
+	g.Consistently(func(g Gomega) {
+		ms := machines(g, w)
+		g.Expect(ms).To(HaveLen(1))
+		g.Expect(ms[0].UID).To(Equal(only.UID))
+		g.Expect(ms[0].DeletionTimestamp.IsZero()).To(BeTrue())
+		g.Expect(conditions.Get(&ms[0], clusterv1.MachineOwnerRemediatedCondition)).To(BeNil())
+	}, 10*time.Second, time.Second).Should(Succeed())
+	expectNoOrphans(t, w)
+}
+
+// TestImportFailureIsRemediatedThroughUnhealthyMachineConditions: the root
+// disk import of one Machine fails (its importer keeps restarting); the
+// provider reports InfrastructureReady False, the MachineHealthCheck's
+// unhealthyMachineConditions remediate it long before the node startup
+// timeout, and the replacement imports and joins.
+func TestImportFailureIsRemediatedThroughUnhealthyMachineConditions(t *testing.T) {
+	g := NewWithT(t)
+	w := newCluster(t, harness.ClusterOptions{})
+	h.KubeVirt.FailImports(kubevirtsim.WithLabels(map[string]string{clusterv1.ClusterNameLabel: w.Key.Name}), 1)
+	t.Cleanup(h.KubeVirt.ClearFaults)
+	applyImportPool(t, w, map[string]string{"WORKER_MACHINE_COUNT": "2", "NODE_STARTUP_TIMEOUT_SECONDS": "600"})
+
+	var failed types.UID
+	g.Eventually(func(g Gomega) {
+		for _, m := range machines(g, w) {
+			if c := conditions.Get(&m, clusterv1.MachineInfrastructureReadyCondition); c != nil &&
+				c.Status == "False" && c.Reason == infrav1.ImportFailedReason {
+				failed = m.UID
+			}
+		}
+		g.Expect(failed).NotTo(BeEmpty())
+	}, timeout, poll).Should(Succeed(), func() string { return describe(w) })
+
+	after := expectJoined(t, w, 2)
+	g.Expect(machineUIDs(after)).NotTo(ContainElement(failed))
+	expectBootsClean(g, after)
+	expectNoOrphans(t, w)
+}
+
+// TestSlowHealthyImportDoesNotLoop: imports that take far longer than the
+// infrastructure failure timeout but progress are not remediated: each
+// Machine keeps its one DataVolume until it joins. Remediation is allowed
+// for every Machine here, so any false unhealthy verdict would show.
+func TestSlowHealthyImportDoesNotLoop(t *testing.T) {
+	g := NewWithT(t)
+	w := newCluster(t, harness.ClusterOptions{})
+	h.KubeVirt.SlowImports(kubevirtsim.WithLabels(map[string]string{clusterv1.ClusterNameLabel: w.Key.Name}), -1, 20*time.Second)
+	t.Cleanup(h.KubeVirt.ClearFaults)
+	applyImportPool(t, w, map[string]string{"WORKER_MACHINE_COUNT": "2", "MAX_UNHEALTHY": "100%", "NODE_STARTUP_TIMEOUT_SECONDS": "120"})
+
+	firstMachines := map[types.UID]bool{}
+	disks := map[string]types.UID{}
+	sawProgress := false
+	g.Eventually(func(g Gomega) {
+		ms := machines(g, w)
+		for _, m := range ms {
+			if len(firstMachines) < 2 {
+				firstMachines[m.UID] = true
+			}
+			g.Expect(firstMachines).To(HaveKey(m.UID), "Machine %s replaced a Machine whose import was only slow", m.Name)
+			if c := conditions.Get(&m, clusterv1.MachineInfrastructureReadyCondition); c != nil && c.Reason == infrav1.ImportingReason {
+				g.Expect(c.Status).To(BeEquivalentTo("Unknown"))
+				sawProgress = true
+			}
+		}
+		dvs := &cdiv1.DataVolumeList{}
+		g.Expect(h.Client.List(context.Background(), dvs, client.InNamespace(w.Key.Namespace))).To(Succeed())
+		for _, dv := range dvs.Items {
+			if uid, seen := disks[dv.Name]; seen {
+				g.Expect(dv.UID).To(Equal(uid), "DataVolume %s was imported again", dv.Name)
+			}
+			disks[dv.Name] = dv.UID
+			g.Expect(dv.Status.RestartCount).To(BeZero())
+		}
+		g.Expect(ms).To(HaveLen(2))
+		for _, m := range ms {
+			g.Expect(m.Status.Phase).To(Equal(string(clusterv1.MachinePhaseRunning)))
+		}
+	}, timeout, poll).Should(Succeed(), func() string { return describe(w) })
+	g.Expect(sawProgress).To(BeTrue(), "no Machine reported import progress")
+	g.Expect(disks).To(HaveLen(2))
+	expectBootsClean(g, expectJoined(t, w, 2))
+	expectNoOrphans(t, w)
+}
+
+// applyImportPool applies the example pool with a classless template whose
+// root disk is imported over HTTP by CDI (a Kairos class always boots a
+// container disk).
+func applyImportPool(t *testing.T, w *harness.WorkloadCluster, vars map[string]string) {
+	t.Helper()
+	objs := pool(t, w, vars)
+	for i := range objs {
+		o := &objs[i]
+		if o.GetKind() != "KubeVirtMachineTemplate" {
+			continue
+		}
+		spec := o.Object["spec"].(map[string]any)
+		delete(spec, "workerClassName")
+		delete(spec, "version")
+		labels := o.GetLabels()
+		delete(labels, "cozystack.io/worker-class")
+		o.SetLabels(labels)
+		machine := spec["template"].(map[string]any)["spec"].(map[string]any)
+		machine["image"] = map[string]any{"httpImport": map[string]any{"url": importedImage}}
+		machine["rootDisk"] = map[string]any{"size": "20Gi"}
+	}
+	if err := h.Apply(context.Background(), objs); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func vmKey(m clusterv1.Machine) client.ObjectKey {
+	return client.ObjectKey{Namespace: m.Namespace, Name: m.Spec.InfrastructureRef.Name}
+}
+
+func machineUIDs(ms []clusterv1.Machine) []types.UID {
+	out := make([]types.UID, 0, len(ms))
+	for _, m := range ms {
+		out = append(out, m.UID)
+	}
+	return out
+}
+
