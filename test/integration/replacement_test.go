@@ -205,4 +205,3 @@ func machineUIDs(ms []clusterv1.Machine) []types.UID {
 	}
 	return out
 }
-
