@@ -120,6 +120,16 @@ func command(env []string, dir, name string, args ...string) (string, error) {
 	return stdout.String(), nil
 }
 
+// commandWithStderr runs a program and returns its standard output, writing
+// its standard error to stderr.
+func commandWithStderr(stderr io.Writer, name string, args ...string) (string, error) {
+	cmd := exec.Command(name, args...)
+	var stdout bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, stderr
+	err := cmd.Run()
+	return stdout.String(), err
+}
+
 // run is command for steps that must succeed.
 func run(t testing.TB, env []string, dir, name string, args ...string) string {
 	t.Helper()
