@@ -313,16 +313,16 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, cluster *clusterv1.Clu
 		return err
 	}
 	if objs.ImportCA != nil {
-		if blocked, err := r.ensureCreated(ctx, kvm, objs.ImportCA, &corev1.ConfigMap{}, "ConfigMap"); err != nil || blocked != nil {
+		if _, blocked, err := ensureCreated(ctx, r, kvm, objs.ImportCA, "ConfigMap"); err != nil || blocked != nil {
 			return r.blocked(kvm, blocked, err)
 		}
 	}
 	if objs.RootDataVolume != nil {
-		if blocked, err := r.ensureCreated(ctx, kvm, objs.RootDataVolume, &cdiv1.DataVolume{}, "DataVolume"); err != nil || blocked != nil {
+		if _, blocked, err := ensureCreated(ctx, r, kvm, objs.RootDataVolume, "DataVolume"); err != nil || blocked != nil {
 			return r.blocked(kvm, blocked, err)
 		}
 	}
-	blocked, err := r.ensureCreated(ctx, kvm, objs.VirtualMachine, vm, "VirtualMachine")
+	vm, blocked, err := ensureCreated(ctx, r, kvm, objs.VirtualMachine, "VirtualMachine")
 	if err != nil || blocked != nil {
 		return r.blocked(kvm, blocked, err)
 	}
@@ -432,44 +432,33 @@ func (r *Reconciler) ensureUserData(ctx context.Context, kvm *infrav1.KubeVirtMa
 	return nil
 }
 
-// ensureCreated creates desired unless it exists. It never updates: a
-// machine's VM and disks are immutable. existing receives the live object.
-// An object of the same name that this machine does not control blocks
-// provisioning with a condition.
-func (r *Reconciler) ensureCreated(ctx context.Context, kvm *infrav1.KubeVirtMachine, desired, existing client.Object, kind string) (*metav1.Condition, error) {
+// ensureCreated creates desired unless it exists, and returns the live
+// object. It never updates: a machine's VM and disks are immutable. An object
+// of the same name that this machine does not control blocks provisioning
+// with a condition.
+func ensureCreated[T client.Object](ctx context.Context, r *Reconciler, kvm *infrav1.KubeVirtMachine, desired T, kind string) (T, *metav1.Condition, error) {
+	var none T
 	key := client.ObjectKeyFromObject(desired)
+	existing := desired.DeepCopyObject().(T)
 	err := r.Client.Get(ctx, key, existing)
 	if err == nil {
-		return r.notControlled(existing, kvm, kind), nil
+		return existing, r.notControlled(existing, kvm, kind), nil
 	}
 	if !apierrors.IsNotFound(err) {
-		return nil, err
+		return none, nil, err
 	}
 	if err := r.Client.Create(ctx, desired); err != nil {
 		if !apierrors.IsAlreadyExists(err) {
-			return nil, fmt.Errorf("creating %s %s: %w", kind, key.Name, err)
+			return none, nil, fmt.Errorf("creating %s %s: %w", kind, key.Name, err)
 		}
 		// Not in the cache yet, or not ours: the API server decides.
 		if err := r.APIReader.Get(ctx, key, existing); err != nil {
-			return nil, err
+			return none, nil, err
 		}
-		return r.notControlled(existing, kvm, kind), nil
+		return existing, r.notControlled(existing, kvm, kind), nil
 	}
 	ctrl.LoggerFrom(ctx).Info("Created the machine's "+kind, kind, klog.KObj(desired))
-	reflectInto(desired, existing)
-	return nil, nil
-}
-
-// reflectInto copies a created object into the caller's variable.
-func reflectInto(from, to client.Object) {
-	switch t := to.(type) {
-	case *kubevirtv1.VirtualMachine:
-		*t = *from.(*kubevirtv1.VirtualMachine)
-	case *cdiv1.DataVolume:
-		*t = *from.(*cdiv1.DataVolume)
-	case *corev1.ConfigMap:
-		*t = *from.(*corev1.ConfigMap)
-	}
+	return desired, nil, nil
 }
 
 func (r *Reconciler) notControlled(o client.Object, kvm *infrav1.KubeVirtMachine, kind string) *metav1.Condition {
