@@ -234,24 +234,40 @@ func TestWaitingConditions(t *testing.T) {
 	}{
 		{
 			name:    "cluster infrastructure not provisioned",
-			state:   clusterState{controlPlaneInitialized: true, endpoint: true, caSecret: true},
+			state:   clusterState{controlPlaneInitialized: true, endpoint: true, caSecret: true, kubeconfigSecret: true},
 			options: machineOptions{vmName: "wait-infra-vm"},
 			reason:  bootstrapv1.WaitingForClusterInfrastructureReason,
 			release: func(f *fixture, _ *worker) { f.setClusterStatus(readyCluster) },
 		},
 		{
 			name:    "control plane not initialized",
-			state:   clusterState{infrastructureProvisioned: true, endpoint: true, caSecret: true},
+			state:   clusterState{infrastructureProvisioned: true, endpoint: true, caSecret: true, kubeconfigSecret: true},
 			options: machineOptions{vmName: "wait-cp-vm"},
 			reason:  bootstrapv1.WaitingForControlPlaneInitializedReason,
 			release: func(f *fixture, _ *worker) { f.setClusterStatus(readyCluster) },
 		},
 		{
 			name:    "cluster CA Secret missing",
-			state:   clusterState{infrastructureProvisioned: true, controlPlaneInitialized: true, endpoint: true},
+			state:   clusterState{infrastructureProvisioned: true, controlPlaneInitialized: true, endpoint: true, kubeconfigSecret: true},
 			options: machineOptions{vmName: "wait-ca-vm"},
 			reason:  bootstrapv1.WaitingForClusterCAReason,
-			release: func(f *fixture, _ *worker) { f.createCASecret() },
+			release: func(f *fixture, _ *worker) { f.createClusterSecret("ca") },
+		},
+		{
+			name:    "control plane endpoint not set",
+			state:   clusterState{infrastructureProvisioned: true, controlPlaneInitialized: true, caSecret: true, kubeconfigSecret: true},
+			options: machineOptions{vmName: "wait-endpoint-vm"},
+			reason:  bootstrapv1.WaitingForControlPlaneEndpointReason,
+			release: func(f *fixture, _ *worker) { f.setEndpoint() },
+		},
+		{
+			// No kubeconfig Secret: the ClusterCache cannot connect, so no
+			// token can be created in the workload cluster.
+			name:    "workload cluster not reachable",
+			state:   clusterState{infrastructureProvisioned: true, controlPlaneInitialized: true, endpoint: true, caSecret: true},
+			options: machineOptions{vmName: "wait-workload-vm"},
+			reason:  bootstrapv1.WaitingForWorkloadClusterReason,
+			release: func(f *fixture, _ *worker) { f.createClusterSecret("kubeconfig") },
 		},
 		{
 			// Machine.spec.infrastructureRef.name is required by the v1beta2

@@ -160,6 +160,10 @@ func startController(t *testing.T, ttl time.Duration) *controllerManager {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Retry workload connections quickly instead of every 30 s.
+	if s, ok := cc.(interface{ SetConnectionCreationRetryInterval(time.Duration) }); ok {
+		s.SetConnectionCreationRetryInterval(time.Second)
+	}
 	r := &Reconciler{
 		Client:              mgr.GetClient(),
 		SecretCachingClient: secretCachingClient,
@@ -195,9 +199,10 @@ type clusterState struct {
 	controlPlaneInitialized   bool
 	endpoint                  bool
 	caSecret                  bool
+	kubeconfigSecret          bool
 }
 
-var readyCluster = clusterState{infrastructureProvisioned: true, controlPlaneInitialized: true, endpoint: true, caSecret: true}
+var readyCluster = clusterState{infrastructureProvisioned: true, controlPlaneInitialized: true, endpoint: true, caSecret: true, kubeconfigSecret: true}
 
 func newFixture(t *testing.T, state clusterState) *fixture {
 	t.Helper()
@@ -205,7 +210,8 @@ func newFixture(t *testing.T, state clusterState) *fixture {
 	f := &fixture{t: t, g: g, namespace: "kairos-" + rand.String(6)}
 	c := mgmt.Client
 	g.Expect(c.Create(suiteCtx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: f.namespace}})).To(Succeed())
-	f.cluster = &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace, Name: "workload"}}
+	// spec must not be empty; paused: false is the neutral field to send.
+	f.cluster = &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace, Name: "workload"}, Spec: clusterv1.ClusterSpec{Paused: ptr.To(false)}}
 	if state.endpoint {
 		f.cluster.Spec.ControlPlaneEndpoint = clusterv1.APIEndpoint{Host: workload.Host(), Port: workload.Port()}
 	}
@@ -215,12 +221,30 @@ func newFixture(t *testing.T, state clusterState) *fixture {
 	secrets, err := workload.ClusterSecrets(client.ObjectKeyFromObject(f.cluster))
 	g.Expect(err).NotTo(HaveOccurred())
 	for _, s := range secrets {
-		if s.Name == f.cluster.Name+"-ca" && !state.caSecret {
+		if s.Name == f.cluster.Name+"-ca" && !state.caSecret || s.Name == f.cluster.Name+"-kubeconfig" && !state.kubeconfigSecret {
 			continue
 		}
 		g.Expect(c.Create(suiteCtx, s)).To(Succeed())
 	}
 	return f
+}
+
+// createClusterSecret creates the <cluster>-<suffix> Secret of the
+// workload apiserver that newFixture left out.
+func (f *fixture) createClusterSecret(suffix string) {
+	secrets, err := workload.ClusterSecrets(client.ObjectKeyFromObject(f.cluster))
+	f.g.Expect(err).NotTo(HaveOccurred())
+	for _, s := range secrets {
+		if s.Name == f.cluster.Name+"-"+suffix {
+			f.g.Expect(mgmt.Client.Create(suiteCtx, s)).To(Succeed())
+		}
+	}
+}
+
+func (f *fixture) setEndpoint() {
+	f.g.Expect(mgmt.Client.Get(suiteCtx, client.ObjectKeyFromObject(f.cluster), f.cluster)).To(Succeed())
+	f.cluster.Spec.ControlPlaneEndpoint = clusterv1.APIEndpoint{Host: workload.Host(), Port: workload.Port()}
+	f.g.Expect(mgmt.Client.Update(suiteCtx, f.cluster)).To(Succeed())
 }
 
 func (f *fixture) setClusterStatus(state clusterState) {
@@ -233,16 +257,6 @@ func (f *fixture) setClusterStatus(state clusterState) {
 	}
 	conditions.Set(f.cluster, metav1.Condition{Type: clusterv1.ClusterControlPlaneInitializedCondition, Status: status, Reason: "Test"})
 	f.g.Expect(mgmt.Client.Status().Update(suiteCtx, f.cluster)).To(Succeed())
-}
-
-func (f *fixture) createCASecret() {
-	secrets, err := workload.ClusterSecrets(client.ObjectKeyFromObject(f.cluster))
-	f.g.Expect(err).NotTo(HaveOccurred())
-	for _, s := range secrets {
-		if s.Name == f.cluster.Name+"-ca" {
-			f.g.Expect(mgmt.Client.Create(suiteCtx, s)).To(Succeed())
-		}
-	}
 }
 
 // machineOptions shape one worker.
