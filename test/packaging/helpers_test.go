@@ -25,6 +25,7 @@ package packaging
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -109,7 +110,17 @@ var (
 // command runs a program and returns its standard output; the error carries
 // its standard error. env is added to the test's environment.
 func command(env []string, dir, name string, args ...string) (string, error) {
-	cmd := exec.Command(name, args...)
+	return commandIn(context.Background(), env, dir, name, args...)
+}
+
+// commandContext is command in the current directory, stopped when ctx is
+// done.
+func commandContext(ctx context.Context, env []string, name string, args ...string) (string, error) {
+	return commandIn(ctx, env, "", name, args...)
+}
+
+func commandIn(ctx context.Context, env []string, dir, name string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), env...)
 	var stdout, stderr bytes.Buffer
