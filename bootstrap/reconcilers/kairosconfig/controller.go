@@ -498,7 +498,7 @@ func (r *Reconciler) storedToken(ctx context.Context, config *bootstrapv1.Kairos
 		return token{}, false, fmt.Errorf("reading the token Secret: %w", err)
 	}
 	if !util.IsControlledBy(s, config, bootstrapv1.GroupVersion.WithKind("KairosConfig").GroupKind()) {
-		return token{}, false, fmt.Errorf("Secret %s exists but is not controlled by this KairosConfig", s.Name)
+		return token{}, false, fmt.Errorf("the Secret %s exists but is not controlled by this KairosConfig", s.Name)
 	}
 	return readTokenSecret(s)
 }
@@ -703,7 +703,7 @@ func (r *Reconciler) storeBootstrapData(ctx context.Context, s *scope, data []by
 		return fmt.Errorf("reading the bootstrap data Secret: %w", err)
 	}
 	if !util.IsControlledBy(existing, s.config, bootstrapv1.GroupVersion.WithKind("KairosConfig").GroupKind()) {
-		return fmt.Errorf("Secret %s exists but is not controlled by this KairosConfig", existing.Name)
+		return fmt.Errorf("the Secret %s exists but is not controlled by this KairosConfig", existing.Name)
 	}
 	if bytes.Equal(existing.Data["value"], data) && string(existing.Data["format"]) == bootstrapv1.DataFormatCloudConfig {
 		return nil

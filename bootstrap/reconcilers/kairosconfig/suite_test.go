@@ -20,7 +20,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -403,5 +402,3 @@ func workloadTokensFor(g Gomega, w *worker) []corev1.Secret {
 	}
 	return out
 }
-
-func repoPath(p string) string { return filepath.Join(envtest.RepoRoot(), p) }
