@@ -6,7 +6,7 @@ set -euo pipefail
 CACHE_ROOT="${KUBEVIRT_WORKERS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kubevirt-workers}"
 CONTROLLER_TOOLS_VERSION="${CONTROLLER_TOOLS_VERSION:-v0.20.0}"
 GOLANGCI_LINT_VERSION="${GOLANGCI_LINT_VERSION:-v2.15.0}"
-YIP_VERSION="${YIP_VERSION:-v1.24.0}"
+YIP_VERSION="${YIP_VERSION:-v1.23.3}"
 CLUSTER_API_VERSION="${CLUSTER_API_VERSION:-v1.14.2}"
 KUSTOMIZE_VERSION="${KUSTOMIZE_VERSION:-v5.8.0}"
 
@@ -42,10 +42,30 @@ install_clusterctl() {
   echo "${dir}/clusterctl"
 }
 
+# build_in_module builds a tool from a throw-away module that requires it at
+# the pinned version. `go install pkg@version` also reads the module's version
+# list to report deprecations, and the proxy refuses that list for some
+# modules (yip) even though it serves the pinned version.
+build_in_module() {
+  local name="$1" module="$2" pkg="$3" version="$4"
+  local dir="${CACHE_ROOT}/tools/${name}-${version}"
+  if [[ ! -x "${dir}/${name}" ]]; then
+    echo "tool: building ${pkg}@${version}" >&2
+    local src="${CACHE_ROOT}/src/${name}-${version}"
+    rm -rf "${src}"
+    mkdir -p "${dir}" "${src}"
+    printf 'module kubevirt-workers.local/%s\n\ngo 1.26\n' "${name}" >"${src}/go.mod"
+    (cd "${src}" && GOFLAGS=-mod=mod GOWORK=off go get "${module}@${version}" >&2 &&
+      GOFLAGS=-mod=mod GOWORK=off CGO_ENABLED=0 go build -trimpath -o "${dir}/${name}.tmp" "${pkg}" >&2)
+    mv "${dir}/${name}.tmp" "${dir}/${name}"
+  fi
+  echo "${dir}/${name}"
+}
+
 case "${1:-}" in
   controller-gen) install controller-gen sigs.k8s.io/controller-tools/cmd/controller-gen "${CONTROLLER_TOOLS_VERSION}" ;;
   golangci-lint) install golangci-lint github.com/golangci/golangci-lint/v2/cmd/golangci-lint "${GOLANGCI_LINT_VERSION}" ;;
-  yip) install yip github.com/mudler/yip "${YIP_VERSION}" ;;
+  yip) build_in_module yip github.com/mudler/yip github.com/mudler/yip "${YIP_VERSION}" ;;
   clusterctl) install_clusterctl "${CLUSTER_API_VERSION}" ;;
   kustomize) install kustomize sigs.k8s.io/kustomize/kustomize/v5 "${KUSTOMIZE_VERSION}" ;;
   *) echo "usage: $0 controller-gen|golangci-lint|yip|clusterctl|kustomize" >&2; exit 2 ;;
