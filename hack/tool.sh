@@ -55,7 +55,7 @@ build_in_module() {
     rm -rf "${src}"
     mkdir -p "${dir}" "${src}"
     printf 'module kubevirt-workers.local/%s\n\ngo 1.26\n' "${name}" >"${src}/go.mod"
-    (cd "${src}" && GOFLAGS=-mod=mod GOWORK=off go get "${module}@${version}" >&2 &&
+    (cd "${src}" && { GOFLAGS=-mod=mod GOWORK=off go get "${module}@${version}" >get.log 2>&1 || { cat get.log >&2; exit 1; }; } &&
       GOFLAGS=-mod=mod GOWORK=off CGO_ENABLED=0 go build -trimpath -o "${dir}/${name}.tmp" "${pkg}" >&2)
     mv "${dir}/${name}.tmp" "${dir}/${name}"
   fi
