@@ -34,6 +34,12 @@ func BenchmarkRender(b *testing.B) {
 	benchmarkRender(b, in)
 }
 
+// BenchmarkRenderMinimal measures the smallest join: no key, labels or
+// files.
+func BenchmarkRenderMinimal(b *testing.B) {
+	benchmarkRender(b, minimalInput())
+}
+
 // BenchmarkRenderClusterProvider measures the cluster-block rendering.
 func BenchmarkRenderClusterProvider(b *testing.B) {
 	benchmarkRender(b, goldenCases()["fixed-custom-image"])
