@@ -39,6 +39,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -126,6 +127,7 @@ type Harness struct {
 	errs      chan error
 	// clusterCaches are Cluster API's and the bootstrap provider's.
 	clusterCaches []clustercache.ClusterCache
+	webhookDir    string
 }
 
 // Scheme returns a scheme with every API the harness serves.
@@ -177,6 +179,7 @@ func Start(ctx context.Context, opts Options) (_ *Harness, rerr error) {
 	if err != nil {
 		return nil, err
 	}
+	h.webhookDir = webhooks.dir
 	crdPaths := append(envtest.ExternalCRDPaths(), CRDPath())
 	if opts.WorkerClasses {
 		crdPaths = append(crdPaths, envtest.PoolCRDPath)
@@ -263,6 +266,9 @@ func (h *Harness) Stop() error {
 		if err := h.Management.Stop(); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if h.webhookDir != "" {
+		_ = os.RemoveAll(h.webhookDir)
 	}
 	return kerrors.NewAggregate(errs)
 }

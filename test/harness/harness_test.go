@@ -25,9 +25,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	bootstrapv1 "github.com/cozystack/cluster-api-workers/bootstrap/api/v1alpha1"
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
 )
 
@@ -80,6 +84,37 @@ func TestCreateAndDeleteCluster(t *testing.T) {
 	g.Expect(h.Client.Get(ctx, key, c)).To(Succeed())
 	g.Expect(c.Spec.ControlPlaneEndpoint.Host).To(Equal(w.API.Host()))
 	g.Expect(c.Spec.ControlPlaneEndpoint.Port).To(Equal(w.API.Port()))
+
+	// Every part's webhooks are served, not only the last one installed.
+	strict := client.FieldValidation("Strict")
+	err = h.Client.Create(ctx, &infrav1.KubeVirtMachineTemplate{
+		ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: "no-image"},
+		Spec: infrav1.KubeVirtMachineTemplateSpec{Template: infrav1.KubeVirtMachineTemplateResource{Spec: infrav1.KubeVirtMachineSpec{
+			CPU: &infrav1.CPU{Cores: 1}, Memory: ptr.To(resource.MustParse("1Gi")),
+		}}},
+	}, strict)
+	g.Expect(apierrors.IsInvalid(err)).To(BeTrue(), "KubeVirtMachineTemplate without image or class: %v", err)
+	err = h.Client.Create(ctx, &bootstrapv1.KairosConfigTemplate{
+		ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: "bad-key"},
+		Spec: bootstrapv1.KairosConfigTemplateSpec{Template: bootstrapv1.KairosConfigTemplateResource{Spec: bootstrapv1.KairosConfigSpec{
+			SSHKeys: []string{"not-a-public-key"},
+		}}},
+	}, strict)
+	g.Expect(apierrors.IsInvalid(err) || apierrors.IsForbidden(err)).To(BeTrue(), "KairosConfigTemplate with an invalid SSH key: %v", err)
+	md := &clusterv1.MachineDeployment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: "defaulted"},
+		Spec: clusterv1.MachineDeploymentSpec{
+			ClusterName: key.Name,
+			Template: clusterv1.MachineTemplateSpec{Spec: clusterv1.MachineSpec{
+				ClusterName:       key.Name,
+				Bootstrap:         clusterv1.Bootstrap{DataSecretName: ptr.To("data")},
+				InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: infrav1.GroupVersion.Group, Kind: "KubeVirtMachineTemplate", Name: "absent"},
+			}},
+		},
+	}
+	g.Expect(h.Client.Create(ctx, md, strict)).To(Succeed())
+	g.Expect(md.Spec.Replicas).NotTo(BeNil(), "Cluster API's MachineDeployment defaulting webhook did not run")
+	g.Expect(md.Spec.Selector.MatchLabels).To(HaveKeyWithValue(clusterv1.ClusterNameLabel, key.Name))
 
 	g.Expect(h.DeleteCluster(ctx, key, time.Minute)).To(Succeed())
 	g.Eventually(func(g Gomega) {

@@ -19,6 +19,7 @@ package harness
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -35,10 +36,12 @@ import (
 	capisetup "sigs.k8s.io/cluster-api/core/setup"
 	coreadmission "sigs.k8s.io/cluster-api/core/webhooks/admission"
 	"sigs.k8s.io/cluster-api/util/index"
+	utilyaml "sigs.k8s.io/cluster-api/util/yaml"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/cozystack/cluster-api-workers/bootstrap/reconcilers/kairosconfig"
 	bootstrapadmission "github.com/cozystack/cluster-api-workers/bootstrap/webhooks/admission"
@@ -62,6 +65,8 @@ const (
 // API's and both providers', served by envtest's manager.
 type webhooks struct {
 	paths []string
+	// dir holds the renamed webhook configurations; removed on Stop.
+	dir   string
 	setup func(ctrl.Manager) error
 }
 
@@ -70,15 +75,20 @@ func webhookSetup(workerClasses bool, caches *lazyClusterCache) (webhooks, error
 	if err != nil {
 		return webhooks{}, err
 	}
-	paths := []string{
-		filepath.Join(capiDir, "core", "config", "webhook", "manifests.yaml"),
-		filepath.Join("config", "bootstrap", "webhook"),
-		filepath.Join("config", "infrastructure", "webhook"),
+	parts := map[string]string{
+		"capi":           filepath.Join(capiDir, "core", "config", "webhook", "manifests.yaml"),
+		"bootstrap":      filepath.Join(envtest.RepoRoot(), "config", "bootstrap", "webhook"),
+		"infrastructure": filepath.Join(envtest.RepoRoot(), "config", "infrastructure", "webhook"),
 	}
 	if workerClasses {
-		paths = append(paths, envtest.WorkerClassWebhookPath)
+		parts["workerclass"] = filepath.Join(envtest.RepoRoot(), envtest.WorkerClassWebhookPath)
 	}
-	return webhooks{paths: paths, setup: func(mgr ctrl.Manager) error {
+	dir, err := prefixWebhookConfigurations(parts)
+	if err != nil {
+		return webhooks{}, err
+	}
+	paths := []string{dir}
+	return webhooks{paths: paths, dir: dir, setup: func(mgr ctrl.Manager) error {
 		// Every webhook Cluster API's manifests declare must be served, or
 		// the apiserver fails closed on those kinds.
 		for name, setup := range map[string]func(ctrl.Manager) error{
@@ -283,4 +293,58 @@ func newClusterCache(ctx context.Context, mgr ctrl.Manager, controllerName strin
 
 func concurrency(n int) controller.Options {
 	return controller.Options{MaxConcurrentReconciles: n}
+}
+
+// prefixWebhookConfigurations copies the webhook configurations of each part
+// into one directory, each configuration's name prefixed with its part's,
+// as each provider's kustomization does. controller-gen names every part's
+// configurations alike, and envtest installs same-named configurations over
+// one another, which would silently drop all but one part's webhooks.
+func prefixWebhookConfigurations(parts map[string]string) (string, error) {
+	dir, err := os.MkdirTemp("", "harness-webhooks-")
+	if err != nil {
+		return "", err
+	}
+	for part, path := range parts {
+		files := []string{path}
+		if info, err := os.Stat(path); err != nil {
+			return "", err
+		} else if info.IsDir() {
+			if files, err = filepath.Glob(filepath.Join(path, "*.yaml")); err != nil {
+				return "", err
+			}
+		}
+		for _, f := range files {
+			raw, err := os.ReadFile(f)
+			if err != nil {
+				return "", err
+			}
+			objs, err := utilyaml.ToUnstructured(raw)
+			if err != nil {
+				return "", fmt.Errorf("reading %s: %w", f, err)
+			}
+			var docs [][]byte
+			for _, o := range objs {
+				switch o.GetKind() {
+				case "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration":
+				default:
+					continue
+				}
+				o.SetName(part + "-" + o.GetName())
+				doc, err := sigsyaml.Marshal(o.Object)
+				if err != nil {
+					return "", err
+				}
+				docs = append(docs, doc)
+			}
+			if len(docs) == 0 {
+				continue
+			}
+			out := filepath.Join(dir, part+"-"+filepath.Base(f))
+			if err := os.WriteFile(out, utilyaml.JoinYaml(docs...), 0o600); err != nil {
+				return "", err
+			}
+		}
+	}
+	return dir, nil
 }

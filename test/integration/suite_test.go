@@ -90,7 +90,7 @@ func run(m *testing.M) int {
 		Images: map[string]nodesim.Image{
 			platformImage: {KubernetesVersion: "v1.36.3", OSImage: "Kairos v3.5.3 (Ubuntu 24.04)"},
 			rebuiltImage:  {KubernetesVersion: "v1.36.3", OSImage: "Kairos v3.5.3 (Ubuntu 24.04, rebuilt)"},
-			customImage:   {KubernetesVersion: "v1.36.2", OSImage: "Tenant Kairos v3.5.2"},
+			customImage:   {KubernetesVersion: "v1.36.3", OSImage: "Tenant Kairos v3.5.3"},
 			importedImage: {KubernetesVersion: "v1.36.3", OSImage: "Kairos v3.5.3 (imported)"},
 		},
 	})
@@ -106,6 +106,8 @@ func run(m *testing.M) int {
 	if err := h.ConfigurePlatform(ctx, func(p *workerclassv1.WorkerPlatformSpec) {
 		p.KubernetesVersions = []workerclassv1.KubernetesVersion{{Minor: "v1.36", Patch: "v1.36.3"}}
 		p.KairosImages = []workerclassv1.KairosImage{{Minor: "v1.36", Reference: platformImage}}
+		p.TalosFactory.Version = "v1.13.6"
+		p.TalosFactory.SchematicID = "376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba"
 	}); err != nil {
 		fmt.Fprintln(os.Stderr, "configuring the platform:", err)
 		return 1
