@@ -60,7 +60,7 @@ image_fields() {
 # availability level and sets the image, so the checked-in kustomizations
 # stay untouched. kustomize refuses absolute paths, hence the relative ones.
 build() {
-  local provider="$1" image_name="$2" image="$3" target="$4"
+  local provider="$1" kustomization="$2" image_name="$3" image="$4" target="$5"
   local dir="${work}/${provider}"
   mkdir -p "${dir}"
   local fields
@@ -69,7 +69,7 @@ build() {
 apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
 resources:
-- $(realpath --relative-to="${dir}" "${root}/config/${provider}/default")
+- $(realpath --relative-to="${dir}" "${root}/config/${provider}/${kustomization}")
 components:
 - $(realpath --relative-to="${dir}" "${root}/config/components/availability/${level}")
 images:
@@ -79,8 +79,12 @@ EOF
   "${kustomize}" build "${dir}" >"${out}/${target}"
 }
 
-build bootstrap ghcr.io/cozystack/kairos-bootstrap-controller "${bootstrap_image}" bootstrap-components.yaml
-build infrastructure ghcr.io/cozystack/kubevirt-workers-controller "${infrastructure_image}" infrastructure-components.yaml
+build bootstrap default ghcr.io/cozystack/kairos-bootstrap-controller "${bootstrap_image}" bootstrap-components.yaml
+# The released infrastructure provider always carries the WorkerClass API
+# with its gate on: its webhooks fail closed, so they ship only together with
+# the manager flag that serves them, and class-based templates are what the
+# provider is for. config/infrastructure/default (classless) serves Tilt.
+build infrastructure with-workerclass ghcr.io/cozystack/kubevirt-workers-controller "${infrastructure_image}" infrastructure-components.yaml
 cp metadata.yaml "${out}/metadata.yaml"
 cp templates/cluster-template*.yaml "${out}/"
 echo "release manifests (availability ${level}) written to ${out}" >&2
