@@ -112,7 +112,6 @@ func initFlags(fs *pflag.FlagSet) {
 // The authorized metrics endpoint reviews tokens and access.
 // +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
 // +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
-// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
 
 func main() {
 	if err := run(); err != nil {
