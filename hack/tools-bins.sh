@@ -4,7 +4,8 @@
 # checkout. Nothing is downloaded as a prebuilt binary: this machine and CI
 # reach only the Go module proxy.
 #
-# Usage: hack/tools-bins.sh [envtest|kubeadm|controller-manager|all]...
+# Usage: hack/tools-bins.sh [envtest|kubeadm|controller-manager|kubelet|all]...
+# (kubelet is only for the real-guest worker disk, so `all` leaves it out.)
 # Prints the cache directory on stdout. Reuses binaries already built.
 set -euo pipefail
 
@@ -103,6 +104,7 @@ for t in "${targets[@]}"; do
     envtest) build_etcd; build_kube kube-apiserver ;;
     kubeadm) build_kube kubeadm ;;
     controller-manager) build_kube kube-controller-manager ;;
+    kubelet) build_kube kubelet ;;
     all) build_etcd; build_kube kube-apiserver; build_kube kubeadm; build_kube kube-controller-manager ;;
     *) log "unknown target $t"; exit 2 ;;
   esac

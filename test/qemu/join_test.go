@@ -1,0 +1,278 @@
+//go:build qemu
+
+/*
+Copyright 2026 The Cozystack Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package qemu
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	"go.uber.org/zap/zapcore"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/utils/ptr"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	capisetup "sigs.k8s.io/cluster-api/bootstrap/kubeadm/setup"
+	"sigs.k8s.io/cluster-api/controllers/clustercache"
+	"sigs.k8s.io/cluster-api/util/conditions"
+	"sigs.k8s.io/cluster-api/util/secret"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	bootstrapv1 "github.com/cozystack/cluster-api-workers/bootstrap/api/v1alpha1"
+	"github.com/cozystack/cluster-api-workers/bootstrap/reconcilers/kairosconfig"
+	"github.com/cozystack/cluster-api-workers/bootstrap/webhooks/admission"
+	"github.com/cozystack/cluster-api-workers/test/envtest"
+)
+
+// The suite boots real guests: one workload control plane on the host
+// (kubeadm-prepared, guests reach it at 10.0.2.2), one management apiserver
+// running the real KairosConfig controller that renders the bootstrap data,
+// and QEMU guests booted from the worker disk with that data as their seed.
+// Build tag qemu keeps it out of `go test ./...`.
+
+const (
+	kubernetesVersion = "v1.36.3"
+	clusterName       = "workload"
+	// joinTimeout bounds VM start to Node Ready; a guest under TCG on two
+	// shared cores takes about half a minute.
+	joinTimeout = 10 * time.Minute
+)
+
+var (
+	suiteCtx     context.Context
+	disk         Disk
+	controlPlane *ControlPlane
+	mgmt         *envtest.Environment
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(runSuite(m))
+}
+
+func runSuite(m *testing.M) int {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	suiteCtx = ctx
+	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(zapcore.ErrorLevel)))
+	var err error
+	if disk, err = BuildDisk(ctx); err != nil {
+		fmt.Fprintf(os.Stderr, "building the worker disk: %v\n", err)
+		return 1
+	}
+	if controlPlane, err = StartControlPlane(ctx, ControlPlaneOptions{KubernetesVersion: kubernetesVersion, ClusterName: clusterName}); err != nil {
+		fmt.Fprintf(os.Stderr, "starting the workload control plane: %v\n", err)
+		return 1
+	}
+	defer controlPlane.Stop()
+	scheme := envtest.DefaultScheme()
+	if err := bootstrapv1.AddToScheme(scheme); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	mgmt, err = envtest.Start(ctx, envtest.Options{
+		Scheme:           scheme,
+		CRDPaths:         []string{"bootstrap/reconcilers/kairosconfig/testdata/crds"},
+		WebhookPaths:     []string{"config/bootstrap/webhook"},
+		SetupWebhooks:    admission.SetupWebhooksWithManager,
+		SetupControllers: setupBootstrapController,
+	})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "starting the management apiserver: %v\n", err)
+		return 1
+	}
+	defer func() { _ = mgmt.Stop() }()
+	return m.Run()
+}
+
+// setupBootstrapController runs the KairosConfig controller as
+// bootstrap/main.go does.
+func setupBootstrapController(ctx context.Context, mgr ctrl.Manager) error {
+	secretCachingClient, err := capisetup.CreateSecretCachingClient(mgr)
+	if err != nil {
+		return err
+	}
+	opts := controller.Options{SkipNameValidation: ptr.To(true), MaxConcurrentReconciles: 2}
+	cc, err := clustercache.SetupWithManager(ctx, mgr, clustercache.Options{
+		SecretClient: secretCachingClient,
+		Cache:        capisetup.ClusterCacheCacheOptions(),
+		Client:       capisetup.ClusterCacheClientOptions("qemu-bootstrap", 20, 30),
+	}, opts)
+	if err != nil {
+		return err
+	}
+	return (&kairosconfig.Reconciler{
+		Client:              mgr.GetClient(),
+		SecretCachingClient: secretCachingClient,
+		APIReader:           mgr.GetAPIReader(),
+		ClusterCache:        cc,
+	}).SetupWithManager(ctx, mgr, opts)
+}
+
+// TestOneGuestJoins: the KairosConfig controller renders the bootstrap
+// data for a Machine, a guest boots the worker disk with it as a NoCloud
+// seed, runs the stages with yip and joins with kubeadm: its Node, named
+// after the VM, becomes Ready with providerID kubevirt://<vm>.
+func TestOneGuestJoins(t *testing.T) {
+	g := NewWithT(t)
+	ns := newClusterNamespace(t)
+	vmName := "pool-a-" + time.Now().Format("150405")
+	userData := renderBootstrapData(t, ns, vmName)
+
+	vm, err := StartVM(suiteCtx, VMOptions{Name: vmName, Disk: disk, UserData: userData, Seed: NoCloud, Dir: t.TempDir()})
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(vm.Kill)
+
+	ready := waitForReadyNode(t, vm)
+	g.Expect(ready.node.Spec.ProviderID).To(Equal("kubevirt://" + vmName))
+	g.Expect(ready.node.Status.NodeInfo.KubeletVersion).To(Equal(kubernetesVersion))
+	g.Expect(ready.node.Spec.Taints).To(ContainElement(HaveField("Key", "node.cluster.x-k8s.io/uninitialized")))
+	t.Logf("timing: guest %s registered its Node %s and was Ready %s after QEMU started (accelerator %s)",
+		vmName, ready.registered.Round(time.Second), ready.ready.Round(time.Second), Accelerator())
+}
+
+// newClusterNamespace makes a namespace with a Cluster whose control plane
+// is the host's workload control plane, as guests dial it, and the
+// <cluster>-ca and <cluster>-kubeconfig Secrets Cluster API would keep.
+func newClusterNamespace(t *testing.T) string {
+	t.Helper()
+	g := NewWithT(t)
+	c := mgmt.Client
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "qemu-"}}
+	g.Expect(c.Create(suiteCtx, ns)).To(Succeed())
+	cluster := &clusterv1.Cluster{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: clusterName},
+		Spec: clusterv1.ClusterSpec{
+			Paused:               ptr.To(false),
+			ControlPlaneEndpoint: clusterv1.APIEndpoint{Host: GuestHostAddress, Port: int32(controlPlane.Port)},
+		},
+	}
+	g.Expect(c.Create(suiteCtx, cluster)).To(Succeed())
+	cluster.Status.Initialization.InfrastructureProvisioned = ptr.To(true)
+	cluster.Status.Initialization.ControlPlaneInitialized = ptr.To(true)
+	conditions.Set(cluster, metav1.Condition{Type: clusterv1.ClusterControlPlaneInitializedCondition, Status: metav1.ConditionTrue, Reason: "HostedControlPlane"})
+	g.Expect(c.Status().Update(suiteCtx, cluster)).To(Succeed())
+	labels := map[string]string{clusterv1.ClusterNameLabel: clusterName}
+	for _, s := range []*corev1.Secret{
+		{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: secret.Name(clusterName, secret.Kubeconfig), Labels: labels},
+			Type:       clusterv1.ClusterSecretType,
+			Data:       map[string][]byte{secret.KubeconfigDataName: controlPlane.AdminKubeconfig},
+		},
+		{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: secret.Name(clusterName, secret.ClusterCA), Labels: labels},
+			Type:       clusterv1.ClusterSecretType,
+			Data:       map[string][]byte{secret.TLSCrtDataName: controlPlane.CACert},
+		},
+	} {
+		g.Expect(c.Create(suiteCtx, s)).To(Succeed())
+	}
+	return ns.Name
+}
+
+// renderBootstrapData creates a worker Machine with its KairosConfig and
+// infrastructure machine and returns the bootstrap Secret's value once the
+// controller rendered it.
+func renderBootstrapData(t *testing.T, namespace, vmName string) []byte {
+	t.Helper()
+	g := NewWithT(t)
+	c := mgmt.Client
+	infra := &unstructured.Unstructured{}
+	infra.SetAPIVersion("infrastructure.test.cozystack.io/v1alpha1")
+	infra.SetKind("TestMachine")
+	infra.SetNamespace(namespace)
+	infra.SetName(vmName)
+	infra.Object["spec"] = map[string]any{}
+	g.Expect(c.Create(suiteCtx, infra)).To(Succeed())
+	labels := map[string]string{clusterv1.ClusterNameLabel: clusterName}
+	machine := &clusterv1.Machine{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: vmName, Labels: labels},
+		Spec: clusterv1.MachineSpec{
+			ClusterName: clusterName,
+			Version:     kubernetesVersion,
+			Bootstrap: clusterv1.Bootstrap{ConfigRef: clusterv1.ContractVersionedObjectReference{
+				APIGroup: bootstrapv1.GroupVersion.Group, Kind: "KairosConfig", Name: vmName,
+			}},
+			InfrastructureRef: clusterv1.ContractVersionedObjectReference{
+				APIGroup: "infrastructure.test.cozystack.io", Kind: "TestMachine", Name: vmName,
+			},
+		},
+	}
+	g.Expect(c.Create(suiteCtx, machine)).To(Succeed())
+	config := &bootstrapv1.KairosConfig{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: namespace, Name: vmName, Labels: labels,
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: clusterv1.GroupVersion.String(), Kind: "Machine", Name: machine.Name, UID: machine.UID,
+			}},
+		},
+	}
+	g.Expect(c.Create(suiteCtx, config)).To(Succeed())
+	data := &corev1.Secret{}
+	g.Eventually(func(g Gomega) {
+		g.Expect(c.Get(suiteCtx, client.ObjectKeyFromObject(config), config)).To(Succeed())
+		g.Expect(config.Status.DataSecretName).NotTo(BeEmpty(), "conditions: %v", config.Status.Conditions)
+		g.Expect(c.Get(suiteCtx, client.ObjectKey{Namespace: namespace, Name: config.Status.DataSecretName}, data)).To(Succeed())
+	}, time.Minute, 200*time.Millisecond).Should(Succeed())
+	return data.Data["value"]
+}
+
+// joined is a guest's Node and when it got there.
+type joined struct {
+	node *corev1.Node
+	// registered and ready count from QEMU's start.
+	registered, ready time.Duration
+}
+
+// waitForReadyNode waits until the guest's Node is Ready; a QEMU that exits
+// fails at once. On failure the guest's journal and the control plane's
+// logs are in the output.
+func waitForReadyNode(t *testing.T, vm *VM) joined {
+	t.Helper()
+	var res joined
+	deadline := time.Now().Add(joinTimeout)
+	for {
+		node := &corev1.Node{}
+		err := controlPlane.Client.Get(suiteCtx, client.ObjectKey{Name: vm.Name}, node)
+		if err == nil {
+			if res.registered == 0 {
+				res.registered = time.Since(vm.Started)
+			}
+			for _, c := range node.Status.Conditions {
+				if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+					res.node, res.ready = node, time.Since(vm.Started)
+					return res
+				}
+			}
+		}
+		if exited, exitErr := vm.Exited(); exited {
+			t.Fatalf("QEMU for %s exited (%v) before its Node was Ready\njournal:\n%s\nconsole:\n%s", vm.Name, exitErr, vm.Journal(), vm.Console())
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the Node of %s was not Ready within %s (last error: %v)\njournal:\n%s\ncontrol plane:\n%s", vm.Name, joinTimeout, err, vm.Journal(), controlPlane.Logs())
+		}
+		time.Sleep(time.Second)
+	}
+}

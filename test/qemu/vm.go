@@ -1,0 +1,173 @@
+/*
+Copyright 2026 The Cozystack Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package qemu
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+// VMOptions describe one guest.
+type VMOptions struct {
+	// Name is the VM's name (the KubeVirtMachine's): hostname and node
+	// name come from the bootstrap data, not from here.
+	Name string
+	// Disk is the worker disk the guest boots, copy-on-write.
+	Disk Disk
+	// UserData is the bootstrap Secret's value, attached unchanged.
+	UserData []byte
+	// Seed is the cloud-init volume kind; NoCloud when empty.
+	Seed SeedKind
+	// MemoryMiB is the guest's memory; 1536 when zero.
+	MemoryMiB int
+	// CPUs is the guest's vCPU count; 2 when zero.
+	CPUs int
+	// Dir holds the seed image and the serial logs; it must exist.
+	Dir string
+}
+
+// VM is a running QEMU guest.
+type VM struct {
+	Name string
+	// Started is when QEMU was started.
+	Started time.Time
+	// ConsoleLog has the first serial port (kernel console), DebugLog the
+	// second (the guest's journal).
+	ConsoleLog, DebugLog string
+	cmd                  *exec.Cmd
+	done                 chan struct{}
+	err                  error
+}
+
+// Accelerator is QEMU's accelerator: QEMU_ACCEL when set, otherwise TCG.
+// Nested KVM hangs on the machines this runs on, so KVM is opt-in.
+func Accelerator() string {
+	if a := os.Getenv("QEMU_ACCEL"); a != "" {
+		return a
+	}
+	return "tcg"
+}
+
+// StartVM boots a guest from its disk with its bootstrap data as a seed
+// volume and QEMU user networking (the host is GuestHostAddress).
+func StartVM(ctx context.Context, opts VMOptions) (*VM, error) {
+	if opts.Name == "" || opts.Dir == "" || len(opts.UserData) == 0 {
+		return nil, fmt.Errorf("a VM needs a name, a directory and user data")
+	}
+	if opts.Seed == "" {
+		opts.Seed = NoCloud
+	}
+	if opts.MemoryMiB == 0 {
+		opts.MemoryMiB = 1536
+	}
+	if opts.CPUs == 0 {
+		opts.CPUs = 2
+	}
+	qemu, err := exec.LookPath("qemu-system-x86_64")
+	if err != nil {
+		return nil, fmt.Errorf("qemu-system-x86_64 is needed (apt-get install qemu-system-x86): %w", err)
+	}
+	seed := filepath.Join(opts.Dir, opts.Name+"-seed.iso")
+	if err := WriteSeed(ctx, seed, opts.Seed, opts.Name, opts.UserData); err != nil {
+		return nil, err
+	}
+	vm := &VM{
+		Name:       opts.Name,
+		ConsoleLog: filepath.Join(opts.Dir, opts.Name+"-console.log"),
+		DebugLog:   filepath.Join(opts.Dir, opts.Name+"-journal.log"),
+		done:       make(chan struct{}),
+	}
+	vm.cmd = exec.Command(qemu,
+		"-name", opts.Name,
+		"-machine", "q35,accel="+Accelerator(),
+		"-cpu", "max",
+		"-smp", strconv.Itoa(opts.CPUs),
+		"-m", strconv.Itoa(opts.MemoryMiB),
+		"-nodefaults", "-display", "none", "-no-reboot",
+		"-kernel", opts.Disk.Kernel(),
+		"-initrd", opts.Disk.Initrd(),
+		"-append", "root=/dev/vda rw console=ttyS0 panic=-1",
+		// The disk is shared by every guest: writes go to a temporary
+		// overlay that disappears with QEMU, like a containerDisk.
+		"-drive", "file="+opts.Disk.Image()+",format=raw,if=virtio,snapshot=on",
+		"-drive", "file="+seed+",format=raw,if=virtio,readonly=on",
+		"-netdev", "user,id=net0",
+		"-device", "virtio-net-pci,netdev=net0",
+		"-serial", "file:"+vm.ConsoleLog,
+		"-serial", "file:"+vm.DebugLog,
+	)
+	// Killed with the test binary, so no guest outlives a timed-out test.
+	vm.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	out, err := os.Create(filepath.Join(opts.Dir, opts.Name+"-qemu.log"))
+	if err != nil {
+		return nil, err
+	}
+	vm.cmd.Stdout, vm.cmd.Stderr = out, out
+	vm.Started = time.Now()
+	if err := vm.cmd.Start(); err != nil {
+		_ = out.Close()
+		return nil, fmt.Errorf("starting QEMU for %s: %w", opts.Name, err)
+	}
+	go func() {
+		vm.err = vm.cmd.Wait()
+		_ = out.Close()
+		close(vm.done)
+	}()
+	return vm, nil
+}
+
+// Exited reports whether QEMU has exited, and how.
+func (vm *VM) Exited() (bool, error) {
+	select {
+	case <-vm.done:
+		return true, vm.err
+	default:
+		return false, nil
+	}
+}
+
+// Kill kills QEMU at once, as a crashed virt-launcher would end a VMI.
+func (vm *VM) Kill() {
+	if exited, _ := vm.Exited(); exited {
+		return
+	}
+	_ = vm.cmd.Process.Kill()
+	<-vm.done
+}
+
+// Journal returns the end of the guest's journal (second serial port).
+func (vm *VM) Journal() string { return tailFile(vm.DebugLog, 16<<10) }
+
+// Console returns the end of the guest's console (first serial port).
+func (vm *VM) Console() string { return tailFile(vm.ConsoleLog, 8<<10) }
+
+func tailFile(path string, max int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	if len(b) > max {
+		b = b[len(b)-max:]
+	}
+	return string(b)
+}
