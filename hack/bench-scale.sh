@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The scale benchmark (`make bench-scale`; not part of CI). For each N it
+# runs test/bench/cmd/bench-scale as its own process: the harness scales a
+# MachineDeployment of Kairos machines from 0 to N and reports timings,
+# requests per machine, throttling, idle writes and the floor (see
+# docs/benchmarks.md).
+#
+# Knobs (environment):
+#   N           machine counts, space-separated     (default "10 100")
+#   BOOT_DELAY  simulated VM boot, a Go duration    (default 0: control plane alone)
+#   IDLE        idle window after the run           (default 2m)
+#   TIMEOUT     bound on each scale-up              (default 15m)
+#   OUT         directory for the reports           (default out/bench)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export GOFLAGS="${GOFLAGS:--mod=mod}"
+
+N="${N:-10 100}"
+BOOT_DELAY="${BOOT_DELAY:-0}"
+IDLE="${IDLE:-2m}"
+TIMEOUT="${TIMEOUT:-15m}"
+OUT="${OUT:-out/bench}"
+
+bins=$(hack/tools-bins.sh all)
+export KUBEBUILDER_ASSETS="${bins}"
+export KUBEADM_BIN="${bins}/kubeadm"
+export KUBE_CONTROLLER_MANAGER_BIN="${bins}/kube-controller-manager"
+
+mkdir -p "${OUT}"
+go build -o "${OUT}/bench-scale" ./test/bench/cmd/bench-scale
+
+{
+  echo "# Scale benchmark $(date -u +%Y-%m-%dT%H:%MZ)"
+  echo
+  echo "Command: N=\"${N}\" BOOT_DELAY=${BOOT_DELAY} IDLE=${IDLE} hack/bench-scale.sh"
+  echo "Commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+  echo "Machine: $(nproc) CPUs, $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1), $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), load average $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo
+} > "${OUT}/report.md"
+
+for n in ${N}; do
+  echo "bench-scale: N=${n}, boot delay ${BOOT_DELAY}" >&2
+  "${OUT}/bench-scale" -machines "${n}" -boot-delay "${BOOT_DELAY}" -idle "${IDLE}" -timeout "${TIMEOUT}" \
+    -json "${OUT}/scale-${n}.json" 2> "${OUT}/scale-${n}.log" | tee -a "${OUT}/report.md"
+  echo >> "${OUT}/report.md"
+done
+echo "bench-scale: report in ${OUT}/report.md" >&2

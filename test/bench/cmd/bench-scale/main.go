@@ -1,0 +1,64 @@
+/*
+Copyright 2026 The Cozystack Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Command bench-scale runs one scale benchmark (test/bench/scale) and
+// prints its report as Markdown; -json also writes it as JSON.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/cozystack/cluster-api-workers/test/bench/scale"
+)
+
+func main() {
+	var cfg scale.Config
+	flag.IntVar(&cfg.Machines, "machines", 10, "N, the replicas the MachineDeployment scales to")
+	flag.DurationVar(&cfg.BootDelay, "boot-delay", 0, "simulated VM boot delay; 0 measures the control plane alone")
+	flag.DurationVar(&cfg.Timeout, "timeout", 10*time.Minute, "how long the scale-up may take")
+	flag.DurationVar(&cfg.Quiet, "quiet", 15*time.Second, "how long the controllers must not write before the pool counts as settled")
+	flag.DurationVar(&cfg.IdleWindow, "idle", 2*time.Minute, "how long resourceVersions must stay unchanged after the pool settled")
+	flag.IntVar(&cfg.FloorWorkers, "floor-workers", 10, "parallel clients writing the floor's objects")
+	jsonOut := flag.String("json", "", "also write the report as JSON to this file")
+	flag.Parse()
+
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	report, err := scale.Run(ctx, cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench-scale:", err)
+		os.Exit(1)
+	}
+	fmt.Print(report.Markdown())
+	if *jsonOut != "" {
+		raw, err := json.MarshalIndent(report, "", "  ")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench-scale:", err)
+			os.Exit(1)
+		}
+		if err := os.WriteFile(*jsonOut, raw, 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, "bench-scale:", err)
+			os.Exit(1)
+		}
+	}
+}

@@ -1,0 +1,140 @@
+/*
+Copyright 2026 The Cozystack Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package scale
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	bootstrapv1 "github.com/cozystack/cluster-api-workers/bootstrap/api/v1alpha1"
+	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
+	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
+	"github.com/cozystack/cluster-api-workers/test/harness"
+)
+
+// IdleReport is what changed while the pool was idle.
+type IdleReport struct {
+	Window time.Duration `json:"window"`
+	// Objects is how many objects were watched for changes.
+	Objects int `json:"objects"`
+	// Changed are the objects whose resourceVersion changed, as
+	// "Kind namespace/name".
+	Changed []string `json:"changed"`
+	// Writes are the writes of every component but the simulators and the
+	// driver during the window.
+	Writes []RequestCount `json:"writes"`
+}
+
+// idleKinds are the objects a pool and its machines consist of in the
+// management cluster, the simulated KubeVirt's included. Nodes are left
+// out: the simulated kubelets keep their status fresh, as kubelets do; the
+// controllers' writes to the workload cluster are in Writes.
+func idleKinds() map[string]client.ObjectList {
+	return map[string]client.ObjectList{
+		"Cluster":                 &clusterv1.ClusterList{},
+		"MachineDeployment":       &clusterv1.MachineDeploymentList{},
+		"MachineSet":              &clusterv1.MachineSetList{},
+		"Machine":                 &clusterv1.MachineList{},
+		"MachineHealthCheck":      &clusterv1.MachineHealthCheckList{},
+		"KairosConfig":            &bootstrapv1.KairosConfigList{},
+		"KairosConfigTemplate":    &bootstrapv1.KairosConfigTemplateList{},
+		"KubeVirtCluster":         &infrav1.KubeVirtClusterList{},
+		"KubeVirtMachine":         &infrav1.KubeVirtMachineList{},
+		"KubeVirtMachineTemplate": &infrav1.KubeVirtMachineTemplateList{},
+		"VirtualMachine":          &kubevirtv1.VirtualMachineList{},
+		"VirtualMachineInstance":  &kubevirtv1.VirtualMachineInstanceList{},
+		"DataVolume":              &cdiv1.DataVolumeList{},
+		"PersistentVolumeClaim":   &corev1.PersistentVolumeClaimList{},
+		"Secret":                  &corev1.SecretList{},
+		"ConfigMap":               &corev1.ConfigMapList{},
+		"WorkerClass":             &workerclassv1.WorkerClassList{},
+		"WorkerPlatform":          &workerclassv1.WorkerPlatformList{},
+	}
+}
+
+// resourceVersions maps "Kind namespace/name" to resourceVersion.
+func resourceVersions(ctx context.Context, h *harness.Harness, namespace string) (map[string]string, error) {
+	out := map[string]string{}
+	for kind, list := range idleKinds() {
+		var opts []client.ListOption
+		if kind != "WorkerClass" && kind != "WorkerPlatform" {
+			opts = append(opts, client.InNamespace(namespace))
+		}
+		if err := h.Client.List(ctx, list, opts...); err != nil {
+			return nil, fmt.Errorf("listing %s: %w", kind, err)
+		}
+		items, err := meta.ExtractList(list)
+		if err != nil {
+			return nil, err
+		}
+		for _, item := range items {
+			o := item.(client.Object)
+			out[kind+" "+client.ObjectKeyFromObject(o).String()] = o.GetResourceVersion()
+		}
+	}
+	return out, nil
+}
+
+// idleWindow records the resourceVersions, waits the window, and reports
+// what changed and who wrote.
+func idleWindow(ctx context.Context, h *harness.Harness, w *harness.WorkloadCluster, r *Recorder, window time.Duration) (IdleReport, error) {
+	report := IdleReport{Window: window}
+	if window <= 0 {
+		return report, nil
+	}
+	before, err := resourceVersions(ctx, h, w.Key.Namespace)
+	if err != nil {
+		return report, err
+	}
+	r.Reset()
+	select {
+	case <-ctx.Done():
+		return report, ctx.Err()
+	case <-time.After(window):
+	}
+	for _, c := range r.Snapshot() {
+		if c.IsWrite() && c.Component != componentSim && c.Component != ComponentDriver {
+			report.Writes = append(report.Writes, c)
+		}
+	}
+	after, err := resourceVersions(ctx, h, w.Key.Namespace)
+	if err != nil {
+		return report, err
+	}
+	report.Objects = len(before)
+	for k, v := range after {
+		if before[k] != v {
+			report.Changed = append(report.Changed, k)
+		}
+	}
+	for k := range before {
+		if _, ok := after[k]; !ok {
+			report.Changed = append(report.Changed, k+" (deleted)")
+		}
+	}
+	slices.Sort(report.Changed)
+	return report, nil
+}
