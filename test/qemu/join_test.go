@@ -22,6 +22,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -30,6 +32,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	capisetup "sigs.k8s.io/cluster-api/bootstrap/kubeadm/setup"
@@ -133,24 +136,53 @@ func setupBootstrapController(ctx context.Context, mgr ctrl.Manager) error {
 
 // TestOneGuestJoins: the KairosConfig controller renders the bootstrap
 // data for a Machine, a guest boots the worker disk with it as a NoCloud
-// seed, runs the stages with yip and joins with kubeadm: its Node, named
-// after the VM, becomes Ready with providerID kubevirt://<vm>.
+// (or ConfigDrive) seed, runs the stages with yip and joins with kubeadm:
+// its Node, named after the VM, becomes Ready with providerID
+// kubevirt://<vm>. One guest at a time.
 func TestOneGuestJoins(t *testing.T) {
-	g := NewWithT(t)
-	ns := newClusterNamespace(t)
-	vmName := "pool-a-" + time.Now().Format("150405")
-	userData := renderBootstrapData(t, ns, vmName)
+	for _, seed := range []SeedKind{NoCloud, ConfigDrive} {
+		t.Run(string(seed), func(t *testing.T) {
+			g := NewWithT(t)
+			ns := newClusterNamespace(t)
+			vmName := "pool-" + strings.ToLower(string(seed)) + "-" + time.Now().Format("150405")
+			machine, userData := renderBootstrapData(t, ns, vmName)
+			g.Expect(joinTokens(g, machine)).To(HaveLen(1))
 
-	vm, err := StartVM(suiteCtx, VMOptions{Name: vmName, Disk: disk, UserData: userData, Seed: NoCloud, Dir: t.TempDir()})
-	g.Expect(err).NotTo(HaveOccurred())
-	t.Cleanup(vm.Kill)
+			vm, err := StartVM(suiteCtx, VMOptions{Name: vmName, Disk: disk, UserData: userData, Seed: seed, Dir: artifactDir(t)})
+			g.Expect(err).NotTo(HaveOccurred())
+			t.Cleanup(vm.Kill)
 
-	ready := waitForReadyNode(t, vm)
-	g.Expect(ready.node.Spec.ProviderID).To(Equal("kubevirt://" + vmName))
-	g.Expect(ready.node.Status.NodeInfo.KubeletVersion).To(Equal(kubernetesVersion))
-	g.Expect(ready.node.Spec.Taints).To(ContainElement(HaveField("Key", "node.cluster.x-k8s.io/uninitialized")))
-	t.Logf("timing: guest %s registered its Node %s and was Ready %s after QEMU started (accelerator %s)",
-		vmName, ready.registered.Round(time.Second), ready.ready.Round(time.Second), Accelerator())
+			ready := waitForReadyNode(t, vm)
+			g.Expect(ready.node.Spec.ProviderID).To(Equal("kubevirt://" + vmName))
+			g.Expect(ready.node.Status.NodeInfo.KubeletVersion).To(Equal(kubernetesVersion))
+			g.Expect(ready.node.Spec.Taints).To(ContainElement(HaveField("Key", "node.cluster.x-k8s.io/uninitialized")))
+			t.Logf("timing: guest %s (%s seed) registered its Node %s and was Ready %s after QEMU started (accelerator %s)",
+				vmName, seed, ready.registered.Round(time.Second), ready.ready.Round(time.Second), Accelerator())
+
+			// Cluster API's Machine controller sets the nodeRef once a Node
+			// with the Machine's providerID exists (it does not run in this
+			// suite); the bootstrap provider then revokes the join token.
+			machine.Status.NodeRef = clusterv1.MachineNodeReference{Name: ready.node.Name}
+			g.Expect(mgmt.Client.Status().Update(suiteCtx, machine)).To(Succeed())
+			g.Eventually(func(g Gomega) { g.Expect(joinTokens(g, machine)).To(BeEmpty()) }, time.Minute, time.Second).Should(Succeed())
+		})
+	}
+}
+
+// artifactDir is where a guest's seed, serial logs and QEMU output go:
+// under QEMU_ARTIFACTS when set (kept for CI artifacts), otherwise a
+// temporary directory removed after the test.
+func artifactDir(t *testing.T) string {
+	t.Helper()
+	root := os.Getenv("QEMU_ARTIFACTS")
+	if root == "" {
+		return t.TempDir()
+	}
+	dir := filepath.Join(root, strings.ReplaceAll(t.Name(), "/", "_"))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
 
 // newClusterNamespace makes a namespace with a Cluster whose control plane
@@ -193,9 +225,9 @@ func newClusterNamespace(t *testing.T) string {
 }
 
 // renderBootstrapData creates a worker Machine with its KairosConfig and
-// infrastructure machine and returns the bootstrap Secret's value once the
-// controller rendered it.
-func renderBootstrapData(t *testing.T, namespace, vmName string) []byte {
+// infrastructure machine and returns the Machine and the bootstrap Secret's
+// value once the controller rendered it.
+func renderBootstrapData(t *testing.T, namespace, vmName string) (*clusterv1.Machine, []byte) {
 	t.Helper()
 	g := NewWithT(t)
 	c := mgmt.Client
@@ -236,7 +268,23 @@ func renderBootstrapData(t *testing.T, namespace, vmName string) []byte {
 		g.Expect(config.Status.DataSecretName).NotTo(BeEmpty(), "conditions: %v", config.Status.Conditions)
 		g.Expect(c.Get(suiteCtx, client.ObjectKey{Namespace: namespace, Name: config.Status.DataSecretName}, data)).To(Succeed())
 	}, time.Minute, 200*time.Millisecond).Should(Succeed())
-	return data.Data["value"]
+	g.Expect(c.Get(suiteCtx, client.ObjectKeyFromObject(machine), machine)).To(Succeed())
+	return machine, data.Data["value"]
+}
+
+// joinTokens lists the workload bootstrap tokens the bootstrap provider
+// made for a Machine's KairosConfig (it describes each token so).
+func joinTokens(g Gomega, machine *clusterv1.Machine) []string {
+	list := &corev1.SecretList{}
+	g.Expect(controlPlane.Client.List(suiteCtx, list, client.InNamespace(metav1.NamespaceSystem))).To(Succeed())
+	want := fmt.Sprintf("Join token of KairosConfig %s/%s, made by the Kairos bootstrap provider", machine.Namespace, machine.Spec.Bootstrap.ConfigRef.Name)
+	var ids []string
+	for _, s := range list.Items {
+		if s.Type == bootstrapapi.SecretTypeBootstrapToken && string(s.Data[bootstrapapi.BootstrapTokenDescriptionKey]) == want {
+			ids = append(ids, string(s.Data[bootstrapapi.BootstrapTokenIDKey]))
+		}
+	}
+	return ids
 }
 
 // joined is a guest's Node and when it got there.
