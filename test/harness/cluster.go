@@ -178,6 +178,31 @@ func (h *Harness) DeleteCluster(ctx context.Context, key client.ObjectKey, timeo
 	})
 }
 
+// ReleaseCluster deletes a Cluster in the background and stops its
+// workload apiserver once it is gone, so a suite that makes many clusters
+// does not keep idle apiservers running. Stop waits for releases in flight.
+func (h *Harness) ReleaseCluster(key client.ObjectKey) {
+	h.releases.Add(1)
+	go func() {
+		defer h.releases.Done()
+		ctx, cancel := context.WithTimeout(h.releaseCtx, 5*time.Minute)
+		defer cancel()
+		if err := h.DeleteCluster(ctx, key, 5*time.Minute); err != nil {
+			h.log.Info("Releasing a workload cluster: the Cluster was not deleted", "Cluster", key.String(), "reason", err.Error())
+		}
+		h.mu.Lock()
+		w := h.workloads[key]
+		delete(h.workloads, key)
+		h.mu.Unlock()
+		if w != nil {
+			h.Nodes.RemoveCluster(w.Endpoint)
+			if err := w.stop(); err != nil {
+				h.log.Info("Releasing a workload cluster: its apiserver did not stop cleanly", "Cluster", key.String(), "reason", err.Error())
+			}
+		}
+	}()
+}
+
 func (h *Harness) ensureNamespace(ctx context.Context, name string) error {
 	err := h.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}})
 	if err != nil && !apierrors.IsAlreadyExists(err) {

@@ -128,6 +128,10 @@ type Harness struct {
 	// clusterCaches are Cluster API's and the bootstrap provider's.
 	clusterCaches []clustercache.ClusterCache
 	webhookDir    string
+	// releases are clusters being deleted in the background.
+	releases      sync.WaitGroup
+	releaseCtx    context.Context
+	cancelRelease context.CancelFunc
 }
 
 // Scheme returns a scheme with every API the harness serves.
@@ -168,6 +172,7 @@ func Start(ctx context.Context, opts Options) (_ *Harness, rerr error) {
 	}
 	ctrl.SetLogger(log)
 	h := &Harness{Scheme: scheme, opts: opts, log: log, workloads: map[client.ObjectKey]*WorkloadCluster{}, errs: make(chan error, 16)}
+	h.releaseCtx, h.cancelRelease = context.WithCancel(context.Background())
 	defer func() {
 		if rerr != nil {
 			h.Stop()
@@ -240,6 +245,9 @@ func (h *Harness) Err() error {
 // apiserver, in that order.
 func (h *Harness) Stop() error {
 	var errs []error
+	// Releases in flight need the controllers to finish deleting.
+	h.cancelRelease()
+	h.releases.Wait()
 	if h.cancel != nil {
 		h.cancel()
 		h.managers.Wait()

@@ -41,6 +41,7 @@ import (
 // DataVolume, claim, Secret or ConfigMap of ours) and leaves no bootstrap
 // token or certificate request in the workload cluster.
 func TestDeletionLeavesNothing(t *testing.T) {
+	t.Parallel()
 	g := NewWithT(t)
 	ctx := context.Background()
 	w := newCluster(t, harness.ClusterOptions{})

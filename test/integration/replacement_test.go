@@ -39,6 +39,7 @@ import (
 // MachineHealthCheck remediates the Machine, and the replacement joins.
 // Nothing of the crashed machine is left.
 func TestReplacementAfterInstanceCrash(t *testing.T) {
+	t.Parallel()
 	g := NewWithT(t)
 	w := newCluster(t, harness.ClusterOptions{})
 	applyPool(t, w, map[string]string{"WORKER_MACHINE_COUNT": "2"})
@@ -63,6 +64,7 @@ func TestReplacementAfterInstanceCrash(t *testing.T) {
 // Machine rounds down to zero, so the MachineHealthCheck reports the
 // Machine unhealthy but does not remediate it (the seed's note).
 func TestSingletonPoolWithHalfUnhealthyAllowedIsNotRemediated(t *testing.T) {
+	t.Parallel()
 	g := NewWithT(t)
 	w := newCluster(t, harness.ClusterOptions{})
 	applyPool(t, w, map[string]string{"WORKER_MACHINE_COUNT": "1", "MAX_UNHEALTHY": "50%"})
@@ -99,10 +101,10 @@ func TestSingletonPoolWithHalfUnhealthyAllowedIsNotRemediated(t *testing.T) {
 // unhealthyMachineConditions remediate it long before the node startup
 // timeout, and the replacement imports and joins.
 func TestImportFailureIsRemediatedThroughUnhealthyMachineConditions(t *testing.T) {
+	t.Parallel()
 	g := NewWithT(t)
 	w := newCluster(t, harness.ClusterOptions{})
-	h.KubeVirt.FailImports(kubevirtsim.WithLabels(map[string]string{clusterv1.ClusterNameLabel: w.Key.Name}), 1)
-	t.Cleanup(h.KubeVirt.ClearFaults)
+	h.KubeVirt.FailImports(kubevirtsim.InNamespace(w.Key.Namespace), 1)
 	applyImportPool(t, w, map[string]string{"WORKER_MACHINE_COUNT": "2", "NODE_STARTUP_TIMEOUT_SECONDS": "600"})
 
 	var failed types.UID
@@ -127,10 +129,10 @@ func TestImportFailureIsRemediatedThroughUnhealthyMachineConditions(t *testing.T
 // Machine keeps its one DataVolume until it joins. Remediation is allowed
 // for every Machine here, so any false unhealthy verdict would show.
 func TestSlowHealthyImportDoesNotLoop(t *testing.T) {
+	t.Parallel()
 	g := NewWithT(t)
 	w := newCluster(t, harness.ClusterOptions{})
-	h.KubeVirt.SlowImports(kubevirtsim.WithLabels(map[string]string{clusterv1.ClusterNameLabel: w.Key.Name}), -1, 20*time.Second)
-	t.Cleanup(h.KubeVirt.ClearFaults)
+	h.KubeVirt.SlowImports(kubevirtsim.InNamespace(w.Key.Namespace), 2, 20*time.Second)
 	applyImportPool(t, w, map[string]string{"WORKER_MACHINE_COUNT": "2", "MAX_UNHEALTHY": "100%", "NODE_STARTUP_TIMEOUT_SECONDS": "120"})
 
 	firstMachines := map[types.UID]bool{}

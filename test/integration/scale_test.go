@@ -37,6 +37,7 @@ import (
 // info that the nodes it makes really have; scaling it to 2 (as the
 // autoscaler does) joins 2 nodes.
 func TestScaleFromZero(t *testing.T) {
+	t.Parallel()
 	g := NewWithT(t)
 	ctx := context.Background()
 	w := newCluster(t, harness.ClusterOptions{})

@@ -70,8 +70,18 @@ const (
 	poll    = 200 * time.Millisecond
 )
 
+// defaultParallel is how many scenarios run at once unless -test.parallel
+// says otherwise: they mostly wait for timeouts, so more than the two cores
+// CI has.
+const defaultParallel = "5"
+
 func TestMain(m *testing.M) {
 	flag.Parse()
+	explicit := false
+	flag.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "test.parallel" })
+	if !explicit {
+		_ = flag.Set("test.parallel", defaultParallel)
+	}
 	os.Exit(run(m))
 }
 
@@ -127,6 +137,9 @@ func newCluster(t *testing.T, opts harness.ClusterOptions) *harness.WorkloadClus
 	if err != nil {
 		t.Fatalf("creating the workload cluster: %v", err)
 	}
+	// Delete it in the background once the scenario is done, rather than
+	// keep its apiserver running for the rest of the suite.
+	t.Cleanup(func() { h.ReleaseCluster(w.Key) })
 	return w
 }
 
@@ -183,7 +196,8 @@ func nodeReady(n corev1.Node) bool {
 }
 
 // expectJoined waits until the cluster has exactly n Machines, all Running
-// with a healthy node, and n Ready Nodes that are exactly theirs.
+// with a healthy node that the MachineHealthCheck passed, and n Ready Nodes
+// that are exactly theirs.
 func expectJoined(t *testing.T, w *harness.WorkloadCluster, n int) []clusterv1.Machine {
 	t.Helper()
 	var ms []clusterv1.Machine
@@ -194,6 +208,7 @@ func expectJoined(t *testing.T, w *harness.WorkloadCluster, n int) []clusterv1.M
 		for _, m := range ms {
 			g.Expect(m.Status.Phase).To(Equal(string(clusterv1.MachinePhaseRunning)), "Machine %s", m.Name)
 			g.Expect(conditions.IsTrue(&m, clusterv1.MachineNodeHealthyCondition)).To(BeTrue(), "Machine %s is not NodeHealthy", m.Name)
+			g.Expect(conditions.IsTrue(&m, clusterv1.MachineHealthCheckSucceededCondition)).To(BeTrue(), "the MachineHealthCheck has not passed Machine %s", m.Name)
 			g.Expect(m.Status.NodeRef.Name).To(Equal(m.Spec.InfrastructureRef.Name), "Machine %s", m.Name)
 			providerIDs[m.Spec.ProviderID] = true
 		}

@@ -40,6 +40,7 @@ import (
 // template in the MachineDeployment, which rolls out: every Machine is
 // replaced and every VM boots the new image.
 func TestClassUpgradeRollsOutTheNewImage(t *testing.T) {
+	t.Parallel()
 	g := NewWithT(t)
 	ctx := context.Background()
 	w := newCluster(t, harness.ClusterOptions{})
@@ -89,6 +90,7 @@ func TestClassUpgradeRollsOutTheNewImage(t *testing.T) {
 // use stay frozen and no Machine is replaced. A pool stored before the
 // default changed keeps its class.
 func TestPlatformChangesRollNothingOut(t *testing.T) {
+	// Not parallel: it changes the platform configuration every pool reads.
 	g := NewWithT(t)
 	ctx := context.Background()
 	w := newCluster(t, harness.ClusterOptions{})
@@ -153,6 +155,7 @@ func TestPlatformChangesRollNothingOut(t *testing.T) {
 // switched to Talos in place, neither through the pool API nor by changing
 // the class of the template it runs.
 func TestInPlaceBootstrapFamilySwitchIsRefused(t *testing.T) {
+	t.Parallel()
 	g := NewWithT(t)
 	ctx := context.Background()
 	w := newCluster(t, harness.ClusterOptions{})

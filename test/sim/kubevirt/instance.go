@@ -180,20 +180,30 @@ func (s *Simulator) markUnschedulable(vmi *kubevirtv1.VirtualMachineInstance, me
 
 func (s *Simulator) scheduled(vmi *kubevirtv1.VirtualMachineInstance, node string) {
 	setPhase(vmi, kubevirtv1.Scheduled)
+	placeOn(vmi, node)
+	setInstanceCondition(vmi, kubevirtv1.VirtualMachineInstanceCondition{
+		Type: kubevirtv1.VirtualMachineInstanceReady, Status: corev1.ConditionFalse, Reason: "GuestNotRunning", Message: "Guest VM is not reported as running",
+	})
+}
+
+// placeOn records the node the instance's pod was scheduled to.
+func placeOn(vmi *kubevirtv1.VirtualMachineInstance, node string) {
 	vmi.Status.NodeName = node
 	if vmi.Labels == nil {
 		vmi.Labels = map[string]string{}
 	}
 	vmi.Labels[kubevirtv1.NodeNameLabel] = node
 	setInstanceCondition(vmi, kubevirtv1.VirtualMachineInstanceCondition{Type: podScheduled, Status: corev1.ConditionTrue})
-	setInstanceCondition(vmi, kubevirtv1.VirtualMachineInstanceCondition{
-		Type: kubevirtv1.VirtualMachineInstanceReady, Status: corev1.ConditionFalse, Reason: "GuestNotRunning", Message: "Guest VM is not reported as running",
-	})
 }
 
 func (s *Simulator) running(vmi *kubevirtv1.VirtualMachineInstance, state instanceProcess) {
-	s.scheduled(vmi, state.node)
+	if vmi.Status.Phase != kubevirtv1.Running {
+		// Report Scheduled on the way, as virt-handler does before the
+		// guest runs.
+		setPhase(vmi, kubevirtv1.Scheduled)
+	}
 	setPhase(vmi, kubevirtv1.Running)
+	placeOn(vmi, state.node)
 	setInstanceCondition(vmi, kubevirtv1.VirtualMachineInstanceCondition{Type: kubevirtv1.VirtualMachineInstanceReady, Status: corev1.ConditionTrue})
 	if len(vmi.Status.Interfaces) > 0 {
 		return

@@ -138,6 +138,11 @@ func Named(key client.ObjectKey) Selector {
 	return func(o client.Object) bool { return o.GetNamespace() == key.Namespace && o.GetName() == key.Name }
 }
 
+// InNamespace selects the objects of one namespace.
+func InNamespace(namespace string) Selector {
+	return func(o client.Object) bool { return o.GetNamespace() == namespace }
+}
+
 // WithLabels selects objects carrying all the given labels.
 func WithLabels(set map[string]string) Selector {
 	selector := labels.SelectorFromSet(set)

@@ -214,6 +214,32 @@ func TestContainerDiskVirtualMachineRunsWithAnAddress(t *testing.T) {
 	}, timeout, poll).Should(Succeed())
 }
 
+// TestSettledObjectsAreNotRewritten: once a VM runs and its disk is
+// imported, the simulator writes nothing more, as KubeVirt and CDI leave a
+// settled VM alone; a simulator that rewrites them would keep every
+// watcher busy.
+func TestSettledObjectsAreNotRewritten(t *testing.T) {
+	g := NewWithT(t)
+	ns := namespace(t)
+	dv := httpDataVolume(ns, "settled-root")
+	vm := virtualMachine(ns, "settled", kubevirtv1.VolumeSource{DataVolume: &kubevirtv1.DataVolumeSource{Name: dv.Name}})
+	create(t, userDataSecret(ns, "settled-userdata"), dv, vm)
+	key := client.ObjectKeyFromObject(vm)
+	g.Eventually(func(g Gomega) {
+		g.Expect(get(g, key, &kubevirtv1.VirtualMachine{}).Status.Ready).To(BeTrue())
+	}, timeout, poll).Should(Succeed())
+	versions := func(g Gomega) []string {
+		return []string{
+			get(g, key, &kubevirtv1.VirtualMachine{}).ResourceVersion,
+			get(g, key, &kubevirtv1.VirtualMachineInstance{}).ResourceVersion,
+			get(g, client.ObjectKeyFromObject(dv), &cdiv1.DataVolume{}).ResourceVersion,
+			get(g, client.ObjectKeyFromObject(dv), &corev1.PersistentVolumeClaim{}).ResourceVersion,
+		}
+	}
+	settled := versions(g)
+	g.Consistently(versions, 2*time.Second, 100*time.Millisecond).Should(Equal(settled))
+}
+
 func TestDataVolumeTemplateImportsWithProgressBeforeTheInstanceStarts(t *testing.T) {
 	g := NewWithT(t)
 	ns := namespace(t)

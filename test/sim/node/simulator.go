@@ -221,11 +221,17 @@ func (s *Simulator) AddCluster(endpoint string, admin *rest.Config) error {
 	return nil
 }
 
-// RemoveCluster makes an endpoint unreachable.
+// RemoveCluster makes an endpoint unreachable, as when its control plane is
+// deleted; the kubelets of its nodes stop with it.
 func (s *Simulator) RemoveCluster(endpoint string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.clusters, endpoint)
+	for uid, k := range s.kubelets {
+		if k.cluster.endpoint == endpoint {
+			delete(s.kubelets, uid)
+		}
+	}
 }
 
 func (s *Simulator) cluster(endpoint string) *workloadCluster {
