@@ -20,6 +20,10 @@ package qemu
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"encoding/pem"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -30,8 +34,10 @@ import (
 	. "github.com/onsi/gomega"
 	"go.uber.org/zap/zapcore"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	certutil "k8s.io/client-go/util/cert"
 	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -143,7 +149,7 @@ func TestOneGuestJoins(t *testing.T) {
 	for _, seed := range []SeedKind{NoCloud, ConfigDrive} {
 		t.Run(string(seed), func(t *testing.T) {
 			g := NewWithT(t)
-			ns := newClusterNamespace(t)
+			ns := newClusterNamespace(t, controlPlane.CACert)
 			vmName := "pool-" + strings.ToLower(string(seed)) + "-" + time.Now().Format("150405")
 			machine, userData := renderBootstrapData(t, ns, vmName)
 			g.Expect(joinTokens(g, machine)).To(HaveLen(1))
@@ -169,6 +175,51 @@ func TestOneGuestJoins(t *testing.T) {
 	}
 }
 
+// TestWrongCAPinFailsTheJoin: when the cluster CA the management cluster
+// holds is not the workload's, the rendered CA pin does not match
+// cluster-info: the guest's kubeadm join stops at discovery with kubeadm's
+// pin error in its journal and no Node is registered. (Replacing the
+// Machine is the MachineHealthCheck's job, in the harness scenarios.)
+func TestWrongCAPinFailsTheJoin(t *testing.T) {
+	g := NewWithT(t)
+	ns := newClusterNamespace(t, otherCA(t))
+	vmName := "pool-wrong-ca-" + time.Now().Format("150405")
+	_, userData := renderBootstrapData(t, ns, vmName)
+
+	vm, err := StartVM(suiteCtx, VMOptions{Name: vmName, Disk: disk, UserData: userData, Seed: NoCloud, Dir: artifactDir(t)})
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(vm.Kill)
+
+	const pinError = "cluster CA found in cluster-info ConfigMap is invalid: none of the public keys"
+	deadline := time.Now().Add(joinTimeout)
+	for !strings.Contains(vm.Journal(), pinError) {
+		if exited, exitErr := vm.Exited(); exited {
+			t.Fatalf("QEMU for %s exited (%v)\njournal:\n%s", vm.Name, exitErr, vm.Journal())
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the guest did not report the CA pin mismatch within %s\njournal:\n%s", joinTimeout, vm.Journal())
+		}
+		time.Sleep(time.Second)
+	}
+	t.Logf("timing: guest %s reported the CA pin mismatch %s after QEMU started", vmName, time.Since(vm.Started).Round(time.Second))
+	err = controlPlane.Client.Get(suiteCtx, client.ObjectKey{Name: vmName}, &corev1.Node{})
+	g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "a Node %s exists or cannot be read: %v", vmName, err)
+}
+
+// otherCA is a CA certificate that did not sign the workload apiserver.
+func otherCA(t *testing.T) []byte {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := certutil.NewSelfSignedCACert(certutil.Config{CommonName: "not-the-workload-ca"}, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.Raw})
+}
+
 // artifactDir is where a guest's seed, serial logs and QEMU output go:
 // under QEMU_ARTIFACTS when set (kept for CI artifacts), otherwise a
 // temporary directory removed after the test.
@@ -187,8 +238,9 @@ func artifactDir(t *testing.T) string {
 
 // newClusterNamespace makes a namespace with a Cluster whose control plane
 // is the host's workload control plane, as guests dial it, and the
-// <cluster>-ca and <cluster>-kubeconfig Secrets Cluster API would keep.
-func newClusterNamespace(t *testing.T) string {
+// <cluster>-ca (holding caCert) and <cluster>-kubeconfig Secrets Cluster
+// API would keep.
+func newClusterNamespace(t *testing.T, caCert []byte) string {
 	t.Helper()
 	g := NewWithT(t)
 	c := mgmt.Client
@@ -216,7 +268,7 @@ func newClusterNamespace(t *testing.T) string {
 		{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: secret.Name(clusterName, secret.ClusterCA), Labels: labels},
 			Type:       clusterv1.ClusterSecretType,
-			Data:       map[string][]byte{secret.TLSCrtDataName: controlPlane.CACert},
+			Data:       map[string][]byte{secret.TLSCrtDataName: caCert},
 		},
 	} {
 		g.Expect(c.Create(suiteCtx, s)).To(Succeed())
