@@ -31,13 +31,19 @@ log() { echo "worker-disk: $*" >&2; }
 
 [[ $(id -u) -eq 0 ]] || { log "must run as root (debootstrap and image file ownership)"; exit 1; }
 
-# CI machines start without these tools.
+# CI machines start without these tools: the disk build needs debootstrap
+# and mke2fs, the test/qemu suite (which runs this script first) QEMU and
+# xorriso for the seed images.
 need=()
 command -v debootstrap >/dev/null || need+=(debootstrap)
 command -v mke2fs >/dev/null || need+=(e2fsprogs)
+command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86)
+command -v xorriso >/dev/null || need+=(xorriso)
 if [[ ${#need[@]} -gt 0 ]]; then
   log "installing ${need[*]}"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${need[@]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get install -y -q --no-install-recommends "${need[@]}" >&2 ||
+    { apt-get update -q >&2 && apt-get install -y -q --no-install-recommends "${need[@]}" >&2; }
 fi
 
 # The base root file system depends only on the suite and the package list.

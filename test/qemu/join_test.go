@@ -40,6 +40,7 @@ import (
 	certutil "k8s.io/client-go/util/cert"
 	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
 	"k8s.io/utils/ptr"
+	kubevirtv1 "kubevirt.io/api/core/v1"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	capisetup "sigs.k8s.io/cluster-api/bootstrap/kubeadm/setup"
 	"sigs.k8s.io/cluster-api/controllers/clustercache"
@@ -204,6 +205,17 @@ func TestWrongCAPinFailsTheJoin(t *testing.T) {
 	t.Logf("timing: guest %s reported the CA pin mismatch %s after QEMU started", vmName, time.Since(vm.Started).Round(time.Second))
 	err = controlPlane.Client.Get(suiteCtx, client.ObjectKey{Name: vmName}, &corev1.Node{})
 	g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "a Node %s exists or cannot be read: %v", vmName, err)
+}
+
+// TestKilledGuestIsFailed: a guest whose QEMU is killed reports the
+// Failed phase, as a VMI whose virt-launcher died.
+func TestKilledGuestIsFailed(t *testing.T) {
+	g := NewWithT(t)
+	vm, err := StartVM(suiteCtx, VMOptions{Name: "killed", Disk: disk, UserData: []byte("#cloud-config\n"), Dir: artifactDir(t)})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(vm.Phase()).To(Equal(kubevirtv1.Running))
+	vm.Kill()
+	g.Expect(vm.Phase()).To(Equal(kubevirtv1.Failed))
 }
 
 // otherCA is a CA certificate that did not sign the workload apiserver.

@@ -25,7 +25,13 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	kubevirtv1 "kubevirt.io/api/core/v1"
 )
+
+// GuestAddress is the address QEMU user networking's DHCP server gives the
+// (only) guest of a QEMU process.
+const GuestAddress = "10.0.2.15"
 
 // VMOptions describe one guest.
 type VMOptions struct {
@@ -143,6 +149,21 @@ func (vm *VM) Exited() (bool, error) {
 		return true, vm.err
 	default:
 		return false, nil
+	}
+}
+
+// Phase is the guest's state as a VirtualMachineInstance phase: Running
+// while QEMU runs, Succeeded when the guest powered off (QEMU exited 0),
+// Failed when QEMU was killed or failed.
+func (vm *VM) Phase() kubevirtv1.VirtualMachineInstancePhase {
+	exited, err := vm.Exited()
+	switch {
+	case !exited:
+		return kubevirtv1.Running
+	case err == nil:
+		return kubevirtv1.Succeeded
+	default:
+		return kubevirtv1.Failed
 	}
 }
 
