@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/sets"
@@ -60,6 +61,9 @@ const (
 	infraControllerName     = "kubevirt-workers-manager"
 	syncPeriod              = 10 * time.Minute
 )
+
+// instances counts the harnesses started in this process.
+var instances atomic.Int32
 
 // webhooks are the admission webhooks the management apiserver calls: Cluster
 // API's and both providers', served by envtest's manager.
@@ -138,6 +142,16 @@ func (h *Harness) managerOptions(name string) ctrl.Options {
 func (h *Harness) setupManagers(ctx context.Context, caches *lazyClusterCache) (map[string]ctrl.Manager, error) {
 	cfg := h.Config()
 	managers := map[string]ctrl.Manager{}
+	// Cluster API registers informer names process-wide, so a second
+	// harness in one process (tests) needs its own controller names.
+	instance := instances.Add(1)
+	named := func(name string) string {
+		if instance == 1 {
+			return name
+		}
+		return fmt.Sprintf("%s-%d", name, instance)
+	}
+	capiControllerName, bootstrapControllerName, infraControllerName := named(capiControllerName), named(bootstrapControllerName), named(infraControllerName)
 
 	// Cluster API core, wired as its main.go does.
 	capiOpts := h.managerOptions("capi")

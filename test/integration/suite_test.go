@@ -186,15 +186,6 @@ func nodes(g Gomega, w *harness.WorkloadCluster) []corev1.Node {
 	return list.Items
 }
 
-func nodeReady(n corev1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
 // expectJoined waits until the cluster has exactly n Machines, all Running
 // with a healthy node that the MachineHealthCheck passed, and n Ready Nodes
 // that are exactly theirs.
@@ -215,7 +206,7 @@ func expectJoined(t *testing.T, w *harness.WorkloadCluster, n int) []clusterv1.M
 		ns := nodes(g, w)
 		g.Expect(ns).To(HaveLen(n))
 		for _, node := range ns {
-			g.Expect(nodeReady(node)).To(BeTrue(), "Node %s", node.Name)
+			g.Expect(harness.NodeReady(node)).To(BeTrue(), "Node %s", node.Name)
 			g.Expect(providerIDs).To(HaveKey(node.Spec.ProviderID), "Node %s belongs to no Machine", node.Name)
 			// Cluster API lifts the uninitialized taint once the Machine
 			// is Running.
@@ -254,33 +245,7 @@ func bootstrapTokens(g Gomega, w *harness.WorkloadCluster) []string {
 // describe summarizes the cluster's machines, VMs and nodes for failure
 // messages.
 func describe(w *harness.WorkloadCluster) string {
-	ctx := context.Background()
-	var b strings.Builder
-	list := &clusterv1.MachineList{}
-	_ = h.Client.List(ctx, list, client.InNamespace(w.Key.Namespace))
-	for _, m := range list.Items {
-		fmt.Fprintf(&b, "Machine %s phase=%s node=%s", m.Name, m.Status.Phase, m.Status.NodeRef.Name)
-		for _, c := range m.Status.Conditions {
-			if c.Status != metav1.ConditionTrue {
-				fmt.Fprintf(&b, " [%s=%s %s: %s]", c.Type, c.Status, c.Reason, c.Message)
-			}
-		}
-		if r, ok := h.Nodes.Boot(client.ObjectKey{Namespace: m.Namespace, Name: m.Spec.InfrastructureRef.Name}); ok {
-			fmt.Fprintf(&b, " boot=%s %s", r.Phase, r.Error)
-		}
-		b.WriteString("\n")
-	}
-	vms := &kubevirtv1.VirtualMachineList{}
-	_ = h.Client.List(ctx, vms, client.InNamespace(w.Key.Namespace))
-	for _, vm := range vms.Items {
-		fmt.Fprintf(&b, "VirtualMachine %s %s\n", vm.Name, vm.Status.PrintableStatus)
-	}
-	ns := &corev1.NodeList{}
-	_ = w.API.Client.List(ctx, ns)
-	for _, n := range ns.Items {
-		fmt.Fprintf(&b, "Node %s ready=%v providerID=%s taints=%v\n", n.Name, nodeReady(n), n.Spec.ProviderID, n.Spec.Taints)
-	}
-	return b.String()
+	return h.Describe(context.Background(), w.Key)
 }
 
 // expectNoOrphans checks that everything the pool's machines created

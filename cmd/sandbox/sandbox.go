@@ -1,0 +1,321 @@
+/*
+Copyright 2026 The Cozystack Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
+	"github.com/cozystack/cluster-api-workers/test/harness"
+	kubevirtsim "github.com/cozystack/cluster-api-workers/test/sim/kubevirt"
+	nodesim "github.com/cozystack/cluster-api-workers/test/sim/node"
+)
+
+// The sandbox's hoster setup: the platform Kairos disk for Kubernetes 1.36
+// and what the simulated guests find on it.
+const (
+	kubernetesMinor = "v1.36"
+	kairosImage     = "registry.example.com/cozystack/kairos-worker@sha256:5a4d1b0e0c6f2d7e8a9b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f7081"
+	kairosOSImage   = "Kairos v3.5.3 (Ubuntu 24.04, simulated)"
+)
+
+// config is the sandbox's command line.
+type config struct {
+	once      bool
+	dir       string
+	namespace string
+	cluster   string
+	replicas  int
+	timeout   time.Duration
+	vars      variables
+	verbose   bool
+}
+
+// variables collects repeated --set NAME=value flags.
+type variables map[string]string
+
+func (v variables) String() string {
+	keys := make([]string, 0, len(v))
+	for k := range v {
+		keys = append(keys, k+"="+v[k])
+	}
+	sort.Strings(keys)
+	return strings.Join(keys, ",")
+}
+
+func (v variables) Set(s string) error {
+	name, value, ok := strings.Cut(s, "=")
+	if !ok || name == "" {
+		return fmt.Errorf("%q is not NAME=value", s)
+	}
+	v[name] = value
+	return nil
+}
+
+func parseFlags(args []string, out io.Writer) (config, error) {
+	c := config{vars: variables{}}
+	fs := flag.NewFlagSet("sandbox", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.BoolVar(&c.once, "once", false, "exit 0 once the pool has joined (non-zero if it does not within --timeout), instead of running until Ctrl-C")
+	fs.StringVar(&c.dir, "dir", filepath.Join(os.TempDir(), "kubevirt-workers-sandbox"), "directory for the kubeconfigs and the controllers' log")
+	fs.StringVar(&c.namespace, "namespace", "sandbox", "namespace of the workload Cluster and its pool")
+	fs.StringVar(&c.cluster, "cluster", "tenant", "name of the workload Cluster")
+	fs.IntVar(&c.replicas, "replicas", 3, "machines of the example Kairos pool (WORKER_MACHINE_COUNT)")
+	fs.DurationVar(&c.timeout, "timeout", 5*time.Minute, "with --once, how long the pool may take to join")
+	fs.Var(c.vars, "set", "a variable of templates/cluster-template-kairos.yaml, NAME=value (repeatable), e.g. --set KAIROS_JOIN_MODE=ClusterProvider")
+	fs.BoolVar(&c.verbose, "v", false, "log the controllers in detail (to the log file)")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if c.replicas < 0 {
+		return c, fmt.Errorf("--replicas must not be negative")
+	}
+	return c, nil
+}
+
+// run runs the sandbox until ctx is done, or with --once until the pool has
+// joined. An interruption (ctx done) is a clean stop, not an error.
+func run(ctx context.Context, args []string, out io.Writer) error {
+	err := sandbox(ctx, args, out)
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+func sandbox(ctx context.Context, args []string, out io.Writer) (rerr error) {
+	c, err := parseFlags(args, out)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(c.dir, 0o700); err != nil {
+		return err
+	}
+	logPath := filepath.Join(c.dir, "controllers.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return err
+	}
+	defer logFile.Close()
+	log := fileLogger(logFile, c.verbose)
+	klog.SetLogger(log)
+
+	start := time.Now()
+	fmt.Fprintf(out, "Starting the management cluster, Cluster API, both providers and the KubeVirt, CDI and node simulators\n")
+	fmt.Fprintf(out, "  (a first run builds kube-apiserver, etcd, kube-controller-manager and kubeadm from source; that takes several minutes)\n")
+	fmt.Fprintf(out, "  controller logs: %s\n", logPath)
+	h, err := harness.Start(ctx, harness.Options{
+		Logger:        log,
+		WorkerClasses: true,
+		Images:        map[string]nodesim.Image{kairosImage: {KubernetesVersion: harness.ControlPlaneKubernetesVersion, OSImage: kairosOSImage}},
+		// Slow enough to watch, fast enough to wait for.
+		KubeVirt: kubevirtsim.Options{ScheduleDelay: time.Second, BootDelay: 3 * time.Second},
+	})
+	if err != nil {
+		return fmt.Errorf("starting the sandbox: %w", err)
+	}
+	defer func() {
+		fmt.Fprintln(out, "Stopping the sandbox")
+		rerr = errors.Join(rerr, h.Stop())
+	}()
+
+	// What the hoster configures once: the exact patch and the Kairos disk
+	// for the Kubernetes minor pools select.
+	if err := h.ConfigurePlatform(ctx, func(p *workerclassv1.WorkerPlatformSpec) {
+		p.KubernetesVersions = []workerclassv1.KubernetesVersion{{Minor: kubernetesMinor, Patch: harness.ControlPlaneKubernetesVersion}}
+		p.KairosImages = []workerclassv1.KairosImage{{Minor: kubernetesMinor, Reference: kairosImage}}
+	}); err != nil {
+		return err
+	}
+	key := client.ObjectKey{Namespace: c.namespace, Name: c.cluster}
+	w, err := h.CreateCluster(ctx, key, harness.ClusterOptions{})
+	if err != nil {
+		return err
+	}
+	management, tenant := filepath.Join(c.dir, "management.kubeconfig"), filepath.Join(c.dir, c.cluster+".kubeconfig")
+	if err := writeKubeconfig(management, "sandbox-management", h.Config()); err != nil {
+		return err
+	}
+	if err := writeKubeconfig(tenant, c.cluster, w.API.Config); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "Cluster %s is up (%s); its control plane is %s\n", key, time.Since(start).Round(time.Second), w.Endpoint)
+
+	vars := map[string]string{
+		"CLUSTER_NAME":         c.cluster,
+		"NAMESPACE":            c.namespace,
+		"WORKER_MACHINE_COUNT": fmt.Sprint(c.replicas),
+		"KUBERNETES_VERSION":   harness.ControlPlaneKubernetesVersion,
+		"KUBERNETES_MINOR":     kubernetesMinor,
+	}
+	if c.replicas > 3 {
+		vars["WORKER_MAX_COUNT"] = fmt.Sprint(c.replicas)
+	}
+	if c.replicas < 1 {
+		vars["WORKER_MIN_COUNT"] = "0"
+	}
+	for k, v := range c.vars {
+		vars[k] = v
+	}
+	objs, err := harness.RenderTemplate(harness.KairosPoolTemplate(), vars)
+	if err != nil {
+		return err
+	}
+	if err := h.Apply(ctx, objs); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "Applied the example Kairos pool (templates/cluster-template-kairos.yaml) with %d machines\n", c.replicas)
+	fmt.Fprintf(out, "Look around with:\n  kubectl --kubeconfig %s get machines,kubevirtmachines,virtualmachines -n %s\n  clusterctl describe cluster %s -n %s --kubeconfig %s\n  kubectl --kubeconfig %s get nodes\n",
+		management, c.namespace, c.cluster, c.namespace, management, tenant)
+
+	watchCtx := ctx
+	if c.once {
+		var cancel context.CancelFunc
+		watchCtx, cancel = context.WithTimeout(ctx, c.timeout)
+		defer cancel()
+	}
+	joined, err := watch(watchCtx, h, key, c.once, out)
+	switch {
+	case c.once && !joined && ctx.Err() == nil:
+		return fmt.Errorf("the pool did not join within %s:\n%s", c.timeout, h.Describe(context.Background(), key))
+	case err != nil && ctx.Err() == nil:
+		return err
+	}
+	if c.once {
+		fmt.Fprintf(out, "The pool joined in %s\n", time.Since(start).Round(time.Second))
+	}
+	return nil
+}
+
+// watch prints the machines by phase whenever that changes, and a table of
+// the pool once it has joined. With once it returns when the pool joined;
+// otherwise when ctx is done.
+func watch(ctx context.Context, h *harness.Harness, key client.ObjectKey, once bool, out io.Writer) (bool, error) {
+	start := time.Now()
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
+	last, joined := "", false
+	for {
+		s, err := h.State(ctx, key)
+		if err != nil && ctx.Err() == nil {
+			return joined, err
+		}
+		want, err := desiredReplicas(ctx, h, key)
+		if err != nil && ctx.Err() == nil {
+			return joined, err
+		}
+		if summary := s.Summary(); summary != last {
+			fmt.Fprintf(out, "[%4ds] %s\n", int(time.Since(start).Seconds()), summary)
+			last = summary
+		}
+		now := s.Joined(want)
+		if now && !joined {
+			printPool(out, s)
+			if once {
+				return true, nil
+			}
+			fmt.Fprintln(out, "The pool has joined. Scale it, delete machines or the Cluster with kubectl and watch here; Ctrl-C stops the sandbox.")
+		}
+		joined = now
+		select {
+		case <-ctx.Done():
+			return joined, nil
+		case <-tick.C:
+		}
+		if err := h.Err(); err != nil {
+			return joined, err
+		}
+	}
+}
+
+// desiredReplicas is what the pool's MachineDeployment asks for now, so a
+// pool scaled with kubectl is followed.
+func desiredReplicas(ctx context.Context, h *harness.Harness, key client.ObjectKey) (int, error) {
+	list := &clusterv1.MachineDeploymentList{}
+	if err := h.Client.List(ctx, list, client.InNamespace(key.Namespace), client.MatchingLabels{clusterv1.ClusterNameLabel: key.Name}); err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, md := range list.Items {
+		n += int(ptr.Deref(md.Spec.Replicas, 0))
+	}
+	return n, nil
+}
+
+func printPool(out io.Writer, s harness.PoolState) {
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "MACHINE\tPHASE\tNODE\tPROVIDER ID\tKUBELET")
+	kubelets := map[string]string{}
+	for _, n := range s.Nodes {
+		kubelets[n.Name] = n.Status.NodeInfo.KubeletVersion
+	}
+	for _, m := range s.Machines {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", m.Name, m.Status.Phase, m.Status.NodeRef.Name, m.Spec.ProviderID, kubelets[m.Status.NodeRef.Name])
+	}
+	_ = tw.Flush()
+}
+
+// writeKubeconfig writes an admin kubeconfig for an apiserver.
+func writeKubeconfig(path, name string, cfg *rest.Config) error {
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters[name] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
+	kc.AuthInfos[name] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData, Token: cfg.BearerToken}
+	kc.Contexts[name] = &clientcmdapi.Context{Cluster: name, AuthInfo: name}
+	kc.CurrentContext = name
+	return clientcmd.WriteToFile(*kc, path)
+}
+
+// fileLogger logs the controllers, with timestamps, to a file.
+func fileLogger(w io.Writer, verbose bool) logr.Logger {
+	var mu sync.Mutex
+	verbosity := 0
+	if verbose {
+		verbosity = 4
+	}
+	return funcr.New(func(prefix, args string) {
+		mu.Lock()
+		defer mu.Unlock()
+		fmt.Fprintln(w, prefix, args)
+	}, funcr.Options{LogTimestamp: true, Verbosity: verbosity})
+}
