@@ -75,7 +75,7 @@ func (r *Report) Markdown() string {
 		fmt.Fprintf(&b, "| floor | not measured |\n")
 	}
 	fmt.Fprintf(&b, "| client-side throttling (requests waiting > 50ms; max wait) | %d; %s |\n", r.Throttling.Requests, r.Throttling.MaxWait)
-	fmt.Fprintf(&b, "| settled (no controller write for the quiet period) after | %s |\n", round(r.Settled))
+	fmt.Fprintf(&b, "| settled: last controller write after all Running | %s |\n", round(r.Settled))
 	if r.Idle.Window > 0 {
 		fmt.Fprintf(&b, "| idle window: objects changed / controller writes | %d of %d / %d (window %s) |\n", len(r.Idle.Changed), r.Idle.Objects, sumCounts(r.Idle.Writes), r.Idle.Window)
 	} else {

@@ -105,8 +105,9 @@ type Report struct {
 	Throttling Throttling `json:"throttling"`
 	// LogErrors counts the errors each component logged.
 	LogErrors map[string]int `json:"logErrors"`
-	// Settled is the time from the last Machine Running until no component
-	// but the simulators wrote for Quiet.
+	// Settled is the time from the last Machine Running to the last write
+	// of a component other than the simulators, found once none wrote for
+	// Quiet.
 	Settled time.Duration `json:"settled"`
 	// Idle is what changed during the idle window.
 	Idle IdleReport `json:"idle"`
@@ -206,11 +207,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	report.Resources = usageDelta(usageBefore, usageAfter)
 
-	settleStart := time.Now()
+	runningAt := time.Now()
 	if err := waitQuiet(dctx, recorder, cfg.Quiet, cfg.SettleTimeout); err != nil {
 		return nil, err
 	}
-	report.Settled = time.Since(settleStart) - cfg.Quiet
+	report.Settled = max(0, recorder.LastWrite(settleWriters...).Sub(runningAt))
 	report.Requests = recorder.Snapshot()
 	report.Throttling = recorder.Throttling()
 	report.LogErrors = recorder.LogErrors()
@@ -262,12 +263,15 @@ func waitForTemplateResolved(ctx context.Context, h *harness.Harness, key client
 	return nil
 }
 
+// settleWriters are the components whose writes keep the pool from
+// settling: every one but the simulators and the driver.
+var settleWriters = []string{componentCAPI, componentBootstrap, componentInfra, ComponentUnknown}
+
 // waitQuiet waits until no component but the simulators and the driver
 // wrote for quiet.
 func waitQuiet(ctx context.Context, r *Recorder, quiet, timeout time.Duration) error {
-	writers := []string{componentCAPI, componentBootstrap, componentInfra, ComponentUnknown}
 	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, timeout, false, func(context.Context) (bool, error) {
-		return time.Since(r.LastWrite(writers...)) >= quiet, nil
+		return time.Since(r.LastWrite(settleWriters...)) >= quiet, nil
 	})
 	if err != nil {
 		return fmt.Errorf("the controllers still wrote %s after the pool was running: %w", timeout, err)
