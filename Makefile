@@ -83,3 +83,9 @@ bench: ## Run the Go benchmarks and print their figures.
 .PHONY: release-manifests
 release-manifests: ## Write components, metadata and cluster templates to RELEASE_DIR (default out/).
 	hack/release-manifests.sh
+
+##@ Benchmarks (not part of CI)
+
+.PHONY: bench-scale
+bench-scale: ## Drive a Kairos MachineDeployment from 0 to N in the harness (N="10 100", BOOT_DELAY, IDLE, OUT); writes a report.
+	hack/bench-scale.sh
