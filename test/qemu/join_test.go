@@ -152,7 +152,7 @@ func TestOneGuestJoins(t *testing.T) {
 			g := NewWithT(t)
 			ns := newClusterNamespace(t, controlPlane.CACert)
 			vmName := "pool-" + strings.ToLower(string(seed)) + "-" + time.Now().Format("150405")
-			machine, userData := renderBootstrapData(t, ns, vmName)
+			machine, userData := renderBootstrapData(t, ns, vmName, bootstrapv1.KairosConfigSpec{})
 			g.Expect(joinTokens(g, machine)).To(HaveLen(1))
 
 			vm, err := StartVM(suiteCtx, VMOptions{Name: vmName, Disk: disk, UserData: userData, Seed: seed, Dir: artifactDir(t)})
@@ -185,26 +185,71 @@ func TestWrongCAPinFailsTheJoin(t *testing.T) {
 	g := NewWithT(t)
 	ns := newClusterNamespace(t, otherCA(t))
 	vmName := "pool-wrong-ca-" + time.Now().Format("150405")
-	_, userData := renderBootstrapData(t, ns, vmName)
+	_, userData := renderBootstrapData(t, ns, vmName, bootstrapv1.KairosConfigSpec{})
 
 	vm, err := StartVM(suiteCtx, VMOptions{Name: vmName, Disk: disk, UserData: userData, Seed: NoCloud, Dir: artifactDir(t)})
 	g.Expect(err).NotTo(HaveOccurred())
 	t.Cleanup(vm.Kill)
 
-	const pinError = "cluster CA found in cluster-info ConfigMap is invalid: none of the public keys"
+	waitForJoinError(t, vm, "cluster CA found in cluster-info ConfigMap is invalid: none of the public keys")
+}
+
+// TestExpiredTokenFailsTheJoin: a guest that boots after its join token
+// expired (the token cleaner deleted it and the bootstrap signer dropped
+// its cluster-info signature) fails discovery, with kubeadm's missing
+// signature error once the configured discovery timeout passes, and
+// registers no Node. The Cluster is paused once the data is
+// rendered, so the bootstrap provider does not replace the token.
+func TestExpiredTokenFailsTheJoin(t *testing.T) {
+	g := NewWithT(t)
+	ns := newClusterNamespace(t, controlPlane.CACert)
+	vmName := "pool-expired-" + time.Now().Format("150405")
+	// kubeadm waits for a token's cluster-info signature until discovery
+	// times out (5 minutes by default), then reports the missing signature.
+	machine, userData := renderBootstrapData(t, ns, vmName, bootstrapv1.KairosConfigSpec{
+		JoinTimeouts: bootstrapv1.JoinTimeouts{DiscoverySeconds: ptr.To[int32](20)},
+	})
+
+	cluster := &clusterv1.Cluster{}
+	g.Expect(mgmt.Client.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: clusterName}, cluster)).To(Succeed())
+	cluster.Spec.Paused = ptr.To(true)
+	g.Expect(mgmt.Client.Update(suiteCtx, cluster)).To(Succeed())
+	ids := joinTokens(g, machine)
+	g.Expect(ids).To(HaveLen(1))
+	g.Expect(controlPlane.Client.Delete(suiteCtx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{
+		Namespace: metav1.NamespaceSystem, Name: bootstrapapi.BootstrapTokenSecretPrefix + ids[0],
+	}})).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		cm := &corev1.ConfigMap{}
+		g.Expect(controlPlane.Client.Get(suiteCtx, client.ObjectKey{Namespace: metav1.NamespacePublic, Name: bootstrapapi.ConfigMapClusterInfo}, cm)).To(Succeed())
+		g.Expect(cm.Data).NotTo(HaveKey(bootstrapapi.JWSSignatureKeyPrefix + ids[0]))
+	}, time.Minute, time.Second).Should(Succeed())
+
+	vm, err := StartVM(suiteCtx, VMOptions{Name: vmName, Disk: disk, UserData: userData, Seed: NoCloud, Dir: artifactDir(t)})
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(vm.Kill)
+	waitForJoinError(t, vm, fmt.Sprintf("could not find a JWS signature in the cluster-info ConfigMap for token ID %q", ids[0]))
+}
+
+// waitForJoinError waits for a kubeadm error in the guest's journal, then
+// checks that no Node of that name was registered.
+func waitForJoinError(t *testing.T, vm *VM, message string) {
+	t.Helper()
 	deadline := time.Now().Add(joinTimeout)
-	for !strings.Contains(vm.Journal(), pinError) {
+	for !strings.Contains(vm.Journal(), message) {
 		if exited, exitErr := vm.Exited(); exited {
 			t.Fatalf("QEMU for %s exited (%v)\njournal:\n%s", vm.Name, exitErr, vm.Journal())
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the guest did not report the CA pin mismatch within %s\njournal:\n%s", joinTimeout, vm.Journal())
+			t.Fatalf("the guest did not report %q within %s\njournal:\n%s", message, joinTimeout, vm.Journal())
 		}
 		time.Sleep(time.Second)
 	}
-	t.Logf("timing: guest %s reported the CA pin mismatch %s after QEMU started", vmName, time.Since(vm.Started).Round(time.Second))
-	err = controlPlane.Client.Get(suiteCtx, client.ObjectKey{Name: vmName}, &corev1.Node{})
-	g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "a Node %s exists or cannot be read: %v", vmName, err)
+	t.Logf("timing: guest %s reported the join failure %s after QEMU started", vm.Name, time.Since(vm.Started).Round(time.Second))
+	err := controlPlane.Client.Get(suiteCtx, client.ObjectKey{Name: vm.Name}, &corev1.Node{})
+	if !apierrors.IsNotFound(err) {
+		t.Fatalf("a Node %s exists or cannot be read: %v", vm.Name, err)
+	}
 }
 
 // TestKilledGuestIsFailed: a guest whose QEMU is killed reports the
@@ -291,7 +336,7 @@ func newClusterNamespace(t *testing.T, caCert []byte) string {
 // renderBootstrapData creates a worker Machine with its KairosConfig and
 // infrastructure machine and returns the Machine and the bootstrap Secret's
 // value once the controller rendered it.
-func renderBootstrapData(t *testing.T, namespace, vmName string) (*clusterv1.Machine, []byte) {
+func renderBootstrapData(t *testing.T, namespace, vmName string, spec bootstrapv1.KairosConfigSpec) (*clusterv1.Machine, []byte) {
 	t.Helper()
 	g := NewWithT(t)
 	c := mgmt.Client
@@ -324,6 +369,7 @@ func renderBootstrapData(t *testing.T, namespace, vmName string) (*clusterv1.Mac
 				APIVersion: clusterv1.GroupVersion.String(), Kind: "Machine", Name: machine.Name, UID: machine.UID,
 			}},
 		},
+		Spec: spec,
 	}
 	g.Expect(c.Create(suiteCtx, config)).To(Succeed())
 	data := &corev1.Secret{}
