@@ -89,3 +89,13 @@ release-manifests: ## Write components, metadata and cluster templates to RELEAS
 .PHONY: bench-scale
 bench-scale: ## Drive a Kairos MachineDeployment from 0 to N in the harness (N="10 100", BOOT_DELAY, IDLE, OUT); writes a report.
 	hack/bench-scale.sh
+
+##@ Real guests (needs root and QEMU; not part of CI yet)
+
+.PHONY: worker-disk
+worker-disk: ## Build the Debian worker test disk (debootstrap, kubelet/kubeadm/yip from source) into the cache.
+	hack/worker-disk/build.sh
+
+.PHONY: test-qemu
+test-qemu: ## Boot real guests under QEMU and join them with a real kubelet (docs/real-guests.md).
+	go test -tags qemu ./test/qemu/ -v -count=1 -timeout 30m
