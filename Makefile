@@ -64,6 +64,12 @@ lint: ## Run go vet and golangci-lint.
 	go vet ./...
 	$(shell hack/tool.sh golangci-lint) run ./...
 
+##@ Sandbox
+
+.PHONY: sandbox
+sandbox: ## Run the local sandbox: embedded control planes, Cluster API, both providers, simulators and an example Kairos pool (SANDBOX_FLAGS=--once to exit when joined).
+	go run ./cmd/sandbox $(SANDBOX_FLAGS)
+
 ##@ Testing
 
 .PHONY: test
