@@ -19,6 +19,7 @@ package node
 import (
 	"context"
 	"crypto/x509"
+	"flag"
 	"encoding/pem"
 	"fmt"
 	"os"
@@ -67,7 +68,24 @@ var (
 	nodes    *Simulator
 )
 
-func TestMain(m *testing.M) { os.Exit(run(m)) }
+func TestMain(m *testing.M) {
+	flag.Parse()
+	if fuzzing() {
+		// Fuzz targets are pure; every fuzz worker runs TestMain, and
+		// apiservers per worker would swamp the machine.
+		os.Exit(m.Run())
+	}
+	os.Exit(run(m))
+}
+
+// fuzzing reports whether the test binary runs a fuzz target.
+func fuzzing() bool {
+	if f := flag.Lookup("test.fuzz"); f != nil && f.Value.String() != "" {
+		return true
+	}
+	f := flag.Lookup("test.fuzzworker")
+	return f != nil && f.Value.String() == "true"
+}
 
 func run(m *testing.M) int {
 	ctrl.SetLogger(logr.Discard())
