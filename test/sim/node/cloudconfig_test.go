@@ -196,7 +196,9 @@ func TestCheckJoinConfiguration(t *testing.T) {
 		{name: "malformed token", change: func(c *kubeadmv1beta4.JoinConfiguration) { c.Discovery.BootstrapToken.Token = "abc" }, err: "not of the form"},
 		{name: "endpoint without port", change: func(c *kubeadmv1beta4.JoinConfiguration) { c.Discovery.BootstrapToken.APIServerEndpoint = "10.0.0.1" }, err: "not host:port"},
 		{name: "no CA pin", change: func(c *kubeadmv1beta4.JoinConfiguration) { c.Discovery.BootstrapToken.CACertHashes = nil }, err: "without caCertHashes"},
-		{name: "malformed CA pin", change: func(c *kubeadmv1beta4.JoinConfiguration) { c.Discovery.BootstrapToken.CACertHashes = []string{"md5:00"} }, err: "not of the form sha256"},
+		{name: "malformed CA pin", change: func(c *kubeadmv1beta4.JoinConfiguration) {
+			c.Discovery.BootstrapToken.CACertHashes = []string{"md5:00"}
+		}, err: "not of the form sha256"},
 		{name: "unsafe skip is accepted with a warning", change: func(c *kubeadmv1beta4.JoinConfiguration) {
 			c.Discovery.BootstrapToken.CACertHashes, c.Discovery.BootstrapToken.UnsafeSkipCAVerification = nil, true
 		}, warn: "skips CA verification"},

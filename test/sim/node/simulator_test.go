@@ -19,8 +19,8 @@ package node
 import (
 	"context"
 	"crypto/x509"
-	"flag"
 	"encoding/pem"
+	"flag"
 	"fmt"
 	"os"
 	"strings"
