@@ -137,7 +137,7 @@ func sandbox(ctx context.Context, args []string, out io.Writer) (rerr error) {
 	if err != nil {
 		return err
 	}
-	defer logFile.Close()
+	defer func() { rerr = errors.Join(rerr, logFile.Close()) }()
 	log := fileLogger(logFile, c.verbose)
 	klog.SetLogger(log)
 

@@ -49,14 +49,14 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/client-go/rest"
-	addonsv1beta1 "sigs.k8s.io/cluster-api/api/addons/v1beta1"
+	addonsv1beta1 "sigs.k8s.io/cluster-api/api/addons/v1beta1" //nolint:staticcheck // Cluster API's webhooks convert from this version.
 	addonsv1 "sigs.k8s.io/cluster-api/api/addons/v1beta2"
-	clusterv1beta1 "sigs.k8s.io/cluster-api/api/core/v1beta1"
+	clusterv1beta1 "sigs.k8s.io/cluster-api/api/core/v1beta1" //nolint:staticcheck // Cluster API's webhooks convert from this version.
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
-	ipamv1alpha1 "sigs.k8s.io/cluster-api/api/ipam/v1alpha1"
-	ipamv1beta1 "sigs.k8s.io/cluster-api/api/ipam/v1beta1"
+	ipamv1alpha1 "sigs.k8s.io/cluster-api/api/ipam/v1alpha1" //nolint:staticcheck // Cluster API's webhooks convert from this version.
+	ipamv1beta1 "sigs.k8s.io/cluster-api/api/ipam/v1beta1"   //nolint:staticcheck // Cluster API's webhooks convert from this version.
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
-	runtimev1alpha1 "sigs.k8s.io/cluster-api/api/runtime/v1alpha1"
+	runtimev1alpha1 "sigs.k8s.io/cluster-api/api/runtime/v1alpha1" //nolint:staticcheck // Cluster API's webhooks convert from this version.
 	runtimev1 "sigs.k8s.io/cluster-api/api/runtime/v1beta2"
 	"sigs.k8s.io/cluster-api/controllers/clustercache"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -175,7 +175,7 @@ func Start(ctx context.Context, opts Options) (_ *Harness, rerr error) {
 	h.releaseCtx, h.cancelRelease = context.WithCancel(context.Background())
 	defer func() {
 		if rerr != nil {
-			h.Stop()
+			rerr = errors.Join(rerr, h.Stop())
 		}
 	}()
 

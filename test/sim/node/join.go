@@ -285,7 +285,7 @@ func validateWithKubeadm(kubeadmBin string, c *kubeadmv1beta4.JoinConfiguration)
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
+	defer func() { _ = os.RemoveAll(dir) }()
 	p := filepath.Join(dir, "join.yaml")
 	if err := os.WriteFile(p, data, 0o600); err != nil {
 		return err
