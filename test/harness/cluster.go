@@ -83,8 +83,10 @@ func (h *Harness) CreateCluster(ctx context.Context, key client.ObjectKey, opts 
 	if w.controllerManager, err = api.StartControllerManager(envtest.WorkloadControllers...); err != nil {
 		return nil, err
 	}
-	if err := h.Nodes.AddCluster(api.Endpoint, api.Config); err != nil {
-		return nil, err
+	if h.Nodes != nil {
+		if err := h.Nodes.AddCluster(api.Endpoint, api.Config); err != nil {
+			return nil, err
+		}
 	}
 
 	controlPlane := &unstructured.Unstructured{}
@@ -195,7 +197,9 @@ func (h *Harness) ReleaseCluster(key client.ObjectKey) {
 		delete(h.workloads, key)
 		h.mu.Unlock()
 		if w != nil {
-			h.Nodes.RemoveCluster(w.Endpoint)
+			if h.Nodes != nil {
+				h.Nodes.RemoveCluster(w.Endpoint)
+			}
 			if err := w.stop(); err != nil {
 				h.log.Info("Releasing a workload cluster: its apiserver did not stop cleanly", "Cluster", key.String(), "reason", err.Error())
 			}

@@ -100,6 +100,16 @@ type Options struct {
 	// Machine reports node conditions Unknown when the workload cluster is
 	// unreachable; at least 2m (Cluster API refuses less), 5m when zero.
 	RemoteConditionsGracePeriod time.Duration
+	// VMs, when set, fulfils VirtualMachines in place of the KubeVirt/CDI
+	// and node simulators (for example with real guests under QEMU); the
+	// harness's KubeVirt and Nodes are then nil.
+	VMs VMBackend
+}
+
+// VMBackend fulfils the management cluster's VirtualMachines (and the
+// DataVolumes they use) as KubeVirt and CDI would.
+type VMBackend interface {
+	SetupWithManager(ctx context.Context, mgr ctrl.Manager) error
 }
 
 // Harness is a running management cluster with Cluster API, both providers
@@ -112,9 +122,9 @@ type Harness struct {
 	Client client.Client
 	// Scheme knows every API the harness serves.
 	Scheme *runtime.Scheme
-	// KubeVirt is the KubeVirt and CDI simulator.
+	// KubeVirt is the KubeVirt and CDI simulator; nil with Options.VMs.
 	KubeVirt *kubevirtsim.Simulator
-	// Nodes is the node simulator.
+	// Nodes is the node simulator; nil with Options.VMs.
 	Nodes *nodesim.Simulator
 
 	opts      Options

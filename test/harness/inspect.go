@@ -131,6 +131,10 @@ func (h *Harness) Describe(ctx context.Context, key client.ObjectKey) string {
 				fmt.Fprintf(&b, " [%s=%s %s: %s]", c.Type, c.Status, c.Reason, c.Message)
 			}
 		}
+		if h.Nodes == nil {
+			b.WriteString("\n")
+			continue
+		}
 		if r, ok := h.Nodes.Boot(client.ObjectKey{Namespace: m.Namespace, Name: m.Spec.InfrastructureRef.Name}); ok {
 			fmt.Fprintf(&b, " boot=%s", r.Phase)
 			if r.Error != "" {

@@ -263,10 +263,18 @@ func (h *Harness) setupManagers(ctx context.Context, caches *lazyClusterCache) (
 	}
 	managers["infrastructure"] = infraMgr
 
-	// The simulators, as KubeVirt, CDI and the guests would act.
+	// The simulators, as KubeVirt, CDI and the guests would act, or the
+	// backend that replaces them.
 	simMgr, err := ctrl.NewManager(cfg, h.managerOptions("simulators"))
 	if err != nil {
 		return nil, err
+	}
+	if h.opts.VMs != nil {
+		if err := h.opts.VMs.SetupWithManager(ctx, simMgr); err != nil {
+			return nil, err
+		}
+		managers["simulators"] = simMgr
+		return managers, nil
 	}
 	h.KubeVirt = kubevirtsim.New(h.opts.KubeVirt)
 	nodeOpts := h.opts.Nodes
