@@ -19,6 +19,7 @@ package envtest
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/url"
 	"strings"
 	"time"
@@ -60,6 +61,8 @@ type Workload struct {
 	// CA a join pins.
 	CACert []byte
 	env    *crenvtest.Environment
+	// stop stops an apiserver that runs elsewhere (ExternalWorkload).
+	stop func() error
 }
 
 // StartWorkload starts a workload apiserver.
@@ -99,8 +102,36 @@ func StartWorkload() (*Workload, error) {
 	return w, nil
 }
 
+// ExternalWorkload fronts a workload apiserver that runs elsewhere, such
+// as a kubeadm-prepared control plane that real guests join. cfg is admin
+// access from this process; endpoint is host:port as nodes dial it, which
+// may differ from cfg.Host (a guest behind QEMU's NAT reaches the host at
+// another address); caCert is the cluster CA; stop stops the apiserver.
+func ExternalWorkload(cfg *rest.Config, endpoint string, caCert []byte, stop func() error) (*Workload, error) {
+	if _, _, err := net.SplitHostPort(endpoint); err != nil {
+		return nil, fmt.Errorf("the workload endpoint %q is not host:port: %w", endpoint, err)
+	}
+	if stop == nil {
+		return nil, fmt.Errorf("an external workload apiserver needs a stop function")
+	}
+	scheme := kruntime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, err
+	}
+	return &Workload{Config: cfg, Client: c, Endpoint: endpoint, CACert: append([]byte(nil), caCert...), stop: stop}, nil
+}
+
 // Stop stops the workload apiserver.
-func (w *Workload) Stop() error { return w.env.Stop() }
+func (w *Workload) Stop() error {
+	if w.stop != nil {
+		return w.stop()
+	}
+	return w.env.Stop()
+}
 
 // Host returns the endpoint's host and Port its port, as a Cluster's
 // controlPlaneEndpoint carries them.

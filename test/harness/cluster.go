@@ -56,6 +56,24 @@ type WorkloadCluster struct {
 type ClusterOptions struct {
 	// FailureDomains are passed through the KubeVirtCluster.
 	FailureDomains []clusterv1.FailureDomain
+	// ControlPlanes, when set, starts the workload control plane in place
+	// of the harness's own (an envtest apiserver seeded with what `kubeadm
+	// init` leaves, and kube-controller-manager's bootstrap signer and
+	// token cleaner), for example test/qemu's kubeadm-prepared control
+	// plane that real guests join.
+	ControlPlanes ControlPlanes
+}
+
+// ControlPlanes start workload control planes that are ready for worker
+// joins on their own: kubeadm's objects uploaded, and the bootstrap signer,
+// token cleaner and CSR approval and signing running. The harness only
+// fronts them with the Cluster's objects.
+type ControlPlanes interface {
+	// StartControlPlane starts the control plane of a cluster. The
+	// Workload's Endpoint is what nodes dial, the Cluster's
+	// controlPlaneEndpoint; its Config is admin access from this process,
+	// which the <cluster>-kubeconfig Secret carries; Stop stops it.
+	StartControlPlane(ctx context.Context, cluster client.ObjectKey) (*envtest.Workload, error)
 }
 
 // CreateCluster starts a workload apiserver and creates the Cluster that
@@ -67,22 +85,16 @@ func (h *Harness) CreateCluster(ctx context.Context, key client.ObjectKey, opts 
 	if err := h.ensureNamespace(ctx, key.Namespace); err != nil {
 		return nil, err
 	}
-	api, err := envtest.StartWorkload()
+	w, err := h.startControlPlane(ctx, key, opts.ControlPlanes)
 	if err != nil {
 		return nil, err
 	}
-	w := &WorkloadCluster{Key: key, API: api, Endpoint: api.Endpoint}
+	api := w.API
 	defer func() {
 		if rerr != nil {
 			_ = w.stop()
 		}
 	}()
-	if err := api.SeedKubeadmObjects(ctx, envtest.KubeadmSeed{KubernetesVersion: ControlPlaneKubernetesVersion, ClusterName: key.Name}); err != nil {
-		return nil, err
-	}
-	if w.controllerManager, err = api.StartControllerManager(envtest.WorkloadControllers...); err != nil {
-		return nil, err
-	}
 	if h.Nodes != nil {
 		if err := h.Nodes.AddCluster(api.Endpoint, api.Config); err != nil {
 			return nil, err
@@ -152,6 +164,36 @@ func (h *Harness) CreateCluster(ctx context.Context, key client.ObjectKey, opts 
 	})
 	if err != nil {
 		return w, fmt.Errorf("waiting for Cluster %s to report its control plane initialized and infrastructure provisioned: %w", key, err)
+	}
+	return w, nil
+}
+
+// startControlPlane starts the workload control plane: the given one, or
+// an envtest apiserver prepared as `kubeadm init` leaves one, with the
+// controllers a join needs.
+func (h *Harness) startControlPlane(ctx context.Context, key client.ObjectKey, external ControlPlanes) (_ *WorkloadCluster, rerr error) {
+	if external != nil {
+		api, err := external.StartControlPlane(ctx, key)
+		if err != nil {
+			return nil, fmt.Errorf("starting the control plane of %s: %w", key, err)
+		}
+		return &WorkloadCluster{Key: key, API: api, Endpoint: api.Endpoint}, nil
+	}
+	api, err := envtest.StartWorkload()
+	if err != nil {
+		return nil, err
+	}
+	w := &WorkloadCluster{Key: key, API: api, Endpoint: api.Endpoint}
+	defer func() {
+		if rerr != nil {
+			_ = w.stop()
+		}
+	}()
+	if err := api.SeedKubeadmObjects(ctx, envtest.KubeadmSeed{KubernetesVersion: ControlPlaneKubernetesVersion, ClusterName: key.Name}); err != nil {
+		return nil, err
+	}
+	if w.controllerManager, err = api.StartControllerManager(envtest.WorkloadControllers...); err != nil {
+		return nil, err
 	}
 	return w, nil
 }
