@@ -19,16 +19,13 @@ limitations under the License.
 package main
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"os"
 	"time"
 
 	"github.com/spf13/pflag"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	cliflag "k8s.io/component-base/cli/flag"
 	"k8s.io/component-base/logs"
@@ -36,17 +33,13 @@ import (
 	_ "k8s.io/component-base/logs/json/register"
 	"k8s.io/klog/v2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
-	capisetup "sigs.k8s.io/cluster-api/bootstrap/kubeadm/setup"
-	"sigs.k8s.io/cluster-api/controllers/clustercache"
 	"sigs.k8s.io/cluster-api/controllers/remote"
 	"sigs.k8s.io/cluster-api/util/flags"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
-	bootstrapv1 "github.com/cozystack/cluster-api-workers/bootstrap/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/bootstrap/reconcilers/kairosconfig"
-	"github.com/cozystack/cluster-api-workers/bootstrap/webhooks/admission"
+	"github.com/cozystack/cluster-api-workers/bootstrap/setup"
 )
 
 const controllerName = "kairos-bootstrap-manager"
@@ -90,12 +83,12 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.watchNamespace, "namespace", "", "Namespace to watch for Cluster API objects; all namespaces when empty.")
 	fs.StringVar(&o.watchFilterValue, "watch-filter", "", fmt.Sprintf("Only reconcile objects whose %s label has this value; all objects when empty.", clusterv1.WatchLabel))
 	fs.DurationVar(&o.syncPeriod, "sync-period", 10*time.Minute, "Minimum interval at which watched objects are reconciled again.")
-	fs.Float32Var(&o.restConfigQPS, "kube-api-qps", 20, "Queries per second to the management API server.")
-	fs.IntVar(&o.restConfigBurst, "kube-api-burst", 30, "Burst of queries to the management API server.")
-	fs.Float32Var(&o.clusterCacheClientQPS, "clustercache-client-qps", 20, "Queries per second to each workload API server.")
-	fs.IntVar(&o.clusterCacheClientBurst, "clustercache-client-burst", 30, "Burst of queries to each workload API server.")
-	fs.IntVar(&o.clusterCacheConcurrency, "clustercache-concurrency", 100, "Number of clusters whose connections are handled at once.")
-	fs.IntVar(&o.kairosConfigConcurrency, "kairosconfig-concurrency", 10, "Number of KairosConfigs reconciled at once.")
+	fs.Float32Var(&o.restConfigQPS, "kube-api-qps", setup.DefaultKubeAPIQPS, "Queries per second to the management API server.")
+	fs.IntVar(&o.restConfigBurst, "kube-api-burst", setup.DefaultKubeAPIBurst, "Burst of queries to the management API server.")
+	fs.Float32Var(&o.clusterCacheClientQPS, "clustercache-client-qps", setup.DefaultClusterCacheClientQPS, "Queries per second to each workload API server.")
+	fs.IntVar(&o.clusterCacheClientBurst, "clustercache-client-burst", setup.DefaultClusterCacheClientBurst, "Burst of queries to each workload API server.")
+	fs.IntVar(&o.clusterCacheConcurrency, "clustercache-concurrency", setup.DefaultClusterCacheConcurrency, "Number of clusters whose connections are handled at once.")
+	fs.IntVar(&o.kairosConfigConcurrency, "kairosconfig-concurrency", setup.DefaultKairosConfigConcurrency, "Number of KairosConfigs reconciled at once.")
 	fs.DurationVar(&o.tokenTTL, "bootstrap-token-ttl", kairosconfig.DefaultTokenTTL,
 		"Lifetime of a Machine's bootstrap token. It is extended every third of this while the node has not joined and deleted once it has.")
 	fs.StringVar(&o.healthAddr, "health-addr", ":9440", "Address the health probes bind to.")
@@ -130,10 +123,8 @@ func run(o *options) error {
 	setupLog := ctrl.Log.WithName("setup")
 
 	scheme := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, apiextensionsv1.AddToScheme, clusterv1.AddToScheme, bootstrapv1.AddToScheme} {
-		if err := add(scheme); err != nil {
-			return err
-		}
+	if err := setup.AddToScheme(scheme); err != nil {
+		return err
 	}
 
 	restConfig, err := ctrl.GetConfig()
@@ -161,9 +152,9 @@ func run(o *options) error {
 		PprofBindAddress:           o.profilerAddress,
 		Metrics:                    *metricsOptions,
 		// Only cluster-labelled Secrets are cached, with managedFields
-		// stripped; everything else is read directly.
-		Cache:  capisetup.ManagerCacheOptions(scheme, controllerName, o.watchNamespace, o.syncPeriod),
-		Client: capisetup.ManagerClientOptions(),
+		// stripped; other Secrets are read directly.
+		Cache:  setup.ManagerCacheOptions(scheme, controllerName, o.watchNamespace, o.syncPeriod),
+		Client: setup.ManagerClientOptions(),
 		WebhookServer: webhook.NewServer(webhook.Options{
 			Port:     o.webhookPort,
 			CertDir:  o.webhookCertDir,
@@ -176,43 +167,27 @@ func run(o *options) error {
 		return fmt.Errorf("creating the manager: %w", err)
 	}
 
-	ctx := ctrl.SetupSignalHandler()
-	if err := setup(ctx, mgr, o); err != nil {
-		return err
-	}
-	setupLog.Info("Starting the manager", "bootstrapTokenTTL", o.tokenTTL, "namespace", o.watchNamespace, "watchFilter", o.watchFilterValue)
-	return mgr.Start(ctx)
-}
-
-func setup(ctx context.Context, mgr ctrl.Manager, o *options) error {
 	if err := mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
 		return fmt.Errorf("adding the readiness check: %w", err)
 	}
 	if err := mgr.AddHealthzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
 		return fmt.Errorf("adding the health check: %w", err)
 	}
-	if err := admission.SetupWebhooksWithManager(mgr); err != nil {
-		return fmt.Errorf("setting up the webhooks: %w", err)
+	if err := setup.SetupWebhooks(mgr); err != nil {
+		return err
 	}
-	secretCachingClient, err := capisetup.CreateSecretCachingClient(mgr)
-	if err != nil {
-		return fmt.Errorf("creating the Secret caching client: %w", err)
+	ctx := ctrl.SetupSignalHandler()
+	if err := setup.SetupReconcilers(ctx, mgr, setup.Options{
+		ControllerName:          controllerName,
+		TokenTTL:                o.tokenTTL,
+		KairosConfigConcurrency: o.kairosConfigConcurrency,
+		ClusterCacheClientQPS:   o.clusterCacheClientQPS,
+		ClusterCacheClientBurst: o.clusterCacheClientBurst,
+		ClusterCacheConcurrency: o.clusterCacheConcurrency,
+		WatchFilterValue:        o.watchFilterValue,
+	}); err != nil {
+		return err
 	}
-	clusterCache, err := clustercache.SetupWithManager(ctx, mgr, clustercache.Options{
-		SecretClient:     secretCachingClient,
-		Cache:            capisetup.ClusterCacheCacheOptions(),
-		Client:           capisetup.ClusterCacheClientOptions(controllerName, o.clusterCacheClientQPS, o.clusterCacheClientBurst),
-		WatchFilterValue: o.watchFilterValue,
-	}, controller.Options{MaxConcurrentReconciles: o.clusterCacheConcurrency})
-	if err != nil {
-		return fmt.Errorf("setting up the ClusterCache: %w", err)
-	}
-	return (&kairosconfig.Reconciler{
-		Client:              mgr.GetClient(),
-		SecretCachingClient: secretCachingClient,
-		APIReader:           mgr.GetAPIReader(),
-		ClusterCache:        clusterCache,
-		WatchFilterValue:    o.watchFilterValue,
-		TokenTTL:            o.tokenTTL,
-	}).SetupWithManager(ctx, mgr, controller.Options{MaxConcurrentReconciles: o.kairosConfigConcurrency})
+	setupLog.Info("Starting the manager", "bootstrapTokenTTL", o.tokenTTL, "namespace", o.watchNamespace, "watchFilter", o.watchFilterValue)
+	return mgr.Start(ctx)
 }

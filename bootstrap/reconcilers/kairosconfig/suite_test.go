@@ -39,6 +39,7 @@ import (
 	"sigs.k8s.io/cluster-api/controllers/clustercache"
 	"sigs.k8s.io/cluster-api/util/conditions"
 	ctrl "sigs.k8s.io/controller-runtime"
+	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -139,7 +140,7 @@ func startController(t *testing.T, ttl time.Duration) *controllerManager {
 		Scheme:                 scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
-		Cache:                  capisetup.ManagerCacheOptions(scheme, name, "", 10*time.Minute),
+		Cache:                  managerCacheOptions(name),
 		Client:                 capisetup.ManagerClientOptions(),
 	})
 	if err != nil {
@@ -182,6 +183,20 @@ func startController(t *testing.T, ttl time.Duration) *controllerManager {
 	}()
 	t.Cleanup(c.stop)
 	return c
+}
+
+// managerCacheOptions are bootstrap/setup's: Cluster API's bootstrap
+// provider cache with our Secret selection (setup imports this package, so
+// the suite cannot import it).
+func managerCacheOptions(name string) ctrlcache.Options {
+	opts := capisetup.ManagerCacheOptions(scheme, name, "", 10*time.Minute)
+	for obj := range opts.ByObject {
+		if _, ok := obj.(*corev1.Secret); ok {
+			delete(opts.ByObject, obj)
+		}
+	}
+	opts.ByObject[&corev1.Secret{}] = SecretCacheOptions()
+	return opts
 }
 
 // fixture is one Cluster whose control plane is the workload apiserver,

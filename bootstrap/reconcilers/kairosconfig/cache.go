@@ -1,0 +1,71 @@
+/*
+Copyright 2026 The Cozystack Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package kairosconfig
+
+import (
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util/secret"
+	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
+
+	bootstrapv1 "github.com/cozystack/cluster-api-workers/bootstrap/api/v1alpha1"
+)
+
+// SecretCacheOptions select the management Secrets the manager's cache
+// holds for SecretCachingClient: those with the cluster-name label (the
+// cluster CA and kubeconfig, our token and bootstrap data Secrets, other
+// providers' Secrets). Only the data the reconciler and the ClusterCache
+// read is kept, so the cache stays small at a thousand Machines.
+func SecretCacheOptions() ctrlcache.ByObject {
+	// A valid constant key with Exists: NewRequirement cannot fail.
+	withCluster, _ := labels.NewRequirement(clusterv1.ClusterNameLabel, selection.Exists, nil)
+	return ctrlcache.ByObject{
+		Label:     labels.NewSelector().Add(*withCluster),
+		Transform: stripUnreadSecretData,
+	}
+}
+
+// stripUnreadSecretData drops managedFields from every cached Secret and
+// the data of all but the cluster's own Secrets (<cluster>-ca,
+// <cluster>-kubeconfig, ...) and our token Secrets. Bootstrap data is never
+// read from the cache: it is created, and read directly only when it
+// already exists.
+func stripUnreadSecretData(in any) (any, error) {
+	s, ok := in.(*corev1.Secret)
+	if !ok {
+		return in, nil
+	}
+	s.SetManagedFields(nil)
+	if !secret.HasPurposeSuffix(s.Name) && !isTokenSecret(s) {
+		s.Data = nil
+	}
+	return s, nil
+}
+
+// isTokenSecret says whether a Secret is a KairosConfig's token record.
+func isTokenSecret(s *corev1.Secret) bool {
+	if !strings.HasSuffix(s.Name, TokenSecretSuffix) {
+		return false
+	}
+	owner := metav1.GetControllerOfNoCopy(s)
+	return owner != nil && owner.Kind == "KairosConfig" && strings.HasPrefix(owner.APIVersion, bootstrapv1.GroupVersion.Group+"/")
+}

@@ -1,0 +1,149 @@
+/*
+Copyright 2026 The Cozystack Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package setup
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	bootstrapv1 "github.com/cozystack/cluster-api-workers/bootstrap/api/v1alpha1"
+)
+
+// Cluster API registers informer names process-wide; -count=N reruns need
+// new ones.
+var names atomic.Int32
+
+func uniqueName(prefix string) string { return fmt.Sprintf("%s-%d", prefix, names.Add(1)) }
+
+func TestManagerCacheOptionsCacheOnlyClusterSecretsWithTheDataTheReconcilerReads(t *testing.T) {
+	g := NewWithT(t)
+	scheme := runtime.NewScheme()
+	g.Expect(AddToScheme(scheme)).To(Succeed())
+	opts := ManagerCacheOptions(scheme, uniqueName("kairos-cache-test"), "ns", time.Minute)
+	g.Expect(opts.DefaultNamespaces).To(HaveKey("ns"))
+	g.Expect(*opts.SyncPeriod).To(Equal(time.Minute))
+
+	var secrets []ctrlcache.ByObject
+	for obj, by := range opts.ByObject {
+		if _, ok := obj.(*corev1.Secret); ok {
+			secrets = append(secrets, by)
+		}
+	}
+	g.Expect(secrets).To(HaveLen(1), "Secrets must be restricted, by one entry")
+	g.Expect(secrets[0].Label.Matches(labels.Set{clusterv1.ClusterNameLabel: "c"})).To(BeTrue())
+	g.Expect(secrets[0].Label.Matches(labels.Set{clusterv1.ClusterNameLabel: "c"})).To(BeTrue())
+	g.Expect(secrets[0].Label.Matches(labels.Set{"other": "c"})).To(BeFalse())
+
+	owned := []metav1.OwnerReference{*metav1.NewControllerRef(
+		&bootstrapv1.KairosConfig{ObjectMeta: metav1.ObjectMeta{Name: "w", UID: "u"}}, bootstrapv1.GroupVersion.WithKind("KairosConfig"))}
+	tests := []struct {
+		name     string
+		secret   *corev1.Secret
+		keepData bool
+	}{
+		{name: "the cluster CA keeps its data", secret: &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "c-ca"}}, keepData: true},
+		{name: "the kubeconfig keeps its data", secret: &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "c-kubeconfig"}}, keepData: true},
+		{name: "our token record keeps its data", secret: &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "w-bootstrap-token", OwnerReferences: owned}}, keepData: true},
+		{name: "a token-named Secret of someone else loses its data", secret: &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "w-bootstrap-token"}}},
+		{name: "bootstrap data loses its data", secret: &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "w", OwnerReferences: owned}}},
+		{name: "another provider's Secret loses its data", secret: &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "vm-userdata"}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			tt.secret.Data = map[string][]byte{"k": []byte("v")}
+			tt.secret.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "m"}}
+			out, err := secrets[0].Transform(tt.secret)
+			g.Expect(err).NotTo(HaveOccurred())
+			s := out.(*corev1.Secret)
+			g.Expect(s.ManagedFields).To(BeEmpty())
+			if tt.keepData {
+				g.Expect(s.Data).To(HaveKey("k"))
+			} else {
+				g.Expect(s.Data).To(BeNil())
+			}
+		})
+	}
+}
+
+func TestManagerClientOptionsReadSecretsDirectly(t *testing.T) {
+	g := NewWithT(t)
+	opts := ManagerClientOptions()
+	g.Expect(opts.Cache).NotTo(BeNil())
+	g.Expect(opts.Cache.DisableFor).To(ContainElement(BeAssignableToTypeOf(&corev1.Secret{})))
+	g.Expect(opts.Cache.Unstructured).To(BeTrue(), "infrastructure objects and their templates are read from the cache")
+}
+
+func TestSetupReconcilers(t *testing.T) {
+	g := NewWithT(t)
+	scheme := runtime.NewScheme()
+	g.Expect(AddToScheme(scheme)).To(Succeed())
+	// The manager is never started and maps kinds from the scheme: setup
+	// must not need an API server.
+	mapper := meta.NewDefaultRESTMapper(nil)
+	for gvk := range scheme.AllKnownTypes() {
+		mapper.Add(gvk, meta.RESTScopeNamespace)
+	}
+	mgr, err := ctrl.NewManager(&rest.Config{Host: "https://127.0.0.1:1"}, ctrl.Options{
+		Scheme:                 scheme,
+		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
+		MapperProvider:         func(*rest.Config, *http.Client) (meta.RESTMapper, error) { return mapper, nil },
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Cache:                  ManagerCacheOptions(scheme, uniqueName("kairos-setup-test"), "", time.Minute),
+		Client:                 ManagerClientOptions(),
+	})
+	g.Expect(err).NotTo(HaveOccurred())
+
+	g.Expect(SetupReconcilers(context.Background(), mgr, Options{})).To(MatchError(ContainSubstring("ControllerName is required")))
+	g.Expect(SetupReconcilers(context.Background(), mgr, Options{ControllerName: "x", TokenTTL: -time.Second})).To(MatchError(ContainSubstring("TokenTTL")))
+	g.Expect(SetupReconcilers(context.Background(), mgr, Options{ControllerName: uniqueName("kairos-setup-test")})).To(Succeed())
+	g.Expect(SetupWebhooks(mgr)).To(Succeed())
+}
+
+func TestOptionDefaultsAreTheProductionDefaults(t *testing.T) {
+	g := NewWithT(t)
+	o := Options{}.withDefaults()
+	g.Expect(o.ClusterCacheClientQPS).To(Equal(DefaultClusterCacheClientQPS))
+	g.Expect(o.ClusterCacheClientBurst).To(Equal(DefaultClusterCacheClientBurst))
+	g.Expect(o.ClusterCacheConcurrency).To(Equal(DefaultClusterCacheConcurrency))
+	g.Expect(o.KairosConfigConcurrency).To(Equal(DefaultKairosConfigConcurrency))
+	g.Expect(o.TokenTTL).To(BeNumerically(">", 0))
+	// Explicit values are kept.
+	o = Options{ClusterCacheClientQPS: 50, ClusterCacheClientBurst: 100, KairosConfigConcurrency: 3}.withDefaults()
+	g.Expect(o.ClusterCacheClientQPS).To(Equal(float32(50)))
+	g.Expect(o.ClusterCacheClientBurst).To(Equal(100))
+	g.Expect(o.KairosConfigConcurrency).To(Equal(3))
+}
