@@ -38,8 +38,13 @@ type VMOptions struct {
 	// Name is the VM's name (the KubeVirtMachine's): hostname and node
 	// name come from the bootstrap data, not from here.
 	Name string
-	// Disk is the worker disk the guest boots, copy-on-write.
+	// Disk is the worker disk the guest boots, copy-on-write, and the
+	// kernel and initramfs it boots with.
 	Disk Disk
+	// RootImage, when set, is a raw copy of the disk (a DataVolume's
+	// imported volume) that the guest boots and writes to, so its writes
+	// outlive QEMU as a persistent volume's do.
+	RootImage string
 	// UserData is the bootstrap Secret's value, attached unchanged.
 	UserData []byte
 	// Seed is the cloud-init volume kind; NoCloud when empty.
@@ -103,6 +108,12 @@ func StartVM(ctx context.Context, opts VMOptions) (*VM, error) {
 		DebugLog:   filepath.Join(opts.Dir, opts.Name+"-journal.log"),
 		done:       make(chan struct{}),
 	}
+	// The disk is shared by every guest: writes go to a temporary overlay
+	// that disappears with QEMU, like a containerDisk.
+	root := "file=" + opts.Disk.Image() + ",format=raw,if=virtio,snapshot=on"
+	if opts.RootImage != "" {
+		root = "file=" + opts.RootImage + ",format=raw,if=virtio"
+	}
 	vm.cmd = exec.Command(qemu,
 		"-name", opts.Name,
 		"-machine", "q35,accel="+Accelerator(),
@@ -113,9 +124,7 @@ func StartVM(ctx context.Context, opts VMOptions) (*VM, error) {
 		"-kernel", opts.Disk.Kernel(),
 		"-initrd", opts.Disk.Initrd(),
 		"-append", "root=/dev/vda rw console=ttyS0 panic=-1",
-		// The disk is shared by every guest: writes go to a temporary
-		// overlay that disappears with QEMU, like a containerDisk.
-		"-drive", "file="+opts.Disk.Image()+",format=raw,if=virtio,snapshot=on",
+		"-drive", root,
 		"-drive", "file="+seed+",format=raw,if=virtio,readonly=on",
 		"-netdev", "user,id=net0",
 		"-device", "virtio-net-pci,netdev=net0",
@@ -151,6 +160,9 @@ func (vm *VM) Exited() (bool, error) {
 		return false, nil
 	}
 }
+
+// Done is closed when QEMU has exited.
+func (vm *VM) Done() <-chan struct{} { return vm.done }
 
 // Phase is the guest's state as a VirtualMachineInstance phase: Running
 // while QEMU runs, Succeeded when the guest powered off (QEMU exited 0),

@@ -1,0 +1,124 @@
+/*
+Copyright 2026 The Cozystack Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package qemu
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+)
+
+// importBlockSize is the unit in which zeros are skipped: a block of only
+// zeros becomes a hole in the volume file.
+const importBlockSize = 64 << 10
+
+// importHTTP downloads a raw image from url into the volume file at path,
+// as CDI's importer writes it into a volume: blocks of zeros are skipped,
+// so the file is as sparse as the image. An image larger than limit (the
+// claim's size; no limit when zero or less) is refused as CDI refuses it.
+// progress is called as bytes are written, with the image's size (-1 when
+// the server does not say). The file appears at path only when complete.
+func importHTTP(ctx context.Context, url, path string, limit int64, progress func(written, all int64)) (rerr error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return newCDIError("Unable to connect to http data source: %v", err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return newCDIError("Unable to connect to http data source: %v", err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return newCDIError("Unable to connect to http data source: expected status code 200, got %d. Status: %s", resp.StatusCode, resp.Status)
+	}
+	all := resp.ContentLength
+	if limit > 0 && all > limit {
+		return newCDIError("Virtual image size %d is larger than the reported available storage %d. A larger PVC is required.", all, limit)
+	}
+	progress(0, all)
+
+	part := path + ".part"
+	f, err := os.OpenFile(part, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := f.Close(); rerr == nil {
+			rerr = cerr
+		}
+		if rerr != nil {
+			_ = os.Remove(part)
+		}
+	}()
+	written, err := writeSparse(f, resp.Body, limit, func(n int64) { progress(n, all) })
+	if err != nil {
+		return newCDIError("Unable to process data: %v", err)
+	}
+	if all >= 0 && written != all {
+		return newCDIError("Unable to process data: the source sent %d of %d bytes", written, all)
+	}
+	if err := f.Sync(); err != nil {
+		return err
+	}
+	return os.Rename(part, path)
+}
+
+// cdiError is an import failure worded as CDI's importer words it (its
+// messages are sentences, capitalized), for the DataVolume's Running
+// condition.
+type cdiError string
+
+func (e cdiError) Error() string { return string(e) }
+
+func newCDIError(format string, args ...any) error { return cdiError(fmt.Sprintf(format, args...)) }
+
+// writeSparse copies r into f block by block, seeking over blocks of
+// zeros instead of writing them, and sizes f to what was read. It stops
+// with an error beyond limit bytes (no limit when zero or less).
+func writeSparse(f *os.File, r io.Reader, limit int64, written func(int64)) (int64, error) {
+	buf := make([]byte, importBlockSize)
+	zeros := make([]byte, importBlockSize)
+	var n int64
+	for {
+		m, err := io.ReadFull(r, buf)
+		if m > 0 {
+			if limit > 0 && n+int64(m) > limit {
+				return n, fmt.Errorf("the image is larger than the available storage %d", limit)
+			}
+			if bytes.Equal(buf[:m], zeros[:m]) {
+				if _, serr := f.Seek(int64(m), io.SeekCurrent); serr != nil {
+					return n, serr
+				}
+			} else if _, werr := f.Write(buf[:m]); werr != nil {
+				return n, werr
+			}
+			n += int64(m)
+			written(n)
+		}
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			// Trailing holes need the size set explicitly.
+			return n, f.Truncate(n)
+		}
+		if err != nil {
+			return n, err
+		}
+	}
+}

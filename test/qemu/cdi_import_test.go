@@ -1,0 +1,174 @@
+/*
+Copyright 2026 The Cozystack Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package qemu
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	. "github.com/onsi/gomega"
+)
+
+// testDisk makes a worker disk stand-in: an 8 MiB raw image holding data
+// in two places and holes everywhere else.
+func testDisk(t testing.TB) Disk {
+	t.Helper()
+	dir := t.TempDir()
+	f, err := os.Create(filepath.Join(dir, "disk.img"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = f.Close() }()
+	for _, off := range []int64{0, 3 << 20} {
+		if _, err := f.WriteAt(bytes.Repeat([]byte("rootfs"), 1000), off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.Truncate(8 << 20); err != nil {
+		t.Fatal(err)
+	}
+	return Disk{Dir: dir}
+}
+
+// allocated is how many bytes of a file are on disk.
+func allocated(t testing.TB, path string) int64 {
+	t.Helper()
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Blocks * 512
+}
+
+func TestImportIsSparseAndExact(t *testing.T) {
+	g := NewWithT(t)
+	disk := testDisk(t)
+	server := httptest.NewServer(diskServer(disk.Image()))
+	defer server.Close()
+
+	path := filepath.Join(t.TempDir(), "volume.img")
+	var calls int
+	var last, size int64
+	err := importHTTP(context.Background(), server.URL+imagePath, path, 10<<20, func(written, all int64) {
+		calls++
+		last, size = written, all
+	})
+	g.Expect(err).NotTo(HaveOccurred())
+	want, err := os.ReadFile(disk.Image())
+	g.Expect(err).NotTo(HaveOccurred())
+	got, err := os.ReadFile(path)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(bytes.Equal(got, want)).To(BeTrue(), "the volume holds the image byte for byte")
+	g.Expect(size).To(Equal(int64(8 << 20)))
+	g.Expect(last).To(Equal(size))
+	g.Expect(calls).To(BeNumerically(">", 2), "progress is reported as blocks are written")
+	// Two 6000-byte data regions: at most a few blocks are allocated.
+	g.Expect(allocated(t, path)).To(BeNumerically("<", 4*importBlockSize), "zero blocks are holes")
+	g.Expect(path + ".part").NotTo(BeAnExistingFile())
+}
+
+func TestImportFailuresAreWordedAsCDI(t *testing.T) {
+	disk := testDisk(t)
+	server := httptest.NewServer(diskServer(disk.Image()))
+	defer server.Close()
+	for _, tc := range []struct {
+		name, url string
+		limit     int64
+		message   string
+	}{
+		{"a missing image is CDI's 404 message", server.URL + "/absent.img", 0,
+			"Unable to connect to http data source: expected status code 200, got 404. Status: 404 Not Found"},
+		{"an image larger than the claim is refused", server.URL + imagePath, 1 << 20,
+			"Virtual image size 8388608 is larger than the reported available storage 1048576. A larger PVC is required."},
+		{"an unreachable server cannot be connected to", "http://127.0.0.1:1/disk.img", 0,
+			"Unable to connect to http data source: "},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			path := filepath.Join(t.TempDir(), "volume.img")
+			err := importHTTP(context.Background(), tc.url, path, tc.limit, func(int64, int64) {})
+			g.Expect(err).To(MatchError(HavePrefix(tc.message)))
+			g.Expect(path).NotTo(BeAnExistingFile(), "nothing is half-written")
+			g.Expect(path + ".part").NotTo(BeAnExistingFile())
+		})
+	}
+}
+
+func TestDiskServerServesRanges(t *testing.T) {
+	g := NewWithT(t)
+	disk := testDisk(t)
+	server := httptest.NewServer(diskServer(disk.Image()))
+	defer server.Close()
+	req, err := http.NewRequest(http.MethodGet, server.URL+imagePath, nil)
+	g.Expect(err).NotTo(HaveOccurred())
+	req.Header.Set("Range", "bytes=0-5")
+	resp, err := http.DefaultClient.Do(req)
+	g.Expect(err).NotTo(HaveOccurred())
+	defer func() { _ = resp.Body.Close() }()
+	g.Expect(resp.StatusCode).To(Equal(http.StatusPartialContent))
+	body, err := io.ReadAll(resp.Body)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(string(body)).To(Equal("rootfs"))
+
+	resp, err = http.Post(server.URL+imagePath, "text/plain", nil)
+	g.Expect(err).NotTo(HaveOccurred())
+	_ = resp.Body.Close()
+	g.Expect(resp.StatusCode).To(Equal(http.StatusMethodNotAllowed), "the image is read-only")
+}
+
+// FuzzWriteSparse: whatever the content and where its zeros are, the
+// sparse copy reads back byte for byte, and a limit is never exceeded.
+func FuzzWriteSparse(f *testing.F) {
+	f.Add([]byte{}, int64(0))
+	f.Add(make([]byte, importBlockSize+1), int64(0))
+	f.Add(append(make([]byte, importBlockSize), 1, 2, 3), int64(0))
+	f.Add(append([]byte{7}, make([]byte, 2*importBlockSize)...), int64(importBlockSize))
+	f.Fuzz(func(t *testing.T, content []byte, limit int64) {
+		file, err := os.CreateTemp(t.TempDir(), "volume")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = file.Close() }()
+		n, err := writeSparse(file, bytes.NewReader(content), limit, func(int64) {})
+		if limit > 0 && int64(len(content)) > limit {
+			if err == nil {
+				t.Fatalf("%d bytes were accepted beyond the limit %d", len(content), limit)
+			}
+			return
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n != int64(len(content)) {
+			t.Fatalf("wrote %d of %d bytes", n, len(content))
+		}
+		got, err := os.ReadFile(file.Name())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, content) {
+			t.Fatalf("the sparse copy differs from the content")
+		}
+	})
+}
