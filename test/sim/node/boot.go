@@ -18,6 +18,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"path"
@@ -33,8 +34,8 @@ import (
 // boot of a persistent disk.
 const kubeletUnitLink = "/etc/systemd/system/multi-user.target.wants/kubelet.service"
 
-// guest is one boot of a simulated Kairos node: its disk, its hostname and
-// what the boot did.
+// guest is one boot of a simulated node: its disk, its hostname and what
+// the boot did.
 type guest struct {
 	sim            *Simulator
 	fs             *filesystem
@@ -43,6 +44,104 @@ type guest struct {
 	kubeletStarted bool
 	warnings       []string
 	sshKeys        map[string][]string
+}
+
+// bootDisk boots a disk with the user data: a Kairos image reads a
+// #cloud-config's stages and cluster block, a cloud-init image what
+// cloud-init reads. It returns the guest once the boot ran; otherwise the
+// phase the boot ended in, or an error that is retried while the join may
+// still succeed.
+func (s *Simulator) bootDisk(ctx context.Context, image Image, data []byte, md instanceMetadata, fs *filesystem) (*guest, Phase, string, error) {
+	g := &guest{sim: s, fs: fs, hostname: md.hostname, kubeletVersion: image.KubernetesVersion, sshKeys: map[string][]string{}}
+	if image.CloudInit {
+		cfg, err := parseCloudInit(data, md)
+		if errors.Is(err, errNotCloudInitConfig) {
+			return nil, PhaseIgnored, err.Error(), nil
+		}
+		if err != nil {
+			return nil, PhaseRefused, "", refuse("%v", err)
+		}
+		if err := g.cloudInitBoot(ctx, cfg, md); err != nil {
+			return nil, PhaseRefused, "", err
+		}
+		return g, "", "", nil
+	}
+	cfg, err := parseCloudConfig(data)
+	if errors.Is(err, errNotCloudConfig) {
+		return nil, PhaseIgnored, err.Error(), nil
+	}
+	if err != nil {
+		return nil, PhaseRefused, "", refuse("%v", err)
+	}
+	if err := g.boot(ctx, cfg); err != nil {
+		return nil, PhaseRefused, "", err
+	}
+	return g, "", "", nil
+}
+
+// cloudInitBoot applies a #cloud-config in the order cloud-init's modules
+// run: bootcmd on every boot; then, once per instance ID, write_files, the
+// hostname, users, deferred write_files and runcmd. runcmd is one sh
+// script without -e: a failing line does not stop the next, so a failed
+// join leaves Cluster API's sentinel unwritten (it is chained with &&)
+// while later commands still run.
+func (g *guest) cloudInitBoot(ctx context.Context, cfg *cloudInitConfig, md instanceMetadata) error {
+	// image-builder's images enable the kubelet unit; it runs once kubeadm
+	// has given it credentials.
+	g.fs.write(kubeletUnitLink, 0o644, "0:0", nil)
+	var failed error
+	run := func(module string, i int, c cloudInitCommand) {
+		var err error
+		if c.argv != nil {
+			err = g.runSimpleCommand(ctx, simpleCommand{args: c.argv})
+		} else {
+			err = g.runCommand(ctx, c.shell)
+		}
+		if err != nil && failed == nil {
+			failed = fmt.Errorf("cloud-init %s[%d]: %w", module, i, err)
+		}
+	}
+	for i, c := range cfg.BootCmd {
+		run("bootcmd", i, c)
+	}
+	semaphore := path.Join("/var/lib/cloud/instances", md.instanceID(), "sem", "config_scripts_user")
+	if !g.fs.exists(semaphore) {
+		for _, f := range cfg.WriteFiles {
+			if !f.Defer {
+				if err := g.writeFile(f); err != nil {
+					return refuse("cloud-init %v", err)
+				}
+			}
+		}
+		if cfg.Hostname != "" {
+			g.hostname = cfg.Hostname
+		}
+		for _, u := range cfg.Users {
+			if u.Name != "" && len(u.SSHAuthorizedKeys) > 0 {
+				g.sshKeys[u.Name] = append(g.sshKeys[u.Name], u.SSHAuthorizedKeys...)
+			}
+		}
+		for _, f := range cfg.WriteFiles {
+			if f.Defer {
+				if err := g.writeFile(f); err != nil {
+					return refuse("cloud-init %v", err)
+				}
+			}
+		}
+		for i, c := range cfg.RunCmd {
+			run("runcmd", i, c)
+		}
+		g.fs.write(semaphore, 0o644, "root:root", nil)
+	}
+	if failed == nil {
+		return nil
+	}
+	if g.fs.exists(KubeletKubeconfigPath) {
+		// The enabled kubelet starts with the credentials on the disk.
+		g.warnings = append(g.warnings, failed.Error())
+		return nil
+	}
+	return failed
 }
 
 // boot runs the configuration's stages in Kairos's boot order, with the
@@ -135,49 +234,220 @@ func (g *guest) startKubelet() {
 	}
 }
 
-// runCommand runs the shell commands a Kairos kubeadm rendering uses. A
-// command the simulator does not model is reported, not skipped.
+// runCommand runs a command line with the simulated sh: the commands a
+// Kairos kubeadm rendering and Cluster API's kubeadm bootstrap provider
+// use, joined with &&. A command or shell construct the simulator does not
+// model is reported, not skipped.
 func (g *guest) runCommand(ctx context.Context, command string) error {
-	for _, part := range strings.Split(command, "&&") {
-		args := strings.Fields(part)
-		if len(args) == 0 {
-			continue
-		}
-		switch {
-		case args[0] == "kubeadm" && len(args) > 1 && args[1] == "join":
-			if err := g.kubeadmJoin(ctx, args[2:]); err != nil {
-				return err
-			}
-		case args[0] == "rm":
-			for _, p := range args[1:] {
-				if !strings.HasPrefix(p, "-") {
-					delete(g.fs.files, path.Clean(p))
-				}
-			}
-		case args[0] == "mkdir":
-			for _, p := range args[1:] {
-				if !strings.HasPrefix(p, "-") {
-					g.fs.mkdirAll(p)
-				}
-			}
-		case args[0] == "touch":
-			for _, p := range args[1:] {
-				if _, ok := g.fs.files[path.Clean(p)]; !ok {
-					g.fs.write(p, 0o644, "0:0", nil)
-				}
-			}
-		case args[0] == "systemctl" && len(args) == 3 && isKubelet(args[2]):
-			switch args[1] {
-			case "enable":
-				g.fs.write(kubeletUnitLink, 0o644, "0:0", nil)
-			case "start", "restart":
-				g.startKubelet()
-			}
-		default:
-			return fmt.Errorf("the node simulator does not model the command %q", strings.TrimSpace(part))
+	commands, err := parseShell(command)
+	if err != nil {
+		return err
+	}
+	for _, c := range commands {
+		if err := g.runSimpleCommand(ctx, c); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// runSimpleCommand runs one command and its output redirection.
+func (g *guest) runSimpleCommand(ctx context.Context, c simpleCommand) error {
+	var output []byte
+	args := c.args
+	switch {
+	case len(args) == 0:
+	case args[0] == "kubeadm" && len(args) > 1 && args[1] == "join":
+		if err := g.kubeadmJoin(ctx, args[2:]); err != nil {
+			return err
+		}
+	case args[0] == "rm":
+		for _, p := range args[1:] {
+			if !strings.HasPrefix(p, "-") {
+				delete(g.fs.files, path.Clean(p))
+			}
+		}
+	case args[0] == "mkdir":
+		for _, p := range args[1:] {
+			if !strings.HasPrefix(p, "-") {
+				g.fs.mkdirAll(p)
+			}
+		}
+	case args[0] == "touch":
+		for _, p := range args[1:] {
+			if _, ok := g.fs.files[path.Clean(p)]; !ok {
+				g.fs.write(p, 0o644, "0:0", nil)
+			}
+		}
+	case args[0] == "echo":
+		words, newline := args[1:], "\n"
+		if len(words) > 0 && words[0] == "-n" {
+			words, newline = words[1:], ""
+		}
+		output = []byte(strings.Join(words, " ") + newline)
+	case args[0] == "systemctl" && len(args) == 3 && isKubelet(args[2]):
+		switch args[1] {
+		case "enable":
+			g.fs.write(kubeletUnitLink, 0o644, "0:0", nil)
+		case "start", "restart":
+			g.startKubelet()
+		}
+	default:
+		return fmt.Errorf("the node simulator does not model the command %q", strings.Join(args, " "))
+	}
+	if c.redirect == "" {
+		return nil
+	}
+	if !path.IsAbs(c.redirect) || !g.fs.dirs[path.Dir(path.Clean(c.redirect))] {
+		return fmt.Errorf("sh: cannot create %s: Directory nonexistent", c.redirect)
+	}
+	f, exists := g.fs.files[path.Clean(c.redirect)]
+	if !exists {
+		f = fileEntry{mode: 0o644, owner: "0:0"}
+	}
+	if c.appendOutput {
+		output = append(append([]byte(nil), f.content...), output...)
+	}
+	g.fs.write(c.redirect, f.mode, f.owner, output)
+	return nil
+}
+
+// simpleCommand is one command of a command line: its words after quote
+// removal and where its output goes.
+type simpleCommand struct {
+	args         []string
+	redirect     string
+	appendOutput bool
+}
+
+// parseShell splits a command line as sh does, for the constructs the
+// simulator models: words with '...' and "..." quoting and backslash
+// escapes, commands joined with &&, output redirected with > or >>, and
+// comments. Pipes, lists with ; or ||, background jobs, substitutions and
+// variables are reported rather than guessed at.
+func parseShell(line string) ([]simpleCommand, error) {
+	unsupported := func(construct string) error {
+		return fmt.Errorf("the node simulator does not model the shell construct %q in %q", construct, line)
+	}
+	var commands []simpleCommand
+	var cur simpleCommand
+	var word strings.Builder
+	inWord, redirectNext := false, false
+	endWord := func() error {
+		if !inWord {
+			return nil
+		}
+		if redirectNext {
+			cur.redirect, redirectNext = word.String(), false
+		} else {
+			cur.args = append(cur.args, word.String())
+		}
+		word.Reset()
+		inWord = false
+		return nil
+	}
+	endCommand := func() error {
+		if redirectNext {
+			return fmt.Errorf("sh: syntax error: a redirection has no file in %q", line)
+		}
+		if len(cur.args) == 0 && cur.redirect == "" {
+			return fmt.Errorf("sh: syntax error: an empty command in %q", line)
+		}
+		commands = append(commands, cur)
+		cur = simpleCommand{}
+		return nil
+	}
+	for i := 0; i < len(line); i++ {
+		ch := line[i]
+		switch {
+		case ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r':
+			if err := endWord(); err != nil {
+				return nil, err
+			}
+		case ch == '#' && !inWord:
+			i = len(line)
+		case ch == '\'':
+			end := strings.IndexByte(line[i+1:], '\'')
+			if end < 0 {
+				return nil, fmt.Errorf("sh: syntax error: unterminated quoted string in %q", line)
+			}
+			word.WriteString(line[i+1 : i+1+end])
+			inWord = true
+			i += end + 1
+		case ch == '"':
+			inWord = true
+			closed := false
+			for i++; i < len(line); i++ {
+				c := line[i]
+				if c == '"' {
+					closed = true
+					break
+				}
+				if c == '$' || c == '`' {
+					return nil, unsupported(string(c))
+				}
+				if c == '\\' && i+1 < len(line) && strings.IndexByte("\"\\$`", line[i+1]) >= 0 {
+					i++
+					c = line[i]
+				}
+				word.WriteByte(c)
+			}
+			if !closed {
+				return nil, fmt.Errorf("sh: syntax error: unterminated quoted string in %q", line)
+			}
+		case ch == '\\':
+			if i+1 < len(line) {
+				i++
+				word.WriteByte(line[i])
+				inWord = true
+			}
+		case ch == '&' && i+1 < len(line) && line[i+1] == '&':
+			if err := endWord(); err != nil {
+				return nil, err
+			}
+			if err := endCommand(); err != nil {
+				return nil, err
+			}
+			i++
+		case ch == '>':
+			if inWord && isFileDescriptor(word.String()) {
+				return nil, unsupported(word.String() + ">")
+			}
+			if err := endWord(); err != nil {
+				return nil, err
+			}
+			if redirectNext || cur.redirect != "" {
+				return nil, unsupported(">")
+			}
+			redirectNext = true
+			if i+1 < len(line) && line[i+1] == '>' {
+				cur.appendOutput = true
+				i++
+			}
+		case strings.IndexByte("&|;<()$`", ch) >= 0:
+			return nil, unsupported(string(ch))
+		default:
+			word.WriteByte(ch)
+			inWord = true
+		}
+	}
+	if err := endWord(); err != nil {
+		return nil, err
+	}
+	if len(cur.args) == 0 && cur.redirect == "" && !redirectNext {
+		if len(commands) > 0 {
+			return nil, fmt.Errorf("sh: syntax error: the command line ends with && in %q", line)
+		}
+		return nil, nil
+	}
+	if err := endCommand(); err != nil {
+		return nil, err
+	}
+	return commands, nil
+}
+
+func isFileDescriptor(word string) bool {
+	return word != "" && strings.Trim(word, "0123456789") == ""
 }
 
 // kubeadmJoin runs `kubeadm join --config <file>`.
@@ -192,6 +462,9 @@ func (g *guest) kubeadmJoin(ctx context.Context, args []string) error {
 		case strings.HasPrefix(a, "--config="):
 			configPath = strings.TrimPrefix(a, "--config=")
 		case strings.HasPrefix(a, "-v=") || strings.HasPrefix(a, "--v="):
+		case (a == "-v" || a == "--v") && i+1 < len(args):
+			// Cluster API's kubeadm bootstrap provider writes `--v N`.
+			i++
 		default:
 			return refuse("kubeadm join: the simulator models `kubeadm join --config <file>` only, not the argument %q", a)
 		}

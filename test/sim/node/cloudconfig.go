@@ -126,8 +126,16 @@ type fileEntry struct {
 	content []byte
 }
 
+// baseDirectories exist on every booted Linux root, so a shell can
+// redirect into them before anything created them.
+var baseDirectories = []string{"/etc", "/home", "/opt", "/root", "/run", "/tmp", "/usr", "/var/lib", "/var/log"}
+
 func newFilesystem() *filesystem {
-	return &filesystem{files: map[string]fileEntry{}, dirs: map[string]bool{"/": true}}
+	fs := &filesystem{files: map[string]fileEntry{}, dirs: map[string]bool{"/": true}}
+	for _, d := range baseDirectories {
+		fs.mkdirAll(d)
+	}
+	return fs
 }
 
 func (fs *filesystem) clone() *filesystem {

@@ -179,7 +179,7 @@ func (s *Simulator) nodeFor(vmi *kubevirtv1.VirtualMachineInstance, id *joinResu
 				MachineID:               strings.ReplaceAll(string(vmi.UID), "-", ""),
 				SystemUUID:              string(vmi.UID),
 				BootID:                  string(vmi.UID),
-				KernelVersion:           "6.8.0-kairos",
+				KernelVersion:           kernelVersion(image),
 				OSImage:                 image.OSImage,
 				ContainerRuntimeVersion: "containerd://1.7.27",
 				KubeletVersion:          image.KubernetesVersion,
@@ -188,6 +188,14 @@ func (s *Simulator) nodeFor(vmi *kubevirtv1.VirtualMachineInstance, id *joinResu
 			},
 		},
 	}
+}
+
+// kernelVersion is what the image's kernel reports.
+func kernelVersion(image Image) string {
+	if image.CloudInit {
+		return "6.8.0-generic"
+	}
+	return "6.8.0-kairos"
 }
 
 func withoutUnreachable(taints []corev1.Taint) []corev1.Taint {

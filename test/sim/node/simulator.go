@@ -22,6 +22,9 @@ limitations under the License.
 //     Secret of its NoCloud or ConfigDrive volume and parsed as Kairos does
 //     (#cloud-config, yip stages, the Kairos kubeadm provider's `cluster:`
 //     block), and the stages run in boot order against a simulated disk;
+//     a disk declared Image.CloudInit reads it as cloud-init does instead
+//     (Cluster API's kubeadm bootstrap provider's jinja #cloud-config:
+//     write_files, runcmd);
 //   - `kubeadm join` does token discovery for real: cluster-info is read from
 //     the endpoint, its JWS signature is checked with the token, the CA in it
 //     must match a pinned hash and the endpoint must serve that CA; the token
@@ -72,6 +75,18 @@ type Image struct {
 	KubernetesVersion string
 	// OSImage is what the Node reports as its OS image.
 	OSImage string
+	// CloudInit declares a disk that boots with cloud-init instead of
+	// Kairos, like the Ubuntu images image-builder makes for CAPK (kubeadm,
+	// the kubelet and containerd baked in, the kubelet unit enabled). Its
+	// user data is read as cloud-init reads it: a `## template: jinja`
+	// header renders the instance-data variables KubeVirt's NoCloud or
+	// ConfigDrive metadata gives (the hostname, the instance ID), then a
+	// #cloud-config's bootcmd, write_files, users and runcmd are applied,
+	// runcmd once per instance ID. `kubeadm join --config <file>` in a
+	// command joins as on a Kairos disk, and the kubelet takes its node name
+	// and provider ID from the file's nodeRegistration. Kairos `stages` and
+	// `cluster:` mean nothing to cloud-init and are ignored.
+	CloudInit bool
 }
 
 // Options configure the node simulator.
@@ -137,7 +152,9 @@ const (
 	PhaseBooted Phase = "Booted"
 	// PhaseRefused: the node gave up; Error says why.
 	PhaseRefused Phase = "Refused"
-	// PhaseIgnored: the user data is not a Kairos #cloud-config.
+	// PhaseIgnored: the user data is not configuration the image's boot
+	// reads (a Kairos image reads only a #cloud-config; a cloud-init image
+	// a #cloud-config, optionally a jinja template of one).
 	PhaseIgnored Phase = "Ignored"
 	// PhaseStopped: the instance stopped; its kubelet no longer runs.
 	PhaseStopped Phase = "Stopped"
@@ -368,16 +385,9 @@ func (s *Simulator) reconcile(ctx context.Context, req reconcile.Request) (recon
 // bootInstance boots the instance once: it returns the resulting phase, or
 // an error that is retried while the join may still succeed.
 func (s *Simulator) bootInstance(ctx context.Context, vmi *kubevirtv1.VirtualMachineInstance, st *bootState) (Phase, string, error) {
-	data, err := s.userData(ctx, vmi)
+	data, datasource, err := s.userData(ctx, vmi)
 	if err != nil {
 		return PhaseRefused, "", err
-	}
-	cfg, err := parseCloudConfig(data)
-	if errors.Is(err, errNotCloudConfig) {
-		return PhaseIgnored, err.Error(), nil
-	}
-	if err != nil {
-		return PhaseRefused, "", refuse("%v", err)
 	}
 	source, diskKey, storage, err := s.rootDisk(ctx, vmi)
 	if err != nil {
@@ -394,13 +404,9 @@ func (s *Simulator) bootInstance(ctx context.Context, vmi *kubevirtv1.VirtualMac
 	if base == nil {
 		base = newFilesystem()
 	}
-	hostname := vmi.Spec.Hostname
-	if hostname == "" {
-		hostname = vmi.Name
-	}
-	g := &guest{sim: s, fs: base.clone(), hostname: hostname, kubeletVersion: image.KubernetesVersion, sshKeys: map[string][]string{}}
-	if err := g.boot(ctx, cfg); err != nil {
-		return PhaseRefused, "", err
+	g, phase, reason, err := s.bootDisk(ctx, image, data, metadataFor(vmi, datasource), base.clone())
+	if g == nil {
+		return phase, reason, err
 	}
 	kubeletRuns := g.fs.kubelet != nil && g.fs.exists(KubeletKubeconfigPath) &&
 		(g.kubeletStarted || g.fs.exists(kubeletUnitLink))
@@ -425,15 +431,18 @@ func (s *Simulator) bootInstance(ctx context.Context, vmi *kubevirtv1.VirtualMac
 }
 
 // userData reads the cloud-init user data KubeVirt attaches to the
-// instance.
-func (s *Simulator) userData(ctx context.Context, vmi *kubevirtv1.VirtualMachineInstance) ([]byte, error) {
+// instance, and which datasource presents it to the guest.
+func (s *Simulator) userData(ctx context.Context, vmi *kubevirtv1.VirtualMachineInstance) ([]byte, datasource, error) {
 	for _, v := range vmi.Spec.Volumes {
 		var ref *corev1.LocalObjectReference
 		var inline, inlineB64 string
+		var ds datasource
 		switch {
 		case v.CloudInitNoCloud != nil:
+			ds = datasourceNoCloud
 			ref, inline, inlineB64 = v.CloudInitNoCloud.UserDataSecretRef, v.CloudInitNoCloud.UserData, v.CloudInitNoCloud.UserDataBase64
 		case v.CloudInitConfigDrive != nil:
+			ds = datasourceConfigDrive
 			ref, inline, inlineB64 = v.CloudInitConfigDrive.UserDataSecretRef, v.CloudInitConfigDrive.UserData, v.CloudInitConfigDrive.UserDataBase64
 		default:
 			continue
@@ -442,22 +451,22 @@ func (s *Simulator) userData(ctx context.Context, vmi *kubevirtv1.VirtualMachine
 		case ref != nil:
 			secret := &corev1.Secret{}
 			if err := s.client.Get(ctx, client.ObjectKey{Namespace: vmi.Namespace, Name: ref.Name}, secret); err != nil {
-				return nil, fmt.Errorf("reading the cloud-init Secret %s: %w", ref.Name, err)
+				return nil, ds, fmt.Errorf("reading the cloud-init Secret %s: %w", ref.Name, err)
 			}
 			// KubeVirt reads the key userdata, or userData.
 			for _, key := range []string{"userdata", "userData"} {
 				if value, ok := secret.Data[key]; ok {
-					return value, nil
+					return value, ds, nil
 				}
 			}
-			return nil, refuse("the cloud-init Secret %s has neither a userdata nor a userData key", ref.Name)
+			return nil, ds, refuse("the cloud-init Secret %s has neither a userdata nor a userData key", ref.Name)
 		case inline != "":
-			return []byte(inline), nil
+			return []byte(inline), ds, nil
 		case inlineB64 != "":
-			return nil, refuse("base64 inline user data is not modelled by the simulator")
+			return nil, ds, refuse("base64 inline user data is not modelled by the simulator")
 		}
 	}
-	return nil, refuse("the instance has no cloud-init volume with user data")
+	return nil, "", refuse("the instance has no cloud-init volume with user data")
 }
 
 // rootDisk returns the root disk's source key, the key of the disk's

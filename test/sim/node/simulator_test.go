@@ -58,7 +58,9 @@ const (
 	image         = "registry.example.com/kairos-worker@sha256:1111111111111111111111111111111111111111111111111111111111111111"
 	tooNewImage   = "registry.example.com/kairos-worker@sha256:2222222222222222222222222222222222222222222222222222222222222222"
 	importedImage = "https://images.example.com/kairos-worker-v1.36.2.raw"
-	joinTimeout   = 3 * time.Second
+	// cloudInitImage is a CAPK-style Ubuntu disk that boots with cloud-init.
+	cloudInitImage = "quay.io/capk/ubuntu-2404-container-disk:v1.36.3"
+	joinTimeout    = 3 * time.Second
 )
 
 var (
@@ -133,9 +135,10 @@ func run(m *testing.M) int {
 	vms = kubevirtsim.New(kubevirtsim.Options{})
 	nodes = New(Options{
 		Images: map[string]Image{
-			image:         {KubernetesVersion: "v1.36.3", OSImage: "Kairos v3.5.3 (Ubuntu 24.04)"},
-			tooNewImage:   {KubernetesVersion: "v1.37.0", OSImage: "Kairos v3.6.0"},
-			importedImage: {KubernetesVersion: "v1.36.2", OSImage: "Kairos v3.5.2"},
+			image:          {KubernetesVersion: "v1.36.3", OSImage: "Kairos v3.5.3 (Ubuntu 24.04)"},
+			tooNewImage:    {KubernetesVersion: "v1.37.0", OSImage: "Kairos v3.6.0"},
+			importedImage:  {KubernetesVersion: "v1.36.2", OSImage: "Kairos v3.5.2"},
+			cloudInitImage: {KubernetesVersion: "v1.36.3", OSImage: "Ubuntu 24.04.3 LTS", CloudInit: true},
 		},
 		HeartbeatInterval:      500 * time.Millisecond,
 		NodeMonitorGracePeriod: 500 * time.Millisecond,
@@ -286,6 +289,13 @@ func namespace(t *testing.T) string {
 // infrastructure provider renders one, and returns its key.
 func machine(t *testing.T, ns, name string, root kubevirtv1.VolumeSource, userData []byte, extra ...client.Object) client.ObjectKey {
 	t.Helper()
+	return machineWith(t, ns, name, root, userData, nil, extra...)
+}
+
+// machineWith is machine with the VM changed by mutate before it is
+// created.
+func machineWith(t *testing.T, ns, name string, root kubevirtv1.VolumeSource, userData []byte, mutate func(*kubevirtv1.VirtualMachine), extra ...client.Object) client.ObjectKey {
+	t.Helper()
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name + "-userdata"}, Data: map[string][]byte{"userdata": userData}}
 	vm := &kubevirtv1.VirtualMachine{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
@@ -311,6 +321,9 @@ func machine(t *testing.T, ns, name string, root kubevirtv1.VolumeSource, userDa
 				},
 			}},
 		},
+	}
+	if mutate != nil {
+		mutate(vm)
 	}
 	for _, o := range append(append([]client.Object{secret}, extra...), vm) {
 		if err := mgmt.Client.Create(context.Background(), o, client.FieldValidation(metav1.FieldValidationStrict)); err != nil {
