@@ -51,6 +51,8 @@ import (
 	"k8s.io/client-go/rest"
 	addonsv1beta1 "sigs.k8s.io/cluster-api/api/addons/v1beta1" //nolint:staticcheck // Cluster API's webhooks convert from this version.
 	addonsv1 "sigs.k8s.io/cluster-api/api/addons/v1beta2"
+	kubeadmv1beta1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta1" //nolint:staticcheck // Cluster API's kubeadm webhooks convert from this version.
+	kubeadmv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	clusterv1beta1 "sigs.k8s.io/cluster-api/api/core/v1beta1" //nolint:staticcheck // Cluster API's webhooks convert from this version.
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	ipamv1alpha1 "sigs.k8s.io/cluster-api/api/ipam/v1alpha1" //nolint:staticcheck // Cluster API's webhooks convert from this version.
@@ -61,10 +63,12 @@ import (
 	"sigs.k8s.io/cluster-api/controllers/clustercache"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	sigsyaml "sigs.k8s.io/yaml"
 
 	bootstrapv1 "github.com/cozystack/cluster-api-workers/bootstrap/api/v1alpha1"
 	infrasetup "github.com/cozystack/cluster-api-workers/infrastructure/setup"
 	"github.com/cozystack/cluster-api-workers/test/envtest"
+	"github.com/cozystack/cluster-api-workers/test/harness/components"
 	kubevirtsim "github.com/cozystack/cluster-api-workers/test/sim/kubevirt"
 	nodesim "github.com/cozystack/cluster-api-workers/test/sim/node"
 )
@@ -104,7 +108,33 @@ type Options struct {
 	// and node simulators (for example with real guests under QEMU); the
 	// harness's KubeVirt and Nodes are then nil.
 	VMs VMBackend
+	// Bootstrap selects the bootstrap provider: Kairos (the default) or
+	// Cluster API's own kubeadm provider (with its CRDs and webhooks), the
+	// peer the scale benchmark compares with.
+	Bootstrap Bootstrap
+	// Processes runs the bootstrap and infrastructure providers each as its
+	// own OS process (test/harness/cmd/component, built on Start) instead
+	// of in this process, so their CPU and memory can be measured alone.
+	// Their webhooks are still served in this process.
+	Processes bool
+	// ProcessLogDir, when set, keeps the provider processes' logs there
+	// (<component>.log); they are removed with the harness otherwise.
+	ProcessLogDir string
+	// Limits overrides the client rate limits of a component (Cluster API
+	// core included, as components.CAPICore); every component not listed
+	// runs with its production binary's flag defaults
+	// (components.DefaultLimits).
+	Limits map[components.Name]components.Limits
 }
+
+// Bootstrap is a bootstrap provider the harness can run.
+type Bootstrap string
+
+// The bootstrap providers.
+const (
+	BootstrapKairos  Bootstrap = "Kairos"
+	BootstrapKubeadm Bootstrap = "Kubeadm"
+)
 
 // VMBackend fulfils the management cluster's VirtualMachines (and the
 // DataVolumes they use) as KubeVirt and CDI would.
@@ -137,7 +167,11 @@ type Harness struct {
 	errs      chan error
 	// clusterCaches are Cluster API's and the bootstrap provider's.
 	clusterCaches []clustercache.ClusterCache
-	webhookDir    string
+	// processes are the components run as processes, and workDir holds
+	// their binary, kubeconfig and logs.
+	processes  []*ComponentProcess
+	workDir    string
+	webhookDir string
 	// releases are clusters being deleted in the background.
 	releases      sync.WaitGroup
 	releaseCtx    context.Context
@@ -156,12 +190,67 @@ func Scheme() (*runtime.Scheme, error) {
 		addonsv1beta1.AddToScheme, addonsv1.AddToScheme,
 		runtimev1alpha1.AddToScheme, runtimev1.AddToScheme,
 		ipamv1alpha1.AddToScheme, ipamv1beta1.AddToScheme, ipamv1.AddToScheme,
+		// Cluster API's kubeadm bootstrap provider, the benchmark's peer.
+		kubeadmv1beta1.AddToScheme, kubeadmv1.AddToScheme,
 	} {
 		if err := add(s); err != nil {
 			return nil, err
 		}
 	}
 	return s, nil
+}
+
+// KubeadmCRDPath returns a directory with the CRDs of Cluster API's kubeadm
+// bootstrap provider from the module cache, labelled with the contract
+// versions as the provider's kustomization labels them (Cluster API reads
+// the contract from those labels). The directory is in the user cache and
+// rewritten on every call.
+func KubeadmCRDPath() (string, error) {
+	dir, err := envtest.ModuleDir("sigs.k8s.io/cluster-api")
+	if err != nil {
+		return "", err
+	}
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		return "", err
+	}
+	out := filepath.Join(cache, "kubevirt-workers", "capi-kubeadm-crds-"+filepath.Base(dir))
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return "", err
+	}
+	files, err := filepath.Glob(filepath.Join(dir, "bootstrap", "kubeadm", "config", "crd", "bases", "*.yaml"))
+	if err != nil {
+		return "", err
+	}
+	for _, f := range files {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			return "", err
+		}
+		crd := &apiextensionsv1.CustomResourceDefinition{}
+		if err := sigsyaml.Unmarshal(raw, crd); err != nil {
+			return "", fmt.Errorf("reading %s: %w", f, err)
+		}
+		labels := crd.GetLabels()
+		if labels == nil {
+			labels = map[string]string{}
+		}
+		labels["cluster.x-k8s.io/v1beta1"] = "v1beta1"
+		labels["cluster.x-k8s.io/v1beta2"] = "v1beta2"
+		crd.SetLabels(labels)
+		labelled, err := sigsyaml.Marshal(crd)
+		if err != nil {
+			return "", err
+		}
+		tmp := filepath.Join(out, "."+filepath.Base(f))
+		if err := os.WriteFile(tmp, labelled, 0o644); err != nil {
+			return "", err
+		}
+		if err := os.Rename(tmp, filepath.Join(out, filepath.Base(f))); err != nil {
+			return "", err
+		}
+	}
+	return out, nil
 }
 
 // CRDPath holds the harness's hosted control plane CRD.
@@ -190,7 +279,15 @@ func Start(ctx context.Context, opts Options) (_ *Harness, rerr error) {
 	}()
 
 	caches := &lazyClusterCache{}
-	webhooks, err := webhookSetup(opts.WorkerClasses, caches)
+	switch opts.Bootstrap {
+	case "":
+		opts.Bootstrap = BootstrapKairos
+		h.opts.Bootstrap = BootstrapKairos
+	case BootstrapKairos, BootstrapKubeadm:
+	default:
+		return nil, fmt.Errorf("unknown bootstrap provider %q", opts.Bootstrap)
+	}
+	webhooks, err := webhookSetup(opts, caches)
 	if err != nil {
 		return nil, err
 	}
@@ -198,6 +295,13 @@ func Start(ctx context.Context, opts Options) (_ *Harness, rerr error) {
 	crdPaths := append(envtest.ExternalCRDPaths(), CRDPath())
 	if opts.WorkerClasses {
 		crdPaths = append(crdPaths, envtest.PoolCRDPath)
+	}
+	if opts.Bootstrap == BootstrapKubeadm {
+		kubeadmCRDs, err := KubeadmCRDPath()
+		if err != nil {
+			return nil, err
+		}
+		crdPaths = append(crdPaths, kubeadmCRDs)
 	}
 	if h.Management, err = envtest.Start(ctx, envtest.Options{
 		Scheme:        scheme,
@@ -262,6 +366,9 @@ func (h *Harness) Stop() error {
 		h.cancel()
 		h.managers.Wait()
 	}
+	if err := h.stopProcesses(); err != nil {
+		errs = append(errs, err)
+	}
 	// ClusterCaches run their workload caches outside the managers; their
 	// watches would keep the workload apiservers from shutting down.
 	for _, c := range h.clusterCaches {
@@ -287,6 +394,9 @@ func (h *Harness) Stop() error {
 	}
 	if h.webhookDir != "" {
 		_ = os.RemoveAll(h.webhookDir)
+	}
+	if h.workDir != "" {
+		_ = os.RemoveAll(h.workDir)
 	}
 	return kerrors.NewAggregate(errs)
 }

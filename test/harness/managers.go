@@ -25,9 +25,10 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
-	kubeadmsetup "sigs.k8s.io/cluster-api/bootstrap/kubeadm/setup"
+	kubeadmadmission "sigs.k8s.io/cluster-api/bootstrap/kubeadm/webhooks/admission"
 	"sigs.k8s.io/cluster-api/controllers/clustercache"
 	"sigs.k8s.io/cluster-api/core/reconcilers/cluster"
 	"sigs.k8s.io/cluster-api/core/reconcilers/machine"
@@ -44,22 +45,20 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	sigsyaml "sigs.k8s.io/yaml"
 
-	"github.com/cozystack/cluster-api-workers/bootstrap/reconcilers/kairosconfig"
-	bootstrapadmission "github.com/cozystack/cluster-api-workers/bootstrap/webhooks/admission"
+	bootstrapsetup "github.com/cozystack/cluster-api-workers/bootstrap/setup"
 	"github.com/cozystack/cluster-api-workers/exp/workerclass"
 	infrasetup "github.com/cozystack/cluster-api-workers/infrastructure/setup"
 	"github.com/cozystack/cluster-api-workers/test/envtest"
+	"github.com/cozystack/cluster-api-workers/test/harness/components"
 	kubevirtsim "github.com/cozystack/cluster-api-workers/test/sim/kubevirt"
 	nodesim "github.com/cozystack/cluster-api-workers/test/sim/node"
 )
 
-// Controller names, as the components' manager names go in user agents
-// and informer names.
+// Cluster API core's controller name, as it goes in user agents and
+// informer names, and its resync period.
 const (
-	capiControllerName      = "cluster-api-controller-manager"
-	bootstrapControllerName = "kairos-bootstrap-manager"
-	infraControllerName     = "kubevirt-workers-manager"
-	syncPeriod              = 10 * time.Minute
+	capiControllerName = "cluster-api-controller-manager"
+	syncPeriod         = 10 * time.Minute
 )
 
 // instances counts the harnesses started in this process.
@@ -74,7 +73,8 @@ type webhooks struct {
 	setup func(ctrl.Manager) error
 }
 
-func webhookSetup(workerClasses bool, caches *lazyClusterCache) (webhooks, error) {
+func webhookSetup(opts Options, caches *lazyClusterCache) (webhooks, error) {
+	workerClasses := opts.WorkerClasses
 	capiDir, err := envtest.ModuleDir("sigs.k8s.io/cluster-api")
 	if err != nil {
 		return webhooks{}, err
@@ -86,6 +86,10 @@ func webhookSetup(workerClasses bool, caches *lazyClusterCache) (webhooks, error
 	}
 	if workerClasses {
 		parts["workerclass"] = filepath.Join(envtest.RepoRoot(), envtest.WorkerClassWebhookPath)
+	}
+	kubeadm := opts.Bootstrap == BootstrapKubeadm
+	if kubeadm {
+		parts["kubeadm"] = filepath.Join(capiDir, "bootstrap", "kubeadm", "config", "webhook", "manifests.yaml")
 	}
 	dir, err := prefixWebhookConfigurations(parts)
 	if err != nil {
@@ -109,11 +113,20 @@ func webhookSetup(workerClasses bool, caches *lazyClusterCache) (webhooks, error
 			"ExtensionConfig":           (&coreadmission.ExtensionConfig{}).SetupWebhookWithManager,
 			"IPAddress":                 (&coreadmission.IPAddress{Client: mgr.GetAPIReader()}).SetupWebhookWithManager,
 			"IPAddressClaim":            (&coreadmission.IPAddressClaim{}).SetupWebhookWithManager,
-			"Kairos bootstrap":          bootstrapadmission.SetupWebhooksWithManager,
+			"Kairos bootstrap":          bootstrapsetup.SetupWebhooks,
 			"KubeVirt infrastructure":   infrasetup.SetupWebhooks,
 		} {
 			if err := setup(mgr); err != nil {
 				return fmt.Errorf("serving the %s webhooks: %w", name, err)
+			}
+		}
+		if kubeadm {
+			// As Cluster API's bootstrap/kubeadm/main.go serves them.
+			if err := (&kubeadmadmission.KubeadmConfig{}).SetupWebhookWithManager(mgr); err != nil {
+				return fmt.Errorf("serving the KubeadmConfig webhook: %w", err)
+			}
+			if err := (&kubeadmadmission.KubeadmConfigTemplate{}).SetupWebhookWithManager(mgr); err != nil {
+				return fmt.Errorf("serving the KubeadmConfigTemplate webhook: %w", err)
 			}
 		}
 		if workerClasses {
@@ -137,8 +150,10 @@ func (h *Harness) managerOptions(name string) ctrl.Options {
 }
 
 // setupManagers builds one manager per component: Cluster API core, the
-// Kairos bootstrap provider, the KubeVirt infrastructure provider, and the
-// simulators.
+// bootstrap provider (Kairos, or Cluster API's kubeadm for the peer), the
+// KubeVirt infrastructure provider, and the simulators. With
+// Options.Processes the bootstrap and infrastructure providers run as
+// processes instead and are not among the managers returned.
 func (h *Harness) setupManagers(ctx context.Context, caches *lazyClusterCache) (map[string]ctrl.Manager, error) {
 	cfg := h.Config()
 	managers := map[string]ctrl.Manager{}
@@ -151,20 +166,23 @@ func (h *Harness) setupManagers(ctx context.Context, caches *lazyClusterCache) (
 		}
 		return fmt.Sprintf("%s-%d", name, instance)
 	}
-	capiControllerName, bootstrapControllerName, infraControllerName := named(capiControllerName), named(bootstrapControllerName), named(infraControllerName)
+	capiControllerName := named(capiControllerName)
 
-	// Cluster API core, wired as its main.go does.
+	// Cluster API core, wired as its main.go does, with its limits.
+	capiLimits := h.limits(components.CAPICore)
+	capiCfg := rest.CopyConfig(cfg)
+	capiCfg.QPS, capiCfg.Burst = capiLimits.QPS, capiLimits.Burst
 	capiOpts := h.managerOptions("capi")
 	capiOpts.Cache = capisetup.ManagerCacheOptions(h.Scheme, capiControllerName, "", syncPeriod)
 	capiOpts.Client = capisetup.ManagerClientOptions()
-	capiMgr, err := ctrl.NewManager(cfg, capiOpts)
+	capiMgr, err := ctrl.NewManager(capiCfg, capiOpts)
 	if err != nil {
 		return nil, err
 	}
 	if err := index.AddDefaultIndexes(ctx, capiMgr); err != nil {
 		return nil, err
 	}
-	capiCache, err := newClusterCache(ctx, capiMgr, capiControllerName)
+	capiCache, err := newClusterCache(ctx, capiMgr, capiControllerName, capiLimits)
 	if err != nil {
 		return nil, err
 	}
@@ -210,58 +228,32 @@ func (h *Harness) setupManagers(ctx context.Context, caches *lazyClusterCache) (
 	}
 	managers["capi"] = capiMgr
 
-	// The Kairos bootstrap provider, wired as bootstrap/main.go does.
-	bootstrapOpts := h.managerOptions("bootstrap")
-	bootstrapOpts.Cache = kubeadmsetup.ManagerCacheOptions(h.Scheme, bootstrapControllerName, "", syncPeriod)
-	bootstrapOpts.Client = kubeadmsetup.ManagerClientOptions()
-	bootstrapMgr, err := ctrl.NewManager(cfg, bootstrapOpts)
-	if err != nil {
-		return nil, err
-	}
-	secretCachingClient, err := kubeadmsetup.CreateSecretCachingClient(bootstrapMgr)
-	if err != nil {
-		return nil, err
-	}
-	bootstrapCache, err := newClusterCache(ctx, bootstrapMgr, bootstrapControllerName)
-	if err != nil {
-		return nil, err
-	}
-	h.clusterCaches = append(h.clusterCaches, bootstrapCache)
-	if err := (&kairosconfig.Reconciler{
-		Client:              bootstrapMgr.GetClient(),
-		SecretCachingClient: secretCachingClient,
-		APIReader:           bootstrapMgr.GetAPIReader(),
-		ClusterCache:        bootstrapCache,
-		TokenTTL:            h.opts.BootstrapTokenTTL,
-	}).SetupWithManager(ctx, bootstrapMgr, concurrency(10)); err != nil {
-		return nil, err
-	}
-	managers["bootstrap"] = bootstrapMgr
-
-	// The KubeVirt infrastructure provider, through its setup package.
-	infraOpts := h.managerOptions("infrastructure")
-	if infraOpts.Cache, err = infrasetup.ManagerCacheOptions(h.Scheme, infraControllerName, "", syncPeriod); err != nil {
-		return nil, err
-	}
-	infraMgr, err := ctrl.NewManager(cfg, infraOpts)
-	if err != nil {
-		return nil, err
-	}
-	if err := infrasetup.SetupReconcilers(ctx, infraMgr, infrasetup.Options{
-		WorkerClasses:         h.opts.WorkerClasses,
-		ImportFailureRestarts: h.opts.ImportFailureRestarts,
-		MachineConcurrency:    10,
-		TemplateConcurrency:   5,
-		ClusterConcurrency:    5,
-	}); err != nil {
-		return nil, err
-	}
-	if h.opts.WorkerClasses {
-		if err := workerclass.SetupWithManager(ctx, infraMgr, workerclass.Options{}); err != nil {
+	// Our providers (or the kubeadm peer) as their main.go files wire them,
+	// in-process or each in its own process.
+	for _, name := range h.componentNames() {
+		controllerName := named(name.ControllerName())
+		if h.opts.Processes {
+			if err := h.startProcess(ctx, name, controllerName); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		c, err := components.New(ctx, cfg, name, components.Options{
+			Manager:               h.managerOptions(name.Role()),
+			ControllerName:        controllerName,
+			Limits:                h.limits(name),
+			WorkerClasses:         h.opts.WorkerClasses,
+			BootstrapTokenTTL:     h.opts.BootstrapTokenTTL,
+			ImportFailureRestarts: h.opts.ImportFailureRestarts,
+		})
+		if err != nil {
 			return nil, err
 		}
+		if c.ClusterCache != nil {
+			h.clusterCaches = append(h.clusterCaches, c.ClusterCache)
+		}
+		managers[name.Role()] = c.Manager
 	}
-	managers["infrastructure"] = infraMgr
 
 	// The simulators, as KubeVirt, CDI and the guests would act, or the
 	// backend that replaces them.
@@ -301,7 +293,7 @@ func (h *Harness) setupManagers(ctx context.Context, caches *lazyClusterCache) (
 	return managers, nil
 }
 
-func newClusterCache(ctx context.Context, mgr ctrl.Manager, controllerName string) (clustercache.ClusterCache, error) {
+func newClusterCache(ctx context.Context, mgr ctrl.Manager, controllerName string, limits components.Limits) (clustercache.ClusterCache, error) {
 	secretClient, err := capisetup.CreateSecretCachingClient(mgr)
 	if err != nil {
 		return nil, err
@@ -309,7 +301,7 @@ func newClusterCache(ctx context.Context, mgr ctrl.Manager, controllerName strin
 	return clustercache.SetupWithManager(ctx, mgr, clustercache.Options{
 		SecretClient: secretClient,
 		Cache:        capisetup.ClusterCacheCacheOptions(),
-		Client:       capisetup.ClusterCacheClientOptions(controllerName, 20, 30),
+		Client:       capisetup.ClusterCacheClientOptions(controllerName, limits.ClusterCacheQPS, limits.ClusterCacheBurst),
 	}, concurrency(10))
 }
 

@@ -34,6 +34,14 @@ func KairosPoolTemplate() string {
 	return filepath.Join(envtest.RepoRoot(), "templates", "cluster-template-kairos.yaml")
 }
 
+// KubeadmPoolTemplate is the scale benchmark's peer pool: the Kairos pool's
+// shape bootstrapped by Cluster API's kubeadm provider (Options.Bootstrap
+// BootstrapKubeadm). It needs WORKER_IMAGE, a disk the node simulator boots
+// with cloud-init.
+func KubeadmPoolTemplate() string {
+	return filepath.Join(envtest.RepoRoot(), "test", "harness", "templates", "kubeadm-pool.yaml")
+}
+
 // RenderTemplate renders a clusterctl template with clusterctl's own
 // variable processor: a variable without a value and without a default is
 // an error, as `clusterctl generate cluster` reports it.

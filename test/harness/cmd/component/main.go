@@ -1,0 +1,157 @@
+/*
+Copyright 2026 The Cozystack Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Command component runs one provider component (test/harness/components)
+// as its own process against a management apiserver, so its CPU seconds and
+// peak RSS can be read alone. It counts its API requests and rate limiter
+// waits and serves them on loopback HTTP; once its caches have synced it
+// writes that endpoint's URL to -address-file. SIGTERM stops it. The
+// harness starts it with Options.Processes.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/cozystack/cluster-api-workers/test/harness/components"
+	"github.com/cozystack/cluster-api-workers/test/harness/requests"
+)
+
+func main() {
+	var (
+		name        string
+		addressFile string
+		opts        components.Options
+		qps, ccQPS  float64
+	)
+	flag.StringVar(&name, "component", "", fmt.Sprintf("the component to run: one of %v", components.Names))
+	flag.StringVar(&addressFile, "address-file", "", "file the request counts' URL is written to once the caches synced")
+	flag.StringVar(&opts.ControllerName, "controller-name", "", "manager name (user agent, informer names); the production binary's when empty")
+	flag.Float64Var(&qps, "kube-api-qps", 0, "management client QPS; the production default when 0")
+	flag.IntVar(&opts.Limits.Burst, "kube-api-burst", 0, "management client burst; the production default when 0")
+	flag.Float64Var(&ccQPS, "clustercache-client-qps", 0, "workload client QPS; the production default when 0")
+	flag.IntVar(&opts.Limits.ClusterCacheBurst, "clustercache-client-burst", 0, "workload client burst; the production default when 0")
+	flag.BoolVar(&opts.WorkerClasses, "worker-classes", false, "turn the WorkerClass feature gate on (infrastructure)")
+	flag.DurationVar(&opts.BootstrapTokenTTL, "bootstrap-token-ttl", 0, "bootstrap token lifetime; the provider's default when 0")
+	var restarts int
+	flag.IntVar(&restarts, "import-failure-restarts", 0, "importer restarts that fail an import; the provider's default when 0")
+	klog.InitFlags(nil)
+	flag.Parse()
+	opts.Limits.QPS, opts.Limits.ClusterCacheQPS = float32(qps), float32(ccQPS)
+	opts.ImportFailureRestarts = int32(restarts)
+	if err := run(components.Name(name), addressFile, opts); err != nil {
+		fmt.Fprintf(os.Stderr, "component %s: %v\n", name, err)
+		os.Exit(1)
+	}
+}
+
+func run(name components.Name, addressFile string, opts components.Options) error {
+	if addressFile == "" {
+		return errors.New("-address-file is required")
+	}
+	defaults := components.DefaultLimits(name)
+	if opts.Limits.QPS == 0 {
+		opts.Limits.QPS = defaults.QPS
+	}
+	if opts.Limits.Burst == 0 {
+		opts.Limits.Burst = defaults.Burst
+	}
+	if opts.Limits.ClusterCacheQPS == 0 {
+		opts.Limits.ClusterCacheQPS = defaults.ClusterCacheQPS
+	}
+	if opts.Limits.ClusterCacheBurst == 0 {
+		opts.Limits.ClusterCacheBurst = defaults.ClusterCacheBurst
+	}
+	// controller-runtime's -kubeconfig flag, as the production binaries read it.
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		return fmt.Errorf("loading the kubeconfig: %w", err)
+	}
+	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer cancel()
+
+	// Every request this process makes is the component's.
+	recorder := requests.NewRecorder(requests.Options{ManagementHost: cfg.Host, Component: name.Role(), Delegate: klog.Background().GetSink()})
+	recorder.Install()
+	log := recorder.Logger().WithName(name.Role())
+	ctrl.SetLogger(log)
+	opts.Manager = ctrl.Options{
+		Logger:                 log,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+	}
+	c, err := components.New(ctx, cfg, name, opts)
+	if err != nil {
+		return err
+	}
+
+	listener, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	server := &http.Server{Handler: recorder.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = server.Serve(listener) }()
+	defer func() { _ = server.Close() }()
+
+	errs := make(chan error, 1)
+	go func() { errs <- c.Manager.Start(ctx) }()
+	if !c.Manager.GetCache().WaitForCacheSync(ctx) {
+		cancel()
+		return errors.Join(errors.New("the manager's cache did not sync"), <-errs)
+	}
+	if err := writeAtomically(addressFile, "http://"+listener.Addr().String()); err != nil {
+		cancel()
+		return errors.Join(err, <-errs)
+	}
+	log.Info("The component is running", "component", name, "qps", opts.Limits.QPS, "burst", opts.Limits.Burst)
+	err = <-errs
+	if c.ClusterCache != nil {
+		if s, ok := c.ClusterCache.(interface{ Shutdown() }); ok {
+			s.Shutdown()
+		}
+	}
+	return err
+}
+
+// writeAtomically writes through a temporary file, so the reader never sees
+// a partial URL.
+func writeAtomically(path, content string) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".address-")
+	if err != nil {
+		return err
+	}
+	if _, err := tmp.WriteString(content); err != nil {
+		_ = tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}
