@@ -31,6 +31,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	kubevirtv1 "kubevirt.io/api/core/v1"
+	kubeadmv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
@@ -55,12 +56,17 @@ type FloorReport struct {
 // pipelineObjects are the per-machine objects the pipeline wrote into the
 // management cluster, as they are at the end of the run (final size),
 // stripped to what a create takes: the MachineSet, and per machine its
-// Machine, KairosConfig, KubeVirtMachine, VirtualMachine and Secrets
-// (bootstrap data, cloud-init user data). Objects that live only for a
+// Machine, bootstrap config (KairosConfig, or KubeadmConfig for the peer),
+// KubeVirtMachine, VirtualMachine and Secrets (bootstrap data, cloud-init
+// user data). Objects that live only for a
 // while (bootstrap token Secrets) and the workload cluster's are not in.
-func pipelineObjects(ctx context.Context, h *harness.Harness, w *harness.WorkloadCluster) ([]*unstructured.Unstructured, error) {
+func pipelineObjects(ctx context.Context, h *harness.Harness, w *harness.WorkloadCluster, bootstrap harness.Bootstrap) ([]*unstructured.Unstructured, error) {
+	var configs client.ObjectList = &bootstrapv1.KairosConfigList{}
+	if bootstrap == harness.BootstrapKubeadm {
+		configs = &kubeadmv1.KubeadmConfigList{}
+	}
 	lists := []client.ObjectList{
-		&clusterv1.MachineSetList{}, &clusterv1.MachineList{}, &bootstrapv1.KairosConfigList{},
+		&clusterv1.MachineSetList{}, &clusterv1.MachineList{}, configs,
 		&infrav1.KubeVirtMachineList{}, &kubevirtv1.VirtualMachineList{}, &corev1.SecretList{},
 	}
 	clusterSecrets := map[string]bool{w.Key.Name + "-kubeconfig": true, w.Key.Name + "-ca": true}
@@ -123,11 +129,19 @@ func bare(o client.Object, scheme *runtime.Scheme) (*unstructured.Unstructured, 
 
 // measureFloor starts a bare apiserver (the same CRDs, no webhooks, no
 // controllers) and creates the objects with a few parallel clients.
-func measureFloor(ctx context.Context, scheme *runtime.Scheme, objs []*unstructured.Unstructured, workers int) (FloorReport, error) {
+func measureFloor(ctx context.Context, objs []*unstructured.Unstructured, workers int) (FloorReport, error) {
 	report := FloorReport{Objects: map[string]int{}, Total: len(objs), Workers: workers}
+	scheme, err := harness.Scheme()
+	if err != nil {
+		return report, err
+	}
+	kubeadmCRDs, err := harness.KubeadmCRDPath()
+	if err != nil {
+		return report, err
+	}
 	env, err := envtest.Start(ctx, envtest.Options{
 		Scheme:   scheme,
-		CRDPaths: append(envtest.ExternalCRDPaths(), harness.CRDPath(), envtest.PoolCRDPath),
+		CRDPaths: append(envtest.ExternalCRDPaths(), harness.CRDPath(), envtest.PoolCRDPath, kubeadmCRDs),
 	})
 	if err != nil {
 		return report, fmt.Errorf("starting the bare apiserver: %w", err)
@@ -144,7 +158,7 @@ func measureFloor(ctx context.Context, scheme *runtime.Scheme, objs []*unstructu
 		}
 	}
 	// Owners first, as the pipeline creates them.
-	order := map[string]int{"MachineSet": 0, "KairosConfig": 1, "KubeVirtMachine": 1, "Machine": 2, "Secret": 3, "VirtualMachine": 3}
+	order := map[string]int{"MachineSet": 0, "KairosConfig": 1, "KubeadmConfig": 1, "KubeVirtMachine": 1, "Machine": 2, "Secret": 3, "VirtualMachine": 3}
 	sort.SliceStable(objs, func(i, j int) bool { return order[objs[i].GetKind()] < order[objs[j].GetKind()] })
 
 	// Resolve every kind before the clock starts: discovery is the

@@ -26,6 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+	kubeadmv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -33,6 +34,7 @@ import (
 	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/test/harness"
+	"github.com/cozystack/cluster-api-workers/test/harness/requests"
 )
 
 // IdleReport is what changed while the pool was idle.
@@ -45,15 +47,16 @@ type IdleReport struct {
 	Changed []string `json:"changed"`
 	// Writes are the writes of every component but the simulators and the
 	// driver during the window.
-	Writes []RequestCount `json:"writes"`
+	Writes []requests.RequestCount `json:"writes"`
 }
 
 // idleKinds are the objects a pool and its machines consist of in the
-// management cluster, the simulated KubeVirt's included. Nodes are left
+// management cluster, the simulated KubeVirt's included (KubeadmConfigs for
+// the peer). Nodes are left
 // out: the simulated kubelets keep their status fresh, as kubelets do; the
 // controllers' writes to the workload cluster are in Writes.
-func idleKinds() map[string]client.ObjectList {
-	return map[string]client.ObjectList{
+func idleKinds(bootstrap harness.Bootstrap) map[string]client.ObjectList {
+	kinds := map[string]client.ObjectList{
 		"Cluster":                 &clusterv1.ClusterList{},
 		"MachineDeployment":       &clusterv1.MachineDeploymentList{},
 		"MachineSet":              &clusterv1.MachineSetList{},
@@ -73,12 +76,17 @@ func idleKinds() map[string]client.ObjectList {
 		"WorkerClass":             &workerclassv1.WorkerClassList{},
 		"WorkerPlatform":          &workerclassv1.WorkerPlatformList{},
 	}
+	if bootstrap == harness.BootstrapKubeadm {
+		kinds["KubeadmConfig"] = &kubeadmv1.KubeadmConfigList{}
+		kinds["KubeadmConfigTemplate"] = &kubeadmv1.KubeadmConfigTemplateList{}
+	}
+	return kinds
 }
 
 // resourceVersions maps "Kind namespace/name" to resourceVersion.
-func resourceVersions(ctx context.Context, h *harness.Harness, namespace string) (map[string]string, error) {
+func resourceVersions(ctx context.Context, h *harness.Harness, namespace string, bootstrap harness.Bootstrap) (map[string]string, error) {
 	out := map[string]string{}
-	for kind, list := range idleKinds() {
+	for kind, list := range idleKinds(bootstrap) {
 		var opts []client.ListOption
 		if kind != "WorkerClass" && kind != "WorkerPlatform" {
 			opts = append(opts, client.InNamespace(namespace))
@@ -100,27 +108,33 @@ func resourceVersions(ctx context.Context, h *harness.Harness, namespace string)
 
 // idleWindow records the resourceVersions, waits the window, and reports
 // what changed and who wrote.
-func idleWindow(ctx context.Context, h *harness.Harness, w *harness.WorkloadCluster, r *Recorder, window time.Duration) (IdleReport, error) {
+func idleWindow(ctx context.Context, h *harness.Harness, w *harness.WorkloadCluster, bootstrap harness.Bootstrap, counts *counters, window time.Duration) (IdleReport, error) {
 	report := IdleReport{Window: window}
 	if window <= 0 {
 		return report, nil
 	}
-	before, err := resourceVersions(ctx, h, w.Key.Namespace)
+	before, err := resourceVersions(ctx, h, w.Key.Namespace, bootstrap)
 	if err != nil {
 		return report, err
 	}
-	r.Reset()
+	if err := counts.Reset(ctx); err != nil {
+		return report, err
+	}
 	select {
 	case <-ctx.Done():
 		return report, ctx.Err()
 	case <-time.After(window):
 	}
-	for _, c := range r.Snapshot() {
-		if c.IsWrite() && c.Component != componentSim && c.Component != ComponentDriver {
+	state, err := counts.State(ctx)
+	if err != nil {
+		return report, err
+	}
+	for _, c := range state.Requests {
+		if c.IsWrite() && c.Component != requests.ComponentSim && c.Component != requests.ComponentDriver {
 			report.Writes = append(report.Writes, c)
 		}
 	}
-	after, err := resourceVersions(ctx, h, w.Key.Namespace)
+	after, err := resourceVersions(ctx, h, w.Key.Namespace, bootstrap)
 	if err != nil {
 		return report, err
 	}

@@ -22,10 +22,18 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/cozystack/cluster-api-workers/test/harness/components"
+	"github.com/cozystack/cluster-api-workers/test/harness/requests"
 )
 
 // verbs in table order.
 var verbs = []string{"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"}
+
+// pipelineWriters are the controllers of the pipeline: Cluster API, both
+// providers and the event recorders outside any reconcile; the simulators
+// (standing in for KubeVirt, CDI and the kubelets) and the driver are not.
+var pipelineWriters = []string{requests.ComponentCAPI, requests.ComponentBootstrap, requests.ComponentInfra, requests.ComponentUnknown}
 
 // PerMachine sums the requests of the components by verb, divided by the
 // machine count.
@@ -60,21 +68,38 @@ func (r *Report) FloorMultiple() float64 {
 	return float64(r.AllRunning) / float64(r.Floor.Duration)
 }
 
+// Usage returns the provider process of a component; false when the
+// providers ran in the benchmark process.
+func (r *Report) Usage(name components.Name) (ProcessUsage, bool) {
+	for _, u := range r.Resources {
+		if u.Component == string(name) {
+			return u, true
+		}
+	}
+	return ProcessUsage{}, false
+}
+
+// bootstrapComponent is the run's bootstrap provider component.
+func (r *Report) bootstrapComponent() components.Name {
+	if r.Bootstrap == "Kubeadm" {
+		return components.KubeadmBootstrap
+	}
+	return components.KairosBootstrap
+}
+
 // Markdown renders the report as the tables docs/benchmarks.md uses.
 func (r *Report) Markdown() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "### N = %d, boot delay %s\n\n", r.Machines, r.BootDelay)
+	fmt.Fprintf(&b, "### %s: N = %d, boot delay %s\n\n", r.Provider(), r.Machines, r.BootDelay)
 	fmt.Fprintf(&b, "| measure | value |\n|---|---|\n")
 	fmt.Fprintf(&b, "| all Machines Running (scale-up to last NodeHealthy) | %s |\n", round(r.AllRunning))
-	fmt.Fprintf(&b, "| creation → NodeHealthy p50 / p95 / p99 / max | %s / %s / %s / %s |\n", round(r.NodeHealthy.P50), round(r.NodeHealthy.P95), round(r.NodeHealthy.P99), round(r.NodeHealthy.Max))
-	fmt.Fprintf(&b, "| creation → bootstrap data ready p50 / p95 / p99 | %s / %s / %s |\n", round(r.BootstrapReady.P50), round(r.BootstrapReady.P95), round(r.BootstrapReady.P99))
+	fmt.Fprintf(&b, "| creation → NodeHealthy p50 / p95 / p99 / max | %s |\n", r.NodeHealthy)
+	fmt.Fprintf(&b, "| creation → bootstrap data ready p50 / p95 / p99 / max | %s |\n", r.BootstrapReady)
 	if r.Floor.Duration > 0 {
 		fmt.Fprintf(&b, "| floor: bare apiserver accepts %d objects (%d clients) | %s |\n", r.Floor.Total, r.Floor.Workers, round(r.Floor.Duration))
 		fmt.Fprintf(&b, "| all Running as a multiple of the floor | %.1fx |\n", r.FloorMultiple())
-	} else {
-		fmt.Fprintf(&b, "| floor | not measured |\n")
 	}
-	fmt.Fprintf(&b, "| client-side throttling (requests waiting > 50ms; max wait) | %d; %s |\n", r.Throttling.Requests, r.Throttling.MaxWait)
+	fmt.Fprintf(&b, "| client-side throttling (requests waiting > 50ms; max wait) | %d; %s |\n", r.Throttling.Requests, round(r.Throttling.MaxWait))
 	fmt.Fprintf(&b, "| settled: last controller write after all Running | %s |\n", round(r.Settled))
 	if r.Idle.Window > 0 {
 		fmt.Fprintf(&b, "| idle window: objects changed / controller writes | %d of %d / %d (window %s) |\n", len(r.Idle.Changed), r.Idle.Objects, sumCounts(r.Idle.Writes), r.Idle.Window)
@@ -84,15 +109,19 @@ func (r *Report) Markdown() string {
 	fmt.Fprintf(&b, "| errors logged by component | %s |\n", formatMap(r.LogErrors))
 	b.WriteString("\nRequests per machine by verb (scale-up until settled):\n\n")
 	fmt.Fprintf(&b, "| component | %s | writes |\n|---|%s---|\n", strings.Join(verbs, " | "), strings.Repeat("---|", len(verbs)))
+	bootstrapRow := "Kairos bootstrap"
+	if r.Bootstrap == "Kubeadm" {
+		bootstrapRow = "kubeadm bootstrap (Cluster API)"
+	}
 	rows := []struct {
 		name       string
 		components []string
 	}{
-		{"Kairos bootstrap", []string{componentBootstrap}},
-		{"KubeVirt infrastructure", []string{componentInfra}},
-		{"Cluster API core", []string{componentCAPI}},
-		{"simulators (KubeVirt, CDI, kubelets incl. heartbeats)", []string{componentSim}},
-		{"unattributed (event recorders, webhooks, informers)", []string{ComponentUnknown}},
+		{bootstrapRow, []string{requests.ComponentBootstrap}},
+		{"KubeVirt infrastructure", []string{requests.ComponentInfra}},
+		{"Cluster API core", []string{requests.ComponentCAPI}},
+		{"simulators (KubeVirt, CDI, kubelets incl. heartbeats)", []string{requests.ComponentSim}},
+		{"unattributed (event recorders, webhooks, informers of the benchmark process)", []string{requests.ComponentUnknown}},
 	}
 	for _, row := range rows {
 		per := r.PerMachine(row.components...)
@@ -102,9 +131,9 @@ func (r *Report) Markdown() string {
 		}
 		fmt.Fprintf(&b, " %.1f |\n", r.WritesPerMachine(row.components...))
 	}
-	b.WriteString("\nRequests of our providers by resource (total):\n\n| component | cluster | resource | verb | count |\n|---|---|---|---|---|\n")
+	b.WriteString("\nRequests of the providers by resource (total):\n\n| component | cluster | resource | verb | count |\n|---|---|---|---|---|\n")
 	for _, c := range r.Requests {
-		if slices.Contains(OurComponents, c.Component) {
+		if slices.Contains(requests.OurComponents, c.Component) {
 			fmt.Fprintf(&b, "| %s | %s | %s | %s | %d |\n", c.Component, c.Cluster, c.Resource, c.Verb, c.Count)
 		}
 	}
@@ -123,11 +152,16 @@ func (r *Report) Markdown() string {
 			fmt.Fprintf(&b, "- write: %s %s %s %s ×%d\n", c.Component, c.Cluster, c.Verb, c.Resource, c.Count)
 		}
 	}
-	b.WriteString("\nCPU over the scale-up and peak RSS:\n\n| process | CPU s | peak RSS MiB |\n|---|---|---|\n")
+	b.WriteString("\nCPU over the scale-up and peak RSS (to the end of the idle window):\n\n| process | CPU s | peak RSS MiB |\n|---|---|---|\n")
 	for _, u := range r.Resources {
 		fmt.Fprintf(&b, "| %s (pid %d) | %.1f | %.0f |\n", u.Name, u.PID, u.CPUSeconds, u.PeakRSSMiB)
 	}
 	return b.String()
+}
+
+// String renders p50 / p95 / p99 / max.
+func (p Percentiles) String() string {
+	return fmt.Sprintf("%s / %s / %s / %s", round(p.P50), round(p.P95), round(p.P99), round(p.Max))
 }
 
 func round(d time.Duration) time.Duration {
@@ -141,7 +175,7 @@ func round(d time.Duration) time.Duration {
 	}
 }
 
-func sumCounts(cs []RequestCount) int {
+func sumCounts(cs []requests.RequestCount) int {
 	var n int
 	for _, c := range cs {
 		n += c.Count

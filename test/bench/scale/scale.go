@@ -20,27 +20,37 @@ limitations under the License.
 // controllers ask of the apiservers per machine, whether any client was
 // throttled, whether anything is still written once the pool is idle, and
 // how that compares with the floor: the time a bare apiserver takes to
-// accept the objects the pipeline wrote.
+// accept the objects the pipeline wrote. Side by side, it runs the same
+// pool bootstrapped by Cluster API's own kubeadm provider (the peer).
 package scale
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/util/keyutil"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util/conditions"
+	"sigs.k8s.io/cluster-api/util/secret"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/test/harness"
+	"github.com/cozystack/cluster-api-workers/test/harness/components"
+	"github.com/cozystack/cluster-api-workers/test/harness/requests"
 	kubevirtsim "github.com/cozystack/cluster-api-workers/test/sim/kubevirt"
 	nodesim "github.com/cozystack/cluster-api-workers/test/sim/node"
 )
@@ -48,10 +58,20 @@ import (
 // PlatformImage is the platform's Kairos image the pool boots.
 const PlatformImage = "registry.example.com/cozystack/kairos-worker@sha256:a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1"
 
+// PeerImage is the peer pool's cloud-init disk with kubeadm, as
+// image-builder makes them for CAPK.
+const PeerImage = "registry.example.com/capk/ubuntu-2404-kubeadm@sha256:c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3"
+
 // Config is one benchmark run.
 type Config struct {
 	// Machines is N, the replicas the MachineDeployment scales to.
 	Machines int
+	// Bootstrap is the pool's bootstrap provider: Kairos (ours, the
+	// default) or Cluster API's kubeadm provider (the peer).
+	Bootstrap harness.Bootstrap
+	// Processes runs the bootstrap and infrastructure providers each as
+	// its own process, so their CPU and peak RSS are measured alone.
+	Processes bool
 	// BootDelay is the simulated VM boot, from scheduling to a running
 	// guest; zero measures the control plane alone.
 	BootDelay time.Duration
@@ -69,6 +89,12 @@ type Config struct {
 	FloorWorkers int
 	// SkipFloor leaves the floor unmeasured (it starts a second apiserver).
 	SkipFloor bool
+	// LogSink, when set, receives the logs of the components in the
+	// benchmark process.
+	LogSink logr.LogSink
+	// ProcessLogDir, when set, keeps the provider processes' logs there,
+	// as <bootstrap>-<component>.log.
+	ProcessLogDir string
 }
 
 func (c *Config) defaults() {
@@ -88,8 +114,10 @@ func (c *Config) defaults() {
 
 // Report is what a run measured.
 type Report struct {
-	Machines  int           `json:"machines"`
-	BootDelay time.Duration `json:"bootDelay"`
+	// Bootstrap is the bootstrap provider: Kairos or Kubeadm.
+	Bootstrap harness.Bootstrap `json:"bootstrap"`
+	Machines  int               `json:"machines"`
+	BootDelay time.Duration     `json:"bootDelay"`
 	// AllRunning is the time from the scale-up to the last Machine Running
 	// with a healthy node.
 	AllRunning time.Duration `json:"allRunning"`
@@ -100,9 +128,9 @@ type Report struct {
 	BootstrapReady Percentiles `json:"bootstrapReady"`
 	// Requests are every client's requests during the scale-up and until
 	// the pool settled.
-	Requests []RequestCount `json:"requests"`
+	Requests []requests.RequestCount `json:"requests"`
 	// Throttling is the rate limiter waits of every client in the process.
-	Throttling Throttling `json:"throttling"`
+	Throttling requests.Throttling `json:"throttling"`
 	// LogErrors counts the errors each component logged.
 	LogErrors map[string]int `json:"logErrors"`
 	// Settled is the time from the last Machine Running to the last write
@@ -113,28 +141,59 @@ type Report struct {
 	Idle IdleReport `json:"idle"`
 	// Floor is the bare apiserver's time for the pipeline's objects.
 	Floor FloorReport `json:"floor"`
-	// Resources are the CPU and memory of the benchmark process and of the
-	// apiservers it started, over the scale-up.
+	// Resources are the CPU of the benchmark process, of the provider
+	// processes and of the apiservers it started over the scale-up, and
+	// their peak RSS up to the end of the idle window.
 	Resources []ProcessUsage `json:"resources"`
 }
 
-// Run starts a harness, creates a workload cluster with a Kairos pool at
-// zero, scales it to N and measures. The harness is stopped before the
-// floor is measured on a bare apiserver, so the two do not share the CPU.
+// Provider names the pool's bootstrap provider for the report.
+func (r *Report) Provider() string {
+	if r.Bootstrap == harness.BootstrapKubeadm {
+		return "kubeadm peer (Cluster API's KubeadmConfig)"
+	}
+	return "Kairos (ours)"
+}
+
+// Run starts a harness, creates a workload cluster with a pool at zero
+// (Kairos, or the kubeadm peer), scales it to N and measures. The harness
+// is stopped before the floor is measured on a bare apiserver, so the two
+// do not share the CPU.
 func Run(ctx context.Context, cfg Config) (*Report, error) {
+	report, objs, err := run(ctx, cfg)
+	if err != nil || cfg.SkipFloor {
+		return report, err
+	}
+	if report.Floor, err = measureFloor(ctx, objs, cfg.FloorWorkers); err != nil {
+		return nil, err
+	}
+	return report, nil
+}
+
+// run is Run without the floor; it returns the objects the floor writes.
+func run(ctx context.Context, cfg Config) (*Report, []*unstructured.Unstructured, error) {
 	cfg.defaults()
 	if cfg.Machines < 1 {
-		return nil, errors.New("machines must be at least 1")
+		return nil, nil, errors.New("machines must be at least 1")
 	}
-	recorder := NewRecorder("")
+	if cfg.Bootstrap == "" {
+		cfg.Bootstrap = harness.BootstrapKairos
+	}
+	recorder := requests.NewRecorder(requests.Options{Delegate: cfg.LogSink})
 	h, err := harness.Start(ctx, harness.Options{
 		Logger:        recorder.Logger(),
 		WorkerClasses: true,
+		Bootstrap:     cfg.Bootstrap,
+		Processes:     cfg.Processes,
+		ProcessLogDir: processLogDir(cfg),
 		KubeVirt:      kubevirtOptions(cfg.BootDelay),
-		Images:        map[string]nodesim.Image{PlatformImage: {KubernetesVersion: harness.ControlPlaneKubernetesVersion, OSImage: "Kairos v3.5.3 (Ubuntu 24.04)"}},
+		Images: map[string]nodesim.Image{
+			PlatformImage: {KubernetesVersion: harness.ControlPlaneKubernetesVersion, OSImage: "Kairos v3.5.3 (Ubuntu 24.04)"},
+			PeerImage:     {KubernetesVersion: harness.ControlPlaneKubernetesVersion, OSImage: "Ubuntu 24.04.3 LTS", CloudInit: true},
+		},
 	})
 	if err != nil {
-		return nil, fmt.Errorf("starting the harness: %w", err)
+		return nil, nil, fmt.Errorf("starting the harness: %w", err)
 	}
 	stopped := false
 	defer func() {
@@ -142,99 +201,162 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			_ = h.Stop()
 		}
 	}()
-	recorder.managementHost = hostOf(h.Management.Config.Host)
+	recorder.SetManagementHost(h.Management.Config.Host)
 	recorder.Install()
+	defer recorder.Uninstall()
+	counts := &counters{local: recorder}
+	processNames := map[int]components.Name{}
+	for _, p := range h.Processes() {
+		counts.remotes = append(counts.remotes, p.Requests)
+		processNames[p.PID] = p.Name
+	}
 	dctx := recorder.DriverContext(ctx)
 
 	if err := h.ConfigurePlatform(dctx, func(p *workerclassv1.WorkerPlatformSpec) {
 		p.KubernetesVersions = []workerclassv1.KubernetesVersion{{Minor: "v1.36", Patch: harness.ControlPlaneKubernetesVersion}}
 		p.KairosImages = []workerclassv1.KairosImage{{Minor: "v1.36", Reference: PlatformImage}}
 	}); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	w, err := h.CreateCluster(dctx, client.ObjectKey{Namespace: "bench", Name: "tenant"}, harness.ClusterOptions{})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	objs, err := harness.RenderTemplate(harness.KairosPoolTemplate(), map[string]string{
-		"CLUSTER_NAME": w.Key.Name, "NAMESPACE": w.Key.Namespace,
-		"WORKER_MACHINE_COUNT": "0", "WORKER_MIN_COUNT": "0", "WORKER_MAX_COUNT": strconv.Itoa(cfg.Machines),
-	})
+	pool, err := createPool(dctx, h, w, cfg)
 	if err != nil {
-		return nil, err
-	}
-	if err := h.Apply(dctx, objs); err != nil {
-		return nil, err
-	}
-	mdKey := client.ObjectKey{Namespace: w.Key.Namespace, Name: w.Key.Name + "-kairos"}
-	templateKey := client.ObjectKey{Namespace: w.Key.Namespace, Name: w.Key.Name + "-kairos-r1"}
-	if err := waitForTemplateResolved(dctx, h, templateKey); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 
 	watcher, err := watchMachines(dctx, h, w.Key.Namespace)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer watcher.stop()
 
-	recorder.Reset()
-	usageBefore, err := processUsage()
+	if err := counts.Reset(dctx); err != nil {
+		return nil, nil, err
+	}
+	usageBefore, err := processUsage(processNames)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	start := time.Now()
 	md := &clusterv1.MachineDeployment{}
-	if err := h.Client.Get(dctx, mdKey, md); err != nil {
-		return nil, err
+	if err := h.Client.Get(dctx, pool.machineDeployment, md); err != nil {
+		return nil, nil, err
 	}
 	patch := client.MergeFrom(md.DeepCopy())
 	md.Spec.Replicas = ptr.To(int32(cfg.Machines))
 	if err := h.Client.Patch(dctx, md, patch); err != nil {
-		return nil, fmt.Errorf("scaling MachineDeployment %s to %d: %w", mdKey, cfg.Machines, err)
+		return nil, nil, fmt.Errorf("scaling MachineDeployment %s to %d: %w", pool.machineDeployment, cfg.Machines, err)
 	}
 	if err := watcher.waitAll(dctx, cfg.Machines, cfg.Timeout); err != nil {
 		if herr := h.Err(); herr != nil {
 			err = errors.Join(err, herr)
 		}
-		return nil, err
+		return nil, nil, err
 	}
-	report := &Report{Machines: cfg.Machines, BootDelay: cfg.BootDelay, AllRunning: time.Since(start)}
+	report := &Report{Bootstrap: cfg.Bootstrap, Machines: cfg.Machines, BootDelay: cfg.BootDelay, AllRunning: time.Since(start)}
 	report.NodeHealthy, report.BootstrapReady = watcher.percentiles()
-	usageAfter, err := processUsage()
+	usageAfter, err := processUsage(processNames)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	report.Resources = usageDelta(usageBefore, usageAfter)
 
 	runningAt := time.Now()
-	if err := waitQuiet(dctx, recorder, cfg.Quiet, cfg.SettleTimeout); err != nil {
-		return nil, err
-	}
-	report.Settled = max(0, recorder.LastWrite(settleWriters...).Sub(runningAt))
-	report.Requests = recorder.Snapshot()
-	report.Throttling = recorder.Throttling()
-	report.LogErrors = recorder.LogErrors()
-
-	if report.Idle, err = idleWindow(dctx, h, w, recorder, cfg.IdleWindow); err != nil {
-		return nil, err
-	}
-	floorObjects, err := pipelineObjects(dctx, h, w)
+	state, err := waitQuiet(dctx, counts, cfg.Quiet, cfg.SettleTimeout)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+	report.Settled = max(0, state.LastWriteOf(settleWriters...).Sub(runningAt))
+	report.Requests = state.Requests
+	report.Throttling = state.Throttling
+	report.LogErrors = state.LogErrors
+
+	if report.Idle, err = idleWindow(dctx, h, w, cfg.Bootstrap, counts, cfg.IdleWindow); err != nil {
+		return nil, nil, err
+	}
+	// Peak RSS up to here: the scale-up, settling and the idle window.
+	usageEnd, err := processUsage(processNames)
+	if err != nil {
+		return nil, nil, err
+	}
+	report.Resources = usageDelta(usageBefore, usageAfter, usageEnd)
+	floorObjects, err := pipelineObjects(dctx, h, w, cfg.Bootstrap)
+	if err != nil {
+		return nil, nil, err
 	}
 	watcher.stop()
 	stopped = true
 	if err := h.Stop(); err != nil {
-		return nil, fmt.Errorf("stopping the harness: %w", err)
+		return nil, nil, fmt.Errorf("stopping the harness: %w", err)
 	}
-	if cfg.SkipFloor {
-		return report, nil
+	return report, floorObjects, nil
+}
+
+// processLogDir is a directory per provider under cfg.ProcessLogDir.
+func processLogDir(cfg Config) string {
+	if cfg.ProcessLogDir == "" {
+		return ""
 	}
-	if report.Floor, err = measureFloor(ctx, h.Scheme, floorObjects, cfg.FloorWorkers); err != nil {
-		return nil, err
+	return filepath.Join(cfg.ProcessLogDir, strings.ToLower(string(cfg.Bootstrap)))
+}
+
+// addCAKey gives the cluster's CA Secret a private key, which Cluster API's
+// kubeadm provider requires to be present before it renders a worker's
+// join (a control plane provider such as Kamaji stores the CA's key there).
+// The harness's workload apiserver does not expose its CA's key, so this
+// key is a fresh one: a worker's join uses only the CA certificate (its
+// hash is the discovery pin), so the key is never used to sign anything.
+func addCAKey(ctx context.Context, h *harness.Harness, w *harness.WorkloadCluster) error {
+	key, err := keyutil.MakeEllipticPrivateKeyPEM()
+	if err != nil {
+		return err
 	}
-	return report, nil
+	ca := &corev1.Secret{}
+	if err := h.Client.Get(ctx, client.ObjectKey{Namespace: w.Key.Namespace, Name: secret.Name(w.Key.Name, secret.ClusterCA)}, ca); err != nil {
+		return fmt.Errorf("reading the cluster CA Secret: %w", err)
+	}
+	patch := client.MergeFrom(ca.DeepCopy())
+	ca.Data[secret.TLSKeyDataName] = key
+	if err := h.Client.Patch(ctx, ca, patch); err != nil {
+		return fmt.Errorf("adding a key to the cluster CA Secret: %w", err)
+	}
+	return nil
+}
+
+// pool is what createPool made.
+type pool struct {
+	machineDeployment client.ObjectKey
+}
+
+// createPool applies the pool's template at zero replicas and waits until
+// the infrastructure provider resolved its KubeVirtMachineTemplate, so the
+// scale-up measures machines, not the class.
+func createPool(ctx context.Context, h *harness.Harness, w *harness.WorkloadCluster, cfg Config) (pool, error) {
+	vars := map[string]string{
+		"CLUSTER_NAME": w.Key.Name, "NAMESPACE": w.Key.Namespace,
+		"WORKER_MACHINE_COUNT": "0", "WORKER_MIN_COUNT": "0", "WORKER_MAX_COUNT": strconv.Itoa(cfg.Machines),
+	}
+	path, name, template := harness.KairosPoolTemplate(), w.Key.Name+"-kairos", w.Key.Name+"-kairos-r1"
+	if cfg.Bootstrap == harness.BootstrapKubeadm {
+		path, name, template = harness.KubeadmPoolTemplate(), w.Key.Name+"-kubeadm", w.Key.Name+"-kubeadm"
+		vars["WORKER_IMAGE"] = PeerImage
+		if err := addCAKey(ctx, h, w); err != nil {
+			return pool{}, err
+		}
+	}
+	objs, err := harness.RenderTemplate(path, vars)
+	if err != nil {
+		return pool{}, err
+	}
+	if err := h.Apply(ctx, objs); err != nil {
+		return pool{}, err
+	}
+	if err := waitForTemplateResolved(ctx, h, client.ObjectKey{Namespace: w.Key.Namespace, Name: template}); err != nil {
+		return pool{}, err
+	}
+	return pool{machineDeployment: client.ObjectKey{Namespace: w.Key.Namespace, Name: name}}, nil
 }
 
 // kubevirtOptions are the simulator's timings for a boot delay; the
@@ -265,18 +387,54 @@ func waitForTemplateResolved(ctx context.Context, h *harness.Harness, key client
 
 // settleWriters are the components whose writes keep the pool from
 // settling: every one but the simulators and the driver.
-var settleWriters = []string{componentCAPI, componentBootstrap, componentInfra, ComponentUnknown}
+var settleWriters = []string{requests.ComponentCAPI, requests.ComponentBootstrap, requests.ComponentInfra, requests.ComponentUnknown}
 
 // waitQuiet waits until no component but the simulators and the driver
-// wrote for quiet.
-func waitQuiet(ctx context.Context, r *Recorder, quiet, timeout time.Duration) error {
-	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, timeout, false, func(context.Context) (bool, error) {
-		return time.Since(r.LastWrite(settleWriters...)) >= quiet, nil
+// wrote for quiet, and returns the counts then.
+func waitQuiet(ctx context.Context, counts *counters, quiet, timeout time.Duration) (requests.State, error) {
+	var state requests.State
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, timeout, false, func(ctx context.Context) (bool, error) {
+		var err error
+		if state, err = counts.State(ctx); err != nil {
+			return false, err
+		}
+		return time.Since(state.LastWriteOf(settleWriters...)) >= quiet, nil
 	})
 	if err != nil {
-		return fmt.Errorf("the controllers still wrote %s after the pool was running: %w", timeout, err)
+		return state, fmt.Errorf("the controllers still wrote %s after the pool was running: %w", timeout, err)
+	}
+	return state, nil
+}
+
+// counters are the request counts of this process and of the provider
+// processes.
+type counters struct {
+	local   *requests.Recorder
+	remotes []requests.Remote
+}
+
+// Reset forgets every count so far.
+func (c *counters) Reset(ctx context.Context) error {
+	c.local.Reset()
+	for _, r := range c.remotes {
+		if err := r.Reset(ctx); err != nil {
+			return err
+		}
 	}
 	return nil
+}
+
+// State sums the counts of every process.
+func (c *counters) State(ctx context.Context) (requests.State, error) {
+	states := []requests.State{c.local.State()}
+	for _, r := range c.remotes {
+		s, err := r.State(ctx)
+		if err != nil {
+			return requests.State{}, err
+		}
+		states = append(states, s)
+	}
+	return requests.Merge(states...), nil
 }
 
 // machineTimes is what the driver saw of one Machine.

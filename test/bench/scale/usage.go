@@ -24,12 +24,16 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/cozystack/cluster-api-workers/test/harness/components"
 )
 
 // ProcessUsage is the CPU one process used over the scale-up and its peak
-// resident memory over its life.
+// resident memory up to the end of the idle window.
 type ProcessUsage struct {
-	Name       string  `json:"name"`
+	Name string `json:"name"`
+	// Component is set for a provider process (test/harness/components).
+	Component  string  `json:"component,omitempty"`
 	PID        int     `json:"pid"`
 	CPUSeconds float64 `json:"cpuSeconds"`
 	PeakRSSMiB float64 `json:"peakRSSMiB"`
@@ -38,23 +42,31 @@ type ProcessUsage struct {
 // clockTicks is USER_HZ, which Linux fixes at 100 for /proc/<pid>/stat.
 const clockTicks = 100
 
-// processUsage reads the benchmark process (every controller and the
-// simulators: the harness runs them in-process) and its child processes
-// (the apiservers, etcd and kube-controller-manager).
-func processUsage() (map[int]ProcessUsage, error) {
+// processUsage reads the benchmark process (Cluster API, the webhooks, the
+// simulators, and the providers unless they run as processes) and its
+// child processes (the provider processes, named by names, the apiservers,
+// etcd and kube-controller-manager).
+func processUsage(names map[int]components.Name) (map[int]ProcessUsage, error) {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return nil, fmt.Errorf("reading this process's resource usage: %w", err)
 	}
 	self := os.Getpid()
+	name := "benchmark process (Cluster API, webhooks, simulators, providers)"
+	if len(names) > 0 {
+		name = "benchmark process (Cluster API, webhooks, simulators)"
+	}
 	out := map[int]ProcessUsage{self: {
-		Name:       "benchmark process (controllers, webhooks, simulators)",
+		Name:       name,
 		PID:        self,
 		CPUSeconds: tv(ru.Utime) + tv(ru.Stime),
 		PeakRSSMiB: float64(ru.Maxrss) / 1024, // KiB on Linux
 	}}
 	for _, pid := range children(self) {
 		if u, err := readProc(pid); err == nil {
+			if n, ok := names[pid]; ok {
+				u.Name, u.Component = string(n)+" provider process", string(n)
+			}
 			out[pid] = u
 		}
 	}
@@ -115,12 +127,16 @@ func readProc(pid int) (ProcessUsage, error) {
 	return u, nil
 }
 
-// usageDelta is the CPU each process used between two readings; processes
-// that started in between count from zero.
-func usageDelta(before, after map[int]ProcessUsage) []ProcessUsage {
+// usageDelta is the CPU each process used between the first two readings
+// (processes that started in between count from zero) and its peak RSS at
+// the last.
+func usageDelta(before, after, end map[int]ProcessUsage) []ProcessUsage {
 	out := make([]ProcessUsage, 0, len(after))
 	for pid, a := range after {
 		a.CPUSeconds -= before[pid].CPUSeconds
+		if e, ok := end[pid]; ok {
+			a.PeakRSSMiB = max(a.PeakRSSMiB, e.PeakRSSMiB)
+		}
 		out = append(out, a)
 	}
 	// In start order: the benchmark, then the management apiserver's

@@ -14,8 +14,10 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-// Command bench-scale runs one scale benchmark (test/bench/scale) and
-// prints its report as Markdown; -json also writes it as JSON.
+// Command bench-scale runs one side-by-side scale benchmark
+// (test/bench/scale): the Kairos pool, then the kubeadm peer, at the same N,
+// each with the providers as processes, then the floor. It prints the
+// comparison as Markdown; -json also writes it as JSON.
 package main
 
 import (
@@ -44,7 +46,7 @@ func main() {
 
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
-	report, err := scale.Run(ctx, cfg)
+	report, err := scale.RunSideBySide(ctx, cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench-scale:", err)
 		os.Exit(1)
