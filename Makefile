@@ -93,7 +93,7 @@ release-manifests: ## Write components, metadata and cluster templates to RELEAS
 ##@ Benchmarks (not part of CI)
 
 .PHONY: bench-scale
-bench-scale: ## Drive a Kairos MachineDeployment from 0 to N in the harness (N="10 100", BOOT_DELAY, IDLE, OUT); writes a report.
+bench-scale: ## Side by side, Kairos then the kubeadm peer from 0 to N machines in the harness, providers as processes (N="10 100", BOOT_DELAY, IDLE, TIMEOUT, OUT); writes a report.
 	hack/bench-scale.sh
 
 ##@ Real guests (needs root and QEMU; not part of CI yet)

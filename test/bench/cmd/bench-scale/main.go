@@ -41,6 +41,7 @@ func main() {
 	flag.DurationVar(&cfg.Quiet, "quiet", 15*time.Second, "how long the controllers must not write before the pool counts as settled")
 	flag.DurationVar(&cfg.IdleWindow, "idle", 2*time.Minute, "how long resourceVersions must stay unchanged after the pool settled")
 	flag.IntVar(&cfg.FloorWorkers, "floor-workers", 10, "parallel clients writing the floor's objects")
+	flag.StringVar(&cfg.ProcessLogDir, "process-logs", "", "keep the provider processes' logs in this directory (kairos/, kubeadm/)")
 	jsonOut := flag.String("json", "", "also write the report as JSON to this file")
 	flag.Parse()
 
