@@ -49,17 +49,17 @@ const (
 	// DefaultKubeAPIQPS and DefaultKubeAPIBurst limit requests to the
 	// management API server.
 	DefaultKubeAPIQPS   float32 = 20
-	DefaultKubeAPIBurst         = 30
+	DefaultKubeAPIBurst int     = 30
 	// DefaultClusterCacheClientQPS and DefaultClusterCacheClientBurst limit
 	// requests to each workload API server.
 	DefaultClusterCacheClientQPS   float32 = 20
-	DefaultClusterCacheClientBurst         = 30
+	DefaultClusterCacheClientBurst int     = 30
 	// DefaultClusterCacheConcurrency is how many clusters' connections are
 	// handled at once.
-	DefaultClusterCacheConcurrency = 100
+	DefaultClusterCacheConcurrency int = 100
 	// DefaultKairosConfigConcurrency is how many KairosConfigs are
 	// reconciled at once.
-	DefaultKairosConfigConcurrency = 10
+	DefaultKairosConfigConcurrency int = 10
 )
 
 // AddToScheme adds every API the provider reads or writes.

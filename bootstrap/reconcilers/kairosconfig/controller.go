@@ -34,6 +34,7 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/controllers/clustercache"
 	"sigs.k8s.io/cluster-api/util"
+	"sigs.k8s.io/cluster-api/util/annotations"
 	"sigs.k8s.io/cluster-api/util/certs"
 	"sigs.k8s.io/cluster-api/util/conditions"
 	"sigs.k8s.io/cluster-api/util/finalizers"
@@ -70,13 +71,16 @@ const (
 
 // Reconciler reconciles KairosConfigs.
 type Reconciler struct {
-	// Client reads and writes management objects; it does not cache Secrets.
+	// Client reads management objects from the cache (infrastructure
+	// objects and templates of any provider as unstructured) and writes
+	// them; it reads Secrets directly.
 	Client client.Client
-	// SecretCachingClient reads cluster-labelled Secrets (the cluster CA)
-	// from the cache.
+	// SecretCachingClient reads cluster-labelled Secrets (the cluster CA,
+	// our token records) from the cache.
 	SecretCachingClient client.Client
-	// APIReader reads infrastructure objects and templates of any provider
-	// without starting informers for their kinds.
+	// APIReader reads what the cache cannot be trusted with: a Secret that
+	// already exists although the cache has not seen it, and the token
+	// record before the finalizer goes.
 	APIReader client.Reader
 	// ClusterCache gives clients and watches for workload clusters.
 	ClusterCache clustercache.ClusterCache
@@ -88,6 +92,7 @@ type Reconciler struct {
 
 	controller controller.Controller
 	now        func() time.Time
+	expect     *expectations
 }
 
 // SetupWithManager registers the reconciler and its watches.
@@ -101,6 +106,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 	if r.now == nil {
 		r.now = time.Now
 	}
+	r.expect = newExpectations()
 	log := ctrl.LoggerFrom(ctx).WithValues("controller", "kairosconfig")
 	c, err := ctrl.NewControllerManagedBy(mgr).
 		For(&bootstrapv1.KairosConfig{}).
@@ -132,7 +138,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	log := ctrl.LoggerFrom(ctx)
 	config := &bootstrapv1.KairosConfig{}
 	if err := r.Client.Get(ctx, req.NamespacedName, config); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.expect.forget(req.NamespacedName)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if r.expect.cacheBehind(req.NamespacedName, config.ResourceVersion) {
+		// The event of our last write will reconcile the config again.
+		log.V(4).Info("The cache has not seen the last write to the KairosConfig yet, waiting")
+		return ctrl.Result{}, nil
 	}
 
 	machine, machineGone, err := r.ownerMachine(ctx, config)
@@ -168,24 +182,35 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		return ctrl.Result{}, nil
 	}
 
-	if added, err := finalizers.EnsureFinalizer(ctx, r.Client, config, bootstrapv1.ConfigFinalizer); err != nil || added {
+	// Our writes to the config go through writes, so that a reconcile on a
+	// cache that has not seen them yet can be told apart.
+	before, writes := config.ResourceVersion, &versionRecorder{Client: r.Client}
+	if added, err := finalizers.EnsureFinalizer(ctx, writes, config, bootstrapv1.ConfigFinalizer); err != nil || added {
+		r.expect.wroteConfig(req.NamespacedName, before, writes.written)
 		return ctrl.Result{}, err
 	}
 
-	patchHelper, err := patch.NewHelper(config, r.Client)
+	patchHelper, err := patch.NewHelper(config, writes)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if isPaused, requeue, err := paused.EnsurePausedCondition(ctx, r.Client, cluster, config); err != nil || isPaused || requeue {
+	if annotations.IsPaused(cluster, config) {
+		// Record that, and nothing else, as Cluster API's controllers do.
+		_, _, err := paused.EnsurePausedCondition(ctx, writes, cluster, config)
+		r.expect.wroteConfig(req.NamespacedName, before, writes.written)
 		return ctrl.Result{}, err
 	}
+	// Not paused: the condition goes out with this reconcile's patch rather
+	// than a patch of its own (one write fewer per Machine).
+	conditions.Set(config, metav1.Condition{Type: clusterv1.PausedCondition, Status: metav1.ConditionFalse, Reason: clusterv1.NotPausedReason})
+	s := &scope{config: config, machine: machine, cluster: cluster}
 	defer func() {
 		if err := r.patch(ctx, patchHelper, config, rerr == nil); err != nil {
 			rerr = kerrors.NewAggregate([]error{rerr, err})
 		}
+		r.expect.wroteConfig(req.NamespacedName, before, writes.written)
 	}()
 
-	s := &scope{config: config, machine: machine, cluster: cluster}
 	if !config.DeletionTimestamp.IsZero() {
 		return r.reconcileDelete(ctx, s)
 	}
@@ -292,7 +317,7 @@ func (r *Reconciler) render(ctx context.Context, s *scope) (ctrl.Result, error) 
 	}
 
 	if machine.Spec.Version != "" {
-		image, err := resolveImageVersion(ctx, r.APIReader, machine)
+		image, err := resolveImageVersion(ctx, r.Client, machine)
 		if err != nil {
 			if errors.Is(err, errInfrastructureNotFound) {
 				markWaiting(config, bootstrapv1.WaitingForInfrastructureReason,
@@ -487,10 +512,48 @@ func filePermissions(s string, fromSecret bool) (uint32, error) {
 	return uint32(v), nil
 }
 
-// storedToken reads the token kept in our management Secret.
+// storedToken reads the token kept in our management Secret, from the
+// cache.
 func (r *Reconciler) storedToken(ctx context.Context, config *bootstrapv1.KairosConfig) (token, bool, error) {
+	t, found, err := readStoredToken(ctx, r.SecretCachingClient, config)
+	if errors.Is(err, errNoSecretData) {
+		// A cache that drops Secret data (not set up with
+		// SecretCacheOptions): correct, but every reconcile reads.
+		t, found, err = r.liveStoredToken(ctx, config)
+	}
+	if err != nil {
+		return token{}, false, err
+	}
+	key := client.ObjectKeyFromObject(config)
+	if !found {
+		r.expect.tokenRecordGone(key)
+		return token{}, false, nil
+	}
+	if r.expect.tokenRevoked(key, t.ID) {
+		// Deleted by us; the cache has not seen the deletion yet.
+		return token{}, false, nil
+	}
+	return t, true, nil
+}
+
+// liveStoredToken reads the token kept in our management Secret from the
+// API server.
+func (r *Reconciler) liveStoredToken(ctx context.Context, config *bootstrapv1.KairosConfig) (token, bool, error) {
+	t, found, err := readStoredToken(ctx, r.APIReader, config)
+	if errors.Is(err, errNoSecretData) {
+		return token{}, false, nil
+	}
+	return t, found, err
+}
+
+// errNoSecretData means a Secret was read without any data.
+var errNoSecretData = errors.New("the Secret was read without data")
+
+// readStoredToken reads the token kept in our management Secret through
+// reader.
+func readStoredToken(ctx context.Context, reader client.Reader, config *bootstrapv1.KairosConfig) (token, bool, error) {
 	s := &corev1.Secret{}
-	err := r.Client.Get(ctx, client.ObjectKey{Namespace: config.Namespace, Name: tokenSecretName(config.Name)}, s)
+	err := reader.Get(ctx, client.ObjectKey{Namespace: config.Namespace, Name: tokenSecretName(config.Name)}, s)
 	if apierrors.IsNotFound(err) {
 		return token{}, false, nil
 	}
@@ -500,57 +563,100 @@ func (r *Reconciler) storedToken(ctx context.Context, config *bootstrapv1.Kairos
 	if !util.IsControlledBy(s, config, bootstrapv1.GroupVersion.WithKind("KairosConfig").GroupKind()) {
 		return token{}, false, fmt.Errorf("the Secret %s exists but is not controlled by this KairosConfig", s.Name)
 	}
+	if s.Data == nil {
+		return token{}, false, errNoSecretData
+	}
 	return readTokenSecret(s)
 }
 
 // ensureToken returns the Machine's token, creating it when there is none.
 // The token is stored in our management Secret before it is created in the
 // workload cluster, so a restart in between never mints a second token and
-// never loses track of one.
+// never loses track of one. A record the cache has not seen yet makes the
+// create fail, and the record is then read directly.
 func (r *Reconciler) ensureToken(ctx context.Context, s *scope, remote client.Client) (token, error) {
 	t, found, err := r.storedToken(ctx, s.config)
 	if err != nil {
 		return token{}, err
 	}
-	if !found {
-		if t, err = newToken(r.now(), r.TokenTTL); err != nil {
+	if found {
+		// A record from an earlier attempt: the workload token may or may
+		// not exist yet, so look.
+		return r.syncWorkloadToken(ctx, s, remote, t)
+	}
+	if t, err = newToken(r.now(), r.TokenTTL); err != nil {
+		return token{}, err
+	}
+	err = r.Client.Create(ctx, managementTokenSecret(s.config, s.cluster.Name, t))
+	if apierrors.IsAlreadyExists(err) {
+		stored, found, err := r.liveStoredToken(ctx, s.config)
+		if err != nil {
 			return token{}, err
 		}
-		if err := r.Client.Create(ctx, managementTokenSecret(s.config, s.cluster.Name, t)); err != nil {
-			return token{}, fmt.Errorf("storing the bootstrap token: %w", err)
+		if !found {
+			return token{}, fmt.Errorf("the token Secret %s exists but holds no token", tokenSecretName(s.config.Name))
 		}
-		ctrl.LoggerFrom(ctx).Info("Created a bootstrap token", "tokenID", t.ID, "expiration", t.Expiration)
+		return r.syncWorkloadToken(ctx, s, remote, stored)
 	}
-	return r.syncWorkloadToken(ctx, s, remote, t)
+	if err != nil {
+		return token{}, fmt.Errorf("storing the bootstrap token: %w", err)
+	}
+	ctrl.LoggerFrom(ctx).Info("Created a bootstrap token", "tokenID", t.ID, "expiration", t.Expiration)
+	created, err := createWorkloadToken(ctx, remote, s.config, t)
+	if err != nil {
+		return token{}, err
+	}
+	if !created {
+		// Another token with this ID: only reuse it if it is ours.
+		return r.syncWorkloadToken(ctx, s, remote, t)
+	}
+	return t, nil
 }
 
-// syncWorkloadToken creates or extends the workload token and records the
-// new expiry in our Secret.
+// syncWorkloadToken reads the workload token, creates or extends it, and
+// records the new expiry in our Secret. Only used when it is not known
+// whether the workload token exists.
 func (r *Reconciler) syncWorkloadToken(ctx context.Context, s *scope, remote client.Client, t token) (token, error) {
 	updated, err := ensureWorkloadToken(ctx, remote, s.config, t, r.now(), r.TokenTTL)
 	if err != nil {
 		return token{}, err
 	}
-	if !updated.Expiration.Equal(t.Expiration) {
-		stored := managementTokenSecret(s.config, s.cluster.Name, updated)
-		if err := r.Client.Update(ctx, stored); err != nil {
-			return token{}, fmt.Errorf("recording the token expiration: %w", err)
-		}
-		ctrl.LoggerFrom(ctx).V(2).Info("Extended the bootstrap token", "tokenID", updated.ID, "expiration", updated.Expiration)
-	}
-	return updated, nil
+	return updated, r.recordExpiration(ctx, s, t, updated)
 }
 
-// keepTokenAlive refreshes the token while the node has not joined.
+// recordExpiration writes a token's new expiry to our Secret.
+func (r *Reconciler) recordExpiration(ctx context.Context, s *scope, before, after token) error {
+	if after.Expiration.Equal(before.Expiration) {
+		return nil
+	}
+	if err := r.Client.Update(ctx, managementTokenSecret(s.config, s.cluster.Name, after)); err != nil {
+		return fmt.Errorf("recording the token expiration: %w", err)
+	}
+	ctrl.LoggerFrom(ctx).V(2).Info("Extended the bootstrap token", "tokenID", after.ID, "expiration", after.Expiration)
+	return nil
+}
+
+// keepTokenAlive refreshes the token while the node has not joined. The
+// expiry our Secret records is the workload token's, so nothing is read
+// from the workload cluster: the token is extended (or created again, if
+// it vanished) once a third of its TTL has passed.
 func (r *Reconciler) keepTokenAlive(ctx context.Context, s *scope, t token) (ctrl.Result, error) {
+	if err := r.watchNodes(ctx, s.cluster); err != nil {
+		return ctrl.Result{}, err
+	}
+	now := r.now()
+	if !t.Expiration.IsZero() && !needsRefresh(t.Expiration, now, r.TokenTTL) {
+		return ctrl.Result{RequeueAfter: refreshInterval(r.TokenTTL)}, nil
+	}
 	remote, err := r.ClusterCache.GetClient(ctx, util.ObjectKey(s.cluster))
 	if err != nil {
 		return r.workloadUnavailable(ctx, s, err)
 	}
-	if _, err := r.syncWorkloadToken(ctx, s, remote, t); err != nil {
+	extended, err := extendWorkloadToken(ctx, remote, s.config, t, now, r.TokenTTL)
+	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if err := r.watchNodes(ctx, s.cluster); err != nil {
+	if err := r.recordExpiration(ctx, s, t, extended); err != nil {
 		return ctrl.Result{}, err
 	}
 	return ctrl.Result{RequeueAfter: refreshInterval(r.TokenTTL)}, nil
@@ -588,11 +694,20 @@ func (r *Reconciler) revokeToken(ctx context.Context, s *scope) (ctrl.Result, er
 	if err != nil || !found {
 		return ctrl.Result{}, err
 	}
+	return r.revoke(ctx, s, t)
+}
+
+// revoke revokes t; a zero result without error means our record is gone.
+func (r *Reconciler) revoke(ctx context.Context, s *scope, t token) (ctrl.Result, error) {
 	remote, err := r.ClusterCache.GetClient(ctx, util.ObjectKey(s.cluster))
 	if err != nil {
 		if !t.Expiration.IsZero() && r.now().After(t.Expiration) {
 			ctrl.LoggerFrom(ctx).Info("Workload cluster unreachable; the bootstrap token has expired, forgetting it", "tokenID", t.ID)
-			return ctrl.Result{}, r.forgetToken(ctx, s.config)
+			if err := r.forgetToken(ctx, s.config); err != nil {
+				return ctrl.Result{}, err
+			}
+			r.expect.revokedToken(client.ObjectKeyFromObject(s.config), t.ID)
+			return ctrl.Result{}, nil
 		}
 		ctrl.LoggerFrom(ctx).Info("Workload cluster unreachable; will retry revoking the bootstrap token", "tokenID", t.ID, "expiration", t.Expiration)
 		return ctrl.Result{RequeueAfter: waitForWorkloadInterval}, nil
@@ -601,7 +716,11 @@ func (r *Reconciler) revokeToken(ctx context.Context, s *scope) (ctrl.Result, er
 		return ctrl.Result{}, err
 	}
 	ctrl.LoggerFrom(ctx).Info("Revoked the bootstrap token", "tokenID", t.ID)
-	return ctrl.Result{}, r.forgetToken(ctx, s.config)
+	if err := r.forgetToken(ctx, s.config); err != nil {
+		return ctrl.Result{}, err
+	}
+	r.expect.revokedToken(client.ObjectKeyFromObject(s.config), t.ID)
+	return ctrl.Result{}, nil
 }
 
 // forgetToken deletes our record of the token.
@@ -627,14 +746,18 @@ func (r *Reconciler) removeFinalizer(ctx context.Context, config *bootstrapv1.Ka
 	return nil
 }
 
+// reconcileDelete revokes the token before the finalizer goes. The record
+// is read directly: this is the last chance to revoke a token, and a cache
+// that has not yet seen a record created moments ago must not leak it.
 func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) (ctrl.Result, error) {
-	res, err := r.revokeToken(ctx, s)
-	if err != nil || !res.IsZero() {
-		return res, err
-	}
-	_, found, err := r.storedToken(ctx, s.config)
-	if err != nil || found {
+	t, found, err := r.liveStoredToken(ctx, s.config)
+	if err != nil {
 		return ctrl.Result{}, err
+	}
+	if found {
+		if res, err := r.revoke(ctx, s, t); err != nil || !res.IsZero() {
+			return res, err
+		}
 	}
 	controllerutil.RemoveFinalizer(s.config, bootstrapv1.ConfigFinalizer)
 	return ctrl.Result{}, nil
@@ -691,15 +814,17 @@ func (r *Reconciler) storeBootstrapData(ctx context.Context, s *scope, data []by
 			"format": []byte(bootstrapv1.DataFormatCloudConfig),
 		},
 	}
-	existing := &corev1.Secret{}
-	err := r.Client.Get(ctx, client.ObjectKeyFromObject(desired), existing)
-	if apierrors.IsNotFound(err) {
-		if err := r.Client.Create(ctx, desired); err != nil {
-			return fmt.Errorf("creating the bootstrap data Secret: %w", err)
-		}
+	// Usually the Secret is new; only an existing one is read (directly:
+	// the cache keeps no bootstrap data).
+	err := r.Client.Create(ctx, desired)
+	if err == nil {
 		return nil
 	}
-	if err != nil {
+	if !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating the bootstrap data Secret: %w", err)
+	}
+	existing := &corev1.Secret{}
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(desired), existing); err != nil {
 		return fmt.Errorf("reading the bootstrap data Secret: %w", err)
 	}
 	if !util.IsControlledBy(existing, s.config, bootstrapv1.GroupVersion.WithKind("KairosConfig").GroupKind()) {

@@ -115,6 +115,10 @@ type controllerManager struct {
 	done         chan struct{}
 	once         sync.Once
 	clusterCache clustercache.ClusterCache
+	// reconciler is the running controller's; tests copy its clients.
+	reconciler *Reconciler
+	// requests records what the manager sends to the API servers.
+	requests *requestLog
 }
 
 // stop stops the manager and the ClusterCache's workload connections
@@ -136,7 +140,9 @@ func startController(t *testing.T, ttl time.Duration) *controllerManager {
 	t.Helper()
 	// Informer names are process-wide, so each manager gets its own name.
 	name := fmt.Sprintf("kairos-test-%d", managerCount.Add(1))
-	mgr, err := ctrl.NewManager(mgmt.Config, ctrl.Options{
+	requests := &requestLog{}
+	mgr, err := ctrl.NewManager(requests.wrapConfig(mgmt.Config), ctrl.Options{
+		BaseContext:            func() context.Context { return requests.into(context.Background()) },
 		Scheme:                 scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
@@ -168,13 +174,13 @@ func startController(t *testing.T, ttl time.Duration) *controllerManager {
 		Client:              mgr.GetClient(),
 		SecretCachingClient: secretCachingClient,
 		APIReader:           mgr.GetAPIReader(),
-		ClusterCache:        cc,
+		ClusterCache:        recordingClusterCache{ClusterCache: cc},
 		TokenTTL:            ttl,
 	}
 	if err := r.SetupWithManager(ctx, mgr, opts); err != nil {
 		t.Fatal(err)
 	}
-	c := &controllerManager{cancel: cancel, done: make(chan struct{}), clusterCache: cc}
+	c := &controllerManager{cancel: cancel, done: make(chan struct{}), clusterCache: cc, reconciler: r, requests: requests}
 	go func() {
 		defer close(c.done)
 		if err := mgr.Start(ctx); err != nil {

@@ -20,12 +20,14 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
 	bootstraputil "k8s.io/cluster-bootstrap/token/util"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -170,8 +172,9 @@ func needsRefresh(expiration, now time.Time, ttl time.Duration) bool {
 // refreshInterval is how often a live token is checked.
 func refreshInterval(ttl time.Duration) time.Duration { return ttl / 3 }
 
-// ensureWorkloadToken creates the workload token Secret, or pushes out its
-// expiry when due. A Secret that vanished (expired and cleaned up, or
+// ensureWorkloadToken reads the workload token Secret and creates it, or
+// pushes out its expiry when due; used where it is not known whether the
+// Secret exists (a token recorded by an earlier attempt). A Secret that vanished (expired and cleaned up, or
 // deleted by hand) while the node has not joined is created again with the
 // same value, so the rendered bootstrap data stays valid.
 func ensureWorkloadToken(ctx context.Context, remote client.Client, config *bootstrapv1.KairosConfig, t token, now time.Time, ttl time.Duration) (token, error) {
@@ -199,6 +202,45 @@ func ensureWorkloadToken(ctx context.Context, remote client.Client, config *boot
 	t.Expiration = now.Add(ttl).UTC().Truncate(time.Second)
 	existing.Data[bootstrapapi.BootstrapTokenExpirationKey] = []byte(t.Expiration.Format(time.RFC3339))
 	if err := remote.Update(ctx, existing); err != nil {
+		return t, fmt.Errorf("extending bootstrap token %s in the workload cluster: %w", t.ID, err)
+	}
+	return t, nil
+}
+
+// createWorkloadToken creates the workload token Secret of a token just
+// minted; created is false when a Secret of that name already exists.
+func createWorkloadToken(ctx context.Context, remote client.Client, config *bootstrapv1.KairosConfig, t token) (created bool, err error) {
+	err = remote.Create(ctx, workloadTokenSecret(config, t))
+	if apierrors.IsAlreadyExists(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("creating bootstrap token %s in the workload cluster: %w", t.ID, err)
+	}
+	return true, nil
+}
+
+// extendWorkloadToken pushes a token's expiry out to now+ttl with a patch
+// of that one key, without reading the Secret first. A Secret that
+// vanished (deleted by hand) is created again with the same value, so the
+// rendered bootstrap data stays valid.
+func extendWorkloadToken(ctx context.Context, remote client.Client, config *bootstrapv1.KairosConfig, t token, now time.Time, ttl time.Duration) (token, error) {
+	t.Expiration = now.Add(ttl).UTC().Truncate(time.Second)
+	patch, err := json.Marshal(map[string]any{"data": map[string][]byte{
+		bootstrapapi.BootstrapTokenExpirationKey: []byte(t.Expiration.Format(time.RFC3339)),
+	}})
+	if err != nil {
+		return t, err
+	}
+	existing := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceSystem, Name: bootstraputil.BootstrapTokenSecretName(t.ID)}}
+	err = remote.Patch(ctx, existing, client.RawPatch(types.MergePatchType, patch))
+	if apierrors.IsNotFound(err) {
+		if err := remote.Create(ctx, workloadTokenSecret(config, t)); err != nil {
+			return t, fmt.Errorf("creating bootstrap token %s in the workload cluster again: %w", t.ID, err)
+		}
+		return t, nil
+	}
+	if err != nil {
 		return t, fmt.Errorf("extending bootstrap token %s in the workload cluster: %w", t.ID, err)
 	}
 	return t, nil

@@ -1,0 +1,281 @@
+/*
+Copyright 2026 The Cozystack Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package kairosconfig
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
+	"k8s.io/utils/ptr"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util/conditions"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	bootstrapv1 "github.com/cozystack/cluster-api-workers/bootstrap/api/v1alpha1"
+)
+
+// The API load of the reconciler (issue 7): every read is a cache hit, and
+// each write happens once per Machine, even when reconciles outrun the
+// cache. The suite's managers record their requests (requests_test.go).
+
+// loadTTL is long, so that no refresh falls into a test.
+const loadTTL = time.Hour
+
+// requestsOf selects the requests about one fixture's worker: management
+// requests in its namespace, workload requests for its token.
+func requestsOf(f *fixture, tokenID string) func(request) bool {
+	return func(r request) bool {
+		if r.cluster == "workload" {
+			return r.name == bootstrapapi.BootstrapTokenSecretPrefix+tokenID
+		}
+		return r.namespace == f.namespace
+	}
+}
+
+// settled waits until the manager's cache shows what the controller wrote:
+// the config rendered and ready, and the token record as stored (or gone).
+func settled(g Gomega, cm *controllerManager, w *worker, recordWanted bool) {
+	g.Eventually(func(g Gomega) {
+		cfg := &bootstrapv1.KairosConfig{}
+		g.Expect(cm.reconciler.Client.Get(suiteCtx, client.ObjectKeyFromObject(w.config), cfg)).To(Succeed())
+		g.Expect(cfg.Status.Initialization.DataSecretCreated).To(Equal(ptr.To(true)))
+		g.Expect(conditions.IsTrue(cfg, bootstrapv1.ReadyCondition)).To(BeTrue())
+		_, found, err := readStoredToken(suiteCtx, cm.reconciler.SecretCachingClient, cfg)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(found).To(Equal(recordWanted))
+	}, eventually, 50*time.Millisecond).Should(Succeed())
+}
+
+// reconcileAlone runs one Reconcile of w's config outside the controller,
+// with the manager's clients and cache and a clock of its own, and returns
+// the requests it sent.
+func reconcileAlone(g Gomega, cm *controllerManager, w *worker, now time.Time) (ctrl.Result, []string) {
+	r := &Reconciler{
+		Client:              cm.reconciler.Client,
+		SecretCachingClient: cm.reconciler.SecretCachingClient,
+		APIReader:           cm.reconciler.APIReader,
+		ClusterCache:        cm.reconciler.ClusterCache,
+		TokenTTL:            cm.reconciler.TokenTTL,
+		now:                 func() time.Time { return now },
+		expect:              newExpectations(),
+	}
+	log := &requestLog{}
+	res, err := r.Reconcile(log.into(context.Background()), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(w.config)})
+	g.Expect(err).NotTo(HaveOccurred())
+	return res, log.all()
+}
+
+func TestOneMachineIsWrittenOnceFromCreationToJoin(t *testing.T) {
+	cm := startController(t, loadTTL)
+	f := newFixture(t, readyCluster)
+	g := f.g
+	// A workload cluster not connected yet is a wait the status reports;
+	// this test counts the writes of a Machine that does not wait.
+	g.Eventually(func() error {
+		_, err := cm.clusterCache.GetClient(suiteCtx, client.ObjectKeyFromObject(f.cluster))
+		return err
+	}, eventually, 50*time.Millisecond).Should(Succeed())
+	w := f.newWorker("worker-0", machineOptions{vmName: "load-vm"})
+	f.waitForData(w)
+	tok, _ := f.storedToken(w)
+	ours := requestsOf(f, tok.ID)
+	writes := func(r request) bool { return ours(r) && r.verb != "GET" }
+	reads := func(r request) bool { return ours(r) && r.verb == "GET" }
+
+	// Until the data is ready: the finalizer, the status (its conditions
+	// and its fields are two patches of Cluster API's patch helper), our
+	// token record, the workload token and the bootstrap data. Nothing
+	// more, though the Machine's and the Cluster's events reconcile the
+	// config again and again.
+	ns := f.namespace
+	rendered := []string{
+		"management PATCH kairosconfigs " + ns + "/worker-0",
+		"management PATCH kairosconfigs/status " + ns + "/worker-0",
+		"management PATCH kairosconfigs/status " + ns + "/worker-0",
+		"management POST secrets (list) " + ns + "/",
+		"management POST secrets (list) " + ns + "/",
+		"workload POST secrets kube-system/" + bootstrapapi.BootstrapTokenSecretPrefix + tok.ID,
+	}
+	settled(g, cm, w, true)
+	g.Consistently(func() []string { return cm.requests.matching(writes) }, time.Second, 100*time.Millisecond).Should(ConsistOf(rendered))
+
+	// The node joins: the workload token and our record are deleted, once.
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "load-vm"}, Spec: corev1.NodeSpec{ProviderID: "kubevirt://load-vm"}}
+	g.Expect(workload.Client.Create(suiteCtx, node)).To(Succeed())
+	t.Cleanup(func() { _ = workload.Client.Delete(suiteCtx, node) })
+	g.Expect(mgmt.Client.Get(suiteCtx, client.ObjectKeyFromObject(w.machine), w.machine)).To(Succeed())
+	w.machine.Status.NodeRef = clusterv1.MachineNodeReference{Name: "load-vm"}
+	g.Expect(mgmt.Client.Status().Update(suiteCtx, w.machine)).To(Succeed())
+	joined := append(rendered,
+		"workload DELETE secrets kube-system/"+bootstrapapi.BootstrapTokenSecretPrefix+tok.ID,
+		"management DELETE secrets "+ns+"/"+tokenSecretName(w.config.Name),
+	)
+	g.Eventually(func() []string { return cm.requests.matching(writes) }, eventually, 50*time.Millisecond).Should(ConsistOf(joined))
+	settled(g, cm, w, false)
+	g.Consistently(func() []string { return cm.requests.matching(writes) }, time.Second, 100*time.Millisecond).Should(ConsistOf(joined))
+
+	// Every read of the controller was a cache hit.
+	g.Expect(cm.requests.matching(reads)).To(BeEmpty())
+
+	// A joined Machine's config costs nothing to reconcile.
+	res, requests := reconcileAlone(g, cm, w, time.Now())
+	g.Expect(requests).To(BeEmpty())
+	g.Expect(res.IsZero()).To(BeTrue())
+}
+
+func TestAReadyConfigIsReconciledWithoutRequests(t *testing.T) {
+	cm := startController(t, loadTTL)
+	f := newFixture(t, readyCluster)
+	g := f.g
+	w := f.newWorker("worker-0", machineOptions{vmName: "ready-vm"})
+	f.waitForData(w)
+	settled(g, cm, w, true)
+
+	// Waiting for the node with a token that needs no refresh: no reads
+	// (not of the token record, not of the workload token), no writes.
+	res, requests := reconcileAlone(g, cm, w, time.Now())
+	g.Expect(requests).To(BeEmpty())
+	g.Expect(res.RequeueAfter).To(Equal(refreshInterval(loadTTL)))
+}
+
+func TestADueRefreshPatchesTheTokenWithoutReadingIt(t *testing.T) {
+	cm := startController(t, loadTTL)
+	f := newFixture(t, readyCluster)
+	g := f.g
+	w := f.newWorker("worker-0", machineOptions{vmName: "due-vm"})
+	f.waitForData(w)
+	settled(g, cm, w, true)
+	tok, _ := f.storedToken(w)
+
+	// Half the TTL later the expiry is pushed out: one patch of the
+	// workload token and one update of our record, nothing read.
+	later := time.Now().Add(loadTTL / 2)
+	res, requests := reconcileAlone(g, cm, w, later)
+	g.Expect(requests).To(ConsistOf(
+		"workload PATCH secrets kube-system/"+bootstrapapi.BootstrapTokenSecretPrefix+tok.ID,
+		"management PUT secrets "+f.namespace+"/"+tokenSecretName(w.config.Name),
+	))
+	g.Expect(res.RequeueAfter).To(Equal(refreshInterval(loadTTL)))
+	want := later.Add(loadTTL).UTC().Truncate(time.Second).Format(time.RFC3339)
+	remote, err := workloadToken(tok.ID)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(string(remote.Data[bootstrapapi.BootstrapTokenExpirationKey])).To(Equal(want))
+	g.Expect(string(remote.Data[bootstrapapi.BootstrapTokenSecretKey])).To(Equal(tok.Secret), "the same token is extended")
+	stored, _ := f.storedToken(w)
+	g.Expect(stored.Expiration.Format(time.RFC3339)).To(Equal(want))
+
+	// A workload token deleted by hand comes back with the same value at
+	// the next refresh, still without a read.
+	g.Expect(workload.Client.Delete(suiteCtx, remote)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		s := &corev1.Secret{}
+		g.Expect(cm.reconciler.SecretCachingClient.Get(suiteCtx, client.ObjectKey{Namespace: f.namespace, Name: tokenSecretName(w.config.Name)}, s)).To(Succeed())
+		g.Expect(string(s.Data[expirationKey])).To(Equal(want))
+	}, eventually, 50*time.Millisecond).Should(Succeed())
+	_, requests = reconcileAlone(g, cm, w, later.Add(loadTTL/2))
+	g.Expect(requests).To(ConsistOf(
+		"workload PATCH secrets kube-system/"+bootstrapapi.BootstrapTokenSecretPrefix+tok.ID,
+		"workload POST secrets kube-system/"+bootstrapapi.BootstrapTokenSecretPrefix+tok.ID,
+		"management PUT secrets "+f.namespace+"/"+tokenSecretName(w.config.Name),
+	))
+	remote, err = workloadToken(tok.ID)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(string(remote.Data[bootstrapapi.BootstrapTokenSecretKey])).To(Equal(tok.Secret))
+}
+
+func TestExpectations(t *testing.T) {
+	key := client.ObjectKey{Namespace: "ns", Name: "c"}
+	tests := []struct {
+		name    string
+		before  string
+		written []string
+		cached  string
+		behind  bool
+	}{
+		{name: "the version before our write is behind", before: "1", written: []string{"2"}, cached: "1", behind: true},
+		{name: "a version between two of our writes is behind", before: "1", written: []string{"2", "3"}, cached: "2", behind: true},
+		{name: "our last write is up to date", before: "1", written: []string{"2", "3"}, cached: "3"},
+		{name: "a later write of someone else is up to date", before: "1", written: []string{"2"}, cached: "7"},
+		{name: "a write that changed nothing leaves nothing to wait for", before: "1", written: []string{"1"}, cached: "1"},
+		{name: "no write leaves nothing to wait for", before: "1", cached: "1"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			e := newExpectations()
+			e.wroteConfig(key, tt.before, tt.written)
+			g.Expect(e.cacheBehind(key, tt.cached)).To(Equal(tt.behind))
+			if !tt.behind {
+				g.Expect(e.staleVersions).To(BeEmpty(), "an up-to-date cache ends the expectation")
+			}
+		})
+	}
+
+	t.Run("a revoked token's cached record counts as gone until the cache drops it", func(t *testing.T) {
+		g := NewWithT(t)
+		e := newExpectations()
+		e.revokedToken(key, "abcdef")
+		g.Expect(e.tokenRevoked(key, "abcdef")).To(BeTrue())
+		g.Expect(e.tokenRevoked(key, "123456")).To(BeFalse(), "a new token of the same config is live")
+		e.tokenRecordGone(key)
+		g.Expect(e.revoked).To(BeEmpty())
+	})
+	t.Run("a config that is gone is forgotten", func(t *testing.T) {
+		g := NewWithT(t)
+		e := newExpectations()
+		e.wroteConfig(key, "1", []string{"2"})
+		e.revokedToken(key, "abcdef")
+		e.forget(key)
+		g.Expect(e.staleVersions).To(BeEmpty())
+		g.Expect(e.revoked).To(BeEmpty())
+	})
+}
+
+// A manager whose cache drops Secret data (Cluster API's bootstrap cache
+// options, not SecretCacheOptions) still finds the token, by reading it
+// directly.
+func TestTokenRecordWithoutCachedDataIsReadDirectly(t *testing.T) {
+	g := NewWithT(t)
+	config := &bootstrapv1.KairosConfig{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c", UID: "uid"}}
+	tok, err := newToken(time.Now(), time.Hour)
+	g.Expect(err).NotTo(HaveOccurred())
+	live := managementTokenSecret(config, "cluster", tok)
+	cached := live.DeepCopy()
+	cached.Data = nil
+	r := &Reconciler{
+		SecretCachingClient: fake.NewClientBuilder().WithScheme(scheme).WithObjects(cached).Build(),
+		APIReader:           fake.NewClientBuilder().WithScheme(scheme).WithObjects(live).Build(),
+		expect:              newExpectations(),
+	}
+	got, found, err := r.storedToken(context.Background(), config)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(found).To(BeTrue())
+	g.Expect(got.ID).To(Equal(tok.ID))
+
+	// A record without data even on the server holds no token.
+	r.APIReader = fake.NewClientBuilder().WithScheme(scheme).WithObjects(cached).Build()
+	_, found, err = r.storedToken(context.Background(), config)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(found).To(BeFalse())
+}
