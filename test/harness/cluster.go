@@ -76,8 +76,8 @@ type ControlPlanes interface {
 	StartControlPlane(ctx context.Context, cluster client.ObjectKey) (*envtest.Workload, error)
 }
 
-// CreateCluster starts a workload apiserver and creates the Cluster that
-// fronts it: a hosted control plane object (initialized, externally
+// CreateCluster starts a workload apiserver (or the control plane
+// opts.ControlPlanes starts) and creates the Cluster that fronts it: a hosted control plane object (initialized, externally
 // managed) with the kubeconfig and CA Secrets it owns, a KubeVirtCluster,
 // and the Cluster. It returns once Cluster API reports the control plane
 // initialized and the infrastructure provisioned.

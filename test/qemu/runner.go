@@ -342,6 +342,8 @@ func (r *Runner) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
 		Owns(&cdiv1.DataVolume{}).
 		// A VM boots DataVolumes that it does not own, too.
 		Watches(&cdiv1.DataVolume{}, handler.EnqueueRequestsFromMapFunc(r.vmsUsingDataVolume)).
+		// A VM waits for its cloud-init Secret to exist.
+		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.vmsUsingSecret)).
 		WithOptions(opts).
 		Complete(reconcile.Func(r.reconcileVirtualMachine)); err != nil {
 		return fmt.Errorf("setting up the QEMU runner's VirtualMachine controller: %w", err)

@@ -136,6 +136,21 @@ func TestRunnerFulfilsVirtualMachines(t *testing.T) {
 		deleteVM(g, c, vm)
 	})
 
+	t.Run("a VM created before its cloud-init Secret starts once the Secret exists", func(t *testing.T) {
+		g := NewWithT(t)
+		secret, vm := newVM(namespace, "late-secret", containerDiskVolume(workerDiskRef), "#cloud-config\n", false)
+		g.Expect(c.Create(ctx, vm)).To(Succeed())
+		g.Eventually(func(g Gomega) {
+			g.Expect(c.Get(ctx, client.ObjectKeyFromObject(vm), vm)).To(Succeed())
+			g.Expect(vm.Status.PrintableStatus).To(Equal(kubevirtv1.VirtualMachineStatusStopped))
+			g.Expect(vm.Status.Conditions[0].Message).To(ContainSubstring("late-secret-userdata"))
+		}, 10*time.Second, 50*time.Millisecond).Should(Succeed())
+		g.Expect(guests.booted("late-secret")).To(BeEmpty())
+		g.Expect(c.Create(ctx, secret)).To(Succeed())
+		waitForPhase(g, c, vm, kubevirtv1.Running)
+		deleteVM(g, c, vm)
+	})
+
 	t.Run("Tamper changes the bootstrap data before the seed is written, ConfigDrive is kept", func(t *testing.T) {
 		g := NewWithT(t)
 		runner.Tamper(func(vm client.ObjectKey, data []byte) []byte {
@@ -272,9 +287,15 @@ func dataVolumeVolume(name string) kubevirtv1.VolumeSource {
 // createVM creates a VM shaped as the infrastructure provider renders one,
 // with its user data Secret.
 func createVM(g Gomega, c client.Client, namespace, name string, root kubevirtv1.VolumeSource, userData string, configDrive bool) *kubevirtv1.VirtualMachine {
-	ctx := context.Background()
+	secret, vm := newVM(namespace, name, root, userData, configDrive)
+	g.Expect(c.Create(context.Background(), secret)).To(Succeed())
+	g.Expect(c.Create(context.Background(), vm)).To(Succeed())
+	return vm
+}
+
+// newVM returns a VM and its user data Secret, not yet created.
+func newVM(namespace, name string, root kubevirtv1.VolumeSource, userData string, configDrive bool) (*corev1.Secret, *kubevirtv1.VirtualMachine) {
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name + "-userdata"}, Data: map[string][]byte{"userdata": []byte(userData)}}
-	g.Expect(c.Create(ctx, secret)).To(Succeed())
 	cloudInit := kubevirtv1.VolumeSource{CloudInitNoCloud: &kubevirtv1.CloudInitNoCloudSource{UserDataSecretRef: &corev1.LocalObjectReference{Name: secret.Name}}}
 	if configDrive {
 		cloudInit = kubevirtv1.VolumeSource{CloudInitConfigDrive: &kubevirtv1.CloudInitConfigDriveSource{UserDataSecretRef: &corev1.LocalObjectReference{Name: secret.Name}}}
@@ -296,8 +317,7 @@ func createVM(g Gomega, c client.Client, namespace, name string, root kubevirtv1
 			}},
 		},
 	}
-	g.Expect(c.Create(ctx, vm)).To(Succeed())
-	return vm
+	return secret, vm
 }
 
 func createDataVolume(g Gomega, c client.Client, namespace, name, url, size string) *cdiv1.DataVolume {

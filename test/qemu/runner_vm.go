@@ -19,6 +19,7 @@ package qemu
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -400,18 +401,28 @@ func vmCondition(t kubevirtv1.VirtualMachineConditionType, status corev1.Conditi
 }
 
 func (r *Runner) vmsUsingDataVolume(ctx context.Context, o client.Object) []reconcile.Request {
+	return r.vmsWithVolume(ctx, o.GetNamespace(), func(v kubevirtv1.Volume) bool {
+		return v.DataVolume != nil && v.DataVolume.Name == o.GetName()
+	})
+}
+
+func (r *Runner) vmsUsingSecret(ctx context.Context, o client.Object) []reconcile.Request {
+	return r.vmsWithVolume(ctx, o.GetNamespace(), func(v kubevirtv1.Volume) bool {
+		ref := userDataSecretRef(v)
+		return ref != nil && ref.Name == o.GetName()
+	})
+}
+
+// vmsWithVolume lists the VMs of a namespace that have a volume uses picks.
+func (r *Runner) vmsWithVolume(ctx context.Context, namespace string, uses func(kubevirtv1.Volume) bool) []reconcile.Request {
 	vms := &kubevirtv1.VirtualMachineList{}
-	if err := r.client.List(ctx, vms, client.InNamespace(o.GetNamespace())); err != nil {
+	if err := r.client.List(ctx, vms, client.InNamespace(namespace)); err != nil {
 		return nil
 	}
 	var out []reconcile.Request
 	for i := range vms.Items {
-		if t := vms.Items[i].Spec.Template; t != nil {
-			for _, v := range t.Spec.Volumes {
-				if v.DataVolume != nil && v.DataVolume.Name == o.GetName() {
-					out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&vms.Items[i])})
-				}
-			}
+		if t := vms.Items[i].Spec.Template; t != nil && slices.ContainsFunc(t.Spec.Volumes, uses) {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&vms.Items[i])})
 		}
 	}
 	return out
