@@ -1,0 +1,453 @@
+//go:build qemu
+
+/*
+Copyright 2026 The Cozystack Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package qemu
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util/conditions"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/cozystack/cluster-api-workers/test/harness"
+)
+
+// poolLabel is the node label the example template's KairosConfigTemplate
+// gives every node of a pool (and the Machines' selector label).
+const poolLabel = "node.cozystack.io/pool"
+
+// pool is one MachineDeployment of the example Kairos template in the
+// workload Cluster, by its POOL_NAME.
+type pool struct {
+	name string
+}
+
+func newPool(name string) pool { return pool{name: name} }
+
+// deployment is the key of the pool's MachineDeployment (and
+// MachineHealthCheck); its Machines and VMs are named after it.
+func (p pool) deployment() client.ObjectKey {
+	return client.ObjectKey{Namespace: workload.Key.Namespace, Name: workload.Key.Name + "-" + p.name}
+}
+
+// renderPool renders templates/cluster-template-kairos.yaml for the pool
+// with the scenario's variables over the suite's: one guest's size (the
+// runner gives every guest 2 CPUs and 1536 MiB, whatever the VM asks), and
+// MachineHealthCheck timeouts a healthy guest never trips.
+func renderPool(t *testing.T, p pool, vars map[string]string) []unstructured.Unstructured {
+	t.Helper()
+	all := map[string]string{
+		"CLUSTER_NAME":                          workload.Key.Name,
+		"NAMESPACE":                             workload.Key.Namespace,
+		"POOL_NAME":                             p.name,
+		"WORKER_CPU_CORES":                      "2",
+		"WORKER_MEMORY":                         "1536Mi",
+		"NODE_STARTUP_TIMEOUT_SECONDS":          "900",
+		"NODE_UNHEALTHY_TIMEOUT_SECONDS":        "10",
+		"INFRASTRUCTURE_FAILED_TIMEOUT_SECONDS": "60",
+	}
+	for k, v := range vars {
+		all[k] = v
+	}
+	objs, err := harness.RenderTemplate(harness.KairosPoolTemplate(), all)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return objs
+}
+
+// specOf returns the object's spec.template.spec (both templates of the
+// example have one).
+func templateSpecOf(o *unstructured.Unstructured) map[string]any {
+	return o.Object["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
+}
+
+// importFromRunner makes the pool's KubeVirtMachineTemplate classless with
+// its root disk imported over HTTP from the runner (the DataVolume path),
+// attached with the given datasource. A class-based Kairos template always
+// boots a container disk.
+func importFromRunner(datasource string) func(*unstructured.Unstructured) {
+	return func(o *unstructured.Unstructured) {
+		if o.GetKind() != "KubeVirtMachineTemplate" {
+			return
+		}
+		spec := o.Object["spec"].(map[string]any)
+		delete(spec, "workerClassName")
+		delete(spec, "version")
+		labels := o.GetLabels()
+		delete(labels, "cozystack.io/worker-class")
+		o.SetLabels(labels)
+		machine := templateSpecOf(o)
+		machine["image"] = map[string]any{"httpImport": map[string]any{"url": runner.ImageURL()}}
+		machine["rootDisk"] = map[string]any{"size": "4Gi"}
+		machine["cloudInitDatasource"] = datasource
+	}
+}
+
+// applyPool creates the pool's objects, each edit applied first.
+func applyPool(t *testing.T, p pool, vars map[string]string, edits ...func(*unstructured.Unstructured)) {
+	t.Helper()
+	objs := renderPool(t, p, vars)
+	for i := range objs {
+		for _, edit := range edits {
+			edit(&objs[i])
+		}
+	}
+	if err := h.Apply(suiteCtx, objs); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// exists reports whether the pool's MachineDeployment exists.
+func (p pool) exists(t *testing.T) bool {
+	t.Helper()
+	err := h.Client.Get(suiteCtx, p.deployment(), &clusterv1.MachineDeployment{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+	return err == nil
+}
+
+// machines lists the pool's Machines, by name.
+func (p pool) machines(g Gomega) []clusterv1.Machine {
+	list := &clusterv1.MachineList{}
+	g.Expect(h.Client.List(suiteCtx, list, client.InNamespace(p.deployment().Namespace),
+		client.MatchingLabels{clusterv1.MachineDeploymentNameLabel: p.deployment().Name})).To(Succeed())
+	sort.Slice(list.Items, func(i, j int) bool { return list.Items[i].Name < list.Items[j].Name })
+	return list.Items
+}
+
+// nodes lists the workload Nodes of the pool.
+func (p pool) nodes(g Gomega) []corev1.Node {
+	list := &corev1.NodeList{}
+	g.Expect(workload.API.Client.List(suiteCtx, list, client.MatchingLabels{poolLabel: p.name})).To(Succeed())
+	return list.Items
+}
+
+// expectJoined waits until the pool has exactly n Machines, all Running
+// with a Node named after their VM that is Ready with providerID
+// kubevirt://<vm>, NodeHealthy and passed by the MachineHealthCheck, and
+// exactly n such Nodes, with Cluster API's uninitialized taint lifted.
+func (p pool) expectJoined(t *testing.T, n int) []clusterv1.Machine {
+	t.Helper()
+	var ms []clusterv1.Machine
+	NewWithT(t).Eventually(func(g Gomega) {
+		ms = p.machines(g)
+		g.Expect(ms).To(HaveLen(n))
+		for _, m := range ms {
+			vm := m.Spec.InfrastructureRef.Name
+			g.Expect(m.Status.Phase).To(Equal(string(clusterv1.MachinePhaseRunning)), "Machine %s", m.Name)
+			g.Expect(m.Spec.ProviderID).To(Equal("kubevirt://"+vm), "Machine %s", m.Name)
+			g.Expect(m.Status.NodeRef.Name).To(Equal(vm), "Machine %s", m.Name)
+			g.Expect(conditions.IsTrue(&m, clusterv1.MachineNodeHealthyCondition)).To(BeTrue(), "Machine %s is not NodeHealthy", m.Name)
+			g.Expect(conditions.IsTrue(&m, clusterv1.MachineHealthCheckSucceededCondition)).To(BeTrue(), "the MachineHealthCheck has not passed Machine %s", m.Name)
+		}
+		nodes := p.nodes(g)
+		g.Expect(nodes).To(HaveLen(n))
+		for _, node := range nodes {
+			g.Expect(harness.NodeReady(node)).To(BeTrue(), "Node %s", node.Name)
+			g.Expect(node.Spec.ProviderID).To(Equal("kubevirt://"+node.Name), "Node %s", node.Name)
+			g.Expect(node.Status.NodeInfo.KubeletVersion).To(Equal(kubernetesVersion), "Node %s", node.Name)
+			g.Expect(node.Spec.Taints).NotTo(ContainElement(HaveField("Key", clusterv1.NodeUninitializedTaint.Key)), "Node %s", node.Name)
+		}
+	}, joinTimeout, poll).Should(Succeed(), func() string { return describe(p) })
+	return ms
+}
+
+// remove deletes the pool (MachineDeployment and MachineHealthCheck) and
+// waits until its Machines and VirtualMachines are gone, so their guests no
+// longer hold the runner's two guest slots.
+func (p pool) remove(t *testing.T) {
+	t.Helper()
+	g := NewWithT(t)
+	for _, o := range []client.Object{
+		&clusterv1.MachineDeployment{ObjectMeta: metav1.ObjectMeta{Namespace: p.deployment().Namespace, Name: p.deployment().Name}},
+		&clusterv1.MachineHealthCheck{ObjectMeta: metav1.ObjectMeta{Namespace: p.deployment().Namespace, Name: p.deployment().Name}},
+	} {
+		g.Expect(client.IgnoreNotFound(h.Client.Delete(suiteCtx, o))).To(Succeed())
+	}
+	g.Eventually(func(g Gomega) {
+		g.Expect(p.machines(g)).To(BeEmpty())
+		g.Expect(p.nodes(g)).To(BeEmpty())
+		for _, guest := range runner.Guests() {
+			if strings.HasPrefix(guest.VM.Name, p.deployment().Name+"-") {
+				g.Expect(guest.Exited.IsZero()).To(BeFalse(), "the guest of %s still runs", guest.VM.Name)
+			}
+		}
+	}, 5*time.Minute, poll).Should(Succeed(), func() string { return describe(p) })
+}
+
+// onlyPool removes every other pool of the Cluster, so the scenario has
+// the runner's guest slots to itself.
+func onlyPool(t *testing.T, keep pool) {
+	t.Helper()
+	list := &clusterv1.MachineDeploymentList{}
+	if err := h.Client.List(suiteCtx, list, client.InNamespace(workload.Key.Namespace)); err != nil {
+		t.Fatal(err)
+	}
+	for _, md := range list.Items {
+		if md.Name != keep.deployment().Name {
+			newPool(strings.TrimPrefix(md.Name, workload.Key.Name+"-")).remove(t)
+		}
+	}
+}
+
+// guestOf is the latest guest the runner started for a VM.
+func guestOf(g Gomega, vm client.ObjectKey) Guest {
+	var found *Guest
+	for _, guest := range runner.Guests() {
+		if guest.VM == vm {
+			found = &guest
+		}
+	}
+	g.Expect(found).NotTo(BeNil(), "the runner started no guest for %s", vm)
+	return *found
+}
+
+func vmKey(m clusterv1.Machine) client.ObjectKey {
+	return client.ObjectKey{Namespace: m.Namespace, Name: m.Spec.InfrastructureRef.Name}
+}
+
+// joinTokens lists the bootstrap tokens left in the workload cluster for
+// the pool's KairosConfigs (the provider describes each token so).
+func (p pool) joinTokens(g Gomega) []string {
+	list := &corev1.SecretList{}
+	g.Expect(workload.API.Client.List(suiteCtx, list, client.InNamespace(metav1.NamespaceSystem))).To(Succeed())
+	prefix := fmt.Sprintf("Join token of KairosConfig %s/%s-", p.deployment().Namespace, p.deployment().Name)
+	var ids []string
+	for _, s := range list.Items {
+		if s.Type == bootstrapapi.SecretTypeBootstrapToken && strings.HasPrefix(string(s.Data[bootstrapapi.BootstrapTokenDescriptionKey]), prefix) {
+			ids = append(ids, string(s.Data[bootstrapapi.BootstrapTokenIDKey]))
+		}
+	}
+	return ids
+}
+
+// recordJoins records, for each Machine, how long its guest took from
+// QEMU's start to its Node's registration and Ready condition (both
+// written by the workload apiserver on this host).
+func recordJoins(t *testing.T, scenario string, ms []clusterv1.Machine) {
+	t.Helper()
+	g := NewWithT(t)
+	for _, m := range ms {
+		guest := guestOf(g, vmKey(m))
+		node := &corev1.Node{}
+		g.Expect(workload.API.Client.Get(suiteCtx, client.ObjectKey{Name: m.Status.NodeRef.Name}, node)).To(Succeed())
+		var ready time.Time
+		for _, c := range node.Status.Conditions {
+			if c.Type == corev1.NodeReady {
+				ready = c.LastTransitionTime.Time
+			}
+		}
+		j := guestJoin{
+			scenario: scenario, vm: guest.VM.Name, seed: guest.Seed, imported: guest.RootImage != disk.Image(),
+			registered: node.CreationTimestamp.Sub(guest.Started), ready: ready.Sub(guest.Started),
+		}
+		timings.addJoin(j)
+		t.Logf("timing: guest %s (%s) registered its Node %s and was Ready %s after QEMU started",
+			j.vm, j.source(), j.registered.Round(time.Second), j.ready.Round(time.Second))
+	}
+}
+
+// describe summarizes the pool for failure messages: Machines with the
+// conditions that are not True, VMs, Nodes, the runner's guests of the pool
+// and the end of the journal of every guest whose Node is missing.
+func describe(p pool) string {
+	var b strings.Builder
+	b.WriteString(h.Describe(context.Background(), workload.Key))
+	nodes := map[string]bool{}
+	list := &corev1.NodeList{}
+	if err := workload.API.Client.List(context.Background(), list); err == nil {
+		for _, n := range list.Items {
+			nodes[n.Name] = true
+		}
+	}
+	for _, guest := range runner.Guests() {
+		if !strings.HasPrefix(guest.VM.Name, p.deployment().Name+"-") {
+			continue
+		}
+		state := "running"
+		if !guest.Exited.IsZero() {
+			state = fmt.Sprintf("exited after %s (%s)", guest.Exited.Sub(guest.Started).Round(time.Second), guest.ExitError)
+		}
+		fmt.Fprintf(&b, "guest %s (%s seed, started %s): %s\n", guest.VM.Name, guest.Seed, guest.Started.Format(time.TimeOnly), state)
+		if !nodes[guest.VM.Name] {
+			fmt.Fprintf(&b, "journal of %s:\n%s\n", guest.VM.Name, tailFile(guest.JournalLog, 4<<10))
+		}
+	}
+	if cp := controlPlanes.Get(workload.Key); cp != nil {
+		fmt.Fprintf(&b, "control plane:\n%s", cp.Logs())
+	}
+	return b.String()
+}
+
+// machineHistory follows a pool's Machines through a watch and keeps the
+// MachineHealthCheck verdicts each showed, so a verdict that lasts only
+// until the Machine is deleted is not missed.
+type machineHistory struct {
+	mu sync.Mutex
+	// verdicts are the reasons of HealthCheckSucceeded=False, by Machine.
+	verdicts map[types.UID][]string
+	names    map[types.UID]string
+}
+
+// watchMachines records the pool's Machines until the test ends.
+func watchMachines(t *testing.T, p pool) *machineHistory {
+	t.Helper()
+	c, err := client.NewWithWatch(h.Config(), client.Options{Scheme: h.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(suiteCtx)
+	hist := &machineHistory{verdicts: map[types.UID][]string{}, names: map[types.UID]string{}}
+	done := make(chan struct{})
+	t.Cleanup(func() { cancel(); <-done })
+	go func() {
+		defer close(done)
+		// A watch the apiserver ends is opened again until the test ends.
+		for ctx.Err() == nil {
+			w, err := c.Watch(ctx, &clusterv1.MachineList{}, client.InNamespace(p.deployment().Namespace),
+				client.MatchingLabels{clusterv1.MachineDeploymentNameLabel: p.deployment().Name})
+			if err != nil {
+				select {
+				case <-ctx.Done():
+				case <-time.After(time.Second):
+				}
+				continue
+			}
+			for ev := range w.ResultChan() {
+				if m, ok := ev.Object.(*clusterv1.Machine); ok && ev.Type != watch.Error {
+					hist.observe(m)
+				}
+			}
+			w.Stop()
+		}
+	}()
+	return hist
+}
+
+func (hist *machineHistory) observe(m *clusterv1.Machine) {
+	hist.mu.Lock()
+	defer hist.mu.Unlock()
+	hist.names[m.UID] = m.Name
+	c := conditions.Get(m, clusterv1.MachineHealthCheckSucceededCondition)
+	if c == nil || c.Status != metav1.ConditionFalse {
+		return
+	}
+	seen := hist.verdicts[m.UID]
+	if len(seen) == 0 || seen[len(seen)-1] != c.Reason {
+		hist.verdicts[m.UID] = append(seen, c.Reason)
+	}
+}
+
+// verdicts are the MachineHealthCheck's unhealthy reasons seen for a Machine.
+func (hist *machineHistory) reasons(uid types.UID) []string {
+	hist.mu.Lock()
+	defer hist.mu.Unlock()
+	return append([]string(nil), hist.verdicts[uid]...)
+}
+
+// timingLog collects what the suite measured, for docs/real-guests.md.
+type timingLog struct {
+	mu        sync.Mutex
+	setUp     time.Duration
+	joins     []guestJoin
+	failures  []string
+	scenarios []scenarioTime
+}
+
+type guestJoin struct {
+	scenario, vm      string
+	seed              SeedKind
+	imported          bool
+	registered, ready time.Duration
+}
+
+func (j guestJoin) source() string {
+	root := "containerDisk"
+	if j.imported {
+		root = "DataVolume import"
+	}
+	return fmt.Sprintf("%s, %s seed", root, j.seed)
+}
+
+type scenarioTime struct {
+	name string
+	wall time.Duration
+}
+
+func (l *timingLog) addJoin(j guestJoin) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.joins = append(l.joins, j)
+}
+
+func (l *timingLog) addFailure(s string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.failures = append(l.failures, s)
+}
+
+// scenario records the test's wall time when it ends.
+func (l *timingLog) scenario(t *testing.T) {
+	start := time.Now()
+	t.Cleanup(func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.scenarios = append(l.scenarios, scenarioTime{name: t.Name(), wall: time.Since(start)})
+	})
+}
+
+// report is the measurements as Markdown, printed at the end of the run.
+func (l *timingLog) report(accel string) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n## Real-guest timings (%s, accelerator %s)\n\nSet-up (disk check, harness, control plane): %s\n\n",
+		time.Now().UTC().Format(time.RFC3339), accel, l.setUp.Round(time.Second))
+	b.WriteString("| scenario | guest | root disk, seed | QEMU start to Node registered | QEMU start to Node Ready |\n| --- | --- | --- | --- | --- |\n")
+	for _, j := range l.joins {
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", j.scenario, j.vm, j.source(), j.registered.Round(time.Second), j.ready.Round(time.Second))
+	}
+	if len(l.failures) > 0 {
+		b.WriteString("\nFailed joins:\n\n")
+		for _, f := range l.failures {
+			fmt.Fprintf(&b, "- %s\n", f)
+		}
+	}
+	b.WriteString("\n| scenario | wall time |\n| --- | --- |\n")
+	for _, s := range l.scenarios {
+		fmt.Fprintf(&b, "| %s | %s |\n", s.name, s.wall.Round(time.Second))
+	}
+	return b.String()
+}
