@@ -96,12 +96,12 @@ release-manifests: ## Write components, metadata and cluster templates to RELEAS
 bench-scale: ## Side by side, Kairos then the kubeadm peer from 0 to N machines in the harness, providers as processes (N="10 100", BOOT_DELAY, IDLE, TIMEOUT, OUT); writes a report.
 	hack/bench-scale.sh
 
-##@ Real guests (needs root and QEMU; not part of CI yet)
+##@ Real guests (needs root; .ci/run runs test-qemu after test)
 
 .PHONY: worker-disk
 worker-disk: ## Build the Debian worker test disk (debootstrap, kubelet/kubeadm/yip from source) into the cache.
 	hack/worker-disk/build.sh
 
 .PHONY: test-qemu
-test-qemu: ## Boot real guests under QEMU and join them with a real kubelet (docs/real-guests.md).
-	go test -tags qemu ./test/qemu/ -v -count=1 -timeout 30m
+test-qemu: ## Real-guest scenarios under QEMU in the harness: join, replacement, scale from zero, failed joins (about 17 min; QEMU_ARTIFACTS=<dir> keeps guest logs; docs/real-guests.md).
+	go test -tags qemu ./test/qemu/ -v -count=1 -timeout 45m
