@@ -101,6 +101,14 @@ func ManagerClientOptions() client.Options {
 	return capisetup.ManagerClientOptions()
 }
 
+// ClusterCacheCacheOptions are Cluster API's workload cache options (no
+// managedFields) with Nodes cut down to what the reconciler reads.
+func ClusterCacheCacheOptions() clustercache.CacheOptions {
+	opts := capisetup.ClusterCacheCacheOptions()
+	opts.ByObject = map[client.Object]ctrlcache.ByObject{&corev1.Node{}: kairosconfig.NodeCacheOptions()}
+	return opts
+}
+
 // Options configure the ClusterCache and the KairosConfig reconciler.
 type Options struct {
 	// ControllerName names the manager in the workload clients' user agent.
@@ -160,7 +168,7 @@ func SetupReconcilers(ctx context.Context, mgr ctrl.Manager, opts Options) error
 	}
 	clusterCache, err := clustercache.SetupWithManager(ctx, mgr, clustercache.Options{
 		SecretClient:     secretCachingClient,
-		Cache:            capisetup.ClusterCacheCacheOptions(),
+		Cache:            ClusterCacheCacheOptions(),
 		Client:           capisetup.ClusterCacheClientOptions(opts.ControllerName, opts.ClusterCacheClientQPS, opts.ClusterCacheClientBurst),
 		WatchFilterValue: opts.WatchFilterValue,
 	}, controller.Options{MaxConcurrentReconciles: opts.ClusterCacheConcurrency})

@@ -147,3 +147,31 @@ func TestOptionDefaultsAreTheProductionDefaults(t *testing.T) {
 	g.Expect(o.ClusterCacheClientBurst).To(Equal(100))
 	g.Expect(o.KairosConfigConcurrency).To(Equal(3))
 }
+
+func TestWorkloadNodesAreCachedWithOnlyTheirNameAndProviderID(t *testing.T) {
+	g := NewWithT(t)
+	opts := ClusterCacheCacheOptions()
+	g.Expect(opts.DefaultTransform).NotTo(BeNil(), "managedFields are stripped from everything")
+	var nodes []ctrlcache.ByObject
+	for obj, by := range opts.ByObject {
+		if _, ok := obj.(*corev1.Node); ok {
+			nodes = append(nodes, by)
+		}
+	}
+	g.Expect(nodes).To(HaveLen(1))
+	node := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: "vm-1", ResourceVersion: "7", Labels: map[string]string{"a": "b"},
+			Annotations:   map[string]string{"big": "value"},
+			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubelet"}},
+		},
+		Spec:   corev1.NodeSpec{ProviderID: "kubevirt://vm-1", PodCIDR: "10.0.0.0/24"},
+		Status: corev1.NodeStatus{Images: []corev1.ContainerImage{{Names: []string{"registry/image:tag"}}}},
+	}
+	out, err := nodes[0].Transform(node)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(out).To(Equal(&corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: "vm-1", ResourceVersion: "7", Labels: map[string]string{"a": "b"}},
+		Spec:       corev1.NodeSpec{ProviderID: "kubevirt://vm-1"},
+	}))
+}

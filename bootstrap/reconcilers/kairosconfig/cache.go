@@ -69,3 +69,29 @@ func isTokenSecret(s *corev1.Secret) bool {
 	owner := metav1.GetControllerOfNoCopy(s)
 	return owner != nil && owner.Kind == "KairosConfig" && strings.HasPrefix(owner.APIVersion, bootstrapv1.GroupVersion.Group+"/")
 }
+
+// NodeCacheOptions keep only what the reconciler reads from a workload
+// cluster's Nodes, the name and spec.providerID, so a thousand Nodes with
+// their status and image lists do not sit in the workload cache.
+func NodeCacheOptions() ctrlcache.ByObject {
+	return ctrlcache.ByObject{Transform: stripUnreadNodeFields}
+}
+
+func stripUnreadNodeFields(in any) (any, error) {
+	n, ok := in.(*corev1.Node)
+	if !ok {
+		return in, nil
+	}
+	return &corev1.Node{
+		TypeMeta: n.TypeMeta,
+		ObjectMeta: metav1.ObjectMeta{
+			Name:              n.Name,
+			UID:               n.UID,
+			ResourceVersion:   n.ResourceVersion,
+			CreationTimestamp: n.CreationTimestamp,
+			DeletionTimestamp: n.DeletionTimestamp,
+			Labels:            n.Labels,
+		},
+		Spec: corev1.NodeSpec{ProviderID: n.Spec.ProviderID},
+	}, nil
+}

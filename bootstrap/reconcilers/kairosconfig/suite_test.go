@@ -160,7 +160,7 @@ func startController(t *testing.T, ttl time.Duration) *controllerManager {
 	opts := controller.Options{SkipNameValidation: ptr.To(true), MaxConcurrentReconciles: 4}
 	cc, err := clustercache.SetupWithManager(ctx, mgr, clustercache.Options{
 		SecretClient: secretCachingClient,
-		Cache:        capisetup.ClusterCacheCacheOptions(),
+		Cache:        clusterCacheCacheOptions(),
 		Client:       capisetup.ClusterCacheClientOptions(name, 50, 100),
 	}, opts)
 	if err != nil {
@@ -202,6 +202,13 @@ func managerCacheOptions(name string) ctrlcache.Options {
 		}
 	}
 	opts.ByObject[&corev1.Secret{}] = SecretCacheOptions()
+	return opts
+}
+
+// clusterCacheCacheOptions are bootstrap/setup's workload cache options.
+func clusterCacheCacheOptions() clustercache.CacheOptions {
+	opts := capisetup.ClusterCacheCacheOptions()
+	opts.ByObject = map[client.Object]ctrlcache.ByObject{&corev1.Node{}: NodeCacheOptions()}
 	return opts
 }
 
