@@ -86,8 +86,8 @@ func renderPool(t *testing.T, p pool, vars map[string]string) []unstructured.Uns
 	return objs
 }
 
-// specOf returns the object's spec.template.spec (both templates of the
-// example have one).
+// templateSpecOf returns the object's spec.template.spec (both templates
+// of the example have one).
 func templateSpecOf(o *unstructured.Unstructured) map[string]any {
 	return o.Object["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
 }
@@ -318,7 +318,6 @@ type machineHistory struct {
 	mu sync.Mutex
 	// verdicts are the reasons of HealthCheckSucceeded=False, by Machine.
 	verdicts map[types.UID][]string
-	names    map[types.UID]string
 }
 
 // watchMachines records the pool's Machines until the test ends.
@@ -329,7 +328,7 @@ func watchMachines(t *testing.T, p pool) *machineHistory {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(suiteCtx)
-	hist := &machineHistory{verdicts: map[types.UID][]string{}, names: map[types.UID]string{}}
+	hist := &machineHistory{verdicts: map[types.UID][]string{}}
 	done := make(chan struct{})
 	t.Cleanup(func() { cancel(); <-done })
 	go func() {
@@ -359,7 +358,6 @@ func watchMachines(t *testing.T, p pool) *machineHistory {
 func (hist *machineHistory) observe(m *clusterv1.Machine) {
 	hist.mu.Lock()
 	defer hist.mu.Unlock()
-	hist.names[m.UID] = m.Name
 	c := conditions.Get(m, clusterv1.MachineHealthCheckSucceededCondition)
 	if c == nil || c.Status != metav1.ConditionFalse {
 		return
@@ -370,7 +368,8 @@ func (hist *machineHistory) observe(m *clusterv1.Machine) {
 	}
 }
 
-// verdicts are the MachineHealthCheck's unhealthy reasons seen for a Machine.
+// reasons are the MachineHealthCheck's unhealthy verdicts seen for a
+// Machine, in order.
 func (hist *machineHistory) reasons(uid types.UID) []string {
 	hist.mu.Lock()
 	defer hist.mu.Unlock()

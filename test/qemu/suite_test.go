@@ -30,7 +30,6 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -165,9 +164,4 @@ func suiteLogger(artifacts string) (logr.Logger, func(), error) {
 			sink(prefix + " " + args)
 		}
 	}, funcr.Options{Verbosity: 2, LogTimestamp: true}), closeLog, nil
-}
-
-// waitFor polls a condition with the suite's context.
-func waitFor(timeout time.Duration, done func(context.Context) (bool, error)) error {
-	return wait.PollUntilContextTimeout(suiteCtx, poll, timeout, true, done)
 }
