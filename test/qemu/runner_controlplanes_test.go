@@ -69,7 +69,7 @@ func TestControlPlanesFrontTheHarnessCluster(t *testing.T) {
 	cfg, err := clientcmd.Load(kubeconfig.Data[secret.KubeconfigDataName])
 	g.Expect(err).NotTo(HaveOccurred())
 	for _, c := range cfg.Clusters {
-		g.Expect(c.Server).To(Equal("https://" + net.JoinHostPort("127.0.0.1", port)), "the management side reaches the apiserver on the host")
+		g.Expect(c.Server).To(Equal("https://"+net.JoinHostPort("127.0.0.1", port)), "the management side reaches the apiserver on the host")
 	}
 	g.Expect(byName[secret.Name(key.Name, secret.ClusterCA)].Data[secret.TLSCrtDataName]).To(Equal(cp.CACert))
 
