@@ -6,12 +6,15 @@
 # 0 to N, with the providers as separate processes, then measures the
 # floor; it reports timings, CPU and peak RSS per provider, requests per
 # machine, throttling, idle writes, the ratios ours/peer and the issue's
-# targets (see docs/benchmarks.md).
+# targets (see docs/benchmarks.md). Progress goes to stderr and
+# scale-N.log; scale-N.partial.md and scale-N.json hold each stage's
+# results as soon as it finished, so a run cut short keeps them.
 #
 # Knobs (environment):
 #   N           machine counts, space-separated     (default "10 100")
 #   BOOT_DELAY  simulated VM boot, a Go duration    (default 0: control plane alone)
 #   IDLE        idle window after each run          (default 2m)
+#   PEER_IDLE   the peer's idle window; 0 skips it  (default: IDLE)
 #   TIMEOUT     bound on each scale-up              (default 15m)
 #   OUT         directory for the reports           (default out/bench)
 set -euo pipefail
@@ -21,6 +24,7 @@ export GOFLAGS="${GOFLAGS:--mod=mod}"
 N="${N:-10 100}"
 BOOT_DELAY="${BOOT_DELAY:-0}"
 IDLE="${IDLE:-2m}"
+PEER_IDLE="${PEER_IDLE:-${IDLE}}"
 TIMEOUT="${TIMEOUT:-15m}"
 OUT="${OUT:-out/bench}"
 
@@ -35,7 +39,7 @@ go build -o "${OUT}/bench-scale" ./test/bench/cmd/bench-scale
 {
   echo "# Scale benchmark $(date -u +%Y-%m-%dT%H:%MZ)"
   echo
-  echo "Command: N=\"${N}\" BOOT_DELAY=${BOOT_DELAY} IDLE=${IDLE} TIMEOUT=${TIMEOUT} hack/bench-scale.sh"
+  echo "Command: N=\"${N}\" BOOT_DELAY=${BOOT_DELAY} IDLE=${IDLE} PEER_IDLE=${PEER_IDLE} TIMEOUT=${TIMEOUT} hack/bench-scale.sh"
   echo "Commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo ' (with uncommitted changes)')"
   echo "Machine: $(nproc) CPUs, $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1), $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), load average $(cut -d' ' -f1-3 /proc/loadavg) at the start"
   echo
@@ -43,8 +47,9 @@ go build -o "${OUT}/bench-scale" ./test/bench/cmd/bench-scale
 
 for n in ${N}; do
   echo "bench-scale: N=${n}, boot delay ${BOOT_DELAY}, started $(date -u +%H:%M:%SZ), load average $(cut -d' ' -f1-3 /proc/loadavg)" >&2
-  "${OUT}/bench-scale" -machines "${n}" -boot-delay "${BOOT_DELAY}" -idle "${IDLE}" -timeout "${TIMEOUT}" \
-    -process-logs "${OUT}/logs-${n}" -json "${OUT}/scale-${n}.json" 2> "${OUT}/scale-${n}.log" | tee -a "${OUT}/report.md"
+  "${OUT}/bench-scale" -machines "${n}" -boot-delay "${BOOT_DELAY}" -idle "${IDLE}" -peer-idle "${PEER_IDLE}" -timeout "${TIMEOUT}" \
+    -process-logs "${OUT}/logs-${n}" -json "${OUT}/scale-${n}.json" -partial "${OUT}/scale-${n}.partial.md" \
+    2> >(tee "${OUT}/scale-${n}.log" >&2) | tee -a "${OUT}/report.md"
   echo "Load average after N=${n}: $(cut -d' ' -f1-3 /proc/loadavg)" >> "${OUT}/report.md"
   echo >> "${OUT}/report.md"
 done

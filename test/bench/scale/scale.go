@@ -28,6 +28,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -85,6 +86,10 @@ type Config struct {
 	// IdleWindow is how long resourceVersions must stay unchanged after the
 	// pool settled.
 	IdleWindow time.Duration
+	// PeerIdleWindow is the peer's idle window in RunSideBySide (the
+	// issue's idle target is ours); IdleWindow when negative, none when
+	// zero.
+	PeerIdleWindow time.Duration
 	// FloorWorkers is how many clients write the floor's objects at once.
 	FloorWorkers int
 	// SkipFloor leaves the floor unmeasured (it starts a second apiserver).
@@ -93,8 +98,11 @@ type Config struct {
 	// benchmark process.
 	LogSink logr.LogSink
 	// ProcessLogDir, when set, keeps the provider processes' logs there,
-	// as <bootstrap>-<component>.log.
+	// in a directory per bootstrap provider.
 	ProcessLogDir string
+	// Progress, when set, receives a line per stage and, during the
+	// scale-up, the Machines' progress every 30 seconds.
+	Progress io.Writer
 }
 
 func (c *Config) defaults() {
@@ -222,6 +230,7 @@ func run(ctx context.Context, cfg Config) (*Report, []*unstructured.Unstructured
 	if err != nil {
 		return nil, nil, err
 	}
+	cfg.progress("harness started; creating the pool")
 	pool, err := createPool(dctx, h, w, cfg)
 	if err != nil {
 		return nil, nil, err
@@ -250,7 +259,8 @@ func run(ctx context.Context, cfg Config) (*Report, []*unstructured.Unstructured
 	if err := h.Client.Patch(dctx, md, patch); err != nil {
 		return nil, nil, fmt.Errorf("scaling MachineDeployment %s to %d: %w", pool.machineDeployment, cfg.Machines, err)
 	}
-	if err := watcher.waitAll(dctx, cfg.Machines, cfg.Timeout); err != nil {
+	cfg.progress("scaling to %d", cfg.Machines)
+	if err := watcher.waitAll(dctx, cfg, start); err != nil {
 		if herr := h.Err(); herr != nil {
 			err = errors.Join(err, herr)
 		}
@@ -263,6 +273,7 @@ func run(ctx context.Context, cfg Config) (*Report, []*unstructured.Unstructured
 		return nil, nil, err
 	}
 
+	cfg.progress("all %d Running after %s; waiting for the controllers to settle", cfg.Machines, round(report.AllRunning))
 	runningAt := time.Now()
 	state, err := waitQuiet(dctx, counts, cfg.Quiet, cfg.SettleTimeout)
 	if err != nil {
@@ -273,6 +284,7 @@ func run(ctx context.Context, cfg Config) (*Report, []*unstructured.Unstructured
 	report.Throttling = state.Throttling
 	report.LogErrors = state.LogErrors
 
+	cfg.progress("settled; idle window of %s", cfg.IdleWindow)
 	if report.Idle, err = idleWindow(dctx, h, w, cfg.Bootstrap, counts, cfg.IdleWindow); err != nil {
 		return nil, nil, err
 	}
@@ -292,6 +304,13 @@ func run(ctx context.Context, cfg Config) (*Report, []*unstructured.Unstructured
 		return nil, nil, fmt.Errorf("stopping the harness: %w", err)
 	}
 	return report, floorObjects, nil
+}
+
+// progress reports a stage.
+func (c Config) progress(format string, args ...any) {
+	if c.Progress != nil {
+		fmt.Fprintf(c.Progress, "%s %s: %s\n", time.Now().UTC().Format("15:04:05"), c.Bootstrap, fmt.Sprintf(format, args...))
+	}
 }
 
 // processLogDir is a directory per provider under cfg.ProcessLogDir.
@@ -522,19 +541,30 @@ func (mw *machineWatcher) observe(ev watch.Event) {
 	mw.running[m.Name] = healthy && m.Status.Phase == string(clusterv1.MachinePhaseRunning)
 }
 
-func (mw *machineWatcher) waitAll(ctx context.Context, n int, timeout time.Duration) error {
-	var seen, running int
-	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+func (mw *machineWatcher) waitAll(ctx context.Context, cfg Config, start time.Time) error {
+	n := cfg.Machines
+	var seen, running, bootstrapped int
+	lastReport := time.Now()
+	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, cfg.Timeout, true, func(context.Context) (bool, error) {
 		mw.mu.Lock()
 		defer mw.mu.Unlock()
 		if len(mw.errs) > 0 {
 			return false, errors.Join(mw.errs...)
 		}
-		seen, running = len(mw.running), 0
+		seen, running, bootstrapped = len(mw.running), 0, 0
 		for _, r := range mw.running {
 			if r {
 				running++
 			}
+		}
+		for _, t := range mw.machines {
+			if !t.bootstrapReady.IsZero() {
+				bootstrapped++
+			}
+		}
+		if time.Since(lastReport) >= 30*time.Second {
+			lastReport = time.Now()
+			cfg.progress("%s into the scale-up: %d Machines exist, %d have bootstrap data, %d Running", round(time.Since(start)), seen, bootstrapped, running)
 		}
 		return seen == n && running == n, nil
 	})

@@ -57,12 +57,13 @@ func TestPercentilesNearestRank(t *testing.T) {
 func TestScaleToTen(t *testing.T) {
 	g := NewWithT(t)
 	c, err := RunSideBySide(context.Background(), Config{
-		Machines:   10,
-		Timeout:    3 * time.Minute,
-		Quiet:      2 * time.Second,
-		IdleWindow: 3 * time.Second,
-		SkipFloor:  true,
-	})
+		Machines:       10,
+		Timeout:        3 * time.Minute,
+		Quiet:          2 * time.Second,
+		IdleWindow:     3 * time.Second,
+		PeerIdleWindow: 3 * time.Second,
+		SkipFloor:      true,
+	}, nil)
 	g.Expect(err).NotTo(HaveOccurred())
 	for _, report := range []*Report{c.Ours, c.Peer} {
 		t.Logf("%s: all Running in %s, bootstrap ready p50 %s", report.Provider(), report.AllRunning, report.BootstrapReady.P50)

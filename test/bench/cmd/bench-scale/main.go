@@ -40,28 +40,38 @@ func main() {
 	flag.DurationVar(&cfg.Timeout, "timeout", 10*time.Minute, "how long the scale-up may take")
 	flag.DurationVar(&cfg.Quiet, "quiet", 15*time.Second, "how long the controllers must not write before the pool counts as settled")
 	flag.DurationVar(&cfg.IdleWindow, "idle", 2*time.Minute, "how long resourceVersions must stay unchanged after the pool settled")
+	flag.DurationVar(&cfg.PeerIdleWindow, "peer-idle", -1, "the peer's idle window; -idle's when negative, none when 0")
 	flag.IntVar(&cfg.FloorWorkers, "floor-workers", 10, "parallel clients writing the floor's objects")
 	flag.StringVar(&cfg.ProcessLogDir, "process-logs", "", "keep the provider processes' logs in this directory (kairos/, kubeadm/)")
-	jsonOut := flag.String("json", "", "also write the report as JSON to this file")
+	jsonOut := flag.String("json", "", "also write the report as JSON to this file (after each stage)")
+	partialOut := flag.String("partial", "", "write the Markdown of the stages done so far to this file after each stage")
 	flag.Parse()
 
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
-	report, err := scale.RunSideBySide(ctx, cfg)
+	cfg.Progress = os.Stderr
+	// Each stage's results are written as soon as they exist, so a run cut
+	// short (a closing time window, a timeout) keeps them.
+	save := func(c *scale.Comparison) {
+		if *partialOut != "" {
+			if err := os.WriteFile(*partialOut, []byte(c.Markdown()), 0o644); err != nil {
+				fmt.Fprintln(os.Stderr, "bench-scale:", err)
+			}
+		}
+		if *jsonOut != "" {
+			raw, err := json.MarshalIndent(c, "", "  ")
+			if err == nil {
+				err = os.WriteFile(*jsonOut, raw, 0o644)
+			}
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "bench-scale:", err)
+			}
+		}
+	}
+	report, err := scale.RunSideBySide(ctx, cfg, save)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench-scale:", err)
 		os.Exit(1)
 	}
 	fmt.Print(report.Markdown())
-	if *jsonOut != "" {
-		raw, err := json.MarshalIndent(report, "", "  ")
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "bench-scale:", err)
-			os.Exit(1)
-		}
-		if err := os.WriteFile(*jsonOut, raw, 0o644); err != nil {
-			fmt.Fprintln(os.Stderr, "bench-scale:", err)
-			os.Exit(1)
-		}
-	}
 }
