@@ -172,7 +172,7 @@ func (r *Runner) importFor(ctx context.Context, dv *cdiv1.DataVolume) *importJob
 	if j, ok := r.imports[key]; ok {
 		return j
 	}
-	jobCtx, cancel := context.WithCancel(context.Background())
+	jobCtx, cancel := context.WithCancel(r.importCtx)
 	j := &importJob{
 		uid:    dv.UID,
 		url:    dv.Spec.Source.HTTP.URL,
@@ -193,6 +193,10 @@ func (r *Runner) runImport(ctx context.Context, log interface {
 	Info(string, ...any)
 }, key client.ObjectKey, j *importJob, limit int64) {
 	defer close(j.done)
+	if ctx.Err() != nil {
+		// The runner stopped before the import began.
+		return
+	}
 	requeue := func() { r.notify(r.dataVolumeEvents, &cdiv1.DataVolume{ObjectMeta: objectMeta(key)}) }
 	if err := os.MkdirAll(filepath.Dir(j.path), 0o755); err != nil {
 		r.mu.Lock()

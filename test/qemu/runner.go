@@ -143,9 +143,14 @@ type Runner struct {
 	dataVolumeEvents chan event.GenericEvent
 	stopped          chan struct{}
 	stopOnce         sync.Once
+	// importCtx is cancelled by Stop; every import runs under it.
+	importCtx    context.Context
+	cancelImport context.CancelFunc
 
-	mu     sync.Mutex
-	tamper func(vm client.ObjectKey, userData []byte) []byte
+	mu sync.Mutex
+	// isStopped refuses guests that finish starting after Stop.
+	isStopped bool
+	tamper    func(vm client.ObjectKey, userData []byte) []byte
 	// instances are the VirtualMachineInstances seen, by UID.
 	instances map[types.UID]*instance
 	// waiting are instances waiting for a guest slot, oldest first.
@@ -223,6 +228,7 @@ func NewRunner(opts RunnerOptions) (*Runner, error) {
 		imports:          map[client.ObjectKey]*importJob{},
 		started:          map[types.UID]bool{},
 	}
+	r.importCtx, r.cancelImport = context.WithCancel(context.Background())
 	if r.opts.Dir == "" {
 		dir, err := os.MkdirTemp("", "qemu-runner-")
 		if err != nil {
@@ -377,8 +383,10 @@ func (r *Runner) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
 func (r *Runner) Stop() {
 	r.stopOnce.Do(func() {
 		close(r.stopped)
+		r.cancelImport()
 		_ = r.server.Close()
 		r.mu.Lock()
+		r.isStopped = true
 		var guests []*VM
 		for _, i := range r.instances {
 			if i.vm != nil {
@@ -394,7 +402,6 @@ func (r *Runner) Stop() {
 			g.Kill()
 		}
 		for _, j := range imports {
-			j.cancel()
 			<-j.done
 		}
 		_ = os.RemoveAll(filepath.Join(r.opts.Dir, "volumes"))

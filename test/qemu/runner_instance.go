@@ -18,6 +18,7 @@ package qemu
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -316,6 +317,11 @@ func (r *Runner) boot(ctx context.Context, vmi *kubevirtv1.VirtualMachineInstanc
 		Dir: dir, ConsoleLog: vm.ConsoleLog, JournalLog: vm.DebugLog, QEMULog: filepath.Join(dir, vmi.Name+"-qemu.log"),
 	}
 	r.mu.Lock()
+	if r.isStopped {
+		r.mu.Unlock()
+		vm.Kill()
+		return errors.New("the QEMU runner stopped")
+	}
 	inst.vm, inst.guest, inst.starting = vm, g, false
 	r.guests = append(r.guests, g)
 	r.mu.Unlock()
