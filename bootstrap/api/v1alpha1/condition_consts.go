@@ -56,6 +56,14 @@ const (
 	// WaitingForWorkloadClusterReason: the workload cluster's API server is
 	// not reachable through the ClusterCache, so no token can be created.
 	WaitingForWorkloadClusterReason = "WaitingForWorkloadCluster"
+	// WaitingForInfrastructureTemplateReason: the infrastructure machine
+	// template names a WorkerClass but has not resolved it yet, so the
+	// class's bootstrap family cannot be checked.
+	WaitingForInfrastructureTemplateReason = "WaitingForInfrastructureTemplate"
+	// BootstrapFamilyMismatchReason: the infrastructure machine template was
+	// resolved from a WorkerClass whose workers do not boot Kairos (Talos,
+	// say); nothing is rendered, for good: the resolution is frozen.
+	BootstrapFamilyMismatchReason = "BootstrapFamilyMismatch"
 	// KubernetesVersionMismatchReason: the image's Kubernetes version does not
 	// match Machine.spec.version; nothing is rendered.
 	KubernetesVersionMismatchReason = "KubernetesVersionMismatch"

@@ -28,6 +28,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
@@ -316,31 +317,21 @@ func (r *Reconciler) render(ctx context.Context, s *scope) (ctrl.Result, error) 
 		return ctrl.Result{}, err
 	}
 
-	if machine.Spec.Version != "" {
-		image, err := resolveImageVersion(ctx, r.Client, machine)
-		if err != nil {
-			if errors.Is(err, errInfrastructureNotFound) {
-				markWaiting(config, bootstrapv1.WaitingForInfrastructureReason,
-					fmt.Sprintf("Waiting for %s %s to exist to check the image's Kubernetes version", machine.Spec.InfrastructureRef.Kind, machine.Spec.InfrastructureRef.Name))
-				return ctrl.Result{RequeueAfter: waitForInfrastructureInterval}, nil
-			}
-			markInternalError(config)
-			return ctrl.Result{}, err
+	template, err := infrastructureTemplate(ctx, r.Client, machine)
+	if err != nil {
+		if errors.Is(err, errInfrastructureNotFound) {
+			markWaiting(config, bootstrapv1.WaitingForInfrastructureReason,
+				fmt.Sprintf("Waiting for %s %s to exist to check the image's WorkerClass and Kubernetes version", machine.Spec.InfrastructureRef.Kind, machine.Spec.InfrastructureRef.Name))
+			return ctrl.Result{RequeueAfter: waitForInfrastructureInterval}, nil
 		}
-		if image != nil {
-			mismatch, err := checkVersion(machine.Spec.Version, *image)
-			if err != nil {
-				markWaiting(config, bootstrapv1.KubernetesVersionMismatchReason, err.Error())
-				return ctrl.Result{}, nil
-			}
-			if mismatch != "" {
-				log.Info("Not rendering bootstrap data: Kubernetes version mismatch", "machineVersion", machine.Spec.Version, "imageVersion", image.Version, "match", image.Match)
-				markWaiting(config, bootstrapv1.KubernetesVersionMismatchReason, mismatch)
-				return ctrl.Result{}, nil
-			}
+		markInternalError(config)
+		return ctrl.Result{}, err
+	}
+	if template != nil {
+		if res, blocked, err := r.checkTemplate(ctx, s, template); blocked || err != nil {
+			return res, err
 		}
 	}
-
 	files, err := r.resolveFiles(ctx, config)
 	if err != nil {
 		var missing *fileSourceError
@@ -510,6 +501,55 @@ func filePermissions(s string, fromSecret bool) (uint32, error) {
 		return 0, fmt.Errorf("%q is not an octal file mode", s)
 	}
 	return uint32(v), nil
+}
+
+// checkTemplate checks the infrastructure machine template against the
+// Machine before anything is rendered: its WorkerClass must boot Kairos,
+// and its image's Kubernetes version must match the Machine's. blocked
+// means the condition says why nothing is rendered. A template's
+// resolution is frozen once written, so a refusal is final: it is not
+// requeued (a new template means new Machines with new configs).
+func (r *Reconciler) checkTemplate(ctx context.Context, s *scope, template *unstructured.Unstructured) (_ ctrl.Result, blocked bool, _ error) {
+	log := ctrl.LoggerFrom(ctx)
+	config, machine := s.config, s.machine
+	class, err := templateClassFrom(template)
+	if err != nil {
+		markInternalError(config)
+		return ctrl.Result{}, true, err
+	}
+	if class.awaitingResolution() {
+		markWaiting(config, bootstrapv1.WaitingForInfrastructureTemplateReason, class.waitingMessage())
+		return ctrl.Result{RequeueAfter: waitForInfrastructureInterval}, true, nil
+	}
+	if mismatch := class.familyMismatch(); mismatch != "" {
+		log.Info("Not rendering bootstrap data: the infrastructure template's WorkerClass does not boot Kairos",
+			"template", class.Source, "workerClass", class.WorkerClass, "bootstrap", class.Bootstrap)
+		markWaiting(config, bootstrapv1.BootstrapFamilyMismatchReason, mismatch)
+		return ctrl.Result{}, true, nil
+	}
+
+	if machine.Spec.Version == "" {
+		return ctrl.Result{}, false, nil
+	}
+	image, err := imageVersionFrom(template)
+	if err != nil {
+		markInternalError(config)
+		return ctrl.Result{}, true, err
+	}
+	if image == nil {
+		return ctrl.Result{}, false, nil
+	}
+	mismatch, err := checkVersion(machine.Spec.Version, *image)
+	if err != nil {
+		markWaiting(config, bootstrapv1.KubernetesVersionMismatchReason, err.Error())
+		return ctrl.Result{}, true, nil
+	}
+	if mismatch != "" {
+		log.Info("Not rendering bootstrap data: Kubernetes version mismatch", "machineVersion", machine.Spec.Version, "imageVersion", image.Version, "match", image.Match)
+		markWaiting(config, bootstrapv1.KubernetesVersionMismatchReason, mismatch)
+		return ctrl.Result{}, true, nil
+	}
+	return ctrl.Result{}, false, nil
 }
 
 // storedToken reads the token kept in our management Secret, from the

@@ -280,6 +280,20 @@ func TestWaitingConditions(t *testing.T) {
 			reason:  bootstrapv1.WaitingForInfrastructureReason,
 			release: func(f *fixture, _ *worker) { f.newInfrastructureMachine("wait-infra-object-vm") },
 		},
+		{
+			// The template names a class it has not resolved: its family is
+			// unknown, and a token minted now could be for a Talos disk.
+			name:    "infrastructure template not resolved yet",
+			state:   readyCluster,
+			options: machineOptions{vmName: "wait-template-vm", templateClass: "kairos"},
+			reason:  bootstrapv1.WaitingForInfrastructureTemplateReason,
+			release: func(f *fixture, w *worker) {
+				f.resolveTemplate(w.config.Name+"-template", map[string]any{
+					"workerClassName": "kairos", "bootstrap": BootstrapFamilyKairos,
+					"kubernetesVersion": testVersion, "kubernetesVersionMatch": VersionMatchMinor,
+				})
+			},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

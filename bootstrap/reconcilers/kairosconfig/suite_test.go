@@ -295,6 +295,9 @@ type machineOptions struct {
 	// template, when set, is the resolved status of the template the
 	// infrastructure machine was cloned from.
 	template map[string]any
+	// templateClass, when set, is the template's spec.workerClassName
+	// (the template is created, resolved only when template is set).
+	templateClass string
 	// skipInfrastructure does not create the infrastructure machine.
 	skipInfrastructure bool
 	spec               bootstrapv1.KairosConfigSpec
@@ -314,17 +317,22 @@ func (f *fixture) newWorker(name string, o machineOptions) *worker {
 	}
 	w := &worker{vmName: o.vmName}
 	templateName := ""
-	if o.template != nil {
+	if o.template != nil || o.templateClass != "" {
 		templateName = name + "-template"
 		tmpl := &unstructured.Unstructured{}
 		tmpl.SetAPIVersion("infrastructure.test.cozystack.io/v1alpha1")
 		tmpl.SetKind("TestMachineTemplate")
 		tmpl.SetNamespace(f.namespace)
 		tmpl.SetName(templateName)
-		tmpl.Object["spec"] = map[string]any{"template": map[string]any{"spec": map[string]any{}}}
+		spec := map[string]any{"template": map[string]any{"spec": map[string]any{}}}
+		if o.templateClass != "" {
+			spec["workerClassName"] = o.templateClass
+		}
+		tmpl.Object["spec"] = spec
 		g.Expect(c.Create(suiteCtx, tmpl)).To(Succeed())
-		tmpl.Object["status"] = map[string]any{"resolved": o.template}
-		g.Expect(c.Status().Update(suiteCtx, tmpl)).To(Succeed())
+		if o.template != nil {
+			f.resolveTemplate(templateName, o.template)
+		}
 	}
 	if o.vmName != "" && !o.skipInfrastructure {
 		infra := &unstructured.Unstructured{}
@@ -367,6 +375,17 @@ func (f *fixture) newWorker(name string, o machineOptions) *worker {
 	}
 	g.Expect(c.Create(suiteCtx, w.config)).To(Succeed())
 	return w
+}
+
+// resolveTemplate writes a TestMachineTemplate's status.resolved, as the
+// infrastructure provider does once.
+func (f *fixture) resolveTemplate(name string, resolved map[string]any) {
+	tmpl := &unstructured.Unstructured{}
+	tmpl.SetAPIVersion("infrastructure.test.cozystack.io/v1alpha1")
+	tmpl.SetKind("TestMachineTemplate")
+	f.g.Expect(mgmt.Client.Get(suiteCtx, client.ObjectKey{Namespace: f.namespace, Name: name}, tmpl)).To(Succeed())
+	tmpl.Object["status"] = map[string]any{"resolved": resolved}
+	f.g.Expect(mgmt.Client.Status().Update(suiteCtx, tmpl)).To(Succeed())
 }
 
 // condition returns the config's DataSecretAvailable condition.

@@ -54,14 +54,12 @@ type imageVersion struct {
 // not exist yet.
 var errInfrastructureNotFound = fmt.Errorf("the infrastructure machine does not exist yet")
 
-// resolveImageVersion follows the Machine's infrastructure object to the
-// template it was cloned from (cluster.x-k8s.io/cloned-from-* annotations)
-// and reads status.resolved.kubernetesVersion and
-// status.resolved.kubernetesVersionMatch there. Everything is read as
-// unstructured, so any infrastructure provider works. It returns nil when
-// there is nothing to compare: no cloned-from annotations, the template is
-// gone, or the template has not resolved a version.
-func resolveImageVersion(ctx context.Context, reader client.Reader, machine *clusterv1.Machine) (*imageVersion, error) {
+// infrastructureTemplate follows the Machine's infrastructure object to
+// the template it was cloned from (cluster.x-k8s.io/cloned-from-*
+// annotations). Both are read as unstructured, from the cache, so any
+// infrastructure provider works. It returns nil when there is no template
+// to read: no cloned-from annotations, or the template is gone.
+func infrastructureTemplate(ctx context.Context, reader client.Reader, machine *clusterv1.Machine) (*unstructured.Unstructured, error) {
 	infra, err := external.GetObjectFromContractVersionedRef(ctx, reader, machine.Spec.InfrastructureRef, machine.Namespace)
 	if err != nil {
 		if apierrors.IsNotFound(err) {
@@ -83,9 +81,12 @@ func resolveImageVersion(ctx context.Context, reader client.Reader, machine *clu
 		}
 		return nil, fmt.Errorf("reading the infrastructure template %s %s: %w", gk.Kind, name, err)
 	}
-	return imageVersionFrom(template)
+	return template, nil
 }
 
+// imageVersionFrom reads status.resolved.kubernetesVersion and
+// status.resolved.kubernetesVersionMatch of an infrastructure machine
+// template. It returns nil when the template has not resolved a version.
 func imageVersionFrom(template *unstructured.Unstructured) (*imageVersion, error) {
 	version, _, err := unstructured.NestedString(template.Object, "status", "resolved", "kubernetesVersion")
 	if err != nil {

@@ -1,0 +1,120 @@
+/*
+Copyright 2026 The Cozystack Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package kairosconfig
+
+import (
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+// BootstrapFamilyKairos is the bootstrap family this provider serves: the
+// value of a WorkerClass's spec.bootstrap, frozen by the infrastructure
+// provider into its template's status.resolved.bootstrap. The provider
+// reads templates as unstructured and does not import the WorkerClass API.
+const BootstrapFamilyKairos = "kairos"
+
+// Fields of an infrastructure machine template (see the infrastructure
+// provider's contract).
+var (
+	templateClassField     = []string{"spec", "workerClassName"}
+	resolvedField          = []string{"status", "resolved"}
+	resolvedClassField     = []string{"status", "resolved", "workerClassName"}
+	resolvedBootstrapField = []string{"status", "resolved", "bootstrap"}
+)
+
+// fieldPath is the path of an unstructured field, for messages.
+func fieldPath(fields []string) *field.Path {
+	return field.NewPath(fields[0], fields[1:]...)
+}
+
+// templateClass is what an infrastructure machine template says about the
+// WorkerClass its machines boot.
+type templateClass struct {
+	// Source names the template, for messages ("Kind name").
+	Source string
+	// WorkerClass is the class the template was resolved from
+	// (status.resolved.workerClassName) or, before that, the one it names
+	// (spec.workerClassName); empty for a classless template.
+	WorkerClass string
+	// Resolved says whether status.resolved has been written.
+	Resolved bool
+	// Bootstrap is the class's bootstrap family
+	// (status.resolved.bootstrap); empty when the template declares none.
+	Bootstrap string
+}
+
+// templateClassFrom reads a template's WorkerClass and bootstrap family.
+func templateClassFrom(template *unstructured.Unstructured) (templateClass, error) {
+	c := templateClass{Source: template.GetKind() + " " + template.GetName()}
+	var specClass, resolvedClass string
+	for _, f := range []struct {
+		fields []string
+		into   *string
+	}{
+		{templateClassField, &specClass},
+		{resolvedClassField, &resolvedClass},
+		{resolvedBootstrapField, &c.Bootstrap},
+	} {
+		v, _, err := unstructured.NestedString(template.Object, f.fields...)
+		if err != nil {
+			return templateClass{}, fmt.Errorf("reading %s of %s: %w", fieldPath(f.fields), c.Source, err)
+		}
+		*f.into = v
+	}
+	resolved, found, err := unstructured.NestedFieldNoCopy(template.Object, resolvedField...)
+	if err != nil {
+		return templateClass{}, fmt.Errorf("reading %s of %s: %w", fieldPath(resolvedField), c.Source, err)
+	}
+	c.Resolved = found && resolved != nil
+	c.WorkerClass = resolvedClass
+	if c.WorkerClass == "" {
+		c.WorkerClass = specClass
+	}
+	return c, nil
+}
+
+// awaitingResolution says whether the template names a WorkerClass it has
+// not resolved yet: until it has, the class's family is unknown, and a
+// rendering (and its token) could be for a disk that is not Kairos.
+func (c templateClass) awaitingResolution() bool {
+	return c.WorkerClass != "" && !c.Resolved
+}
+
+// waitingMessage says what awaitingResolution waits for.
+func (c templateClass) waitingMessage() string {
+	return fmt.Sprintf("Waiting for %s to resolve WorkerClass %s into %s, to check that its workers boot Kairos",
+		c.Source, c.WorkerClass, fieldPath(resolvedField))
+}
+
+// familyMismatch returns why a KairosConfig cannot bootstrap the template's
+// machines: the class boots another OS family (Talos, say), whose disk
+// never runs a Kairos cloud-config. Empty when the pairing is fine,
+// including a template that declares no family (classless, or another
+// provider's): there is nothing to compare then.
+func (c templateClass) familyMismatch() string {
+	if c.Bootstrap == "" || c.Bootstrap == BootstrapFamilyKairos {
+		return ""
+	}
+	subject := c.Source
+	if c.WorkerClass != "" {
+		subject += " (WorkerClass " + c.WorkerClass + ")"
+	}
+	err := field.NotSupported(fieldPath(resolvedBootstrapField), c.Bootstrap, []string{BootstrapFamilyKairos})
+	return fmt.Sprintf("%s boots %s workers, not Kairos; a KairosConfig cannot bootstrap them: %s", subject, c.Bootstrap, err.Error())
+}
