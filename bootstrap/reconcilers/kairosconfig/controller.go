@@ -34,6 +34,7 @@ import (
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/controllers/clustercache"
+	"sigs.k8s.io/cluster-api/controllers/external"
 	"sigs.k8s.io/cluster-api/util"
 	"sigs.k8s.io/cluster-api/util/annotations"
 	"sigs.k8s.io/cluster-api/util/certs"
@@ -92,8 +93,11 @@ type Reconciler struct {
 	TokenTTL time.Duration
 
 	controller controller.Controller
-	now        func() time.Time
-	expect     *expectations
+	// templates adds a watch per infrastructure template kind, the first
+	// time a config waits for a template of that kind to resolve.
+	templates *external.ObjectTracker
+	now       func() time.Time
+	expect    *expectations
 }
 
 // SetupWithManager registers the reconciler and its watches.
@@ -123,6 +127,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 		return fmt.Errorf("setting up the kairosconfig controller: %w", err)
 	}
 	r.controller = c
+	r.templates = &external.ObjectTracker{Controller: c, Cache: mgr.GetCache(), Scheme: mgr.GetScheme(), PredicateLogger: &log}
 	return nil
 }
 
@@ -518,8 +523,13 @@ func (r *Reconciler) checkTemplate(ctx context.Context, s *scope, template *unst
 		return ctrl.Result{}, true, err
 	}
 	if class.awaitingResolution() {
+		// The template's resolution reconciles the config again.
+		if err := r.watchTemplates(ctx, template); err != nil {
+			markInternalError(config)
+			return ctrl.Result{}, true, err
+		}
 		markWaiting(config, bootstrapv1.WaitingForInfrastructureTemplateReason, class.waitingMessage())
-		return ctrl.Result{RequeueAfter: waitForInfrastructureInterval}, true, nil
+		return ctrl.Result{}, true, nil
 	}
 	if mismatch := class.familyMismatch(); mismatch != "" {
 		log.Info("Not rendering bootstrap data: the infrastructure template's WorkerClass does not boot Kairos",

@@ -283,6 +283,8 @@ func TestWaitingConditions(t *testing.T) {
 		{
 			// The template names a class it has not resolved: its family is
 			// unknown, and a token minted now could be for a Talos disk.
+			// Nothing requeues this wait: the watch on the template kind
+			// ends it.
 			name:    "infrastructure template not resolved yet",
 			state:   readyCluster,
 			options: machineOptions{vmName: "wait-template-vm", templateClass: "kairos"},

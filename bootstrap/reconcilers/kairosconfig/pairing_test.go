@@ -17,6 +17,7 @@ limitations under the License.
 package kairosconfig
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -26,8 +27,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util/conditions"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	bootstrapv1 "github.com/cozystack/cluster-api-workers/bootstrap/api/v1alpha1"
 	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
@@ -240,4 +246,50 @@ func TestKairosConfigRefusesANonKairosClass(t *testing.T) {
 			g.Expect(res.IsZero()).To(BeTrue())
 		})
 	}
+}
+
+// TestAResolvedTemplateReconcilesTheConfigsWithoutData: the template watch
+// passes a template's first status.resolved only, and maps it to the
+// configs of its namespace that have not rendered, within the watch filter.
+func TestAResolvedTemplateReconcilesTheConfigsWithoutData(t *testing.T) {
+	g := NewWithT(t)
+	unresolved, resolved := templateObject("kairos", nil), templateObject("kairos", map[string]any{"bootstrap": "kairos"})
+	p := templateResolved()
+	g.Expect(p.Update(event.UpdateEvent{ObjectOld: unresolved, ObjectNew: resolved})).To(BeTrue())
+	g.Expect(p.Update(event.UpdateEvent{ObjectOld: resolved, ObjectNew: resolved})).To(BeFalse(), "a resolved template changes no family")
+	g.Expect(p.Update(event.UpdateEvent{ObjectOld: unresolved, ObjectNew: unresolved})).To(BeFalse())
+	g.Expect(p.Create(event.CreateEvent{Object: resolved})).To(BeTrue(), "a template resolved before the watch started")
+	g.Expect(p.Create(event.CreateEvent{Object: unresolved})).To(BeFalse())
+	g.Expect(p.Delete(event.DeleteEvent{Object: resolved})).To(BeFalse())
+
+	s := runtime.NewScheme()
+	g.Expect(bootstrapv1.AddToScheme(s)).To(Succeed())
+	config := func(namespace, name, filter string, rendered bool) *bootstrapv1.KairosConfig {
+		c := &bootstrapv1.KairosConfig{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, Labels: map[string]string{}}}
+		if filter != "" {
+			c.Labels[clusterv1.WatchLabel] = filter
+		}
+		if rendered {
+			c.Status.Initialization.DataSecretCreated = ptr.To(true)
+		}
+		return c
+	}
+	objects := []client.Object{
+		config("ns", "waiting", "", false),
+		config("ns", "rendered", "", true),
+		config("ns", "other-instance", "b", false),
+		config("ns", "this-instance", "a", false),
+		config("other-ns", "waiting", "", false),
+	}
+	r := &Reconciler{Client: fake.NewClientBuilder().WithScheme(s).WithObjects(objects...).Build()}
+	names := func(reqs []ctrl.Request) []string {
+		var out []string
+		for _, req := range reqs {
+			out = append(out, req.String())
+		}
+		return out
+	}
+	g.Expect(names(r.templateToKairosConfigs(context.Background(), resolved))).To(ConsistOf("ns/waiting", "ns/other-instance", "ns/this-instance"))
+	r.WatchFilterValue = "a"
+	g.Expect(names(r.templateToKairosConfigs(context.Background(), resolved))).To(ConsistOf("ns/this-instance"))
 }

@@ -21,12 +21,16 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util/secret"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	bootstrapv1 "github.com/cozystack/cluster-api-workers/bootstrap/api/v1alpha1"
 )
@@ -118,4 +122,65 @@ func (r *Reconciler) nodeToKairosConfig(cluster client.ObjectKey) handler.MapFun
 		}
 		return reqs
 	}
+}
+
+// watchTemplates makes templates of the given template's kind reconcile,
+// once they resolve, the KairosConfigs that have not rendered yet in their
+// namespace. The watch is added once per kind; the cache already holds the
+// kind, since the template was read from it. Without a running controller
+// (a Reconciler built by hand) there is nothing to watch with.
+func (r *Reconciler) watchTemplates(ctx context.Context, template *unstructured.Unstructured) error {
+	if r.templates == nil {
+		return nil
+	}
+	kind := &unstructured.Unstructured{}
+	kind.SetGroupVersionKind(template.GroupVersionKind())
+	return r.templates.Watch(ctrl.LoggerFrom(ctx), kind, handler.EnqueueRequestsFromMapFunc(r.templateToKairosConfigs), templateResolved())
+}
+
+// templateResolved passes a template's first status.resolved: its update,
+// or a template that is resolved when the watch starts or is created.
+func templateResolved() predicate.Funcs {
+	return predicate.Funcs{
+		CreateFunc:  func(e event.CreateEvent) bool { return isResolved(e.Object) },
+		UpdateFunc:  func(e event.UpdateEvent) bool { return !isResolved(e.ObjectOld) && isResolved(e.ObjectNew) },
+		DeleteFunc:  func(event.DeleteEvent) bool { return false },
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
+}
+
+func isResolved(o client.Object) bool {
+	u, ok := o.(*unstructured.Unstructured)
+	if !ok {
+		return false
+	}
+	resolved, found, err := unstructured.NestedFieldNoCopy(u.Object, resolvedField...)
+	return err == nil && found && resolved != nil
+}
+
+// templateToKairosConfigs maps a resolved template to the KairosConfigs in
+// its namespace that have no bootstrap data yet. Which of them wait for
+// this template is not known without reading their infrastructure
+// machines, and a config that has not rendered is in that state from its
+// creation, so no config whose wait began just now is missed. Templates
+// resolve once, so this runs about once per template.
+func (r *Reconciler) templateToKairosConfigs(ctx context.Context, o client.Object) []ctrl.Request {
+	configs := &bootstrapv1.KairosConfigList{}
+	if err := r.Client.List(ctx, configs, client.InNamespace(o.GetNamespace())); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Listing the KairosConfigs of a resolved template's namespace failed", "namespace", o.GetNamespace())
+		return nil
+	}
+	var reqs []ctrl.Request
+	for _, c := range configs.Items {
+		if ptr.Deref(c.Status.Initialization.DataSecretCreated, false) {
+			continue
+		}
+		// The watch filter selects the configs, not the templates, which
+		// need not carry the label.
+		if r.WatchFilterValue != "" && c.Labels[clusterv1.WatchLabel] != r.WatchFilterValue {
+			continue
+		}
+		reqs = append(reqs, ctrl.Request{NamespacedName: types.NamespacedName{Namespace: c.Namespace, Name: c.Name}})
+	}
+	return reqs
 }
