@@ -166,13 +166,6 @@ func (r *Recorder) Reset() {
 	r.throttledBy = map[RequestKey]int{}
 }
 
-// Snapshot returns the counts so far, sorted.
-func (r *Recorder) Snapshot() []RequestCount {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return sortedCounts(r.counts)
-}
-
 func sortedCounts(counts map[RequestKey]int) []RequestCount {
 	out := make([]RequestCount, 0, len(counts))
 	for k, n := range counts {
@@ -203,37 +196,6 @@ type Throttling struct {
 	TotalWait time.Duration `json:"totalWait"`
 	// By are the throttled requests by who sent them.
 	By []RequestCount `json:"by,omitempty"`
-}
-
-// Throttling returns the rate limiter waits so far.
-func (r *Recorder) Throttling() Throttling {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return Throttling{Requests: r.throttled, MaxWait: r.maxWait, TotalWait: r.totalWait, By: sortedCounts(r.throttledBy)}
-}
-
-// LastWrite returns when a component last wrote; zero when it never did.
-func (r *Recorder) LastWrite(components ...string) time.Time {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var last time.Time
-	for _, c := range components {
-		if t := r.lastWrite[c]; t.After(last) {
-			last = t
-		}
-	}
-	return last
-}
-
-// LogErrors returns how many errors each component logged.
-func (r *Recorder) LogErrors() map[string]int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	out := make(map[string]int, len(r.logErrors))
-	for k, v := range r.logErrors {
-		out[k] = v
-	}
-	return out
 }
 
 // key classifies a request; r.mu is held.

@@ -66,14 +66,14 @@ func TestRequestsAreAttributedByTheLoggerInTheContext(t *testing.T) {
 	r.observe(context.Background(), "POST", *u)
 	r.observe(context.Background(), "PUT", *workload)
 	r.observe(r.DriverContext(context.Background()), "GET", *u)
-	g.Expect(r.Snapshot()).To(ConsistOf(
+	g.Expect(r.State().Requests).To(ConsistOf(
 		RequestCount{RequestKey{Component: "bootstrap", Cluster: "management", Verb: "create", Resource: "secrets"}, 1},
 		RequestCount{RequestKey{Component: ComponentUnknown, Cluster: "management", Verb: "create", Resource: "secrets"}, 1},
 		RequestCount{RequestKey{Component: ComponentSim, Cluster: "workload", Verb: "update", Resource: "nodes/status"}, 1},
 		RequestCount{RequestKey{Component: ComponentDriver, Cluster: "management", Verb: "list", Resource: "secrets"}, 1},
 	))
-	g.Expect(r.LastWrite("bootstrap")).NotTo(BeZero())
-	g.Expect(r.LastWrite(ComponentInfra)).To(BeZero())
+	g.Expect(r.State().LastWriteOf("bootstrap")).NotTo(BeZero())
+	g.Expect(r.State().LastWriteOf(ComponentInfra)).To(BeZero())
 }
 
 // TestAComponentProcessOwnsItsUnattributedRequests: in a component's own
