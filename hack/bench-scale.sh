@@ -16,6 +16,7 @@
 #   IDLE        idle window after each run          (default 2m)
 #   PEER_IDLE   the peer's idle window; 0 skips it  (default: IDLE)
 #   TIMEOUT     bound on each scale-up              (default 15m)
+#   SETTLE      how long controllers may still write after all Running (default 2m)
 #   OUT         directory for the reports           (default out/bench)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,6 +27,7 @@ BOOT_DELAY="${BOOT_DELAY:-0}"
 IDLE="${IDLE:-2m}"
 PEER_IDLE="${PEER_IDLE:-${IDLE}}"
 TIMEOUT="${TIMEOUT:-15m}"
+SETTLE="${SETTLE:-2m}"
 OUT="${OUT:-out/bench}"
 
 bins=$(hack/tools-bins.sh all)
@@ -39,7 +41,7 @@ go build -o "${OUT}/bench-scale" ./test/bench/cmd/bench-scale
 {
   echo "# Scale benchmark $(date -u +%Y-%m-%dT%H:%MZ)"
   echo
-  echo "Command: N=\"${N}\" BOOT_DELAY=${BOOT_DELAY} IDLE=${IDLE} PEER_IDLE=${PEER_IDLE} TIMEOUT=${TIMEOUT} hack/bench-scale.sh"
+  echo "Command: N=\"${N}\" BOOT_DELAY=${BOOT_DELAY} IDLE=${IDLE} PEER_IDLE=${PEER_IDLE} TIMEOUT=${TIMEOUT} SETTLE=${SETTLE} hack/bench-scale.sh"
   echo "Commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo ' (with uncommitted changes)')"
   echo "Machine: $(nproc) CPUs, $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1), $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), load average $(cut -d' ' -f1-3 /proc/loadavg) at the start"
   echo
@@ -47,7 +49,7 @@ go build -o "${OUT}/bench-scale" ./test/bench/cmd/bench-scale
 
 for n in ${N}; do
   echo "bench-scale: N=${n}, boot delay ${BOOT_DELAY}, started $(date -u +%H:%M:%SZ), load average $(cut -d' ' -f1-3 /proc/loadavg)" >&2
-  "${OUT}/bench-scale" -machines "${n}" -boot-delay "${BOOT_DELAY}" -idle "${IDLE}" -peer-idle "${PEER_IDLE}" -timeout "${TIMEOUT}" \
+  "${OUT}/bench-scale" -machines "${n}" -boot-delay "${BOOT_DELAY}" -idle "${IDLE}" -peer-idle "${PEER_IDLE}" -timeout "${TIMEOUT}" -settle-timeout "${SETTLE}" \
     -process-logs "${OUT}/logs-${n}" -json "${OUT}/scale-${n}.json" -partial "${OUT}/scale-${n}.partial.md" \
     2> >(tee "${OUT}/scale-${n}.log" >&2) | tee -a "${OUT}/report.md"
   echo "Load average after N=${n}: $(cut -d' ' -f1-3 /proc/loadavg)" >> "${OUT}/report.md"

@@ -100,7 +100,11 @@ func (r *Report) Markdown() string {
 		fmt.Fprintf(&b, "| all Running as a multiple of the floor | %.1fx |\n", r.FloorMultiple())
 	}
 	fmt.Fprintf(&b, "| client-side throttling (requests waiting > 50ms; max wait) | %d; %s |\n", r.Throttling.Requests, round(r.Throttling.MaxWait))
-	fmt.Fprintf(&b, "| settled: last controller write after all Running | %s |\n", round(r.Settled))
+	if r.NotSettled {
+		fmt.Fprintf(&b, "| settled: last controller write after all Running | not settled: controllers still wrote %s after all Running |\n", round(r.Settled))
+	} else {
+		fmt.Fprintf(&b, "| settled: last controller write after all Running | %s |\n", round(r.Settled))
+	}
 	if r.Idle.Window > 0 {
 		fmt.Fprintf(&b, "| idle window: objects changed / controller writes | %d of %d / %d (window %s) |\n", len(r.Idle.Changed), r.Idle.Objects, sumCounts(r.Idle.Writes), r.Idle.Window)
 	} else {

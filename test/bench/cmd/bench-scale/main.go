@@ -39,6 +39,7 @@ func main() {
 	flag.DurationVar(&cfg.BootDelay, "boot-delay", 0, "simulated VM boot delay; 0 measures the control plane alone")
 	flag.DurationVar(&cfg.Timeout, "timeout", 10*time.Minute, "how long the scale-up may take")
 	flag.DurationVar(&cfg.Quiet, "quiet", 15*time.Second, "how long the controllers must not write before the pool counts as settled")
+	flag.DurationVar(&cfg.SettleTimeout, "settle-timeout", 2*time.Minute, "how long the controllers may still write after all Machines run")
 	flag.DurationVar(&cfg.IdleWindow, "idle", 2*time.Minute, "how long resourceVersions must stay unchanged after the pool settled")
 	flag.DurationVar(&cfg.PeerIdleWindow, "peer-idle", -1, "the peer's idle window; -idle's when negative, none when 0")
 	flag.IntVar(&cfg.FloorWorkers, "floor-workers", 10, "parallel clients writing the floor's objects")
