@@ -63,7 +63,9 @@ func (p pool) deployment() client.ObjectKey {
 // renderPool renders templates/cluster-template-kairos.yaml for the pool
 // with the scenario's variables over the suite's: one guest's size (the
 // runner gives every guest 2 CPUs and 1536 MiB, whatever the VM asks), and
-// MachineHealthCheck timeouts a healthy guest never trips.
+// MachineHealthCheck timeouts a healthy guest never trips (a Node
+// registers NotReady and turns Ready some seconds later, more than 10 s
+// on a loaded host).
 func renderPool(t *testing.T, p pool, vars map[string]string) []unstructured.Unstructured {
 	t.Helper()
 	all := map[string]string{
@@ -73,7 +75,7 @@ func renderPool(t *testing.T, p pool, vars map[string]string) []unstructured.Uns
 		"WORKER_CPU_CORES":                      "2",
 		"WORKER_MEMORY":                         "1536Mi",
 		"NODE_STARTUP_TIMEOUT_SECONDS":          "900",
-		"NODE_UNHEALTHY_TIMEOUT_SECONDS":        "10",
+		"NODE_UNHEALTHY_TIMEOUT_SECONDS":        "60",
 		"INFRASTRUCTURE_FAILED_TIMEOUT_SECONDS": "60",
 	}
 	for k, v := range vars {
