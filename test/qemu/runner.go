@@ -160,6 +160,8 @@ type Runner struct {
 	// started records VMs whose run strategy Once started an instance.
 	started map[types.UID]bool
 	guests  []*Guest
+	// booted numbers guest directories in boot order.
+	booted int
 }
 
 // instance is what the runner keeps of one VirtualMachineInstance.

@@ -283,7 +283,8 @@ func (r *Runner) boot(ctx context.Context, vmi *kubevirtv1.VirtualMachineInstanc
 	key := client.ObjectKeyFromObject(vmi)
 	r.mu.Lock()
 	tamper := r.tamper
-	n := len(r.guests) + 1
+	r.booted++
+	n := r.booted
 	r.mu.Unlock()
 	defer func() {
 		if rerr != nil {
