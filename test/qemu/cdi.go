@@ -26,23 +26,20 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/ptr"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	kubevirtstatus "github.com/cozystack/cluster-api-workers/test/sim/kubevirt/status"
 )
 
 // importErrorReason is the reason of the Running condition of a DataVolume
 // whose importer pod fails.
 const importErrorReason = "Error"
 
-// defaultClaimSize is the size of a claim whose DataVolume names none.
-var defaultClaimSize = resource.MustParse("10Gi")
-
+// kubevirtstatus.DefaultClaimSize is the size of a claim whose DataVolume names none.
 // importJob is CDI's importer for one DataVolume: a download that runs
 // until it succeeds, restarting after a failure as the importer pod does.
 type importJob struct {
@@ -110,9 +107,9 @@ func (r *Runner) reconcileDataVolume(ctx context.Context, req reconcile.Request)
 	default:
 		desired.Status.Phase, desired.Status.Progress = cdiv1.Failed, "N/A"
 		desired.Status.Conditions = []cdiv1.DataVolumeCondition{
-			dvCondition(cdiv1.DataVolumeBound, corev1.ConditionTrue, "Bound", fmt.Sprintf("PVC %s Bound", dv.Name)),
-			dvCondition(cdiv1.DataVolumeReady, corev1.ConditionFalse, "Failed", ""),
-			dvCondition(cdiv1.DataVolumeRunning, corev1.ConditionFalse, importErrorReason, "the QEMU runner imports HTTP sources only"),
+			kubevirtstatus.DataVolumeCondition(cdiv1.DataVolumeBound, corev1.ConditionTrue, "Bound", fmt.Sprintf("PVC %s Bound", dv.Name)),
+			kubevirtstatus.DataVolumeCondition(cdiv1.DataVolumeReady, corev1.ConditionFalse, "Failed", ""),
+			kubevirtstatus.DataVolumeCondition(cdiv1.DataVolumeRunning, corev1.ConditionFalse, importErrorReason, "the QEMU runner imports HTTP sources only"),
 		}
 	}
 	keepDVTransitionTimes(dv.Status.Conditions, desired.Status.Conditions)
@@ -133,7 +130,7 @@ func (r *Runner) reconcileDataVolume(ctx context.Context, req reconcile.Request)
 // Succeeded, or in progress with the importer's error and restart count
 // while it fails.
 func importStatus(st *cdiv1.DataVolumeStatus, name string, p importProgress, restarts int32, lastError string, done bool) {
-	bound := dvCondition(cdiv1.DataVolumeBound, corev1.ConditionTrue, "Bound", fmt.Sprintf("PVC %s Bound", name))
+	bound := kubevirtstatus.DataVolumeCondition(cdiv1.DataVolumeBound, corev1.ConditionTrue, "Bound", fmt.Sprintf("PVC %s Bound", name))
 	st.RestartCount = restarts
 	switch {
 	case done:
@@ -141,27 +138,27 @@ func importStatus(st *cdiv1.DataVolumeStatus, name string, p importProgress, res
 	case lastError != "" && !p.started:
 		st.Phase, st.Progress = cdiv1.ImportInProgress, "N/A"
 		st.Conditions = []cdiv1.DataVolumeCondition{bound,
-			dvCondition(cdiv1.DataVolumeReady, corev1.ConditionFalse, string(cdiv1.ImportInProgress), ""),
-			dvCondition(cdiv1.DataVolumeRunning, corev1.ConditionFalse, importErrorReason, lastError)}
+			kubevirtstatus.DataVolumeCondition(cdiv1.DataVolumeReady, corev1.ConditionFalse, string(cdiv1.ImportInProgress), ""),
+			kubevirtstatus.DataVolumeCondition(cdiv1.DataVolumeRunning, corev1.ConditionFalse, importErrorReason, lastError)}
 	case !p.started:
 		st.Phase, st.Progress = cdiv1.ImportScheduled, "N/A"
 		st.Conditions = []cdiv1.DataVolumeCondition{bound,
-			dvCondition(cdiv1.DataVolumeReady, corev1.ConditionFalse, string(cdiv1.ImportScheduled), ""),
-			dvCondition(cdiv1.DataVolumeRunning, corev1.ConditionFalse, "Pending", "")}
+			kubevirtstatus.DataVolumeCondition(cdiv1.DataVolumeReady, corev1.ConditionFalse, string(cdiv1.ImportScheduled), ""),
+			kubevirtstatus.DataVolumeCondition(cdiv1.DataVolumeRunning, corev1.ConditionFalse, "Pending", "")}
 	default:
 		st.Phase, st.Progress = cdiv1.ImportInProgress, p.percent()
 		st.Conditions = []cdiv1.DataVolumeCondition{bound,
-			dvCondition(cdiv1.DataVolumeReady, corev1.ConditionFalse, string(cdiv1.ImportInProgress), ""),
-			dvCondition(cdiv1.DataVolumeRunning, corev1.ConditionTrue, "Pod is running", "")}
+			kubevirtstatus.DataVolumeCondition(cdiv1.DataVolumeReady, corev1.ConditionFalse, string(cdiv1.ImportInProgress), ""),
+			kubevirtstatus.DataVolumeCondition(cdiv1.DataVolumeRunning, corev1.ConditionTrue, "Pod is running", "")}
 	}
 }
 
 func succeeded(st *cdiv1.DataVolumeStatus, name string) {
 	st.Phase, st.Progress = cdiv1.Succeeded, "100.0%"
 	st.Conditions = []cdiv1.DataVolumeCondition{
-		dvCondition(cdiv1.DataVolumeBound, corev1.ConditionTrue, "Bound", fmt.Sprintf("PVC %s Bound", name)),
-		dvCondition(cdiv1.DataVolumeReady, corev1.ConditionTrue, "", ""),
-		dvCondition(cdiv1.DataVolumeRunning, corev1.ConditionFalse, "Completed", "")}
+		kubevirtstatus.DataVolumeCondition(cdiv1.DataVolumeBound, corev1.ConditionTrue, "Bound", fmt.Sprintf("PVC %s Bound", name)),
+		kubevirtstatus.DataVolumeCondition(cdiv1.DataVolumeReady, corev1.ConditionTrue, "", ""),
+		kubevirtstatus.DataVolumeCondition(cdiv1.DataVolumeRunning, corev1.ConditionFalse, "Completed", "")}
 }
 
 // importFor returns the DataVolume's import, starting it on first sight.
@@ -181,7 +178,7 @@ func (r *Runner) importFor(ctx context.Context, dv *cdiv1.DataVolume) *importJob
 		done:   make(chan struct{}),
 	}
 	r.imports[key] = j
-	limit := claimFor(dv).Spec.Resources.Requests[corev1.ResourceStorage]
+	limit := kubevirtstatus.ClaimFor(dv).Spec.Resources.Requests[corev1.ResourceStorage]
 	go r.runImport(jobCtx, ctrl.LoggerFrom(ctx).WithValues("url", j.url), key, j, limit.Value())
 	return j
 }
@@ -280,7 +277,7 @@ func (r *Runner) ensureClaim(ctx context.Context, dv *cdiv1.DataVolume) error {
 	pvc := &corev1.PersistentVolumeClaim{}
 	err := r.client.Get(ctx, client.ObjectKeyFromObject(dv), pvc)
 	if apierrors.IsNotFound(err) {
-		if err := r.client.Create(ctx, claimFor(dv)); err != nil && !apierrors.IsAlreadyExists(err) {
+		if err := r.client.Create(ctx, kubevirtstatus.ClaimFor(dv)); err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("creating the PersistentVolumeClaim of DataVolume %s: %w", dv.Name, err)
 		}
 		return nil
@@ -296,54 +293,6 @@ func (r *Runner) ensureClaim(ctx context.Context, dv *cdiv1.DataVolume) error {
 	bound.Status.AccessModes = pvc.Spec.AccessModes
 	bound.Status.Capacity = corev1.ResourceList{corev1.ResourceStorage: pvc.Spec.Resources.Requests[corev1.ResourceStorage]}
 	return client.IgnoreNotFound(r.client.Status().Patch(ctx, bound, client.MergeFrom(pvc)))
-}
-
-// claimFor is the claim CDI makes for a DataVolume.
-func claimFor(dv *cdiv1.DataVolume) *corev1.PersistentVolumeClaim {
-	spec := corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}}
-	size := defaultClaimSize
-	switch {
-	case dv.Spec.Storage != nil:
-		if len(dv.Spec.Storage.AccessModes) > 0 {
-			spec.AccessModes = dv.Spec.Storage.AccessModes
-		}
-		if q, ok := dv.Spec.Storage.Resources.Requests[corev1.ResourceStorage]; ok {
-			size = q
-		}
-		spec.StorageClassName = dv.Spec.Storage.StorageClassName
-		spec.VolumeMode = dv.Spec.Storage.VolumeMode
-	case dv.Spec.PVC != nil:
-		if len(dv.Spec.PVC.AccessModes) > 0 {
-			spec.AccessModes = dv.Spec.PVC.AccessModes
-		}
-		if q, ok := dv.Spec.PVC.Resources.Requests[corev1.ResourceStorage]; ok {
-			size = q
-		}
-		spec.StorageClassName = dv.Spec.PVC.StorageClassName
-		spec.VolumeMode = dv.Spec.PVC.VolumeMode
-	}
-	spec.Resources.Requests = corev1.ResourceList{corev1.ResourceStorage: size}
-	return &corev1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{
-			Namespace: dv.Namespace,
-			Name:      dv.Name,
-			Labels:    map[string]string{"app": "containerized-data-importer", "app.kubernetes.io/component": "storage"},
-			OwnerReferences: []metav1.OwnerReference{{
-				APIVersion:         cdiv1.SchemeGroupVersion.String(),
-				Kind:               "DataVolume",
-				Name:               dv.Name,
-				UID:                dv.UID,
-				Controller:         ptr.To(true),
-				BlockOwnerDeletion: ptr.To(true),
-			}},
-		},
-		Spec: spec,
-	}
-}
-
-func dvCondition(t cdiv1.DataVolumeConditionType, status corev1.ConditionStatus, reason, message string) cdiv1.DataVolumeCondition {
-	ts := now()
-	return cdiv1.DataVolumeCondition{Type: t, Status: status, Reason: reason, Message: message, LastTransitionTime: ts, LastHeartbeatTime: ts}
 }
 
 // keepDVTransitionTimes keeps the timestamps of conditions that did not

@@ -32,10 +32,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	kubevirtstatus "github.com/cozystack/cluster-api-workers/test/sim/kubevirt/status"
 )
 
 const (
-	podScheduled = kubevirtv1.VirtualMachineInstanceConditionType(corev1.PodScheduled)
 	// errImagePullReason marks an instance whose container disk cannot be
 	// pulled (its Ready condition's reason, which the VM status reads).
 	errImagePullReason = "ErrImagePull"
@@ -70,13 +71,13 @@ func (r *Runner) reconcileInstance(ctx context.Context, req reconcile.Request) (
 	switch {
 	case !vmi.DeletionTimestamp.IsZero():
 		r.release(vmi)
-		if !finished(vmi) {
+		if !kubevirtstatus.Finished(vmi) {
 			stopInstance(desired, kubevirtv1.Succeeded, "", "VMI was deleted; QEMU was stopped")
 		}
 		controllerutil.RemoveFinalizer(desired, kubevirtv1.VirtualMachineControllerFinalizer)
 		controllerutil.RemoveFinalizer(desired, kubevirtv1.VirtualMachineInstanceFinalizer)
 		controllerutil.RemoveFinalizer(desired, kubevirtv1.DeprecatedVirtualMachineInstanceFinalizer)
-	case finished(vmi):
+	case kubevirtstatus.Finished(vmi):
 		// A finished instance never runs again; the VM replaces it.
 	case inst.vm != nil:
 		if exited, err := inst.vm.Exited(); exited {
@@ -137,7 +138,7 @@ func (r *Runner) instanceFor(vmi *kubevirtv1.VirtualMachineInstance) *instance {
 	}
 	i := &instance{key: client.ObjectKeyFromObject(vmi)}
 	r.instances[vmi.UID] = i
-	if vmi.DeletionTimestamp.IsZero() && !finished(vmi) {
+	if vmi.DeletionTimestamp.IsZero() && !kubevirtstatus.Finished(vmi) {
 		r.waiting = append(r.waiting, vmi.UID)
 	}
 	return i
@@ -261,7 +262,7 @@ func bootVolumes(vmi *kubevirtv1.VirtualMachineInstance) (root, cloudInit *kubev
 // userData reads the cloud-init volume's user data: inline, or from its
 // Secret's userdata (or userData) key, as KubeVirt does.
 func (r *Runner) userData(ctx context.Context, namespace string, v kubevirtv1.Volume) ([]byte, error) {
-	if ref := userDataSecretRef(v); ref != nil {
+	if ref := kubevirtstatus.UserDataSecretRef(v); ref != nil {
 		s := &corev1.Secret{}
 		if err := r.client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: ref.Name}, s); err != nil {
 			return nil, fmt.Errorf("reading Secret %s of cloud-init volume %s: %w", ref.Name, v.Name, err)
@@ -356,54 +357,15 @@ func pullFailureMessage(ref string) string {
 	return fmt.Sprintf("Failed to pull image %q: no local disk is mapped to this reference", ref)
 }
 
-func setPhase(vmi *kubevirtv1.VirtualMachineInstance, phase kubevirtv1.VirtualMachineInstancePhase) {
-	if vmi.Status.Phase == phase {
-		return
-	}
-	vmi.Status.Phase = phase
-	vmi.Status.PhaseTransitionTimestamps = append(vmi.Status.PhaseTransitionTimestamps,
-		kubevirtv1.VirtualMachineInstancePhaseTransitionTimestamp{Phase: phase, PhaseTransitionTimestamp: now()})
-}
-
-func setInstanceCondition(vmi *kubevirtv1.VirtualMachineInstance, c kubevirtv1.VirtualMachineInstanceCondition) {
-	for i, old := range vmi.Status.Conditions {
-		if old.Type != c.Type {
-			continue
-		}
-		if old.Status == c.Status && old.Reason == c.Reason && old.Message == c.Message {
-			return
-		}
-		c.LastTransitionTime = now()
-		vmi.Status.Conditions[i] = c
-		return
-	}
-	c.LastTransitionTime = now()
-	vmi.Status.Conditions = append(vmi.Status.Conditions, c)
-}
-
-func instanceCondition(vmi *kubevirtv1.VirtualMachineInstance, t kubevirtv1.VirtualMachineInstanceConditionType) *kubevirtv1.VirtualMachineInstanceCondition {
-	for i := range vmi.Status.Conditions {
-		if vmi.Status.Conditions[i].Type == t {
-			return &vmi.Status.Conditions[i]
-		}
-	}
-	return nil
-}
-
-func instanceReady(vmi *kubevirtv1.VirtualMachineInstance) bool {
-	c := instanceCondition(vmi, kubevirtv1.VirtualMachineInstanceReady)
-	return c != nil && c.Status == corev1.ConditionTrue
-}
-
 // markUnschedulable reports an instance waiting for a guest slot as the
 // scheduler reports a pod no node has room for.
 func markUnschedulable(vmi *kubevirtv1.VirtualMachineInstance, maxGuests int) {
-	setPhase(vmi, kubevirtv1.Scheduling)
-	setInstanceCondition(vmi, kubevirtv1.VirtualMachineInstanceCondition{
-		Type: podScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable,
+	kubevirtstatus.SetPhase(vmi, kubevirtv1.Scheduling)
+	kubevirtstatus.SetInstanceCondition(vmi, kubevirtv1.VirtualMachineInstanceCondition{
+		Type: kubevirtstatus.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable,
 		Message: fmt.Sprintf("0/1 nodes are available: 1 Insufficient memory (the QEMU runner runs at most %d guests at once).", maxGuests),
 	})
-	setInstanceCondition(vmi, kubevirtv1.VirtualMachineInstanceCondition{
+	kubevirtstatus.SetInstanceCondition(vmi, kubevirtv1.VirtualMachineInstanceCondition{
 		Type: kubevirtv1.VirtualMachineInstanceReady, Status: corev1.ConditionFalse, Reason: "PodNotExists", Message: "virt-launcher pod has not yet been scheduled",
 	})
 }
@@ -411,32 +373,22 @@ func markUnschedulable(vmi *kubevirtv1.VirtualMachineInstance, maxGuests int) {
 // pullFailed reports an instance whose pod was scheduled but whose
 // container disk cannot be pulled.
 func pullFailed(vmi *kubevirtv1.VirtualMachineInstance, node, message string) {
-	setPhase(vmi, kubevirtv1.Scheduling)
-	placeOn(vmi, node)
-	setInstanceCondition(vmi, kubevirtv1.VirtualMachineInstanceCondition{
+	kubevirtstatus.SetPhase(vmi, kubevirtv1.Scheduling)
+	kubevirtstatus.PlaceOn(vmi, node)
+	kubevirtstatus.SetInstanceCondition(vmi, kubevirtv1.VirtualMachineInstanceCondition{
 		Type: kubevirtv1.VirtualMachineInstanceReady, Status: corev1.ConditionFalse, Reason: errImagePullReason, Message: message,
 	})
-}
-
-// placeOn records the node the instance's pod was scheduled to.
-func placeOn(vmi *kubevirtv1.VirtualMachineInstance, node string) {
-	vmi.Status.NodeName = node
-	if vmi.Labels == nil {
-		vmi.Labels = map[string]string{}
-	}
-	vmi.Labels[kubevirtv1.NodeNameLabel] = node
-	setInstanceCondition(vmi, kubevirtv1.VirtualMachineInstanceCondition{Type: podScheduled, Status: corev1.ConditionTrue})
 }
 
 // runInstance reports a guest whose QEMU runs: Scheduled then Running,
 // ready, with the guest's address on the first interface.
 func runInstance(vmi *kubevirtv1.VirtualMachineInstance, node string) {
 	if vmi.Status.Phase != kubevirtv1.Running {
-		setPhase(vmi, kubevirtv1.Scheduled)
+		kubevirtstatus.SetPhase(vmi, kubevirtv1.Scheduled)
 	}
-	setPhase(vmi, kubevirtv1.Running)
-	placeOn(vmi, node)
-	setInstanceCondition(vmi, kubevirtv1.VirtualMachineInstanceCondition{Type: kubevirtv1.VirtualMachineInstanceReady, Status: corev1.ConditionTrue})
+	kubevirtstatus.SetPhase(vmi, kubevirtv1.Running)
+	kubevirtstatus.PlaceOn(vmi, node)
+	kubevirtstatus.SetInstanceCondition(vmi, kubevirtv1.VirtualMachineInstanceCondition{Type: kubevirtv1.VirtualMachineInstanceReady, Status: corev1.ConditionTrue})
 	if len(vmi.Status.Interfaces) > 0 || len(vmi.Spec.Domain.Devices.Interfaces) == 0 {
 		return
 	}
@@ -452,9 +404,9 @@ func runInstance(vmi *kubevirtv1.VirtualMachineInstance, node string) {
 }
 
 func stopInstance(vmi *kubevirtv1.VirtualMachineInstance, phase kubevirtv1.VirtualMachineInstancePhase, reason, message string) {
-	setPhase(vmi, phase)
+	kubevirtstatus.SetPhase(vmi, phase)
 	vmi.Status.Reason = reason
-	setInstanceCondition(vmi, kubevirtv1.VirtualMachineInstanceCondition{
+	kubevirtstatus.SetInstanceCondition(vmi, kubevirtv1.VirtualMachineInstanceCondition{
 		Type: kubevirtv1.VirtualMachineInstanceReady, Status: corev1.ConditionFalse, Reason: reason, Message: message,
 	})
 }

@@ -26,6 +26,8 @@ import (
 	"k8s.io/utils/ptr"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+
+	kubevirtstatus "github.com/cozystack/cluster-api-workers/test/sim/kubevirt/status"
 )
 
 // Status mapping without QEMU or an apiserver: what the runner writes for
@@ -119,7 +121,7 @@ func TestInstanceStatus(t *testing.T) {
 		g.Expect(vmi.Status.PhaseTransitionTimestamps[0].Phase).To(Equal(kubevirtv1.Scheduled))
 		g.Expect(vmi.Status.NodeName).To(Equal("host"))
 		g.Expect(vmi.Labels).To(HaveKeyWithValue(kubevirtv1.NodeNameLabel, "host"))
-		g.Expect(instanceReady(vmi)).To(BeTrue())
+		g.Expect(kubevirtstatus.InstanceReady(vmi)).To(BeTrue())
 		g.Expect(vmi.Status.Interfaces).To(ConsistOf(HaveField("IP", GuestAddress)))
 		g.Expect(vmi.Status.Interfaces[0].Name).To(Equal("default"))
 		before := vmi.DeepCopy()
@@ -131,20 +133,20 @@ func TestInstanceStatus(t *testing.T) {
 		vmi := withNIC()
 		markUnschedulable(vmi, 2)
 		g.Expect(vmi.Status.Phase).To(Equal(kubevirtv1.Scheduling))
-		c := instanceCondition(vmi, podScheduled)
+		c := kubevirtstatus.InstanceCondition(vmi, kubevirtstatus.PodScheduled)
 		g.Expect(c).NotTo(BeNil())
 		g.Expect(c.Status).To(Equal(corev1.ConditionFalse))
 		g.Expect(c.Reason).To(Equal(corev1.PodReasonUnschedulable))
 		g.Expect(c.Message).To(ContainSubstring("at most 2 guests"))
-		g.Expect(instanceReady(vmi)).To(BeFalse())
+		g.Expect(kubevirtstatus.InstanceReady(vmi)).To(BeFalse())
 	})
 	t.Run("an unmapped container disk leaves the pod scheduled and the image not pulled", func(t *testing.T) {
 		g := NewWithT(t)
 		vmi := withNIC()
 		pullFailed(vmi, "host", pullFailureMessage("quay.io/x/y:v1"))
 		g.Expect(vmi.Status.Phase).To(Equal(kubevirtv1.Scheduling))
-		g.Expect(instanceCondition(vmi, podScheduled).Status).To(Equal(corev1.ConditionTrue))
-		ready := instanceCondition(vmi, kubevirtv1.VirtualMachineInstanceReady)
+		g.Expect(kubevirtstatus.InstanceCondition(vmi, kubevirtstatus.PodScheduled).Status).To(Equal(corev1.ConditionTrue))
+		ready := kubevirtstatus.InstanceCondition(vmi, kubevirtv1.VirtualMachineInstanceReady)
 		g.Expect(ready.Reason).To(Equal(errImagePullReason))
 		g.Expect(ready.Message).To(ContainSubstring(`"quay.io/x/y:v1"`))
 	})
@@ -165,8 +167,8 @@ func TestInstanceStatus(t *testing.T) {
 			stopInstance(vmi, phase, reason, message)
 			g.Expect(vmi.Status.Phase).To(Equal(tc.phase))
 			g.Expect(vmi.Status.Reason).To(Equal(tc.reason))
-			g.Expect(instanceReady(vmi)).To(BeFalse())
-			g.Expect(finished(vmi)).To(BeTrue())
+			g.Expect(kubevirtstatus.InstanceReady(vmi)).To(BeFalse())
+			g.Expect(kubevirtstatus.Finished(vmi)).To(BeTrue())
 			g.Expect(stoppedAt(vmi)).NotTo(BeZero())
 		})
 	}

@@ -19,6 +19,7 @@ package qemu
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -33,6 +34,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	kubevirtstatus "github.com/cozystack/cluster-api-workers/test/sim/kubevirt/status"
 )
 
 // podScheduledCondition is the VirtualMachine condition KubeVirt copies
@@ -76,7 +79,7 @@ func (r *Runner) reconcileVirtualMachine(ctx context.Context, req reconcile.Requ
 	}
 
 	var requeue time.Duration
-	strategy := runStrategy(vm)
+	strategy := kubevirtstatus.RunStrategy(vm)
 	switch {
 	case vmi != nil && !vmi.DeletionTimestamp.IsZero():
 		// The old instance is stopping; its deletion requeues the VM.
@@ -84,8 +87,8 @@ func (r *Runner) reconcileVirtualMachine(ctx context.Context, req reconcile.Requ
 		if err := deleteInstance(ctx, r.client, vmi); err != nil {
 			return reconcile.Result{}, err
 		}
-	case vmi != nil && finished(vmi):
-		if restarts(strategy, vmi.Status.Phase == kubevirtv1.Failed) {
+	case vmi != nil && kubevirtstatus.Finished(vmi):
+		if kubevirtstatus.Restarts(strategy, vmi.Status.Phase == kubevirtv1.Failed) {
 			if wait := r.opts.RestartDelay - time.Since(stoppedAt(vmi)); wait > 0 {
 				requeue = wait
 				break
@@ -130,32 +133,6 @@ func deleteInstance(ctx context.Context, c client.Client, vmi *kubevirtv1.Virtua
 		return fmt.Errorf("deleting VirtualMachineInstance %s: %w", vmi.Name, err)
 	}
 	return nil
-}
-
-func runStrategy(vm *kubevirtv1.VirtualMachine) kubevirtv1.VirtualMachineRunStrategy {
-	if vm.Spec.RunStrategy != nil {
-		return *vm.Spec.RunStrategy
-	}
-	if vm.Spec.Running != nil && *vm.Spec.Running {
-		return kubevirtv1.RunStrategyAlways
-	}
-	return kubevirtv1.RunStrategyHalted
-}
-
-// restarts reports whether KubeVirt replaces a finished instance.
-func restarts(strategy kubevirtv1.VirtualMachineRunStrategy, failed bool) bool {
-	switch strategy {
-	case kubevirtv1.RunStrategyAlways:
-		return true
-	case kubevirtv1.RunStrategyRerunOnFailure:
-		return failed
-	default:
-		return false
-	}
-}
-
-func finished(vmi *kubevirtv1.VirtualMachineInstance) bool {
-	return vmi.Status.Phase == kubevirtv1.Failed || vmi.Status.Phase == kubevirtv1.Succeeded
 }
 
 // stoppedAt is when a finished instance finished, from its phase
@@ -238,10 +215,10 @@ func (r *Runner) diskState(ctx context.Context, vm *kubevirtv1.VirtualMachine) (
 			if err != nil {
 				return diskReadiness{}, err
 			}
-		case userDataSecretRef(v) != nil:
+		case kubevirtstatus.UserDataSecretRef(v) != nil:
 			// virt-controller does not start a VM whose cloud-init Secret
 			// is missing.
-			ref := userDataSecretRef(v)
+			ref := kubevirtstatus.UserDataSecretRef(v)
 			err := r.client.Get(ctx, client.ObjectKey{Namespace: vm.Namespace, Name: ref.Name}, &corev1.Secret{})
 			if apierrors.IsNotFound(err) {
 				return diskReadiness{printable: kubevirtv1.VirtualMachineStatusStopped, message: fmt.Sprintf("Secret %s of the cloud-init volume does not exist", ref.Name)}, nil
@@ -266,16 +243,6 @@ func dataVolumeDiskState(dv *cdiv1.DataVolume) diskReadiness {
 	return diskReadiness{ready: true}
 }
 
-func userDataSecretRef(v kubevirtv1.Volume) *corev1.LocalObjectReference {
-	switch {
-	case v.CloudInitNoCloud != nil:
-		return v.CloudInitNoCloud.UserDataSecretRef
-	case v.CloudInitConfigDrive != nil:
-		return v.CloudInitConfigDrive.UserDataSecretRef
-	}
-	return nil
-}
-
 // importerFailing reports CDI's sign of an importer pod that fails.
 func importerFailing(dv *cdiv1.DataVolume) bool {
 	for _, c := range dv.Status.Conditions {
@@ -293,8 +260,8 @@ func (r *Runner) startInstance(ctx context.Context, vm *kubevirtv1.VirtualMachin
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace:       vm.Namespace,
 			Name:            vm.Name,
-			Labels:          copyMap(t.ObjectMeta.Labels),
-			Annotations:     copyMap(t.ObjectMeta.Annotations),
+			Labels:          maps.Clone(t.ObjectMeta.Labels),
+			Annotations:     maps.Clone(t.ObjectMeta.Annotations),
 			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(vm, kubevirtv1.VirtualMachineGroupVersionKind)},
 			Finalizers:      []string{kubevirtv1.VirtualMachineControllerFinalizer, kubevirtv1.VirtualMachineInstanceFinalizer},
 		},
@@ -317,7 +284,7 @@ func (r *Runner) startInstance(ctx context.Context, vm *kubevirtv1.VirtualMachin
 // the VM, its instance and its disks.
 func (r *Runner) updateVirtualMachineStatus(ctx context.Context, vm *kubevirtv1.VirtualMachine, vmi *kubevirtv1.VirtualMachineInstance, disks diskReadiness) error {
 	desired := vm.DeepCopy()
-	desired.Status = virtualMachineStatus(vm, vmi, disks, r.shouldStart(vm, runStrategy(vm)))
+	desired.Status = virtualMachineStatus(vm, vmi, disks, r.shouldStart(vm, kubevirtstatus.RunStrategy(vm)))
 	keepVMTransitionTimes(vm.Status.Conditions, desired.Status.Conditions)
 	if equality.Semantic.DeepEqual(vm.Status, desired.Status) {
 		return nil
@@ -330,10 +297,10 @@ func (r *Runner) updateVirtualMachineStatus(ctx context.Context, vm *kubevirtv1.
 // strategy would start an instance.
 func virtualMachineStatus(vm *kubevirtv1.VirtualMachine, vmi *kubevirtv1.VirtualMachineInstance, disks diskReadiness, wouldRun bool) kubevirtv1.VirtualMachineStatus {
 	st := *vm.Status.DeepCopy()
-	st.RunStrategy = runStrategy(vm)
+	st.RunStrategy = kubevirtstatus.RunStrategy(vm)
 	st.ObservedGeneration, st.DesiredGeneration = vm.Generation, vm.Generation
 	st.Created = vmi != nil
-	st.Ready = vmi != nil && vmi.Status.Phase == kubevirtv1.Running && instanceReady(vmi)
+	st.Ready = vmi != nil && vmi.Status.Phase == kubevirtv1.Running && kubevirtstatus.InstanceReady(vmi)
 	ready := vmCondition(kubevirtv1.VirtualMachineReady, corev1.ConditionFalse, "VMINotExists", "VMI does not exist")
 	var conds []kubevirtv1.VirtualMachineCondition
 	switch {
@@ -350,13 +317,13 @@ func virtualMachineStatus(vm *kubevirtv1.VirtualMachine, vmi *kubevirtv1.Virtual
 		st.PrintableStatus = kubevirtv1.VirtualMachineStatusStopping
 		ready.Reason, ready.Message = "VMIStopping", "VMI is shutting down"
 	default:
-		if c := instanceCondition(vmi, podScheduled); c != nil && c.Status == corev1.ConditionFalse {
+		if c := kubevirtstatus.InstanceCondition(vmi, kubevirtstatus.PodScheduled); c != nil && c.Status == corev1.ConditionFalse {
 			st.PrintableStatus = kubevirtv1.VirtualMachineStatusUnschedulable
 			conds = append(conds, vmCondition(podScheduledCondition, corev1.ConditionFalse, c.Reason, c.Message))
 			ready.Reason, ready.Message = "VMINotReady", "VMI is not scheduled"
 			break
 		}
-		if c := instanceCondition(vmi, kubevirtv1.VirtualMachineInstanceReady); c != nil && c.Reason == errImagePullReason && !finished(vmi) {
+		if c := kubevirtstatus.InstanceCondition(vmi, kubevirtv1.VirtualMachineInstanceReady); c != nil && c.Reason == errImagePullReason && !kubevirtstatus.Finished(vmi) {
 			st.PrintableStatus = kubevirtv1.VirtualMachineStatusErrImagePull
 			conds = append(conds, vmCondition(kubevirtv1.VirtualMachineFailure, corev1.ConditionTrue, errImagePullReason, c.Message))
 			ready.Reason, ready.Message = "VMINotReady", c.Message
@@ -370,7 +337,7 @@ func virtualMachineStatus(vm *kubevirtv1.VirtualMachine, vmi *kubevirtv1.Virtual
 			}
 		case kubevirtv1.Failed, kubevirtv1.Succeeded:
 			st.PrintableStatus = kubevirtv1.VirtualMachineStatusStopped
-			if restarts(runStrategy(vm), vmi.Status.Phase == kubevirtv1.Failed) {
+			if kubevirtstatus.Restarts(kubevirtstatus.RunStrategy(vm), vmi.Status.Phase == kubevirtv1.Failed) {
 				st.PrintableStatus = kubevirtv1.VirtualMachineStatusStarting
 			}
 			ready.Reason, ready.Message = "VMINotReady", fmt.Sprintf("VMI is %s", vmi.Status.Phase)
@@ -408,7 +375,7 @@ func (r *Runner) vmsUsingDataVolume(ctx context.Context, o client.Object) []reco
 
 func (r *Runner) vmsUsingSecret(ctx context.Context, o client.Object) []reconcile.Request {
 	return r.vmsWithVolume(ctx, o.GetNamespace(), func(v kubevirtv1.Volume) bool {
-		ref := userDataSecretRef(v)
+		ref := kubevirtstatus.UserDataSecretRef(v)
 		return ref != nil && ref.Name == o.GetName()
 	})
 }
@@ -433,15 +400,4 @@ func now() metav1.Time { return metav1.NewTime(time.Now()) }
 
 func objectMeta(key client.ObjectKey) metav1.ObjectMeta {
 	return metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}
-}
-
-func copyMap(in map[string]string) map[string]string {
-	if in == nil {
-		return nil
-	}
-	out := make(map[string]string, len(in))
-	for k, v := range in {
-		out[k] = v
-	}
-	return out
 }

@@ -24,19 +24,17 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	kubevirtstatus "github.com/cozystack/cluster-api-workers/test/sim/kubevirt/status"
 )
 
-// defaultClaimSize is the size of a claim whose DataVolume names none (a
+// kubevirtstatus.DefaultClaimSize is the size of a claim whose DataVolume names none (a
 // clone that inherits its source's size).
-var defaultClaimSize = resource.MustParse("10Gi")
-
 // ImportFailureMessage is the Running condition message of a failing
 // import, as CDI reports an HTTP source that answers 404.
 const ImportFailureMessage = "Unable to connect to http data source: expected status code 200, got 404. Status: 404 Not Found"
@@ -102,12 +100,12 @@ func (s *Simulator) reconcileDataVolume(ctx context.Context, req reconcile.Reque
 // it next changes.
 func (s *Simulator) populate(ctx context.Context, dv *cdiv1.DataVolume, st *cdiv1.DataVolumeStatus) (time.Duration, error) {
 	kind := populatorOf(dv)
-	bound := dvCondition(cdiv1.DataVolumeBound, corev1.ConditionTrue, "Bound", fmt.Sprintf("PVC %s Bound", dv.Name))
+	bound := kubevirtstatus.DataVolumeCondition(cdiv1.DataVolumeBound, corev1.ConditionTrue, "Bound", fmt.Sprintf("PVC %s Bound", dv.Name))
 	if kind == populateBlank {
 		st.Phase, st.Progress = cdiv1.Succeeded, "100.0%"
 		st.Conditions = []cdiv1.DataVolumeCondition{bound,
-			dvCondition(cdiv1.DataVolumeReady, corev1.ConditionTrue, "", ""),
-			dvCondition(cdiv1.DataVolumeRunning, corev1.ConditionFalse, "Completed", "")}
+			kubevirtstatus.DataVolumeCondition(cdiv1.DataVolumeReady, corev1.ConditionTrue, "", ""),
+			kubevirtstatus.DataVolumeCondition(cdiv1.DataVolumeRunning, corev1.ConditionFalse, "Completed", "")}
 		return 0, nil
 	}
 	if kind == populateClone {
@@ -118,8 +116,8 @@ func (s *Simulator) populate(ctx context.Context, dv *cdiv1.DataVolume, st *cdiv
 			// CDI waits for the source and says so; nothing progresses.
 			st.Phase, st.Progress = cdiv1.CloneScheduled, "N/A"
 			st.Conditions = []cdiv1.DataVolumeCondition{bound,
-				dvCondition(cdiv1.DataVolumeReady, corev1.ConditionFalse, "CloneWithoutSource", missing),
-				dvCondition(cdiv1.DataVolumeRunning, corev1.ConditionFalse, "CloneWithoutSource", missing)}
+				kubevirtstatus.DataVolumeCondition(cdiv1.DataVolumeReady, corev1.ConditionFalse, "CloneWithoutSource", missing),
+				kubevirtstatus.DataVolumeCondition(cdiv1.DataVolumeRunning, corev1.ConditionFalse, "CloneWithoutSource", missing)}
 			return s.opts.ImportDuration, nil
 		}
 	}
@@ -135,15 +133,15 @@ func (s *Simulator) populate(ctx context.Context, dv *cdiv1.DataVolume, st *cdiv
 	case elapsed < step:
 		st.Phase, st.Progress = scheduled, "N/A"
 		st.Conditions = []cdiv1.DataVolumeCondition{bound,
-			dvCondition(cdiv1.DataVolumeReady, corev1.ConditionFalse, string(scheduled), ""),
-			dvCondition(cdiv1.DataVolumeRunning, corev1.ConditionFalse, "Pending", "")}
+			kubevirtstatus.DataVolumeCondition(cdiv1.DataVolumeReady, corev1.ConditionFalse, string(scheduled), ""),
+			kubevirtstatus.DataVolumeCondition(cdiv1.DataVolumeRunning, corev1.ConditionFalse, "Pending", "")}
 		return after(p.start, step), nil
 	case p.failing:
 		restarts := int32((elapsed - step) / s.opts.ImporterRestartInterval)
 		st.Phase, st.Progress, st.RestartCount = inProgress, "N/A", restarts
 		st.Conditions = []cdiv1.DataVolumeCondition{bound,
-			dvCondition(cdiv1.DataVolumeReady, corev1.ConditionFalse, string(inProgress), ""),
-			dvCondition(cdiv1.DataVolumeRunning, corev1.ConditionFalse, "Error", ImportFailureMessage)}
+			kubevirtstatus.DataVolumeCondition(cdiv1.DataVolumeReady, corev1.ConditionFalse, string(inProgress), ""),
+			kubevirtstatus.DataVolumeCondition(cdiv1.DataVolumeRunning, corev1.ConditionFalse, "Error", ImportFailureMessage)}
 		if restarts >= 100 {
 			return 0, nil
 		}
@@ -153,14 +151,14 @@ func (s *Simulator) populate(ctx context.Context, dv *cdiv1.DataVolume, st *cdiv
 		percent := float64(done) * 100 / float64(s.opts.ProgressSteps)
 		st.Phase, st.Progress = inProgress, cdiv1.DataVolumeProgress(fmt.Sprintf("%.2f%%", percent))
 		st.Conditions = []cdiv1.DataVolumeCondition{bound,
-			dvCondition(cdiv1.DataVolumeReady, corev1.ConditionFalse, string(inProgress), ""),
-			dvCondition(cdiv1.DataVolumeRunning, corev1.ConditionTrue, "Pod is running", "")}
+			kubevirtstatus.DataVolumeCondition(cdiv1.DataVolumeReady, corev1.ConditionFalse, string(inProgress), ""),
+			kubevirtstatus.DataVolumeCondition(cdiv1.DataVolumeRunning, corev1.ConditionTrue, "Pod is running", "")}
 		return after(p.start, step*time.Duration(done+2)), nil
 	default:
 		st.Phase, st.Progress = cdiv1.Succeeded, "100.0%"
 		st.Conditions = []cdiv1.DataVolumeCondition{bound,
-			dvCondition(cdiv1.DataVolumeReady, corev1.ConditionTrue, "", ""),
-			dvCondition(cdiv1.DataVolumeRunning, corev1.ConditionFalse, "Completed", "")}
+			kubevirtstatus.DataVolumeCondition(cdiv1.DataVolumeReady, corev1.ConditionTrue, "", ""),
+			kubevirtstatus.DataVolumeCondition(cdiv1.DataVolumeRunning, corev1.ConditionFalse, "Completed", "")}
 		return 0, nil
 	}
 }
@@ -212,7 +210,7 @@ func (s *Simulator) ensureClaim(ctx context.Context, dv *cdiv1.DataVolume) error
 	pvc := &corev1.PersistentVolumeClaim{}
 	err := s.client.Get(ctx, client.ObjectKeyFromObject(dv), pvc)
 	if apierrors.IsNotFound(err) {
-		pvc = claimFor(dv)
+		pvc = kubevirtstatus.ClaimFor(dv)
 		if err := s.client.Create(ctx, pvc); err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("creating the PersistentVolumeClaim of DataVolume %s: %w", dv.Name, err)
 		}
@@ -229,53 +227,6 @@ func (s *Simulator) ensureClaim(ctx context.Context, dv *cdiv1.DataVolume) error
 	bound.Status.AccessModes = pvc.Spec.AccessModes
 	bound.Status.Capacity = corev1.ResourceList{corev1.ResourceStorage: pvc.Spec.Resources.Requests[corev1.ResourceStorage]}
 	return client.IgnoreNotFound(s.client.Status().Patch(ctx, bound, client.MergeFrom(pvc)))
-}
-
-func claimFor(dv *cdiv1.DataVolume) *corev1.PersistentVolumeClaim {
-	spec := corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}}
-	size := defaultClaimSize
-	switch {
-	case dv.Spec.Storage != nil:
-		if len(dv.Spec.Storage.AccessModes) > 0 {
-			spec.AccessModes = dv.Spec.Storage.AccessModes
-		}
-		if q, ok := dv.Spec.Storage.Resources.Requests[corev1.ResourceStorage]; ok {
-			size = q
-		}
-		spec.StorageClassName = dv.Spec.Storage.StorageClassName
-		spec.VolumeMode = dv.Spec.Storage.VolumeMode
-	case dv.Spec.PVC != nil:
-		if len(dv.Spec.PVC.AccessModes) > 0 {
-			spec.AccessModes = dv.Spec.PVC.AccessModes
-		}
-		if q, ok := dv.Spec.PVC.Resources.Requests[corev1.ResourceStorage]; ok {
-			size = q
-		}
-		spec.StorageClassName = dv.Spec.PVC.StorageClassName
-		spec.VolumeMode = dv.Spec.PVC.VolumeMode
-	}
-	spec.Resources.Requests = corev1.ResourceList{corev1.ResourceStorage: size}
-	return &corev1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{
-			Namespace: dv.Namespace,
-			Name:      dv.Name,
-			Labels:    map[string]string{"app": "containerized-data-importer", "app.kubernetes.io/component": "storage"},
-			OwnerReferences: []metav1.OwnerReference{{
-				APIVersion:         cdiv1.SchemeGroupVersion.String(),
-				Kind:               "DataVolume",
-				Name:               dv.Name,
-				UID:                dv.UID,
-				Controller:         ptr.To(true),
-				BlockOwnerDeletion: ptr.To(true),
-			}},
-		},
-		Spec: spec,
-	}
-}
-
-func dvCondition(t cdiv1.DataVolumeConditionType, status corev1.ConditionStatus, reason, message string) cdiv1.DataVolumeCondition {
-	ts := now()
-	return cdiv1.DataVolumeCondition{Type: t, Status: status, Reason: reason, Message: message, LastTransitionTime: ts, LastHeartbeatTime: ts}
 }
 
 // keepTransitionTimes keeps the timestamps of conditions whose status,

@@ -30,6 +30,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	kubevirtstatus "github.com/cozystack/cluster-api-workers/test/sim/kubevirt/status"
 )
 
 // reconcileInstance plays virt-controller, the scheduler and virt-handler
@@ -51,7 +53,7 @@ func (s *Simulator) reconcileInstance(ctx context.Context, req reconcile.Request
 	var requeue time.Duration
 	switch {
 	case !vmi.DeletionTimestamp.IsZero():
-		if !finished(vmi) {
+		if !kubevirtstatus.Finished(vmi) {
 			s.stop(desired, kubevirtv1.Succeeded, "", "VMI was deleted; the guest shut down")
 		}
 		if time.Since(state.deleting) >= s.opts.ShutdownDelay {
@@ -61,7 +63,7 @@ func (s *Simulator) reconcileInstance(ctx context.Context, req reconcile.Request
 		} else {
 			requeue = after(state.deleting, s.opts.ShutdownDelay)
 		}
-	case finished(vmi):
+	case kubevirtstatus.Finished(vmi):
 		// A finished instance never runs again; KubeVirt replaces it.
 	case state.crashed != "":
 		s.stop(desired, kubevirtv1.Failed, "GuestCrashed", state.crashed)
@@ -70,7 +72,7 @@ func (s *Simulator) reconcileInstance(ctx context.Context, req reconcile.Request
 		s.markUnschedulable(desired, fmt.Sprintf("0/%d nodes are available: %d Insufficient memory. preemption: 0/%d nodes are available: %d No preemption victims found for incoming pod.",
 			len(s.opts.Nodes), len(s.opts.Nodes), len(s.opts.Nodes), len(s.opts.Nodes)))
 	case time.Since(state.created) < s.opts.ScheduleDelay:
-		setPhase(desired, kubevirtv1.Pending)
+		kubevirtstatus.SetPhase(desired, kubevirtv1.Pending)
 		requeue = after(state.created, s.opts.ScheduleDelay)
 	case state.node == "":
 		node, ok := s.schedule(vmi)
@@ -102,7 +104,7 @@ func (s *Simulator) reconcileInstance(ctx context.Context, req reconcile.Request
 	if desired.Status.Phase != vmi.Status.Phase {
 		ctrl.LoggerFrom(ctx).V(2).Info("Simulated VirtualMachineInstance phase changed", "phase", desired.Status.Phase, "node", desired.Status.NodeName)
 	}
-	if finished(desired) && !finished(vmi) {
+	if kubevirtstatus.Finished(desired) && !kubevirtstatus.Finished(vmi) {
 		s.mu.Lock()
 		p.stopped = time.Now()
 		s.mu.Unlock()
@@ -127,84 +129,33 @@ func (s *Simulator) instanceLocked(vmi *kubevirtv1.VirtualMachineInstance) *inst
 	return p
 }
 
-func setPhase(vmi *kubevirtv1.VirtualMachineInstance, phase kubevirtv1.VirtualMachineInstancePhase) {
-	if vmi.Status.Phase == phase {
-		return
-	}
-	vmi.Status.Phase = phase
-	vmi.Status.PhaseTransitionTimestamps = append(vmi.Status.PhaseTransitionTimestamps,
-		kubevirtv1.VirtualMachineInstancePhaseTransitionTimestamp{Phase: phase, PhaseTransitionTimestamp: now()})
-}
-
-func setInstanceCondition(vmi *kubevirtv1.VirtualMachineInstance, c kubevirtv1.VirtualMachineInstanceCondition) {
-	for i, old := range vmi.Status.Conditions {
-		if old.Type != c.Type {
-			continue
-		}
-		if old.Status == c.Status && old.Reason == c.Reason && old.Message == c.Message {
-			return
-		}
-		c.LastTransitionTime = now()
-		vmi.Status.Conditions[i] = c
-		return
-	}
-	c.LastTransitionTime = now()
-	vmi.Status.Conditions = append(vmi.Status.Conditions, c)
-}
-
-func instanceCondition(vmi *kubevirtv1.VirtualMachineInstance, t kubevirtv1.VirtualMachineInstanceConditionType) *kubevirtv1.VirtualMachineInstanceCondition {
-	for i := range vmi.Status.Conditions {
-		if vmi.Status.Conditions[i].Type == t {
-			return &vmi.Status.Conditions[i]
-		}
-	}
-	return nil
-}
-
-func instanceReady(vmi *kubevirtv1.VirtualMachineInstance) bool {
-	c := instanceCondition(vmi, kubevirtv1.VirtualMachineInstanceReady)
-	return c != nil && c.Status == corev1.ConditionTrue
-}
-
-const podScheduled = kubevirtv1.VirtualMachineInstanceConditionType(corev1.PodScheduled)
-
 func (s *Simulator) markUnschedulable(vmi *kubevirtv1.VirtualMachineInstance, message string) {
-	setPhase(vmi, kubevirtv1.Scheduling)
-	setInstanceCondition(vmi, kubevirtv1.VirtualMachineInstanceCondition{
-		Type: podScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable, Message: message,
+	kubevirtstatus.SetPhase(vmi, kubevirtv1.Scheduling)
+	kubevirtstatus.SetInstanceCondition(vmi, kubevirtv1.VirtualMachineInstanceCondition{
+		Type: kubevirtstatus.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable, Message: message,
 	})
-	setInstanceCondition(vmi, kubevirtv1.VirtualMachineInstanceCondition{
+	kubevirtstatus.SetInstanceCondition(vmi, kubevirtv1.VirtualMachineInstanceCondition{
 		Type: kubevirtv1.VirtualMachineInstanceReady, Status: corev1.ConditionFalse, Reason: "PodNotExists", Message: "virt-launcher pod has not yet been scheduled",
 	})
 }
 
 func (s *Simulator) scheduled(vmi *kubevirtv1.VirtualMachineInstance, node string) {
-	setPhase(vmi, kubevirtv1.Scheduled)
-	placeOn(vmi, node)
-	setInstanceCondition(vmi, kubevirtv1.VirtualMachineInstanceCondition{
+	kubevirtstatus.SetPhase(vmi, kubevirtv1.Scheduled)
+	kubevirtstatus.PlaceOn(vmi, node)
+	kubevirtstatus.SetInstanceCondition(vmi, kubevirtv1.VirtualMachineInstanceCondition{
 		Type: kubevirtv1.VirtualMachineInstanceReady, Status: corev1.ConditionFalse, Reason: "GuestNotRunning", Message: "Guest VM is not reported as running",
 	})
-}
-
-// placeOn records the node the instance's pod was scheduled to.
-func placeOn(vmi *kubevirtv1.VirtualMachineInstance, node string) {
-	vmi.Status.NodeName = node
-	if vmi.Labels == nil {
-		vmi.Labels = map[string]string{}
-	}
-	vmi.Labels[kubevirtv1.NodeNameLabel] = node
-	setInstanceCondition(vmi, kubevirtv1.VirtualMachineInstanceCondition{Type: podScheduled, Status: corev1.ConditionTrue})
 }
 
 func (s *Simulator) running(vmi *kubevirtv1.VirtualMachineInstance, state instanceProcess) {
 	if vmi.Status.Phase != kubevirtv1.Running {
 		// Report Scheduled on the way, as virt-handler does before the
 		// guest runs.
-		setPhase(vmi, kubevirtv1.Scheduled)
+		kubevirtstatus.SetPhase(vmi, kubevirtv1.Scheduled)
 	}
-	setPhase(vmi, kubevirtv1.Running)
-	placeOn(vmi, state.node)
-	setInstanceCondition(vmi, kubevirtv1.VirtualMachineInstanceCondition{Type: kubevirtv1.VirtualMachineInstanceReady, Status: corev1.ConditionTrue})
+	kubevirtstatus.SetPhase(vmi, kubevirtv1.Running)
+	kubevirtstatus.PlaceOn(vmi, state.node)
+	kubevirtstatus.SetInstanceCondition(vmi, kubevirtv1.VirtualMachineInstanceCondition{Type: kubevirtv1.VirtualMachineInstanceReady, Status: corev1.ConditionTrue})
 	if len(vmi.Status.Interfaces) > 0 {
 		return
 	}
@@ -223,8 +174,8 @@ func (s *Simulator) running(vmi *kubevirtv1.VirtualMachineInstance, state instan
 }
 
 func (s *Simulator) stop(vmi *kubevirtv1.VirtualMachineInstance, phase kubevirtv1.VirtualMachineInstancePhase, reason, message string) {
-	setPhase(vmi, phase)
-	setInstanceCondition(vmi, kubevirtv1.VirtualMachineInstanceCondition{
+	kubevirtstatus.SetPhase(vmi, phase)
+	kubevirtstatus.SetInstanceCondition(vmi, kubevirtv1.VirtualMachineInstanceCondition{
 		Type: kubevirtv1.VirtualMachineInstanceReady, Status: corev1.ConditionFalse, Reason: reason, Message: message,
 	})
 }

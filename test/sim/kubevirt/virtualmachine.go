@@ -19,6 +19,7 @@ package kubevirt
 import (
 	"context"
 	"fmt"
+	"maps"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -33,6 +34,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	kubevirtstatus "github.com/cozystack/cluster-api-workers/test/sim/kubevirt/status"
 )
 
 // PodScheduledCondition is the VirtualMachine condition KubeVirt copies
@@ -73,7 +76,7 @@ func (s *Simulator) reconcileVirtualMachine(ctx context.Context, req reconcile.R
 	}
 
 	var requeue time.Duration
-	strategy := runStrategy(vm)
+	strategy := kubevirtstatus.RunStrategy(vm)
 	var startProblem string
 	switch {
 	case vmi != nil && !vmi.DeletionTimestamp.IsZero():
@@ -82,8 +85,8 @@ func (s *Simulator) reconcileVirtualMachine(ctx context.Context, req reconcile.R
 		if err := s.deleteInstance(ctx, vmi); err != nil {
 			return reconcile.Result{}, err
 		}
-	case vmi != nil && finished(vmi):
-		if restarts(strategy, vmi.Status.Phase == kubevirtv1.Failed) {
+	case vmi != nil && kubevirtstatus.Finished(vmi):
+		if kubevirtstatus.Restarts(strategy, vmi.Status.Phase == kubevirtv1.Failed) {
 			stopped := s.stoppedTime(vmi)
 			if time.Since(stopped) < s.opts.RestartDelay {
 				requeue = after(stopped, s.opts.RestartDelay)
@@ -130,32 +133,6 @@ func (s *Simulator) deleteInstance(ctx context.Context, vmi *kubevirtv1.VirtualM
 		return fmt.Errorf("deleting VirtualMachineInstance %s: %w", vmi.Name, err)
 	}
 	return nil
-}
-
-func runStrategy(vm *kubevirtv1.VirtualMachine) kubevirtv1.VirtualMachineRunStrategy {
-	if vm.Spec.RunStrategy != nil {
-		return *vm.Spec.RunStrategy
-	}
-	if vm.Spec.Running != nil && *vm.Spec.Running {
-		return kubevirtv1.RunStrategyAlways
-	}
-	return kubevirtv1.RunStrategyHalted
-}
-
-// restarts reports whether KubeVirt replaces a finished instance.
-func restarts(strategy kubevirtv1.VirtualMachineRunStrategy, failed bool) bool {
-	switch strategy {
-	case kubevirtv1.RunStrategyAlways:
-		return true
-	case kubevirtv1.RunStrategyRerunOnFailure:
-		return failed
-	default:
-		return false
-	}
-}
-
-func finished(vmi *kubevirtv1.VirtualMachineInstance) bool {
-	return vmi.Status.Phase == kubevirtv1.Failed || vmi.Status.Phase == kubevirtv1.Succeeded
 }
 
 func (s *Simulator) shouldStart(vm *kubevirtv1.VirtualMachine, strategy kubevirtv1.VirtualMachineRunStrategy) bool {
@@ -254,7 +231,7 @@ func (s *Simulator) diskState(ctx context.Context, vm *kubevirtv1.VirtualMachine
 				return diskReadiness{}, err
 			}
 		case v.CloudInitNoCloud != nil || v.CloudInitConfigDrive != nil:
-			ref := userDataSecretRef(v)
+			ref := kubevirtstatus.UserDataSecretRef(v)
 			if ref == nil {
 				continue
 			}
@@ -270,16 +247,6 @@ func (s *Simulator) diskState(ctx context.Context, vm *kubevirtv1.VirtualMachine
 		}
 	}
 	return diskReadiness{ready: true}, nil
-}
-
-func userDataSecretRef(v kubevirtv1.Volume) *corev1.LocalObjectReference {
-	switch {
-	case v.CloudInitNoCloud != nil:
-		return v.CloudInitNoCloud.UserDataSecretRef
-	case v.CloudInitConfigDrive != nil:
-		return v.CloudInitConfigDrive.UserDataSecretRef
-	}
-	return nil
 }
 
 func runningFailed(dv *cdiv1.DataVolume) bool {
@@ -300,8 +267,8 @@ func (s *Simulator) startInstance(ctx context.Context, vm *kubevirtv1.VirtualMac
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace:       vm.Namespace,
 			Name:            vm.Name,
-			Labels:          copyMap(t.ObjectMeta.Labels),
-			Annotations:     copyMap(t.ObjectMeta.Annotations),
+			Labels:          maps.Clone(t.ObjectMeta.Labels),
+			Annotations:     maps.Clone(t.ObjectMeta.Annotations),
 			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(vm, kubevirtv1.VirtualMachineGroupVersionKind)},
 			Finalizers:      []string{kubevirtv1.VirtualMachineControllerFinalizer, kubevirtv1.VirtualMachineInstanceFinalizer},
 		},
@@ -362,10 +329,10 @@ func (s *Simulator) instancetype(ctx context.Context, vm *kubevirtv1.VirtualMach
 func (s *Simulator) updateVirtualMachineStatus(ctx context.Context, vm *kubevirtv1.VirtualMachine, vmi *kubevirtv1.VirtualMachineInstance, disks diskReadiness, startProblem string) error {
 	desired := vm.DeepCopy()
 	st := &desired.Status
-	st.RunStrategy = runStrategy(vm)
+	st.RunStrategy = kubevirtstatus.RunStrategy(vm)
 	st.ObservedGeneration, st.DesiredGeneration = vm.Generation, vm.Generation
 	st.Created = vmi != nil
-	st.Ready = vmi != nil && vmi.Status.Phase == kubevirtv1.Running && instanceReady(vmi)
+	st.Ready = vmi != nil && vmi.Status.Phase == kubevirtv1.Running && kubevirtstatus.InstanceReady(vmi)
 	ready := vmCondition(kubevirtv1.VirtualMachineReady, corev1.ConditionFalse, "VMINotExists", "VMI does not exist")
 	conds := []kubevirtv1.VirtualMachineCondition{}
 	switch {
@@ -385,7 +352,7 @@ func (s *Simulator) updateVirtualMachineStatus(ctx context.Context, vm *kubevirt
 		st.PrintableStatus = kubevirtv1.VirtualMachineStatusStopping
 		ready.Reason, ready.Message = "VMIStopping", "VMI is shutting down"
 	default:
-		if c := instanceCondition(vmi, kubevirtv1.VirtualMachineInstanceConditionType(corev1.PodScheduled)); c != nil && c.Status == corev1.ConditionFalse {
+		if c := kubevirtstatus.InstanceCondition(vmi, kubevirtv1.VirtualMachineInstanceConditionType(corev1.PodScheduled)); c != nil && c.Status == corev1.ConditionFalse {
 			st.PrintableStatus = kubevirtv1.VirtualMachineStatusUnschedulable
 			conds = append(conds, vmCondition(PodScheduledCondition, corev1.ConditionFalse, c.Reason, c.Message))
 			ready.Reason, ready.Message = "VMINotReady", "VMI is not scheduled"
@@ -399,7 +366,7 @@ func (s *Simulator) updateVirtualMachineStatus(ctx context.Context, vm *kubevirt
 			}
 		case kubevirtv1.Failed, kubevirtv1.Succeeded:
 			st.PrintableStatus = kubevirtv1.VirtualMachineStatusStopped
-			if restarts(runStrategy(vm), vmi.Status.Phase == kubevirtv1.Failed) {
+			if kubevirtstatus.Restarts(kubevirtstatus.RunStrategy(vm), vmi.Status.Phase == kubevirtv1.Failed) {
 				st.PrintableStatus = kubevirtv1.VirtualMachineStatusStarting
 			}
 			ready.Reason, ready.Message = "VMINotReady", fmt.Sprintf("VMI is %s", vmi.Status.Phase)
@@ -424,20 +391,9 @@ func (s *Simulator) updateVirtualMachineStatus(ctx context.Context, vm *kubevirt
 }
 
 func (s *Simulator) wouldRun(vm *kubevirtv1.VirtualMachine) bool {
-	return s.shouldStart(vm, runStrategy(vm))
+	return s.shouldStart(vm, kubevirtstatus.RunStrategy(vm))
 }
 
 func vmCondition(t kubevirtv1.VirtualMachineConditionType, status corev1.ConditionStatus, reason, message string) kubevirtv1.VirtualMachineCondition {
 	return kubevirtv1.VirtualMachineCondition{Type: t, Status: status, Reason: reason, Message: message, LastTransitionTime: now(), LastProbeTime: metav1.Time{}}
-}
-
-func copyMap(in map[string]string) map[string]string {
-	if in == nil {
-		return nil
-	}
-	out := make(map[string]string, len(in))
-	for k, v := range in {
-		out[k] = v
-	}
-	return out
 }
