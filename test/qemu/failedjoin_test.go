@@ -109,10 +109,15 @@ func TestFailedJoinIsReplaced(t *testing.T) {
 	t.Cleanup(func() { p.remove(t) })
 
 	// Both broken joins fail visibly in the guests, and their Machines have
-	// no Node.
+	// no Node. The tamper hook runs before QEMU starts, so a tampered VM
+	// has a guest only once the runner has started it.
 	var brokenMachines []clusterv1.Machine
 	g.Eventually(func(g Gomega) {
-		g.Expect(tampered.guests()).To(HaveLen(len(broken)))
+		guests := tampered.guests()
+		g.Expect(guests).To(HaveLen(len(broken)))
+		for vm := range guests {
+			guestOf(g, vm)
+		}
 	}, joinTimeout, poll).Should(Succeed(), func() string { return describe(p) })
 	for vm, b := range tampered.guests() {
 		g.Expect(tampered.changed(vm)).To(BeTrue(), "the %s tamper found nothing to rewrite in the data of %s", b.kind, vm.Name)
