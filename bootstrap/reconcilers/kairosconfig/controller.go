@@ -49,6 +49,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	bootstrapv1 "github.com/cozystack/cluster-api-workers/bootstrap/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/bootstrap/internal/cloudconfig"
@@ -112,6 +113,9 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 		r.now = time.Now
 	}
 	r.expect = newExpectations()
+	if err := indexFields(ctx, mgr.GetFieldIndexer()); err != nil {
+		return fmt.Errorf("setting up the kairosconfig controller: %w", err)
+	}
 	log := ctrl.LoggerFrom(ctx).WithValues("controller", "kairosconfig")
 	c, err := ctrl.NewControllerManagedBy(mgr).
 		For(&bootstrapv1.KairosConfig{}).
@@ -838,6 +842,7 @@ func (r *Reconciler) watchNodes(ctx context.Context, cluster *clusterv1.Cluster)
 		Watcher:      r.controller,
 		Kind:         &corev1.Node{},
 		EventHandler: handler.EnqueueRequestsFromMapFunc(r.nodeToKairosConfig(util.ObjectKey(cluster))),
+		Predicates:   []predicate.Predicate{nodeRegistered()},
 	}))
 	if errors.Is(err, clustercache.ErrClusterNotConnected) {
 		return nil

@@ -18,6 +18,8 @@ package kairosconfig
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -67,21 +69,60 @@ func (r *Reconciler) secretToKairosConfigs(ctx context.Context, o client.Object)
 	if o.GetName() == secret.Name(clusterName, secret.ClusterCA) {
 		return r.configsOfCluster(ctx, client.ObjectKey{Namespace: o.GetNamespace(), Name: clusterName})
 	}
+	// The index finds the few configs reading this Secret without copying
+	// every config of the cluster on each of the cluster's Secret events.
 	configs := &bootstrapv1.KairosConfigList{}
-	if err := r.Client.List(ctx, configs, client.InNamespace(o.GetNamespace()), client.MatchingLabels{clusterv1.ClusterNameLabel: clusterName}); err != nil {
-		ctrl.LoggerFrom(ctx).Error(err, "Listing the Cluster's KairosConfigs failed", "Cluster", clusterName)
+	if err := r.Client.List(ctx, configs, client.InNamespace(o.GetNamespace()),
+		client.MatchingLabels{clusterv1.ClusterNameLabel: clusterName}, client.MatchingFields{configFileSecretsField: o.GetName()}); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Listing the KairosConfigs that read a Secret failed", "Cluster", clusterName, "Secret", o.GetName())
 		return nil
 	}
-	var reqs []ctrl.Request
+	reqs := make([]ctrl.Request, 0, len(configs.Items))
 	for _, c := range configs.Items {
-		for _, f := range c.Spec.Files {
-			if f.ContentFrom.Secret.Name == o.GetName() {
-				reqs = append(reqs, ctrl.Request{NamespacedName: types.NamespacedName{Namespace: c.Namespace, Name: c.Name}})
-				break
-			}
-		}
+		reqs = append(reqs, ctrl.Request{NamespacedName: types.NamespacedName{Namespace: c.Namespace, Name: c.Name}})
 	}
 	return reqs
+}
+
+// configFileSecretsField indexes KairosConfigs by the Secrets their files
+// read.
+const configFileSecretsField = "kairosconfig.spec.files.contentFrom.secret.name"
+
+func configFileSecrets(o client.Object) []string {
+	c, ok := o.(*bootstrapv1.KairosConfig)
+	if !ok {
+		return nil
+	}
+	var names []string
+	for _, f := range c.Spec.Files {
+		if n := f.ContentFrom.Secret.Name; n != "" && !slices.Contains(names, n) {
+			names = append(names, n)
+		}
+	}
+	return names
+}
+
+// machineInfrastructureField indexes Machines by the name of their
+// infrastructure machine, which is the VM's and so the Node's name.
+const machineInfrastructureField = "machine.spec.infrastructureRef.name"
+
+func machineInfrastructureName(o client.Object) []string {
+	m, ok := o.(*clusterv1.Machine)
+	if !ok || m.Spec.InfrastructureRef.Name == "" {
+		return nil
+	}
+	return []string{m.Spec.InfrastructureRef.Name}
+}
+
+// indexFields registers the indexes the event mappers look objects up by.
+func indexFields(ctx context.Context, indexer client.FieldIndexer) error {
+	if err := indexer.IndexField(ctx, &bootstrapv1.KairosConfig{}, configFileSecretsField, configFileSecrets); err != nil {
+		return fmt.Errorf("indexing KairosConfigs by file Secret: %w", err)
+	}
+	if err := indexer.IndexField(ctx, &clusterv1.Machine{}, machineInfrastructureField, machineInfrastructureName); err != nil {
+		return fmt.Errorf("indexing Machines by infrastructure machine: %w", err)
+	}
+	return nil
 }
 
 func (r *Reconciler) configsOfCluster(ctx context.Context, cluster client.ObjectKey) []ctrl.Request {
@@ -110,17 +151,33 @@ func (r *Reconciler) nodeToKairosConfig(cluster client.ObjectKey) handler.MapFun
 			vm = id
 		}
 		machines := &clusterv1.MachineList{}
-		if err := r.Client.List(ctx, machines, client.InNamespace(cluster.Namespace), client.MatchingLabels{clusterv1.ClusterNameLabel: cluster.Name}); err != nil {
-			ctrl.LoggerFrom(ctx).Error(err, "Listing the Cluster's Machines failed", "Cluster", cluster)
+		if err := r.Client.List(ctx, machines, client.InNamespace(cluster.Namespace),
+			client.MatchingLabels{clusterv1.ClusterNameLabel: cluster.Name}, client.MatchingFields{machineInfrastructureField: vm}); err != nil {
+			ctrl.LoggerFrom(ctx).Error(err, "Listing the Machine of a Node failed", "Cluster", cluster, "node", node.Name)
 			return nil
 		}
 		var reqs []ctrl.Request
 		for i := range machines.Items {
-			if machines.Items[i].Spec.InfrastructureRef.Name == vm {
-				reqs = append(reqs, machineToKairosConfig(ctx, &machines.Items[i])...)
-			}
+			reqs = append(reqs, machineToKairosConfig(ctx, &machines.Items[i])...)
 		}
 		return reqs
+	}
+}
+
+// nodeRegistered passes what can tell a node has joined: a Node's
+// creation, and a change of its providerID. The kubelet's status reports
+// (the cache keeps only name and providerID, so they change nothing the
+// reconciler reads) and deletions do not.
+func nodeRegistered() predicate.Funcs {
+	return predicate.Funcs{
+		CreateFunc: func(event.CreateEvent) bool { return true },
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			before, ok1 := e.ObjectOld.(*corev1.Node)
+			after, ok2 := e.ObjectNew.(*corev1.Node)
+			return ok1 && ok2 && before.Spec.ProviderID != after.Spec.ProviderID
+		},
+		DeleteFunc:  func(event.DeleteEvent) bool { return false },
+		GenericFunc: func(event.GenericEvent) bool { return false },
 	}
 }
 
