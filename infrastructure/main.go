@@ -91,9 +91,9 @@ func initFlags(fs *pflag.FlagSet) {
 		"Bind address of the pprof profiler (e.g. localhost:6060); off when empty.")
 	fs.DurationVar(&syncPeriod, "sync-period", 10*time.Minute,
 		"Minimum interval at which every watched object is reconciled again.")
-	fs.Float32Var(&restConfigQPS, "kube-api-qps", 20,
+	fs.Float32Var(&restConfigQPS, "kube-api-qps", setup.DefaultKubeAPIQPS,
 		"Queries per second to the Kubernetes API server.")
-	fs.IntVar(&restConfigBurst, "kube-api-burst", 30,
+	fs.IntVar(&restConfigBurst, "kube-api-burst", setup.DefaultKubeAPIBurst,
 		"Burst of queries to the Kubernetes API server.")
 	fs.IntVar(&webhookPort, "webhook-port", 9443, "Port of the webhook server.")
 	fs.StringVar(&webhookCertDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs/", "Directory of the webhook server's certificate.")

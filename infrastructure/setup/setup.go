@@ -48,6 +48,14 @@ import (
 	"github.com/cozystack/cluster-api-workers/infrastructure/webhooks/admission"
 )
 
+// The management cluster client's default rate limits (--kube-api-qps,
+// --kube-api-burst): Cluster API v1.14's own managers' defaults, because one
+// provider serves every machine of the management cluster.
+const (
+	DefaultKubeAPIQPS   float32 = 100
+	DefaultKubeAPIBurst int     = 200
+)
+
 // AddToScheme adds every API the provider reads or writes.
 func AddToScheme(s *runtime.Scheme) error {
 	for _, add := range []func(*runtime.Scheme) error{

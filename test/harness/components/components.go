@@ -118,7 +118,7 @@ func DefaultLimits(n Name) Limits {
 			ClusterCacheQPS: bootstrapsetup.DefaultClusterCacheClientQPS, ClusterCacheBurst: bootstrapsetup.DefaultClusterCacheClientBurst,
 		}
 	case Infrastructure:
-		return Limits{QPS: 20, Burst: 30, ClusterCacheQPS: 20, ClusterCacheBurst: 30}
+		return Limits{QPS: infrasetup.DefaultKubeAPIQPS, Burst: infrasetup.DefaultKubeAPIBurst, ClusterCacheQPS: 20, ClusterCacheBurst: 30}
 	default:
 		return Limits{QPS: 100, Burst: 200, ClusterCacheQPS: 20, ClusterCacheBurst: 30}
 	}
