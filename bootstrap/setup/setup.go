@@ -47,9 +47,12 @@ import (
 // Production defaults, the flag defaults of the manager.
 const (
 	// DefaultKubeAPIQPS and DefaultKubeAPIBurst limit requests to the
-	// management API server.
-	DefaultKubeAPIQPS   float32 = 20
-	DefaultKubeAPIBurst int     = 30
+	// management API server: Cluster API v1.14's own bootstrap and control
+	// plane managers' defaults, since one provider writes for every
+	// Machine of the management cluster (at 20/30, a pool scaling by a
+	// hundred machines waits for its rate limiter; docs/benchmarks.md).
+	DefaultKubeAPIQPS   float32 = 100
+	DefaultKubeAPIBurst int     = 200
 	// DefaultClusterCacheClientQPS and DefaultClusterCacheClientBurst limit
 	// requests to each workload API server.
 	DefaultClusterCacheClientQPS   float32 = 20
