@@ -176,6 +176,8 @@ func (c *Comparison) Markdown() string {
 	fmt.Fprintf(&b, "## N = %d, boot delay %s: Kairos (ours) and the kubeadm peer\n\n", c.Machines, c.BootDelay)
 	b.WriteString("| measure | Kairos (ours) | kubeadm peer |\n|---|---|---|\n")
 	fmt.Fprintf(&b, "| all Machines Running | %s | %s |\n", round(o.AllRunning), round(p.AllRunning))
+	fmt.Fprintf(&b, "| all Machines created (Cluster API's MachineSet) / then to all Running | %s / %s | %s / %s |\n",
+		round(o.AllCreated), round(o.AfterLastCreated()), round(p.AllCreated), round(p.AfterLastCreated()))
 	fmt.Fprintf(&b, "| creation → NodeHealthy p50 / p95 / p99 / max | %s | %s |\n", o.NodeHealthy, p.NodeHealthy)
 	fmt.Fprintf(&b, "| creation → bootstrap data ready p50 / p95 / p99 / max | %s | %s |\n", o.BootstrapReady, p.BootstrapReady)
 	if c.Floor.Duration > 0 {

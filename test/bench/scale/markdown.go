@@ -59,6 +59,12 @@ func (r *Report) WritesPerMachine(components ...string) float64 {
 	return float64(n) / float64(r.Machines)
 }
 
+// AfterLastCreated is the time from the last Machine's creation to all
+// Running: what the pipeline adds once Cluster API created every Machine.
+func (r *Report) AfterLastCreated() time.Duration {
+	return max(0, r.AllRunning-r.AllCreated)
+}
+
 // FloorMultiple is the time until all Machines ran as a multiple of the
 // floor.
 func (r *Report) FloorMultiple() float64 {
@@ -93,6 +99,7 @@ func (r *Report) Markdown() string {
 	fmt.Fprintf(&b, "### %s: N = %d, boot delay %s\n\n", r.Provider(), r.Machines, r.BootDelay)
 	fmt.Fprintf(&b, "| measure | value |\n|---|---|\n")
 	fmt.Fprintf(&b, "| all Machines Running (scale-up to last NodeHealthy) | %s |\n", round(r.AllRunning))
+	fmt.Fprintf(&b, "| all Machines created (scale-up to the last creation, Cluster API's MachineSet) / then to all Running | %s / %s |\n", round(r.AllCreated), round(r.AfterLastCreated()))
 	fmt.Fprintf(&b, "| creation → NodeHealthy p50 / p95 / p99 / max | %s |\n", r.NodeHealthy)
 	fmt.Fprintf(&b, "| creation → bootstrap data ready p50 / p95 / p99 / max | %s |\n", r.BootstrapReady)
 	if r.Floor.Duration > 0 {

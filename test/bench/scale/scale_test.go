@@ -70,6 +70,8 @@ func TestScaleToTen(t *testing.T) {
 		g.Expect(report.NodeHealthy.Count).To(Equal(10))
 		g.Expect(report.BootstrapReady.Count).To(Equal(10))
 		g.Expect(report.NodeHealthy.P50).To(BeNumerically(">", report.BootstrapReady.P50))
+		g.Expect(report.AllCreated).To(BeNumerically(">", 0))
+		g.Expect(report.AllCreated).To(BeNumerically("<", report.AllRunning), "the last Machine ran after it was created")
 		g.Expect(report.Throttling.Requests).To(Equal(sumCounts(report.Throttling.By)))
 		// Each machine's VirtualMachine is created once, by the
 		// infrastructure provider's process, and its bootstrap token once,
