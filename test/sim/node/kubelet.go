@@ -18,6 +18,7 @@ package node
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -34,6 +35,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
+// leaseDurationSeconds is the kubelet's nodeLeaseDurationSeconds default.
+const leaseDurationSeconds int32 = 40
+
 // Taints the node lifecycle controller puts on a Node whose kubelet stopped
 // reporting.
 var unreachableTaints = []corev1.Taint{
@@ -41,15 +45,27 @@ var unreachableTaints = []corev1.Taint{
 	{Key: corev1.TaintNodeUnreachable, Effect: corev1.TaintEffectNoExecute},
 }
 
-// kubelet is a simulated kubelet of one instance.
+// kubelet is a simulated kubelet of one instance. Like a kubelet with
+// NodeLease on, it renews its Lease every HeartbeatInterval and posts its
+// Node status only when the status changes or NodeStatusReportFrequency
+// passed since its last report.
 type kubelet struct {
-	instance      client.ObjectKey
-	cluster       *workloadCluster
-	node          string
-	running       bool
-	stopped       time.Time
-	lastHeartbeat time.Time
-	markedUnknown bool
+	instance client.ObjectKey
+	cluster  *workloadCluster
+	node     string
+	// conditions are the Node conditions the kubelet last posted; a report
+	// posts them again with fresh heartbeat times.
+	conditions []corev1.NodeCondition
+	// lease is the Lease as the kubelet last wrote it, renewed without
+	// reading it back; nil until a renewal succeeds again. Only the
+	// heartbeat loop touches it once the kubelet is registered.
+	lease *coordinationv1.Lease
+
+	running          bool
+	stopped          time.Time
+	lastLeaseRenewal time.Time
+	lastStatusReport time.Time
+	markedUnknown    bool
 }
 
 // startKubelet registers (or re-registers) the Node and starts its
@@ -91,14 +107,16 @@ func (s *Simulator) startKubelet(ctx context.Context, vmi *kubevirtv1.VirtualMac
 			return fmt.Errorf("kubelet: lifting the not-ready taint of Node %s: %w", id.nodeName, err)
 		}
 	}
-	if err := s.renewLease(ctx, id.cluster, node); err != nil {
+	k := &kubelet{
+		instance: client.ObjectKeyFromObject(vmi), cluster: id.cluster, node: id.nodeName,
+		conditions: node.Status.Conditions, running: true,
+	}
+	if err := s.renewLease(ctx, k); err != nil {
 		return err
 	}
+	k.lastLeaseRenewal, k.lastStatusReport = time.Now(), time.Now()
 	s.mu.Lock()
-	s.kubelets[vmi.UID] = &kubelet{
-		instance: client.ObjectKeyFromObject(vmi), cluster: id.cluster, node: id.nodeName,
-		running: true, lastHeartbeat: time.Now(),
-	}
+	s.kubelets[vmi.UID] = k
 	s.mu.Unlock()
 	return nil
 }
@@ -208,34 +226,85 @@ func withoutUnreachable(taints []corev1.Taint) []corev1.Taint {
 	return out
 }
 
-// renewLease renews the node's Lease in kube-node-lease, owned by the Node
-// as the kubelet makes it.
-func (s *Simulator) renewLease(ctx context.Context, c *workloadCluster, node *corev1.Node) error {
-	leases := c.admin.CoordinationV1().Leases(corev1.NamespaceNodeLease)
+// renewLease renews the node's Lease in kube-node-lease as the kubelet's
+// lease controller does: an Update of the Lease it last wrote, without
+// reading it first; when that is missing, conflicts or is gone, the Lease
+// is read, or created owned by the Node.
+func (s *Simulator) renewLease(ctx context.Context, k *kubelet) error {
+	leases := k.cluster.admin.CoordinationV1().Leases(corev1.NamespaceNodeLease)
 	now := metav1.NewMicroTime(time.Now())
-	lease, err := leases.Get(ctx, node.Name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		_, err = leases.Create(ctx, &coordinationv1.Lease{
+	if k.lease != nil {
+		lease := k.lease.DeepCopy()
+		lease.Spec.RenewTime = &now
+		renewed, err := leases.Update(ctx, lease, metav1.UpdateOptions{})
+		if err == nil {
+			k.lease = renewed
+			return nil
+		}
+		k.lease = nil
+		if !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
+			return err
+		}
+	}
+	lease, err := leases.Get(ctx, k.node, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		// The Lease is owned by the Node; without the Node there is nothing
+		// to own it and the garbage collector would delete it again.
+		node, err := k.cluster.admin.CoreV1().Nodes().Get(ctx, k.node, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		created, err := leases.Create(ctx, &coordinationv1.Lease{
 			ObjectMeta: metav1.ObjectMeta{
-				Name: node.Name, Namespace: corev1.NamespaceNodeLease,
+				Name: k.node, Namespace: corev1.NamespaceNodeLease,
 				OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: node.Name, UID: node.UID}},
 			},
-			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(node.Name), LeaseDurationSeconds: ptr.To[int32](40), RenewTime: &now},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(k.node), LeaseDurationSeconds: ptr.To(leaseDurationSeconds), RenewTime: &now},
 		}, metav1.CreateOptions{})
-		return client.IgnoreAlreadyExists(err)
-	}
-	if err != nil {
+		if err != nil {
+			return err
+		}
+		k.lease = created
+		return nil
+	case err != nil:
 		return err
 	}
 	lease.Spec.RenewTime = &now
-	_, err = leases.Update(ctx, lease, metav1.UpdateOptions{})
+	if k.lease, err = leases.Update(ctx, lease, metav1.UpdateOptions{}); err != nil {
+		k.lease = nil
+		return err
+	}
+	return nil
+}
+
+// reportStatus posts the kubelet's unchanged Node conditions with fresh
+// heartbeat times, as the kubelet does once NodeStatusReportFrequency
+// passed. Like the kubelet it patches the status, so the Node is not read
+// first and writes to its metadata (Cluster API's labels, annotations and
+// taints) do not conflict.
+func (s *Simulator) reportStatus(ctx context.Context, k *kubelet) error {
+	now := metav1.Now()
+	conditions := make([]corev1.NodeCondition, len(k.conditions))
+	for i, c := range k.conditions {
+		c.LastHeartbeatTime = now
+		conditions[i] = c
+	}
+	patch, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": conditions}})
+	if err != nil {
+		return err
+	}
+	// A kubelet whose Node was deleted does not register again until it
+	// restarts: the patch then fails.
+	_, err = k.cluster.admin.CoreV1().Nodes().Patch(ctx, k.node, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
 	return err
 }
 
-// heartbeats renews the Leases and Ready conditions of running kubelets,
-// and marks Nodes of stopped kubelets Unknown after the grace period.
+// heartbeats renews the Leases of running kubelets and reports their Node
+// status when due, and marks Nodes of stopped kubelets Unknown after the
+// grace period.
 func (s *Simulator) heartbeats(ctx context.Context) error {
-	tick := min(s.opts.HeartbeatInterval, s.opts.NodeMonitorGracePeriod) / 4
+	tick := min(s.opts.HeartbeatInterval, s.opts.NodeStatusReportFrequency, s.opts.NodeMonitorGracePeriod) / 4
 	tick = max(tick, 50*time.Millisecond)
 	t := time.NewTicker(tick)
 	defer t.Stop()
@@ -247,66 +316,88 @@ func (s *Simulator) heartbeats(ctx context.Context) error {
 		case <-t.C:
 		}
 		type due struct {
-			uid types.UID
-			k   kubelet
+			uid           types.UID
+			k             *kubelet
+			lease, report bool
 		}
-		var beats, unknown []due
+		var beats, unknown, replaced []due
 		s.mu.Lock()
+		now := time.Now()
 		for uid, k := range s.kubelets {
 			switch {
-			case k.running && time.Since(k.lastHeartbeat) >= s.opts.HeartbeatInterval:
-				k.lastHeartbeat = time.Now()
-				beats = append(beats, due{uid, *k})
-			case !k.running && !k.markedUnknown && time.Since(k.stopped) >= s.opts.NodeMonitorGracePeriod:
+			case k.running:
+				d := due{uid: uid, k: k,
+					lease:  now.Sub(k.lastLeaseRenewal) >= s.opts.HeartbeatInterval,
+					report: now.Sub(k.lastStatusReport) >= s.opts.NodeStatusReportFrequency,
+				}
+				if d.lease {
+					k.lastLeaseRenewal = now
+				}
+				if d.report {
+					k.lastStatusReport = now
+				}
+				if d.lease || d.report {
+					beats = append(beats, d)
+				}
+			case !k.markedUnknown && now.Sub(k.stopped) >= s.opts.NodeMonitorGracePeriod:
+				// The node lifecycle controller judges the Node by its Lease:
+				// a new instance's kubelet renewing it keeps the Node Ready.
+				if s.nodeServedLocked(k) {
+					replaced = append(replaced, due{uid: uid, k: k})
+					continue
+				}
 				k.markedUnknown = true
-				unknown = append(unknown, due{uid, *k})
+				unknown = append(unknown, due{uid: uid, k: k})
 			}
+		}
+		for _, d := range replaced {
+			delete(s.kubelets, d.uid)
 		}
 		s.mu.Unlock()
 		for _, d := range beats {
-			if err := s.heartbeat(ctx, d.k); err != nil {
-				log.V(2).Info("Simulated kubelet heartbeat failed", "node", d.k.node, "reason", err.Error())
+			if d.report {
+				if err := s.reportStatus(ctx, d.k); err != nil {
+					log.V(2).Info("Simulated kubelet could not report its Node status", "node", d.k.node, "reason", err.Error())
+				}
+			}
+			if d.lease {
+				if err := s.renewLease(ctx, d.k); err != nil {
+					log.V(2).Info("Simulated kubelet could not renew its Lease", "node", d.k.node, "reason", err.Error())
+				}
 			}
 		}
 		for _, d := range unknown {
 			if err := s.markUnknown(ctx, d.k); err != nil {
 				log.V(2).Info("Simulated node lifecycle could not mark the Node unknown", "node", d.k.node, "reason", err.Error())
 				s.mu.Lock()
-				if k, ok := s.kubelets[d.uid]; ok {
-					k.markedUnknown = false
-				}
+				d.k.markedUnknown = false
 				s.mu.Unlock()
 				continue
 			}
 			log.Info("Simulated node lifecycle marked the Node of a stopped instance Unknown", "node", d.k.node)
 			s.mu.Lock()
-			delete(s.kubelets, d.uid)
+			if s.kubelets[d.uid] == d.k {
+				delete(s.kubelets, d.uid)
+			}
 			s.mu.Unlock()
 		}
 	}
 }
 
-func (s *Simulator) heartbeat(ctx context.Context, k kubelet) error {
-	cs := k.cluster.admin.CoreV1().Nodes()
-	node, err := cs.Get(ctx, k.node, metav1.GetOptions{})
-	if err != nil {
-		// A kubelet whose Node was deleted does not register again until
-		// it restarts.
-		return err
+// nodeServedLocked reports whether a running kubelet serves the Node of
+// the stopped kubelet k. s.mu must be held.
+func (s *Simulator) nodeServedLocked(k *kubelet) bool {
+	for _, other := range s.kubelets {
+		if other.running && other.cluster == k.cluster && other.node == k.node {
+			return true
+		}
 	}
-	now := metav1.Now()
-	for i := range node.Status.Conditions {
-		node.Status.Conditions[i].LastHeartbeatTime = now
-	}
-	if _, err := cs.UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
-		return err
-	}
-	return s.renewLease(ctx, k.cluster, node)
+	return false
 }
 
 // markUnknown does what the node lifecycle controller does when a kubelet
 // stops posting status.
-func (s *Simulator) markUnknown(ctx context.Context, k kubelet) error {
+func (s *Simulator) markUnknown(ctx context.Context, k *kubelet) error {
 	cs := k.cluster.admin.CoreV1().Nodes()
 	node, err := cs.Get(ctx, k.node, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {

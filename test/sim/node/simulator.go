@@ -34,8 +34,12 @@ limitations under the License.
 //     disk must not be newer than the control plane;
 //   - the kubelet registers the Node with the name, providerID, labels and
 //     taints the configuration gives, Ready, with the instance's address and
-//     the VM's capacity, renews its Lease, and when the instance stops the
-//     Node goes Unknown as the node lifecycle controller would mark it;
+//     the VM's capacity; then, as a kubelet with NodeLease does, it renews
+//     its Lease every HeartbeatInterval (updating the Lease it last wrote,
+//     without reading it) and posts its unchanged Node status only every
+//     NodeStatusReportFrequency, so Node watchers see the write rate of a
+//     real cluster; when the instance stops the Node goes Unknown as the
+//     node lifecycle controller would mark it;
 //   - a container disk starts blank on every boot; a DataVolume or claim
 //     keeps what earlier boots wrote, so a restarted node rejoins with its
 //     kubelet credentials instead of joining again.
@@ -97,9 +101,16 @@ type Options struct {
 	// for clones. A disk not listed does not boot a kubelet the simulator
 	// knows, and the node is refused.
 	Images map[string]Image
-	// HeartbeatInterval is how often a kubelet renews its Lease and
-	// reports Ready; 10s when zero.
+	// HeartbeatInterval is how often a kubelet renews its Lease; 10s when
+	// zero, the kubelet's renew interval (a quarter of its 40s
+	// nodeLeaseDurationSeconds).
 	HeartbeatInterval time.Duration
+	// NodeStatusReportFrequency is how often a kubelet posts its Node
+	// status when nothing changed (the conditions again, with fresh
+	// heartbeat times); 5m when zero, the kubelet's
+	// nodeStatusReportFrequency. A changed status (the Node registered, or
+	// Ready again after a restart) is posted at once.
+	NodeStatusReportFrequency time.Duration
 	// NodeMonitorGracePeriod is how long after a kubelet stops its Node is
 	// marked Unknown, as the node lifecycle controller does after 40s; 1s
 	// when zero.
@@ -124,6 +135,9 @@ type Options struct {
 func (o *Options) defaults() {
 	if o.HeartbeatInterval == 0 {
 		o.HeartbeatInterval = 10 * time.Second
+	}
+	if o.NodeStatusReportFrequency == 0 {
+		o.NodeStatusReportFrequency = 5 * time.Minute
 	}
 	if o.NodeMonitorGracePeriod == 0 {
 		o.NodeMonitorGracePeriod = time.Second
