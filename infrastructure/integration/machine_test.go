@@ -202,8 +202,11 @@ func TestMachineShape(t *testing.T) {
 	g.Expect(vm.Spec.Template.Spec.EvictionStrategy).To(Equal(ptr.To(kubevirtv1.EvictionStrategyLiveMigrate)))
 	g.Expect(vm.Spec.Template.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms).To(Equal(
 		[]corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: corev1.LabelTopologyZone, Operator: corev1.NodeSelectorOpIn, Values: []string{"zone-b"}}}}}))
+	// The failure domain is reported with the provisioned machine.
+	startInstance(t, vm, "10.244.2.9")
 	g.Eventually(func(g Gomega) {
 		g.Expect(c.Get(context.Background(), client.ObjectKeyFromObject(kvm), kvm)).To(Succeed())
+		g.Expect(kvm.Status.Initialization.Provisioned).To(Equal(ptr.To(true)))
 		g.Expect(kvm.Status.FailureDomain).To(Equal("zone-b"))
 	}).Should(Succeed())
 }

@@ -150,7 +150,7 @@ func startControllers(ctx context.Context) (*controllerManager, error) {
 	if err != nil {
 		return nil, err
 	}
-	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
+	mgr, err := ctrl.NewManager(controllerWrites.wrap(env.Config), ctrl.Options{
 		Scheme:                 scheme,
 		Cache:                  cacheOptions,
 		Metrics:                metricsserver.Options{BindAddress: "0"},

@@ -35,9 +35,9 @@ import (
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util"
+	"sigs.k8s.io/cluster-api/util/annotations"
 	"sigs.k8s.io/cluster-api/util/conditions"
 	capicontrollerutil "sigs.k8s.io/cluster-api/util/controller"
-	"sigs.k8s.io/cluster-api/util/finalizers"
 	"sigs.k8s.io/cluster-api/util/patch"
 	"sigs.k8s.io/cluster-api/util/paused"
 	"sigs.k8s.io/cluster-api/util/predicates"
@@ -215,10 +215,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	}
 	ctx = ctrl.LoggerInto(ctx, log)
 
-	if finalizerAdded, err := finalizers.EnsureFinalizer(ctx, r.Client, kvm, infrav1.MachineFinalizer); err != nil || finalizerAdded {
-		return ctrl.Result{}, err
+	if !deleting && (!controllerutil.ContainsFinalizer(kvm, infrav1.MachineFinalizer) || kvm.Spec.ProviderID == "") {
+		return ctrl.Result{}, r.claim(ctx, kvm)
 	}
-	if isPaused, requeue, err := paused.EnsurePausedCondition(ctx, r.Client, cluster, kvm); err != nil || isPaused || requeue {
+	if (cluster != nil && ptr.Deref(cluster.Spec.Paused, false)) || annotations.HasPaused(kvm) {
+		// Record that, and nothing else, as Cluster API's controllers do.
+		_, _, err := paused.EnsurePausedCondition(ctx, r.Client, cluster, kvm)
 		return ctrl.Result{}, err
 	}
 
@@ -226,6 +228,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	// Not paused: the condition goes out with this reconcile's patch rather
+	// than in a patch of its own.
+	setConditions(kvm, metav1.Condition{Type: clusterv1.PausedCondition, Status: metav1.ConditionFalse, Reason: clusterv1.NotPausedReason})
 	defer func() {
 		if err := patchHelper.Patch(ctx, kvm, patch.WithOwnedConditions{Conditions: []string{
 			infrav1.ReadyCondition,
@@ -241,6 +246,23 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		return ctrl.Result{}, r.reconcileDelete(ctx, kvm)
 	}
 	return ctrl.Result{}, r.reconcileNormal(ctx, cluster, machine, kvm)
+}
+
+// claim adds the finalizer and fills in the providerID, in one patch and in
+// a reconcile of its own, before anything is created: the finalizer must be
+// stored before the VM and disks exist so that deletion always waits for
+// them. The providerID (kubevirt://<name>) is known before the VM exists
+// and Cluster API reads it only once the machine is provisioned, so it
+// costs no write of its own; and as the only spec change it bumps the
+// generation before any condition records one.
+func (r *Reconciler) claim(ctx context.Context, kvm *infrav1.KubeVirtMachine) error {
+	patchHelper, err := patch.NewHelper(kvm, r.Client)
+	if err != nil {
+		return err
+	}
+	controllerutil.AddFinalizer(kvm, infrav1.MachineFinalizer)
+	kvm.Spec.ProviderID = infrav1.ProviderID(kvm.Name)
+	return patchHelper.Patch(ctx, kvm)
 }
 
 func setConditions(kvm *infrav1.KubeVirtMachine, conds ...metav1.Condition) {
@@ -261,7 +283,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, cluster *clusterv1.Clu
 			setConditions(kvm, *blocked)
 			return nil
 		}
-		return r.observe(ctx, kvm, vm)
+		return r.observe(ctx, kvm, machine, vm)
 	case !apierrors.IsNotFound(err):
 		return err
 	}
@@ -269,7 +291,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, cluster *clusterv1.Clu
 	if ptr.Deref(kvm.Status.Initialization.Provisioned, false) {
 		// A provisioned machine whose VM is gone is reported, not recreated:
 		// the node it ran is gone with it.
-		return r.observe(ctx, kvm, nil)
+		return r.observe(ctx, kvm, machine, nil)
 	}
 	if !ptr.Deref(cluster.Status.Initialization.InfrastructureProvisioned, false) {
 		setConditions(kvm, waitingConditions(infrav1.WaitingForClusterInfrastructureReason, "Cluster infrastructure is not provisioned yet")...)
@@ -326,8 +348,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, cluster *clusterv1.Clu
 	if err != nil || blocked != nil {
 		return r.blocked(kvm, blocked, err)
 	}
-	kvm.Status.FailureDomain = machine.Spec.FailureDomain
-	return r.observe(ctx, kvm, vm)
+	return r.observe(ctx, kvm, machine, vm)
 }
 
 func (r *Reconciler) blocked(kvm *infrav1.KubeVirtMachine, blocked *metav1.Condition, err error) error {
@@ -476,7 +497,7 @@ func (r *Reconciler) notControlled(o client.Object, kvm *infrav1.KubeVirtMachine
 }
 
 // observe reports the VM, its instance and its root disk.
-func (r *Reconciler) observe(ctx context.Context, kvm *infrav1.KubeVirtMachine, vm *kubevirtv1.VirtualMachine) error {
+func (r *Reconciler) observe(ctx context.Context, kvm *infrav1.KubeVirtMachine, machine *clusterv1.Machine, vm *kubevirtv1.VirtualMachine) error {
 	o := &observation{
 		provisioned:            ptr.Deref(kvm.Status.Initialization.Provisioned, false),
 		provisionedInstanceUID: kvm.Status.ProvisionedInstanceUID,
@@ -511,6 +532,10 @@ func (r *Reconciler) observe(ctx context.Context, kvm *infrav1.KubeVirtMachine, 
 		kvm.Status.Addresses = machineAddresses(o.vmi)
 		kvm.Status.NodeName = o.vmi.Status.NodeName
 		if !o.provisioned {
+			// The failure domain goes out with the other fields of the
+			// provisioned machine, in one status patch; Cluster API reads
+			// it only from a provisioned machine.
+			kvm.Status.FailureDomain = machine.Spec.FailureDomain
 			kvm.Status.Initialization.Provisioned = ptr.To(true)
 			kvm.Status.ProvisionedInstanceUID = string(o.vmi.UID)
 			ctrl.LoggerFrom(ctx).Info("The machine's VirtualMachine is provisioned", "VirtualMachineInstance", klog.KObj(o.vmi), "node", o.vmi.Status.NodeName)

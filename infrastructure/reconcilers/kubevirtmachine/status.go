@@ -188,7 +188,7 @@ func virtualMachineCondition(o *observation) metav1.Condition {
 	if vmi == nil || !vmi.DeletionTimestamp.IsZero() {
 		switch {
 		case !o.provisioned:
-			return condition(t, metav1.ConditionUnknown, infrav1.ProvisioningReason, "Waiting for KubeVirt to start the VirtualMachineInstance")
+			return condition(t, metav1.ConditionUnknown, infrav1.ProvisioningReason, startingMessage)
 		case o.restartsInstances(false):
 			return condition(t, metav1.ConditionUnknown, infrav1.InstanceRestartingReason,
 				"VirtualMachineInstance stopped; KubeVirt starts a new one on the persistent root disk")
@@ -237,12 +237,15 @@ func virtualMachineCondition(o *observation) metav1.Condition {
 		c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
 		return condition(t, metav1.ConditionFalse, infrav1.UnschedulableReason, unschedulableMessage(vm, vmi))
 	}
-	phase := string(vmi.Status.Phase)
-	if phase == "" {
-		phase = string(kubevirtv1.Pending)
-	}
-	return condition(t, metav1.ConditionUnknown, infrav1.ProvisioningReason, fmt.Sprintf("VirtualMachineInstance is %s", phase))
+	// Pending, Scheduling and Scheduled are one step for the machine:
+	// reporting each phase would cost a status write per phase and machine,
+	// and the instance shows its phase itself.
+	return condition(t, metav1.ConditionUnknown, infrav1.ProvisioningReason, startingMessage)
 }
+
+// startingMessage reports an instance on its way to Running, or one that
+// KubeVirt has not created yet.
+const startingMessage = "Waiting for KubeVirt to start the VirtualMachineInstance"
 
 func unschedulableMessage(vm *kubevirtv1.VirtualMachine, vmi *kubevirtv1.VirtualMachineInstance) string {
 	if vmi != nil {

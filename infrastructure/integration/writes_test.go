@@ -1,0 +1,272 @@
+/*
+Copyright 2026 The Cozystack Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package integration
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
+	kubevirtsim "github.com/cozystack/cluster-api-workers/test/sim/kubevirt"
+)
+
+// writeLog records the writes the controllers send to the API server, so
+// tests can count them per machine. Reads are cache hits or direct reads
+// and are not recorded; neither are lists and watches.
+type writeLog struct {
+	mu     sync.Mutex
+	writes []apiWrite
+}
+
+// apiWrite is one write request.
+type apiWrite struct {
+	verb string
+	// resource is e.g. kubevirtmachines or kubevirtmachines/status.
+	resource  string
+	namespace string
+	name      string
+	body      string
+}
+
+func (w apiWrite) String() string {
+	return w.verb + " " + w.resource + " " + w.namespace + "/" + w.name
+}
+
+var controllerWrites = &writeLog{}
+
+// wrap records the writes sent through cfg.
+func (l *writeLog) wrap(cfg *rest.Config) *rest.Config {
+	cfg = rest.CopyConfig(cfg)
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+			if req.Method != http.MethodGet {
+				l.add(parseWrite(req))
+			}
+			return rt.RoundTrip(req)
+		})
+	})
+	return cfg
+}
+
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// parseWrite reads a request path (/apis/group/version/namespaces/ns/kind/name[/sub])
+// and a copy of its body.
+func parseWrite(req *http.Request) apiWrite {
+	w := apiWrite{verb: req.Method}
+	parts := strings.Split(strings.Trim(req.URL.Path, "/"), "/")
+	if len(parts) > 0 && parts[0] == "api" {
+		parts = parts[min(2, len(parts)):]
+	} else {
+		parts = parts[min(3, len(parts)):]
+	}
+	if len(parts) >= 2 && parts[0] == "namespaces" {
+		w.namespace = parts[1]
+		parts = parts[2:]
+	}
+	switch len(parts) {
+	case 0:
+	case 1:
+		w.resource = parts[0]
+	case 2:
+		w.resource, w.name = parts[0], parts[1]
+	default:
+		w.resource, w.name = parts[0]+"/"+parts[2], parts[1]
+	}
+	if req.GetBody != nil {
+		if body, err := req.GetBody(); err == nil {
+			var b bytes.Buffer
+			_, _ = io.Copy(&b, body)
+			_ = body.Close()
+			w.body = b.String()
+		}
+	}
+	return w
+}
+
+func (l *writeLog) add(w apiWrite) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.writes = append(l.writes, w)
+}
+
+// of returns the writes to one machine's KubeVirtMachine.
+func (l *writeLog) of(kvm client.Object) []apiWrite {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []apiWrite
+	for _, w := range l.writes {
+		if w.namespace == kvm.GetNamespace() && w.name == kvm.GetName() && strings.HasPrefix(w.resource, "kubevirtmachines") {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
+func names(writes []apiWrite) []string {
+	out := make([]string, 0, len(writes))
+	for _, w := range writes {
+		out = append(out, w.String())
+	}
+	return out
+}
+
+// startSimulator runs the KubeVirt simulator for one namespace only, so the
+// other tests keep playing KubeVirt themselves.
+func startSimulator(t *testing.T, namespace string) {
+	t.Helper()
+	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
+		Scheme:                 scheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
+		Cache:                  ctrlcache.Options{DefaultNamespaces: map[string]ctrlcache.Config{namespace: {}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	// Each phase of the instance lasts longer than the controller's
+	// once-a-second limit per object, so the controller sees every one.
+	opts := kubevirtsim.Options{ControllerNamePrefix: namespace + "-", ScheduleDelay: 1500 * time.Millisecond, BootDelay: 1500 * time.Millisecond}
+	if err := kubevirtsim.New(opts).SetupWithManager(ctx, mgr); err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := mgr.Start(ctx); err != nil {
+			t.Errorf("the KubeVirt simulator stopped: %v", err)
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+// TestOneMachineLifecycleWrites follows one container-disk machine, as the
+// scale benchmark's pool makes them, from creation while its bootstrap data
+// is not ready yet, through the simulated KubeVirt starting its instance, to
+// its node joining, and pins the provider's writes to its KubeVirtMachine:
+// one spec patch (finalizer and providerID) and one status patch per
+// lifecycle step (waiting for bootstrap data, VM created, provisioned),
+// where Cluster API's patch helper sends a step's conditions and its other
+// status fields as two patches.
+func TestOneMachineLifecycleWrites(t *testing.T) {
+	t.Parallel()
+	tc := newCluster(t)
+	startSimulator(t, tc.namespace)
+	g := NewWithT(t)
+	ctx := context.Background()
+	var machine *clusterv1.Machine
+	var bootstrapSecret string
+	kvm := tc.machine(t, "counted", containerDiskSpec(), func(m *clusterv1.Machine, _ *infrav1.KubeVirtMachine, s *corev1.Secret) {
+		// The bootstrap provider has not rendered yet.
+		m.Spec.Bootstrap = clusterv1.Bootstrap{ConfigRef: clusterv1.ContractVersionedObjectReference{
+			APIGroup: "bootstrap.cozystack.io", Kind: "KairosConfig", Name: m.Name}}
+		// The simulator's node is in this zone.
+		m.Spec.FailureDomain = "sim-zone-a"
+		machine, bootstrapSecret = m, s.Name
+	})
+
+	// Waiting for the bootstrap data.
+	g.Eventually(func(g Gomega) {
+		g.Expect(c.Get(ctx, client.ObjectKeyFromObject(kvm), kvm)).To(Succeed())
+		expectCondition(g, kvm, infrav1.ReadyCondition, metav1.ConditionUnknown, infrav1.WaitingForBootstrapDataReason)
+		g.Expect(kvm.Finalizers).To(ContainElement(infrav1.MachineFinalizer))
+		g.Expect(kvm.Spec.ProviderID).To(Equal("kubevirt://counted"))
+	}).Should(Succeed())
+	waiting := []string{
+		// The finalizer and the providerID, before anything is created.
+		"PATCH kubevirtmachines " + tc.namespace + "/counted",
+		// The waiting conditions, Paused=False among them.
+		"PATCH kubevirtmachines/status " + tc.namespace + "/counted",
+	}
+	settledWrites(t, kvm, waiting)
+
+	// The bootstrap provider renders; KubeVirt starts the VM.
+	g.Expect(c.Get(ctx, client.ObjectKeyFromObject(machine), machine)).To(Succeed())
+	machine.Spec.Bootstrap.DataSecretName = ptr.To(bootstrapSecret)
+	g.Expect(c.Update(ctx, machine)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		g.Expect(c.Get(ctx, client.ObjectKeyFromObject(kvm), kvm)).To(Succeed())
+		expectCondition(g, kvm, infrav1.ReadyCondition, metav1.ConditionTrue, infrav1.ReadyReason)
+		g.Expect(kvm.Status.Initialization.Provisioned).To(Equal(ptr.To(true)))
+		g.Expect(kvm.Status.Addresses).NotTo(BeEmpty())
+		g.Expect(kvm.Status.FailureDomain).To(Equal("sim-zone-a"))
+	}).Should(Succeed())
+	provisioned := append(waiting,
+		// The VM exists: its conditions.
+		"PATCH kubevirtmachines/status "+tc.namespace+"/counted",
+		// The instance runs: conditions, then addresses, nodeName,
+		// failureDomain, provisionedInstanceUID and
+		// initialization.provisioned. The instance's phases on the way
+		// (Pending, Scheduled) cost nothing.
+		"PATCH kubevirtmachines/status "+tc.namespace+"/counted",
+		"PATCH kubevirtmachines/status "+tc.namespace+"/counted",
+	)
+	settledWrites(t, kvm, provisioned)
+
+	// The node joins: Cluster API records it on the Machine, which the
+	// provider watches; nothing changes for the KubeVirtMachine.
+	g.Expect(c.Get(ctx, client.ObjectKeyFromObject(machine), machine)).To(Succeed())
+	machine.Spec.ProviderID = kvm.Spec.ProviderID
+	g.Expect(c.Update(ctx, machine)).To(Succeed())
+	machine.Status.NodeRef = clusterv1.MachineNodeReference{Name: "counted"}
+	machine.Status.Initialization.InfrastructureProvisioned = ptr.To(true)
+	g.Expect(c.Status().Update(ctx, machine)).To(Succeed())
+	settledWrites(t, kvm, provisioned)
+}
+
+// settledWrites waits until the machine's writes are want and checks that
+// no other follows; on failure it lists each write with its body.
+func settledWrites(t *testing.T, kvm client.Object, want []string) {
+	t.Helper()
+	g := NewWithT(t)
+	describe := func() string {
+		var b strings.Builder
+		for i, w := range controllerWrites.of(kvm) {
+			fmt.Fprintf(&b, "\n%d. %s %s", i+1, w, w.body)
+		}
+		return b.String()
+	}
+	g.Eventually(func() []string { return names(controllerWrites.of(kvm)) }).Should(Equal(want), describe)
+	g.Consistently(func() []string { return names(controllerWrites.of(kvm)) }).WithTimeout(2*time.Second).Should(Equal(want), describe)
+	if testing.Verbose() {
+		t.Log("KubeVirtMachine writes:" + describe())
+	}
+}
