@@ -100,7 +100,8 @@ type Reconciler struct {
 
 // SetupWithManager registers the controller and its watches. VirtualMachines,
 // VirtualMachineInstances and DataVolumes map back to their machine by the
-// machine-name label, so nothing is polled.
+// machine-name label, so nothing is polled; their updates pass only when
+// they change what the controller reads (predicates.go).
 func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, options controller.Options) error {
 	if r.Client == nil || r.APIReader == nil {
 		return fmt.Errorf("the KubeVirtMachine reconciler needs a Client and an APIReader")
@@ -128,9 +129,9 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 			handler.EnqueueRequestsFromMapFunc(clusterToMachines),
 			predicates.ClusterPausedTransitionsOrInfrastructureProvisioned(mgr.GetScheme(), predicateLog),
 			filter).
-		Watches(&kubevirtv1.VirtualMachine{}, byMachineLabel).
-		Watches(&kubevirtv1.VirtualMachineInstance{}, byMachineLabel).
-		Watches(&cdiv1.DataVolume{}, byMachineLabel).
+		Watches(&kubevirtv1.VirtualMachine{}, byMachineLabel, viewChanged(viewOfVirtualMachine)).
+		Watches(&kubevirtv1.VirtualMachineInstance{}, byMachineLabel, viewChanged(viewOfInstance)).
+		Watches(&cdiv1.DataVolume{}, byMachineLabel, viewChanged(viewOfDataVolume)).
 		Watches(&infrav1.KubeVirtMachineTemplate{},
 			handler.EnqueueRequestsFromMapFunc(r.templateToMachines),
 			templateResolved()).

@@ -1,0 +1,139 @@
+/*
+Copyright 2026 The Cozystack Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package kubevirtmachine
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
+)
+
+// KubeVirt and CDI rewrite status fields this controller never reads (guest
+// OS and agent info, volume and migration status, timestamps of their own
+// conditions), and the cache resyncs every object. An update of a
+// VirtualMachine, VirtualMachineInstance or DataVolume reconciles its
+// machine only when it changes the view below: exactly what status.go and
+// the deletion read. Creates and deletes always pass; the KubeVirtMachine's
+// own resync still reads every object afresh.
+
+// viewChanged passes updates whose view differs between the old and the new
+// object.
+func viewChanged[T client.Object](view func(T) any) predicate.Funcs {
+	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+		before, okBefore := e.ObjectOld.(T)
+		after, okAfter := e.ObjectNew.(T)
+		if !okBefore || !okAfter {
+			return true
+		}
+		return !equality.Semantic.DeepEqual(view(before), view(after))
+	}}
+}
+
+// objectView is what the controller reads of any of the three kinds'
+// metadata: the label that maps it to its machine, its controller and
+// whether it is being deleted.
+type objectView struct {
+	Machine    string
+	Controller types.UID
+	Deleting   bool
+}
+
+func viewOfObject(o client.Object) objectView {
+	v := objectView{Machine: o.GetLabels()[infrav1.MachineNameLabel], Deleting: !o.GetDeletionTimestamp().IsZero()}
+	if ref := metav1.GetControllerOf(o); ref != nil {
+		v.Controller = ref.UID
+	}
+	return v
+}
+
+type virtualMachineView struct {
+	Meta            objectView
+	RunStrategy     *kubevirtv1.VirtualMachineRunStrategy
+	Volumes         []kubevirtv1.Volume
+	PrintableStatus kubevirtv1.VirtualMachinePrintableStatus
+	FailedStarts    int
+	Failure         string
+}
+
+func viewOfVirtualMachine(vm *kubevirtv1.VirtualMachine) any {
+	v := virtualMachineView{
+		Meta:            viewOfObject(vm),
+		RunStrategy:     vm.Spec.RunStrategy,
+		PrintableStatus: vm.Status.PrintableStatus,
+		Failure:         vmFailureDetail(vm),
+	}
+	if vm.Spec.Template != nil {
+		v.Volumes = vm.Spec.Template.Spec.Volumes
+	}
+	if vm.Status.StartFailure != nil {
+		v.FailedStarts = vm.Status.StartFailure.ConsecutiveFailCount
+	}
+	return v
+}
+
+type instanceView struct {
+	Meta         objectView
+	Phase        kubevirtv1.VirtualMachineInstancePhase
+	Reason       string
+	NodeName     string
+	Hostname     string
+	Ready        bool
+	PodScheduled *kubevirtv1.VirtualMachineInstanceCondition
+	IPs          []string
+}
+
+func viewOfInstance(vmi *kubevirtv1.VirtualMachineInstance) any {
+	v := instanceView{
+		Meta:     viewOfObject(vmi),
+		Phase:    vmi.Status.Phase,
+		Reason:   vmi.Status.Reason,
+		NodeName: vmi.Status.NodeName,
+		Hostname: vmi.Spec.Hostname,
+		Ready:    instanceReady(vmi),
+		IPs:      instanceIPs(vmi),
+	}
+	if c := instanceCondition(vmi, kubevirtv1.VirtualMachineInstanceConditionType(corev1.PodScheduled)); c != nil {
+		v.PodScheduled = &kubevirtv1.VirtualMachineInstanceCondition{Type: c.Type, Status: c.Status, Reason: c.Reason, Message: c.Message}
+	}
+	return v
+}
+
+type dataVolumeView struct {
+	Meta         objectView
+	Phase        cdiv1.DataVolumePhase
+	Progress     cdiv1.DataVolumeProgress
+	RestartCount int32
+	Running      string
+}
+
+func viewOfDataVolume(dv *cdiv1.DataVolume) any {
+	return dataVolumeView{
+		Meta:         viewOfObject(dv),
+		Phase:        dv.Status.Phase,
+		Progress:     dv.Status.Progress,
+		RestartCount: dv.Status.RestartCount,
+		Running:      detail(dataVolumeCondition(dv, cdiv1.DataVolumeRunning)),
+	}
+}
