@@ -96,6 +96,8 @@ type Reconciler struct {
 	// ImportFailureRestarts is how many importer pod restarts count as a
 	// failed import; DefaultImportFailureRestarts when zero.
 	ImportFailureRestarts int32
+
+	ownWrites *ownWrites
 }
 
 // SetupWithManager registers the controller and its watches. VirtualMachines,
@@ -109,6 +111,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 	if r.ImportFailureRestarts == 0 {
 		r.ImportFailureRestarts = DefaultImportFailureRestarts
 	}
+	r.ownWrites = newOwnWrites()
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &infrav1.KubeVirtMachine{}, clonedFromTemplateIndex, clonedFromTemplate); err != nil {
 		return fmt.Errorf("indexing KubeVirtMachines by template: %w", err)
 	}
@@ -191,7 +194,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	log := ctrl.LoggerFrom(ctx)
 	kvm := &infrav1.KubeVirtMachine{}
 	if err := r.Client.Get(ctx, req.NamespacedName, kvm); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.ownWrites.forget(req.NamespacedName)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if r.ownWrites.cacheBehind(req.NamespacedName, kvm.ResourceVersion) {
+		log.V(4).Info("The cache has not seen the last write to the KubeVirtMachine yet; its event reconciles it again")
+		return ctrl.Result{}, nil
 	}
 	deleting := !kvm.DeletionTimestamp.IsZero()
 
@@ -216,16 +226,20 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	}
 	ctx = ctrl.LoggerInto(ctx, log)
 
+	// The machine's own patches go through writes, so that a later
+	// reconcile on a cache that has not seen them can be told apart.
+	before, writes := kvm.ResourceVersion, &versionRecorder{Client: r.Client}
+	defer func() { r.ownWrites.wrote(req.NamespacedName, before, writes.versions) }()
 	if !deleting && (!controllerutil.ContainsFinalizer(kvm, infrav1.MachineFinalizer) || kvm.Spec.ProviderID == "") {
-		return ctrl.Result{}, r.claim(ctx, kvm)
+		return ctrl.Result{}, claim(ctx, writes, kvm)
 	}
 	if (cluster != nil && ptr.Deref(cluster.Spec.Paused, false)) || annotations.HasPaused(kvm) {
 		// Record that, and nothing else, as Cluster API's controllers do.
-		_, _, err := paused.EnsurePausedCondition(ctx, r.Client, cluster, kvm)
+		_, _, err := paused.EnsurePausedCondition(ctx, writes, cluster, kvm)
 		return ctrl.Result{}, err
 	}
 
-	patchHelper, err := patch.NewHelper(kvm, r.Client)
+	patchHelper, err := patch.NewHelper(kvm, writes)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -256,8 +270,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 // and Cluster API reads it only once the machine is provisioned, so it
 // costs no write of its own; and as the only spec change it bumps the
 // generation before any condition records one.
-func (r *Reconciler) claim(ctx context.Context, kvm *infrav1.KubeVirtMachine) error {
-	patchHelper, err := patch.NewHelper(kvm, r.Client)
+func claim(ctx context.Context, c client.Client, kvm *infrav1.KubeVirtMachine) error {
+	patchHelper, err := patch.NewHelper(kvm, c)
 	if err != nil {
 		return err
 	}
