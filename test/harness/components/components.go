@@ -106,10 +106,9 @@ type Limits struct {
 	ClusterCacheBurst int     `json:"clusterCacheBurst"`
 }
 
-// DefaultLimits are the production binaries' flag defaults:
-// bootstrap/main.go and infrastructure/main.go (20/30, workload 20/30),
-// and Cluster API v1.14's core and kubeadm bootstrap main.go (100/200,
-// workload 20/30).
+// DefaultLimits are the production binaries' flag defaults, the same for
+// ours (bootstrap/setup and infrastructure/setup) and Cluster API v1.14's
+// core and kubeadm bootstrap main.go: management 100/200, workload 20/30.
 func DefaultLimits(n Name) Limits {
 	switch n {
 	case KairosBootstrap:
