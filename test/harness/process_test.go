@@ -48,7 +48,7 @@ const sha = "b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2"
 func TestProductionLimitsUnlessOverridden(t *testing.T) {
 	g := NewWithT(t)
 	h := &Harness{opts: Options{Limits: map[components.Name]components.Limits{components.Infrastructure: {QPS: 5, Burst: 7}}}}
-	g.Expect(h.limits(components.KairosBootstrap)).To(Equal(components.Limits{QPS: 20, Burst: 30, ClusterCacheQPS: 20, ClusterCacheBurst: 30}))
+	g.Expect(h.limits(components.KairosBootstrap)).To(Equal(components.Limits{QPS: 100, Burst: 200, ClusterCacheQPS: 20, ClusterCacheBurst: 30}))
 	g.Expect(h.limits(components.KubeadmBootstrap)).To(Equal(components.Limits{QPS: 100, Burst: 200, ClusterCacheQPS: 20, ClusterCacheBurst: 30}))
 	g.Expect(h.limits(components.CAPICore)).To(Equal(components.Limits{QPS: 100, Burst: 200, ClusterCacheQPS: 20, ClusterCacheBurst: 30}))
 	g.Expect(h.limits(components.Infrastructure)).To(Equal(components.Limits{QPS: 5, Burst: 7}))
