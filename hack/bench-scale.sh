@@ -3,8 +3,9 @@
 # runs test/bench/cmd/bench-scale as its own process: side by side, the
 # harness scales a MachineDeployment of Kairos machines (ours), then the
 # same pool bootstrapped by Cluster API's kubeadm provider (the peer), from
-# 0 to N, with the providers as separate processes, then measures the
-# floor; it reports timings, CPU and peak RSS per provider, requests per
+# 0 to N, with the providers as separate processes, measures the floor,
+# and how long Cluster API alone (providers stopped) takes to create the N
+# Machines; it reports timings, CPU and peak RSS per provider, requests per
 # machine, throttling, idle writes, the ratios ours/peer and the issue's
 # targets (see docs/benchmarks.md). Progress goes to stderr and
 # scale-N.log; scale-N.partial.md and scale-N.json hold each stage's
@@ -17,6 +18,7 @@
 #   PEER_IDLE   the peer's idle window; 0 skips it  (default: IDLE)
 #   TIMEOUT     bound on each scale-up              (default 15m)
 #   SETTLE      how long controllers may still write after all Running (default 2m)
+#   UPSTREAM    0 skips the Cluster API alone stage                     (default 1)
 #   OUT         directory for the reports           (default out/bench)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,6 +30,9 @@ IDLE="${IDLE:-2m}"
 PEER_IDLE="${PEER_IDLE:-${IDLE}}"
 TIMEOUT="${TIMEOUT:-15m}"
 SETTLE="${SETTLE:-2m}"
+UPSTREAM="${UPSTREAM:-1}"
+skip_upstream=false
+if [ "${UPSTREAM}" = "0" ]; then skip_upstream=true; fi
 OUT="${OUT:-out/bench}"
 
 bins=$(hack/tools-bins.sh all)
@@ -41,7 +46,7 @@ go build -o "${OUT}/bench-scale" ./test/bench/cmd/bench-scale
 {
   echo "# Scale benchmark $(date -u +%Y-%m-%dT%H:%MZ)"
   echo
-  echo "Command: N=\"${N}\" BOOT_DELAY=${BOOT_DELAY} IDLE=${IDLE} PEER_IDLE=${PEER_IDLE} TIMEOUT=${TIMEOUT} SETTLE=${SETTLE} hack/bench-scale.sh"
+  echo "Command: N=\"${N}\" BOOT_DELAY=${BOOT_DELAY} IDLE=${IDLE} PEER_IDLE=${PEER_IDLE} TIMEOUT=${TIMEOUT} SETTLE=${SETTLE} UPSTREAM=${UPSTREAM} hack/bench-scale.sh"
   echo "Commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo ' (with uncommitted changes)')"
   echo "Machine: $(nproc) CPUs, $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1), $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), load average $(cut -d' ' -f1-3 /proc/loadavg) at the start"
   echo
@@ -49,7 +54,7 @@ go build -o "${OUT}/bench-scale" ./test/bench/cmd/bench-scale
 
 for n in ${N}; do
   echo "bench-scale: N=${n}, boot delay ${BOOT_DELAY}, started $(date -u +%H:%M:%SZ), load average $(cut -d' ' -f1-3 /proc/loadavg)" >&2
-  "${OUT}/bench-scale" -machines "${n}" -boot-delay "${BOOT_DELAY}" -idle "${IDLE}" -peer-idle "${PEER_IDLE}" -timeout "${TIMEOUT}" -settle-timeout "${SETTLE}" \
+  "${OUT}/bench-scale" -machines "${n}" -boot-delay "${BOOT_DELAY}" -idle "${IDLE}" -peer-idle "${PEER_IDLE}" -timeout "${TIMEOUT}" -settle-timeout "${SETTLE}" -skip-upstream="${skip_upstream}" \
     -process-logs "${OUT}/logs-${n}" -json "${OUT}/scale-${n}.json" -partial "${OUT}/scale-${n}.partial.md" \
     2> >(tee "${OUT}/scale-${n}.log" >&2) | tee -a "${OUT}/report.md"
   echo "Load average after N=${n}: $(cut -d' ' -f1-3 /proc/loadavg)" >> "${OUT}/report.md"

@@ -39,6 +39,9 @@ type Comparison struct {
 	// Floor is the bare apiserver's time for our pipeline's objects; both
 	// reports carry it too.
 	Floor FloorReport `json:"floor"`
+	// Upstream is Cluster API's creation of the Machines alone; nil until
+	// measured, or when skipped.
+	Upstream *UpstreamReport `json:"upstream,omitempty"`
 }
 
 // RunSideBySide runs ours, then the floor of our pipeline's objects, then
@@ -79,6 +82,13 @@ func RunSideBySide(ctx context.Context, cfg Config, done func(*Comparison)) (*Co
 	c.Peer = peer
 	c.Peer.Floor = c.Floor
 	done(c)
+	if !cfg.SkipUpstream {
+		cfg.progress("measuring Cluster API alone: %d Machines created with the providers stopped", cfg.Machines)
+		if c.Upstream, err = runUpstream(ctx, cfg); err != nil {
+			return c, fmt.Errorf("cluster API alone: %w", err)
+		}
+		done(c)
+	}
 	return c, nil
 }
 
@@ -124,7 +134,7 @@ func (c *Comparison) Targets() []Target {
 	if c.Floor.Duration > 0 {
 		out = append(out, Target{
 			Name:   "all Running within 2x the floor",
-			Result: fmt.Sprintf("%s = %.1fx the floor (%s)", round(o.AllRunning), o.FloorMultiple(), round(c.Floor.Duration)),
+			Result: fmt.Sprintf("%s = %.1fx the floor (%s)%s", round(o.AllRunning), o.FloorMultiple(), round(c.Floor.Duration), c.upstreamNote()),
 			Met:    o.FloorMultiple() <= 2,
 		})
 	}
@@ -183,6 +193,9 @@ func (c *Comparison) Markdown() string {
 	if c.Floor.Duration > 0 {
 		fmt.Fprintf(&b, "| all Running as a multiple of the floor (%s for %d objects) | %.1fx | %.1fx |\n", round(c.Floor.Duration), c.Floor.Total, o.FloorMultiple(), p.FloorMultiple())
 	}
+	if c.Upstream != nil {
+		fmt.Fprintf(&b, "| Cluster API alone (providers stopped): all Machines created | %s | |\n", round(c.Upstream.AllCreated))
+	}
 	for _, row := range []struct {
 		label      string
 		ours, peer components.Name
@@ -219,6 +232,15 @@ func (c *Comparison) Markdown() string {
 	b.WriteString("\n")
 	b.WriteString(p.Markdown())
 	return b.String()
+}
+
+// upstreamNote says, for the floor target, how long Cluster API alone took
+// to create the Machines.
+func (c *Comparison) upstreamNote() string {
+	if c.Upstream == nil {
+		return ""
+	}
+	return fmt.Sprintf("; Cluster API alone created the %d Machines in %s = %.1fx the floor", c.Upstream.Machines, round(c.Upstream.AllCreated), c.Upstream.Multiple(c.Floor))
 }
 
 // oursOnlyMarkdown renders a comparison whose peer did not finish.

@@ -94,6 +94,12 @@ type Config struct {
 	FloorWorkers int
 	// SkipFloor leaves the floor unmeasured (it starts a second apiserver).
 	SkipFloor bool
+	// SkipUpstream leaves unmeasured how long Cluster API alone takes to
+	// create the Machines (UpstreamReport; a third harness).
+	SkipUpstream bool
+	// upstreamOnly stops the providers before the scale-up and ends the
+	// run once every Machine exists (runUpstream).
+	upstreamOnly bool
 	// LogSink, when set, receives the logs of the components in the
 	// benchmark process.
 	LogSink logr.LogSink
@@ -257,6 +263,13 @@ func run(ctx context.Context, cfg Config) (*Report, []*unstructured.Unstructured
 	if err != nil {
 		return nil, nil, err
 	}
+	if cfg.upstreamOnly {
+		resume, err := stopProviders(h)
+		defer resume()
+		if err != nil {
+			return nil, nil, err
+		}
+	}
 	start := time.Now()
 	md := &clusterv1.MachineDeployment{}
 	if err := h.Client.Get(dctx, pool.machineDeployment, md); err != nil {
@@ -268,6 +281,13 @@ func run(ctx context.Context, cfg Config) (*Report, []*unstructured.Unstructured
 		return nil, nil, fmt.Errorf("scaling MachineDeployment %s to %d: %w", pool.machineDeployment, cfg.Machines, err)
 	}
 	cfg.progress("scaling to %d", cfg.Machines)
+	if cfg.upstreamOnly {
+		if err := watcher.waitCreated(dctx, cfg, start); err != nil {
+			return nil, nil, err
+		}
+		cfg.progress("Cluster API alone created %d Machines in %s", cfg.Machines, round(watcher.lastCreated().Sub(start)))
+		return &Report{Bootstrap: cfg.Bootstrap, Machines: cfg.Machines, AllCreated: watcher.lastCreated().Sub(start)}, nil, nil
+	}
 	if err := watcher.waitAll(dctx, cfg, start); err != nil {
 		if herr := h.Err(); herr != nil {
 			err = errors.Join(err, herr)

@@ -96,7 +96,14 @@ func TestScaleToTen(t *testing.T) {
 	for _, w := range c.Ours.Idle.Writes {
 		g.Expect(requests.OurComponents).NotTo(ContainElement(w.Component), "written while idle: %+v", w)
 	}
+	// Cluster API alone, with both provider processes stopped, creates the
+	// ten Machines and nothing else happens to them.
+	g.Expect(c.Upstream).NotTo(BeNil())
+	t.Logf("Cluster API alone: all 10 Machines created in %s", c.Upstream.AllCreated)
+	g.Expect(c.Upstream.Machines).To(Equal(10))
+	g.Expect(c.Upstream.AllCreated).To(BeNumerically(">", 0))
 	md := c.Markdown()
 	g.Expect(md).To(ContainSubstring("## N = 10"))
 	g.Expect(md).To(ContainSubstring("kubeadm peer"))
+	g.Expect(md).To(ContainSubstring("Cluster API alone (providers stopped)"))
 }

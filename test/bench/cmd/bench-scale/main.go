@@ -43,6 +43,7 @@ func main() {
 	flag.DurationVar(&cfg.IdleWindow, "idle", 2*time.Minute, "how long resourceVersions must stay unchanged after the pool settled")
 	flag.DurationVar(&cfg.PeerIdleWindow, "peer-idle", -1, "the peer's idle window; -idle's when negative, none when 0")
 	flag.IntVar(&cfg.FloorWorkers, "floor-workers", 10, "parallel clients writing the floor's objects")
+	flag.BoolVar(&cfg.SkipUpstream, "skip-upstream", false, "do not measure how long Cluster API alone (providers stopped) takes to create the Machines")
 	flag.StringVar(&cfg.ProcessLogDir, "process-logs", "", "keep the provider processes' logs in this directory (kairos/, kubeadm/)")
 	jsonOut := flag.String("json", "", "also write the report as JSON to this file (after each stage)")
 	partialOut := flag.String("partial", "", "write the Markdown of the stages done so far to this file after each stage")
