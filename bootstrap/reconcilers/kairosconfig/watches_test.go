@@ -53,7 +53,9 @@ func TestNodeEventsThatCanMeanAJoin(t *testing.T) {
 		event func() bool
 		want  bool
 	}{
-		{"a Node registers", func() bool { return p.Create(event.CreateEvent{Object: node("kubevirt://vm-0", corev1.ConditionFalse)}) }, true},
+		{"a Node registers", func() bool {
+			return p.Create(event.CreateEvent{Object: node("kubevirt://vm-0", corev1.ConditionFalse)})
+		}, true},
 		{"a Node registers without a providerID", func() bool { return p.Create(event.CreateEvent{Object: node("", corev1.ConditionFalse)}) }, true},
 		{"a Node gets its providerID", func() bool {
 			return p.Update(event.UpdateEvent{ObjectOld: node("", corev1.ConditionFalse), ObjectNew: node("kubevirt://vm-0", corev1.ConditionFalse)})
@@ -62,7 +64,9 @@ func TestNodeEventsThatCanMeanAJoin(t *testing.T) {
 			return p.Update(event.UpdateEvent{ObjectOld: node("kubevirt://vm-0", corev1.ConditionFalse), ObjectNew: node("kubevirt://vm-0", corev1.ConditionTrue)})
 		}, false},
 		{"a Node is deleted", func() bool { return p.Delete(event.DeleteEvent{Object: node("kubevirt://vm-0", corev1.ConditionTrue)}) }, false},
-		{"a periodic resync", func() bool { return p.Generic(event.GenericEvent{Object: node("kubevirt://vm-0", corev1.ConditionTrue)}) }, false},
+		{"a periodic resync", func() bool {
+			return p.Generic(event.GenericEvent{Object: node("kubevirt://vm-0", corev1.ConditionTrue)})
+		}, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
