@@ -204,34 +204,10 @@ func TestADueRefreshPatchesTheTokenWithoutReadingIt(t *testing.T) {
 	g.Expect(string(remote.Data[bootstrapapi.BootstrapTokenSecretKey])).To(Equal(tok.Secret))
 }
 
+// TestExpectations covers what the reconciler remembers beyond the
+// versions its writes replaced (internal/ownwrites tests those).
 func TestExpectations(t *testing.T) {
 	key := client.ObjectKey{Namespace: "ns", Name: "c"}
-	tests := []struct {
-		name    string
-		before  string
-		written []string
-		cached  string
-		behind  bool
-	}{
-		{name: "the version before our write is behind", before: "1", written: []string{"2"}, cached: "1", behind: true},
-		{name: "a version between two of our writes is behind", before: "1", written: []string{"2", "3"}, cached: "2", behind: true},
-		{name: "our last write is up to date", before: "1", written: []string{"2", "3"}, cached: "3"},
-		{name: "a later write of someone else is up to date", before: "1", written: []string{"2"}, cached: "7"},
-		{name: "a write that changed nothing leaves nothing to wait for", before: "1", written: []string{"1"}, cached: "1"},
-		{name: "no write leaves nothing to wait for", before: "1", cached: "1"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			g := NewWithT(t)
-			e := newExpectations()
-			e.wroteConfig(key, tt.before, tt.written)
-			g.Expect(e.cacheBehind(key, tt.cached)).To(Equal(tt.behind))
-			if !tt.behind {
-				g.Expect(e.staleVersions).To(BeEmpty(), "an up-to-date cache ends the expectation")
-			}
-		})
-	}
-
 	t.Run("a revoked token's cached record counts as gone until the cache drops it", func(t *testing.T) {
 		g := NewWithT(t)
 		e := newExpectations()
@@ -244,10 +220,10 @@ func TestExpectations(t *testing.T) {
 	t.Run("a config that is gone is forgotten", func(t *testing.T) {
 		g := NewWithT(t)
 		e := newExpectations()
-		e.wroteConfig(key, "1", []string{"2"})
+		e.Wrote(key, "1", []string{"2"})
 		e.revokedToken(key, "abcdef")
 		e.forget(key)
-		g.Expect(e.staleVersions).To(BeEmpty())
+		g.Expect(e.CacheBehind(key, "1")).To(BeFalse(), "the versions our writes replaced are forgotten")
 		g.Expect(e.revoked).To(BeEmpty())
 	})
 }

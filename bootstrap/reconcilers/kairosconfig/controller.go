@@ -53,6 +53,7 @@ import (
 
 	bootstrapv1 "github.com/cozystack/cluster-api-workers/bootstrap/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/bootstrap/internal/cloudconfig"
+	"github.com/cozystack/cluster-api-workers/internal/ownwrites"
 )
 
 // ProviderIDPrefix is the providerID scheme of the KubeVirt provider: the
@@ -153,7 +154,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if r.expect.cacheBehind(req.NamespacedName, config.ResourceVersion) {
+	if r.expect.CacheBehind(req.NamespacedName, config.ResourceVersion) {
 		// The event of our last write will reconcile the config again.
 		log.V(4).Info("The cache has not seen the last write to the KairosConfig yet, waiting")
 		return ctrl.Result{}, nil
@@ -194,9 +195,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 
 	// Our writes to the config go through writes, so that a reconcile on a
 	// cache that has not seen them yet can be told apart.
-	before, writes := config.ResourceVersion, &versionRecorder{Client: r.Client}
+	before, writes := config.ResourceVersion, ownwrites.NewRecorder(r.Client)
 	if added, err := finalizers.EnsureFinalizer(ctx, writes, config, bootstrapv1.ConfigFinalizer); err != nil || added {
-		r.expect.wroteConfig(req.NamespacedName, before, writes.written)
+		r.expect.Wrote(req.NamespacedName, before, writes.Written())
 		return ctrl.Result{}, err
 	}
 
@@ -207,7 +208,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	if annotations.IsPaused(cluster, config) {
 		// Record that, and nothing else, as Cluster API's controllers do.
 		_, _, err := paused.EnsurePausedCondition(ctx, writes, cluster, config)
-		r.expect.wroteConfig(req.NamespacedName, before, writes.written)
+		r.expect.Wrote(req.NamespacedName, before, writes.Written())
 		return ctrl.Result{}, err
 	}
 	// Not paused: the condition goes out with this reconcile's patch rather
@@ -218,7 +219,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		if err := r.patch(ctx, patchHelper, config, rerr == nil); err != nil {
 			rerr = kerrors.NewAggregate([]error{rerr, err})
 		}
-		r.expect.wroteConfig(req.NamespacedName, before, writes.written)
+		r.expect.Wrote(req.NamespacedName, before, writes.Written())
 	}()
 
 	if !config.DeletionTimestamp.IsZero() {

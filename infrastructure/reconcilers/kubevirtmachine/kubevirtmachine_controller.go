@@ -53,6 +53,7 @@ import (
 
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/render"
+	"github.com/cozystack/cluster-api-workers/internal/ownwrites"
 )
 
 // DefaultImportFailureRestarts is how many importer pod restarts of a root
@@ -97,7 +98,7 @@ type Reconciler struct {
 	// failed import; DefaultImportFailureRestarts when zero.
 	ImportFailureRestarts int32
 
-	ownWrites *ownWrites
+	ownWrites *ownwrites.Versions
 }
 
 // SetupWithManager registers the controller and its watches. VirtualMachines,
@@ -111,7 +112,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 	if r.ImportFailureRestarts == 0 {
 		r.ImportFailureRestarts = DefaultImportFailureRestarts
 	}
-	r.ownWrites = newOwnWrites()
+	r.ownWrites = ownwrites.New()
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &infrav1.KubeVirtMachine{}, clonedFromTemplateIndex, clonedFromTemplate); err != nil {
 		return fmt.Errorf("indexing KubeVirtMachines by template: %w", err)
 	}
@@ -195,11 +196,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	kvm := &infrav1.KubeVirtMachine{}
 	if err := r.Client.Get(ctx, req.NamespacedName, kvm); err != nil {
 		if apierrors.IsNotFound(err) {
-			r.ownWrites.forget(req.NamespacedName)
+			r.ownWrites.Forget(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if r.ownWrites.cacheBehind(req.NamespacedName, kvm.ResourceVersion) {
+	if r.ownWrites.CacheBehind(req.NamespacedName, kvm.ResourceVersion) {
 		log.V(4).Info("The cache has not seen the last write to the KubeVirtMachine yet; its event reconciles it again")
 		return ctrl.Result{}, nil
 	}
@@ -228,8 +229,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 
 	// The machine's own patches go through writes, so that a later
 	// reconcile on a cache that has not seen them can be told apart.
-	before, writes := kvm.ResourceVersion, &versionRecorder{Client: r.Client}
-	defer func() { r.ownWrites.wrote(req.NamespacedName, before, writes.versions) }()
+	before, writes := kvm.ResourceVersion, ownwrites.NewRecorder(r.Client)
+	defer func() { r.ownWrites.Wrote(req.NamespacedName, before, writes.Written()) }()
 	if !deleting && (!controllerutil.ContainsFinalizer(kvm, infrav1.MachineFinalizer) || kvm.Spec.ProviderID == "") {
 		return ctrl.Result{}, claim(ctx, writes, kvm)
 	}

@@ -1,0 +1,151 @@
+/*
+Copyright 2026 The Cozystack Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package ownwrites lets a controller that reads its objects from a cache
+// tell a stale cache apart from a current one. A reconcile that runs
+// before the cache has seen the previous reconcile's writes would repeat
+// them (add a finalizer again, render again, patch the same conditions
+// against an old resourceVersion and conflict); the event of the last
+// write reconciles the object again once the cache has it, so a reconcile
+// on a version our own writes replaced can do nothing.
+// (kube-controller-manager's ControllerExpectations solve the same
+// problem.)
+package ownwrites
+
+import (
+	"context"
+	"sync"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// Versions remembers, per object, the resourceVersions our last writes to
+// it replaced, from one reconcile's writes until the cache moved past
+// them. The zero of *Versions (nil) remembers nothing, so a reconciler
+// built without its controller treats every version as current.
+type Versions struct {
+	mu    sync.Mutex
+	stale map[types.NamespacedName]sets.Set[string]
+}
+
+// New returns an empty record.
+func New() *Versions {
+	return &Versions{stale: map[types.NamespacedName]sets.Set[string]{}}
+}
+
+// Wrote records the writes of one reconcile to an object read at version
+// before; written are the versions the writes returned, in order. Every
+// version but the last is stale.
+func (v *Versions) Wrote(key types.NamespacedName, before string, written []string) {
+	if v == nil || len(written) == 0 {
+		return
+	}
+	last := written[len(written)-1]
+	// A write that changed nothing returns the version it was sent
+	// against, and no event follows it: that version is current.
+	stale := sets.New(before).Insert(written...).Delete(last)
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if stale.Len() == 0 {
+		delete(v.stale, key)
+		return
+	}
+	v.stale[key] = stale
+}
+
+// CacheBehind reports whether the cached version of an object precedes our
+// last write to it. Once the cache has moved on, the record is dropped.
+func (v *Versions) CacheBehind(key types.NamespacedName, cached string) bool {
+	if v == nil {
+		return false
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	stale, ok := v.stale[key]
+	if !ok {
+		return false
+	}
+	if stale.Has(cached) {
+		return true
+	}
+	delete(v.stale, key)
+	return false
+}
+
+// Forget drops an object that is gone.
+func (v *Versions) Forget(key types.NamespacedName) {
+	if v == nil {
+		return
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	delete(v.stale, key)
+}
+
+// Recorder is the client a reconcile writes its object through: it notes
+// the resourceVersion each update or patch returns, object and status,
+// for Versions.Wrote.
+type Recorder struct {
+	client.Client
+	written []string
+}
+
+// NewRecorder writes through c.
+func NewRecorder(c client.Client) *Recorder {
+	return &Recorder{Client: c}
+}
+
+// Written are the versions the writes returned, in order.
+func (r *Recorder) Written() []string {
+	return r.written
+}
+
+func (r *Recorder) record(obj client.Object, err error) error {
+	if err == nil {
+		r.written = append(r.written, obj.GetResourceVersion())
+	}
+	return err
+}
+
+// Patch patches obj and records its new version.
+func (r *Recorder) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+	return r.record(obj, r.Client.Patch(ctx, obj, patch, opts...))
+}
+
+// Update updates obj and records its new version.
+func (r *Recorder) Update(ctx context.Context, obj client.Object, opts ...client.UpdateOption) error {
+	return r.record(obj, r.Client.Update(ctx, obj, opts...))
+}
+
+// Status writes the status subresource, recording each new version.
+func (r *Recorder) Status() client.SubResourceWriter {
+	return statusRecorder{SubResourceWriter: r.Client.Status(), recorder: r}
+}
+
+type statusRecorder struct {
+	client.SubResourceWriter
+	recorder *Recorder
+}
+
+func (s statusRecorder) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+	return s.recorder.record(obj, s.SubResourceWriter.Patch(ctx, obj, patch, opts...))
+}
+
+func (s statusRecorder) Update(ctx context.Context, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+	return s.recorder.record(obj, s.SubResourceWriter.Update(ctx, obj, opts...))
+}
