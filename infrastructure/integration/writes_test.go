@@ -30,6 +30,8 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+	apirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -85,28 +87,16 @@ type roundTripperFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
-// parseWrite reads a request path (/apis/group/version/namespaces/ns/kind/name[/sub])
-// and a copy of its body.
+// parseWrite reads what a write is to (parsed by the apiserver's own
+// RequestInfoFactory; subresources as kubevirtmachines/status) and a copy
+// of its body.
 func parseWrite(req *http.Request) apiWrite {
 	w := apiWrite{verb: req.Method}
-	parts := strings.Split(strings.Trim(req.URL.Path, "/"), "/")
-	if len(parts) > 0 && parts[0] == "api" {
-		parts = parts[min(2, len(parts)):]
-	} else {
-		parts = parts[min(3, len(parts)):]
-	}
-	if len(parts) >= 2 && parts[0] == "namespaces" {
-		w.namespace = parts[1]
-		parts = parts[2:]
-	}
-	switch len(parts) {
-	case 0:
-	case 1:
-		w.resource = parts[0]
-	case 2:
-		w.resource, w.name = parts[0], parts[1]
-	default:
-		w.resource, w.name = parts[0]+"/"+parts[2], parts[1]
+	if info, err := requestInfos.NewRequestInfo(req); err == nil && info.IsResourceRequest {
+		w.namespace, w.name, w.resource = info.Namespace, info.Name, info.Resource
+		if info.Subresource != "" {
+			w.resource += "/" + info.Subresource
+		}
 	}
 	if req.GetBody != nil {
 		if body, err := req.GetBody(); err == nil {
@@ -118,6 +108,8 @@ func parseWrite(req *http.Request) apiWrite {
 	}
 	return w
 }
+
+var requestInfos = &apirequest.RequestInfoFactory{APIPrefixes: sets.NewString("api", "apis"), GrouplessAPIPrefixes: sets.NewString("api")}
 
 func (l *writeLog) add(w apiWrite) {
 	l.mu.Lock()

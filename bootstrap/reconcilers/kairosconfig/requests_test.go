@@ -19,10 +19,11 @@ package kairosconfig
 import (
 	"context"
 	"net/http"
-	"strings"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+	apirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/cluster-api/controllers/clustercache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -110,34 +111,27 @@ type roundTripperFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
-// managementRequest parses a request path
-// (/api/v1/namespaces/ns/secrets/name: secrets ns/name;
-// .../kairosconfigs/name/status: kairosconfigs/status).
+// managementRequest names a request the way the tests list them
+// (secrets ns/name; kairosconfigs/status ns/name; "secrets (list)"),
+// parsed by the apiserver's own RequestInfoFactory.
 func managementRequest(req *http.Request) request {
 	r := request{cluster: "management", verb: req.Method}
-	parts := strings.Split(strings.Trim(req.URL.Path, "/"), "/")
-	// Drop /api/v1 or /apis/group/version.
-	if len(parts) > 0 && parts[0] == "api" {
-		parts = parts[min(2, len(parts)):]
-	} else {
-		parts = parts[min(3, len(parts)):]
-	}
-	if len(parts) >= 2 && parts[0] == "namespaces" {
-		r.namespace = parts[1]
-		parts = parts[2:]
-	}
-	switch len(parts) {
-	case 0:
+	info, err := requestInfos.NewRequestInfo(req)
+	if err != nil || !info.IsResourceRequest {
 		r.resource = "/"
-	case 1:
-		r.resource = parts[0] + " (list)"
-	case 2:
-		r.resource, r.name = parts[0], parts[1]
-	default:
-		r.resource, r.name = parts[0]+"/"+parts[2], parts[1]
+		return r
+	}
+	r.namespace, r.name, r.resource = info.Namespace, info.Name, info.Resource
+	switch {
+	case info.Subresource != "":
+		r.resource += "/" + info.Subresource
+	case info.Name == "":
+		r.resource += " (list)"
 	}
 	return r
 }
+
+var requestInfos = &apirequest.RequestInfoFactory{APIPrefixes: sets.NewString("api", "apis"), GrouplessAPIPrefixes: sets.NewString("api")}
 
 // recordingClusterCache hands out workload clients that record requests.
 type recordingClusterCache struct {

@@ -26,6 +26,7 @@ package requests
 
 import (
 	"context"
+	"net/http"
 	"net/url"
 	"sort"
 	"strings"
@@ -33,6 +34,8 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/util/sets"
+	apirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/client-go/tools/metrics"
 )
 
@@ -272,54 +275,19 @@ func hostOf(hostOrURL string) string {
 // classify turns client-go's URL template (names and namespaces already
 // replaced by placeholders) into a verb and resource.
 func classify(method string, u url.URL) RequestKey {
-	segments := strings.Split(strings.Trim(u.Path, "/"), "/")
-	rest := segments
-	switch {
-	case len(segments) >= 2 && segments[0] == "api":
-		rest = segments[2:]
-	case len(segments) >= 3 && segments[0] == "apis":
-		rest = segments[3:]
-	default:
+	info, err := requestInfos.NewRequestInfo(&http.Request{Method: method, URL: &u})
+	if err != nil || !info.IsResourceRequest {
 		return RequestKey{Verb: strings.ToLower(method), Resource: u.Path}
 	}
-	if len(rest) >= 3 && rest[0] == "namespaces" {
-		rest = rest[2:]
+	resource := info.Resource
+	if info.Subresource != "" {
+		resource += "/" + info.Subresource
 	}
-	if len(rest) == 0 {
-		return RequestKey{Verb: strings.ToLower(method), Resource: u.Path}
-	}
-	resource, named, sub := rest[0], len(rest) >= 2, ""
-	if len(rest) >= 3 {
-		sub = rest[2]
-	}
-	if sub != "" {
-		resource += "/" + sub
-	}
-	verb := strings.ToLower(method)
-	switch method {
-	case "GET":
-		switch {
-		case named:
-			verb = "get"
-		case u.Query().Has("watch"):
-			verb = "watch"
-		default:
-			verb = "list"
-		}
-	case "POST":
-		verb = "create"
-	case "PUT":
-		verb = "update"
-	case "PATCH":
-		verb = "patch"
-	case "DELETE":
-		verb = "delete"
-		if !named {
-			verb = "deletecollection"
-		}
-	}
-	return RequestKey{Verb: verb, Resource: resource}
+	return RequestKey{Verb: info.Verb, Resource: resource}
 }
+
+// requestInfos parses request paths as the apiserver does.
+var requestInfos = &apirequest.RequestInfoFactory{APIPrefixes: sets.NewString("api", "apis"), GrouplessAPIPrefixes: sets.NewString("api")}
 
 // componentOf reads the component from the logger in the context.
 func componentOf(ctx context.Context) string {
