@@ -40,6 +40,9 @@ const PodScheduled = kubevirtv1.VirtualMachineInstanceConditionType(corev1.PodSc
 
 func now() metav1.Time { return metav1.NewTime(time.Now()) }
 
+// ClaimFor is the PersistentVolumeClaim CDI creates for a DataVolume: its
+// storage (or pvc) access modes, size, class and volume mode, with
+// ReadWriteOnce and DefaultClaimSize where it states none.
 func ClaimFor(dv *cdiv1.DataVolume) *corev1.PersistentVolumeClaim {
 	spec := corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}}
 	size := DefaultClaimSize
@@ -82,15 +85,19 @@ func ClaimFor(dv *cdiv1.DataVolume) *corev1.PersistentVolumeClaim {
 	}
 }
 
+// DataVolumeCondition is a DataVolume condition as CDI writes it, both
+// timestamps now.
 func DataVolumeCondition(t cdiv1.DataVolumeConditionType, status corev1.ConditionStatus, reason, message string) cdiv1.DataVolumeCondition {
 	ts := now()
 	return cdiv1.DataVolumeCondition{Type: t, Status: status, Reason: reason, Message: message, LastTransitionTime: ts, LastHeartbeatTime: ts}
 }
 
+// Finished reports whether the instance ended (Failed or Succeeded).
 func Finished(vmi *kubevirtv1.VirtualMachineInstance) bool {
 	return vmi.Status.Phase == kubevirtv1.Failed || vmi.Status.Phase == kubevirtv1.Succeeded
 }
 
+// InstanceCondition returns the instance's condition of type t, or nil.
 func InstanceCondition(vmi *kubevirtv1.VirtualMachineInstance, t kubevirtv1.VirtualMachineInstanceConditionType) *kubevirtv1.VirtualMachineInstanceCondition {
 	for i := range vmi.Status.Conditions {
 		if vmi.Status.Conditions[i].Type == t {
@@ -100,6 +107,7 @@ func InstanceCondition(vmi *kubevirtv1.VirtualMachineInstance, t kubevirtv1.Virt
 	return nil
 }
 
+// InstanceReady reports whether the instance's Ready condition is True.
 func InstanceReady(vmi *kubevirtv1.VirtualMachineInstance) bool {
 	c := InstanceCondition(vmi, kubevirtv1.VirtualMachineInstanceReady)
 	return c != nil && c.Status == corev1.ConditionTrue
@@ -127,6 +135,8 @@ func Restarts(strategy kubevirtv1.VirtualMachineRunStrategy, failed bool) bool {
 	}
 }
 
+// RunStrategy is the VM's effective run strategy: spec.runStrategy, else
+// Always for spec.running true, else Halted.
 func RunStrategy(vm *kubevirtv1.VirtualMachine) kubevirtv1.VirtualMachineRunStrategy {
 	if vm.Spec.RunStrategy != nil {
 		return *vm.Spec.RunStrategy
@@ -137,6 +147,8 @@ func RunStrategy(vm *kubevirtv1.VirtualMachine) kubevirtv1.VirtualMachineRunStra
 	return kubevirtv1.RunStrategyHalted
 }
 
+// SetInstanceCondition sets c on the instance, moving its transition time
+// only when status, reason or message changed.
 func SetInstanceCondition(vmi *kubevirtv1.VirtualMachineInstance, c kubevirtv1.VirtualMachineInstanceCondition) {
 	for i, old := range vmi.Status.Conditions {
 		if old.Type != c.Type {
@@ -153,6 +165,8 @@ func SetInstanceCondition(vmi *kubevirtv1.VirtualMachineInstance, c kubevirtv1.V
 	vmi.Status.Conditions = append(vmi.Status.Conditions, c)
 }
 
+// SetPhase moves the instance to phase and records the transition, as
+// virt-handler does; the same phase changes nothing.
 func SetPhase(vmi *kubevirtv1.VirtualMachineInstance, phase kubevirtv1.VirtualMachineInstancePhase) {
 	if vmi.Status.Phase == phase {
 		return
@@ -162,6 +176,9 @@ func SetPhase(vmi *kubevirtv1.VirtualMachineInstance, phase kubevirtv1.VirtualMa
 		kubevirtv1.VirtualMachineInstancePhaseTransitionTimestamp{Phase: phase, PhaseTransitionTimestamp: now()})
 }
 
+// UserDataSecretRef is the Secret a cloud-init volume (NoCloud or
+// ConfigDrive) reads its user data from; nil for inline data or another
+// kind of volume.
 func UserDataSecretRef(v kubevirtv1.Volume) *corev1.LocalObjectReference {
 	switch {
 	case v.CloudInitNoCloud != nil:
