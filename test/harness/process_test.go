@@ -52,6 +52,8 @@ func TestProductionLimitsUnlessOverridden(t *testing.T) {
 	g.Expect(h.limits(components.KubeadmBootstrap)).To(Equal(components.Limits{QPS: 100, Burst: 200, ClusterCacheQPS: 20, ClusterCacheBurst: 30}))
 	g.Expect(h.limits(components.CAPICore)).To(Equal(components.Limits{QPS: 100, Burst: 200, ClusterCacheQPS: 20, ClusterCacheBurst: 30}))
 	g.Expect(h.limits(components.Infrastructure)).To(Equal(components.Limits{QPS: 5, Burst: 7}))
+	g.Expect((&Harness{}).limits(components.Infrastructure)).To(Equal(components.Limits{QPS: 100, Burst: 200, ClusterCacheQPS: 20, ClusterCacheBurst: 30}),
+		"the infrastructure provider's production limits")
 }
 
 // TestKubeadmPeerAsProcesses runs the peer pipeline's providers as
