@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # Regenerates the KubeVirt and CDI CustomResourceDefinitions that envtest
-# installs (test/crds/kubevirt, test/crds/cdi) from the upstream sources at the
-# versions the main module pins, so tests validate our VirtualMachines and
-# DataVolumes against the real schemas.
+# installs (test/crds/kubevirt, test/crds/cdi), and what virt-operator installs
+# for KubeVirt's control plane (test/kubevirt/manifests: RBAC, virt-api's
+# webhook configurations, admission policies, priority class, common
+# instancetypes), from the upstream sources at the versions the main module
+# pins, so tests validate our VirtualMachines and DataVolumes against the real
+# schemas and run the real virt-api and virt-controller as a cluster would.
 #
-#   KubeVirt: hack/crdgen/kubevirt, a separate module that links virt-operator's
-#             CRD constructors (kubevirt.io/kubevirt pins older k8s.io modules).
+#   KubeVirt: hack/kubevirt/manifests, in a separate module that links
+#             virt-operator's install strategy (kubevirt.io/kubevirt pins
+#             older k8s.io modules).
 #   CDI:      controller-gen on a writable copy of
 #             kubevirt.io/containerized-data-importer-api (its kubebuilder
 #             markers are the source of CDI's own CRDs).
@@ -20,12 +24,16 @@ ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 CACHE_ROOT="${KUBEVIRT_WORKERS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kubevirt-workers}"
 GEN_CACHE="${CACHE_ROOT}/crdgen"
 mkdir -p "${GEN_CACHE}"
-KUBEVIRT_GEN_DIR="${ROOT}/hack/crdgen/kubevirt"
+KUBEVIRT_GEN_DIR="${ROOT}/hack/kubevirt"
 KUBEVIRT_OUT="test/crds/kubevirt"
+KUBEVIRT_INSTALL_OUT="test/kubevirt/manifests"
 CDI_OUT="test/crds/cdi"
 # CDI kinds a VirtualMachine's disks use: DataVolume (import, clone) and the
-# DataSource a golden image is cloned from.
-CDI_CRDS=(cdi.kubevirt.io_datavolumes.yaml cdi.kubevirt.io_datasources.yaml)
+# DataSource a golden image is cloned from; and the kinds virt-controller
+# watches once the DataVolume API exists (CDI, CDIConfig, StorageProfile):
+# its caches never sync without them; and the VolumeImportSource a claim
+# names on the populator path (CSI storage classes).
+CDI_CRDS=(cdi.kubevirt.io_datavolumes.yaml cdi.kubevirt.io_datasources.yaml cdi.kubevirt.io_cdis.yaml cdi.kubevirt.io_cdiconfigs.yaml cdi.kubevirt.io_storageprofiles.yaml cdi.kubevirt.io_volumeimportsources.yaml)
 
 log() { echo "gen-external-crds: $*" >&2; }
 fail() { log "$*"; exit 1; }
@@ -50,18 +58,18 @@ KUBEVIRT_API_VERSION=$(required_version "${ROOT}/go.mod" kubevirt.io/api)
 CDI_VERSION=$(required_version "${ROOT}/go.mod" kubevirt.io/containerized-data-importer-api)
 # The schemas must describe the Go types the providers compile against.
 [[ "${KUBEVIRT_VERSION}" == "${KUBEVIRT_API_VERSION}" ]] ||
-  fail "hack/crdgen/kubevirt/go.mod uses kubevirt.io/kubevirt ${KUBEVIRT_VERSION} but go.mod pins kubevirt.io/api ${KUBEVIRT_API_VERSION}; align them (and the kubevirt.io/api replace line there)"
+  fail "hack/kubevirt/go.mod uses kubevirt.io/kubevirt ${KUBEVIRT_VERSION} but go.mod pins kubevirt.io/api ${KUBEVIRT_API_VERSION}; align them (and the kubevirt.io/api replace line there)"
 
 # kubevirt_generator builds the generator once per source state and prints its
 # path.
 kubevirt_generator() {
   local key bin
-  key=$(cat "${KUBEVIRT_GEN_DIR}/go.mod" "${KUBEVIRT_GEN_DIR}/go.sum" "${KUBEVIRT_GEN_DIR}"/*.go <(go env GOVERSION) | sha256sum | cut -c1-16)
-  bin="${GEN_CACHE}/bin/kubevirt-crds-${KUBEVIRT_VERSION}-${key}"
+  key=$(cat "${KUBEVIRT_GEN_DIR}/go.mod" "${KUBEVIRT_GEN_DIR}/go.sum" "${KUBEVIRT_GEN_DIR}"/manifests/*.go <(go env GOVERSION) | sha256sum | cut -c1-16)
+  bin="${GEN_CACHE}/bin/kubevirt-manifests-${KUBEVIRT_VERSION}-${key}"
   if [[ ! -x "${bin}" ]]; then
-    log "building the KubeVirt CRD generator (${KUBEVIRT_VERSION}; a few minutes on two cores)"
+    log "building the KubeVirt manifest generator (${KUBEVIRT_VERSION}; a few minutes on two cores)"
     mkdir -p "$(dirname "${bin}")"
-    (cd "${KUBEVIRT_GEN_DIR}" && GOFLAGS=-mod=readonly CGO_ENABLED=0 go build -trimpath -o "${bin}.tmp" .)
+    (cd "${KUBEVIRT_GEN_DIR}" && GOFLAGS=-mod=readonly CGO_ENABLED=0 go build -trimpath -o "${bin}.tmp" ./manifests)
     mv "${bin}.tmp" "${bin}"
   fi
   echo "${bin}"
@@ -93,11 +101,11 @@ with_header() {
 
 generate() {
   local out="$1" start=${SECONDS} gen cdi controller_gen controller_gen_version cdi_all
-  mkdir -p "${out}/${KUBEVIRT_OUT}" "${out}/${CDI_OUT}"
+  mkdir -p "${out}/${KUBEVIRT_OUT}" "${out}/${KUBEVIRT_INSTALL_OUT}" "${out}/${CDI_OUT}"
 
   gen=$(kubevirt_generator)
-  "${gen}" -out "${out}/${KUBEVIRT_OUT}"
-  log "KubeVirt CRDs ready after $((SECONDS - start))s"
+  "${gen}" -crds "${out}/${KUBEVIRT_OUT}" -install "${out}/${KUBEVIRT_INSTALL_OUT}"
+  log "KubeVirt CRDs and install manifests ready after $((SECONDS - start))s"
 
   controller_gen=$("${ROOT}/hack/tool.sh" controller-gen)
   controller_gen_version=$("${controller_gen}" --version | awk '{ print $NF }')
@@ -119,7 +127,7 @@ generate "${work}"
 
 if ${verify}; then
   status=0
-  for d in "${KUBEVIRT_OUT}" "${CDI_OUT}"; do
+  for d in "${KUBEVIRT_OUT}" "${KUBEVIRT_INSTALL_OUT}" "${CDI_OUT}"; do
     diff -r "${ROOT}/${d}" "${work}/${d}" >&2 || status=1
   done
   [[ ${status} -eq 0 ]] || fail "committed CRDs differ from the upstream sources; run hack/gen-external-crds.sh"
@@ -129,9 +137,9 @@ fi
 
 # Replace whole directories so a removed kind does not linger and a failed
 # run leaves the previous files intact.
-for d in "${KUBEVIRT_OUT}" "${CDI_OUT}"; do
+for d in "${KUBEVIRT_OUT}" "${KUBEVIRT_INSTALL_OUT}" "${CDI_OUT}"; do
   rm -rf "${ROOT:?}/${d}"
   mkdir -p "$(dirname "${ROOT}/${d}")"
   mv "${work}/${d}" "${ROOT}/${d}"
 done
-log "wrote ${KUBEVIRT_OUT} (KubeVirt ${KUBEVIRT_VERSION}) and ${CDI_OUT} (CDI ${CDI_VERSION})"
+log "wrote ${KUBEVIRT_OUT} and ${KUBEVIRT_INSTALL_OUT} (KubeVirt ${KUBEVIRT_VERSION}) and ${CDI_OUT} (CDI ${CDI_VERSION})"

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Builds the Kubernetes binaries the tests run (kube-apiserver, etcd, kubeadm,
-# kube-controller-manager) from their Go modules into a cache outside the
-# checkout. Nothing is downloaded as a prebuilt binary: this machine and CI
+# kube-controller-manager) and KubeVirt's control plane (virt-api,
+# virt-controller) from their Go modules into a cache outside the checkout. Nothing is downloaded as a prebuilt binary: this machine and CI
 # reach only the Go module proxy.
 #
-# Usage: hack/tools-bins.sh [envtest|kubeadm|controller-manager|kubelet|all]...
+# Usage: hack/tools-bins.sh [envtest|kubeadm|controller-manager|kubevirt|kubelet|all]...
 # (kubelet is only for the real-guest worker disk, so `all` leaves it out.)
 # Prints the cache directory on stdout. Reuses binaries already built.
 set -euo pipefail
@@ -13,6 +13,8 @@ KUBERNETES_VERSION="${KUBERNETES_VERSION:-v1.36.3}"
 ETCD_VERSION="${ETCD_VERSION:-v3.6.16}"
 CACHE_ROOT="${KUBEVIRT_WORKERS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kubevirt-workers}"
 BIN_DIR="${CACHE_ROOT}/bin/k8s-${KUBERNETES_VERSION}-etcd-${ETCD_VERSION}"
+# The module that builds KubeVirt's control plane (and its manifests).
+KUBEVIRT_MODULE="$(cd "$(dirname "$0")" && pwd)/kubevirt"
 mkdir -p "${BIN_DIR}"
 
 log() { echo "tools-bins: $*" >&2; }
@@ -86,11 +88,34 @@ EOF
   rm -rf "${mod}"
 }
 
+# build_kubevirt builds virt-api and virt-controller from kubevirt.io/kubevirt
+# in hack/kubevirt, the module that repeats kubevirt's replace block (its
+# go.mod names both commands as tools). CGO is off: neither links libvirt. A
+# stamp of that module's go.mod and go.sum rebuilds them when it changes.
+build_kubevirt() {
+  local mod="${KUBEVIRT_MODULE}" stamp
+  stamp=$(cat "${mod}/go.mod" "${mod}/go.sum" <(go env GOVERSION) | sha256sum | cut -c1-16)
+  if [[ -x "${BIN_DIR}/virt-api" && -x "${BIN_DIR}/virt-controller" && "$(cat "${BIN_DIR}/kubevirt.stamp" 2>/dev/null)" == "${stamp}" ]]; then
+    return
+  fi
+  log "building virt-api and virt-controller $(kubevirt_version "${mod}") (about 10 minutes on two cores)"
+  (cd "${mod}" && GOFLAGS=-mod=readonly CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "${BIN_DIR}/kubevirt.tmp/" \
+    kubevirt.io/kubevirt/cmd/virt-api kubevirt.io/kubevirt/cmd/virt-controller)
+  mv "${BIN_DIR}/kubevirt.tmp/virt-api" "${BIN_DIR}/kubevirt.tmp/virt-controller" "${BIN_DIR}/"
+  rmdir "${BIN_DIR}/kubevirt.tmp"
+  echo "${stamp}" >"${BIN_DIR}/kubevirt.stamp"
+}
+
+kubevirt_version() {
+  awk '($1 == "kubevirt.io/kubevirt" && $2 ~ /^v/) { print $2; exit }' "$1/go.mod"
+}
+
 record_versions() {
   {
     echo "kubernetes ${KUBERNETES_VERSION}"
     echo "etcd ${ETCD_VERSION}"
     echo "go $(go env GOVERSION)"
+    [[ -x "${BIN_DIR}/virt-api" ]] && echo "kubevirt $(kubevirt_version "${KUBEVIRT_MODULE}")"
     for b in "${BIN_DIR}"/*; do
       [[ -x "$b" ]] && echo "binary $(basename "$b")"
     done
@@ -104,8 +129,9 @@ for t in "${targets[@]}"; do
     envtest) build_etcd; build_kube kube-apiserver ;;
     kubeadm) build_kube kubeadm ;;
     controller-manager) build_kube kube-controller-manager ;;
+    kubevirt) build_kubevirt ;;
     kubelet) build_kube kubelet ;;
-    all) build_etcd; build_kube kube-apiserver; build_kube kubeadm; build_kube kube-controller-manager ;;
+    all) build_etcd; build_kube kube-apiserver; build_kube kubeadm; build_kube kube-controller-manager; build_kubevirt ;;
     *) log "unknown target $t"; exit 2 ;;
   esac
 done
