@@ -53,11 +53,13 @@ type Options struct {
 // Environment is a running apiserver with a client and, when webhooks or
 // controllers were asked for, a running manager.
 type Environment struct {
-	Config   *rest.Config
-	Client   client.Client
-	Scheme   *kruntime.Scheme
-	Manager  ctrl.Manager
-	env      *crenvtest.Environment
+	Config  *rest.Config
+	Client  client.Client
+	Scheme  *kruntime.Scheme
+	Manager ctrl.Manager
+	env     *crenvtest.Environment
+	// dir holds the front proxy CA.
+	dir      string
 	cancel   context.CancelFunc
 	done     chan struct{}
 	stopOnce sync.Once
@@ -166,26 +168,36 @@ func Start(ctx context.Context, opts Options) (*Environment, error) {
 		ControlPlaneStopTimeout:  time.Minute,
 		WebhookInstallOptions:    crenvtest.WebhookInstallOptions{Paths: mapAbs(opts.WebhookPaths)},
 	}
-	if len(opts.APIServerArgs) > 0 {
-		args := env.ControlPlane.GetAPIServer().Configure()
-		for k, v := range opts.APIServerArgs {
+	dir, err := os.MkdirTemp("", "envtest-")
+	if err != nil {
+		return nil, err
+	}
+	frontProxy, err := frontProxyArgs(dir)
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	args := env.ControlPlane.GetAPIServer().Configure()
+	for _, set := range []map[string]string{frontProxy, opts.APIServerArgs} {
+		for k, v := range set {
 			args.Set(k, v)
 		}
 	}
 	cfg, err := env.Start()
 	if err != nil {
+		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("starting envtest: %w", err)
 	}
-	e := &Environment{Config: cfg, Scheme: scheme, env: env}
+	e := &Environment{Config: cfg, Scheme: scheme, env: env, dir: dir}
 	if e.Client, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
-		_ = env.Stop()
+		_ = e.Stop()
 		return nil, err
 	}
 	if opts.SetupWebhooks == nil && opts.SetupControllers == nil {
 		return e, nil
 	}
 	if err := e.startManager(ctx, opts); err != nil {
-		_ = env.Stop()
+		_ = e.Stop()
 		return nil, err
 	}
 	return e, nil
@@ -273,5 +285,6 @@ func (e *Environment) StopManager() {
 // Stop stops the manager and the apiserver.
 func (e *Environment) Stop() error {
 	e.StopManager()
+	defer func() { _ = os.RemoveAll(e.dir) }()
 	return e.env.Stop()
 }

@@ -30,9 +30,6 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/cozystack/cluster-api-workers/test/envtest"
 	"github.com/cozystack/cluster-api-workers/test/harness/components"
@@ -89,7 +86,7 @@ func (h *Harness) startProcess(ctx context.Context, name components.Name, contro
 		if err := buildComponentCommand(ctx, filepath.Join(dir, "component")); err != nil {
 			return err
 		}
-		if err := writeKubeconfig(h.Config(), filepath.Join(dir, "kubeconfig")); err != nil {
+		if err := envtest.WriteKubeconfig(filepath.Join(dir, "kubeconfig"), "management", h.Config()); err != nil {
 			return err
 		}
 	}
@@ -194,16 +191,6 @@ func buildComponentCommand(ctx context.Context, out string) error {
 		return fmt.Errorf("building the component command: %w: %s", err, strings.TrimSpace(stderr.String()))
 	}
 	return nil
-}
-
-// writeKubeconfig writes an admin kubeconfig of the management apiserver.
-func writeKubeconfig(cfg *rest.Config, path string) error {
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["management"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
-	kc.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData, Token: cfg.BearerToken}
-	kc.Contexts["management"] = &clientcmdapi.Context{Cluster: "management", AuthInfo: "admin"}
-	kc.CurrentContext = "management"
-	return clientcmd.WriteToFile(*kc, path)
 }
 
 // tail returns the end of a log for an error message.
