@@ -1,0 +1,215 @@
+/*
+Copyright 2026 The Cozystack Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package kubevirt
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Process is a KubeVirt component run as a child process and restarted
+// after RestartDelay whenever it exits, as a Deployment's pod restarts.
+// Faults are injected with Kill (it comes back) and Down/Up (it stays down
+// until Up).
+type Process struct {
+	// Name is the component's name.
+	Name string
+	// LogPath holds its output, every run appended.
+	LogPath string
+
+	bin          string
+	args         []string
+	restartDelay time.Duration
+
+	mu       sync.Mutex
+	cmd      *exec.Cmd
+	exited   chan struct{}
+	down     bool
+	stopped  bool
+	starts   int
+	wake     chan struct{}
+	finished chan struct{}
+}
+
+// startProcess starts the component and its supervisor.
+func startProcess(name, bin string, args []string, logPath string, restartDelay time.Duration) *Process {
+	p := &Process{Name: name, LogPath: logPath, bin: bin, args: args, restartDelay: restartDelay,
+		wake: make(chan struct{}, 1), finished: make(chan struct{})}
+	go p.supervise()
+	return p
+}
+
+func (p *Process) supervise() {
+	defer close(p.finished)
+	for {
+		p.mu.Lock()
+		if p.stopped {
+			p.mu.Unlock()
+			return
+		}
+		if p.down {
+			p.mu.Unlock()
+			<-p.wake
+			continue
+		}
+		exited, err := p.startLocked()
+		p.mu.Unlock()
+		if err != nil {
+			p.appendLog(fmt.Sprintf("supervisor: starting %s: %v", p.Name, err))
+		} else {
+			<-exited
+		}
+		select {
+		case <-time.After(p.restartDelay):
+		case <-p.wake:
+		}
+	}
+}
+
+// startLocked starts one run; p.mu is held.
+func (p *Process) startLocked() (chan struct{}, error) {
+	log, err := os.OpenFile(p.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = log.Close() }()
+	cmd := exec.Command(p.bin, p.args...)
+	cmd.Stdout, cmd.Stderr = log, log
+	// The component dies with the test process, however it ends.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	p.starts++
+	exited := make(chan struct{})
+	p.cmd, p.exited = cmd, exited
+	go func() {
+		err := cmd.Wait()
+		p.appendLog(fmt.Sprintf("supervisor: %s exited: %v", p.Name, err))
+		close(exited)
+	}()
+	return exited, nil
+}
+
+func (p *Process) appendLog(line string) {
+	f, err := os.OpenFile(p.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return
+	}
+	defer func() { _ = f.Close() }()
+	_, _ = fmt.Fprintf(f, "%s %s\n", time.Now().UTC().Format(time.RFC3339Nano), line)
+}
+
+// Starts counts the runs so far.
+func (p *Process) Starts() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.starts
+}
+
+// PID is the running process's id, or 0 between runs.
+func (p *Process) PID() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil || p.exited == nil {
+		return 0
+	}
+	select {
+	case <-p.exited:
+		return 0
+	default:
+		return p.cmd.Process.Pid
+	}
+}
+
+// Kill kills the running process with SIGKILL; the supervisor starts it
+// again after the restart delay.
+func (p *Process) Kill() {
+	p.mu.Lock()
+	exited := p.killLocked()
+	p.mu.Unlock()
+	if exited != nil {
+		<-exited
+	}
+}
+
+func (p *Process) killLocked() chan struct{} {
+	if p.cmd == nil || p.exited == nil {
+		return nil
+	}
+	select {
+	case <-p.exited:
+		return nil
+	default:
+	}
+	_ = p.cmd.Process.Kill()
+	return p.exited
+}
+
+// Down kills the process and keeps it down until Up.
+func (p *Process) Down() {
+	p.mu.Lock()
+	p.down = true
+	exited := p.killLocked()
+	p.mu.Unlock()
+	if exited != nil {
+		<-exited
+	}
+}
+
+// Up starts a process that Down stopped.
+func (p *Process) Up() {
+	p.mu.Lock()
+	p.down = false
+	p.mu.Unlock()
+	p.poke()
+}
+
+func (p *Process) poke() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Stop ends the process and its supervisor: SIGTERM, then SIGKILL after
+// ten seconds.
+func (p *Process) Stop() error {
+	p.mu.Lock()
+	p.stopped = true
+	cmd, exited := p.cmd, p.exited
+	p.mu.Unlock()
+	p.poke()
+	if cmd != nil && exited != nil {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	}
+	<-p.finished
+	return nil
+}
+
+// Tail returns the end of the process's log.
+func (p *Process) Tail() string { return logTail(p.LogPath) }
