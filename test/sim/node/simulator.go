@@ -343,6 +343,9 @@ func (s *Simulator) reconcile(ctx context.Context, req reconcile.Request) (recon
 		}
 		return reconcile.Result{}, err
 	}
+	// An instance replaced under the same name (KubeVirt restarts a VM
+	// with a new instance at once) ended the earlier one's guest.
+	s.earlierInstancesGone(req.NamespacedName, vmi.UID)
 	if !vmi.DeletionTimestamp.IsZero() || vmi.Status.Phase == kubevirtv1.Failed || vmi.Status.Phase == kubevirtv1.Succeeded {
 		s.instanceGone(req.NamespacedName, vmi.UID)
 		return reconcile.Result{}, nil
@@ -575,6 +578,27 @@ func instanceReady(vmi *kubevirtv1.VirtualMachineInstance) bool {
 		}
 	}
 	return false
+}
+
+// earlierInstancesGone stops the kubelets of the instances of key other
+// than current.
+func (s *Simulator) earlierInstancesGone(key client.ObjectKey, current types.UID) {
+	s.mu.Lock()
+	var earlier []types.UID
+	for id, st := range s.boots {
+		if st.instance == key && id != current {
+			earlier = append(earlier, id)
+		}
+	}
+	for id, k := range s.kubelets {
+		if k.instance == key && id != current && k.running {
+			earlier = append(earlier, id)
+		}
+	}
+	s.mu.Unlock()
+	for _, id := range earlier {
+		s.instanceGone(key, id)
+	}
 }
 
 // instanceGone stops the kubelet of an instance that stopped or

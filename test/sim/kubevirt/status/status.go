@@ -165,6 +165,17 @@ func SetInstanceCondition(vmi *kubevirtv1.VirtualMachineInstance, c kubevirtv1.V
 	vmi.Status.Conditions = append(vmi.Status.Conditions, c)
 }
 
+// RemoveInstanceCondition drops the instance's condition of type t.
+func RemoveInstanceCondition(vmi *kubevirtv1.VirtualMachineInstance, t kubevirtv1.VirtualMachineInstanceConditionType) {
+	kept := vmi.Status.Conditions[:0]
+	for _, c := range vmi.Status.Conditions {
+		if c.Type != t {
+			kept = append(kept, c)
+		}
+	}
+	vmi.Status.Conditions = kept
+}
+
 // SetPhase moves the instance to phase and records the transition, as
 // virt-handler does; the same phase changes nothing.
 func SetPhase(vmi *kubevirtv1.VirtualMachineInstance, phase kubevirtv1.VirtualMachineInstancePhase) {

@@ -14,7 +14,7 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package kubevirt_test
+package infra_test
 
 import (
 	"context"
@@ -26,10 +26,10 @@ import (
 	"github.com/go-logr/logr"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	kruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	kubevirtv1 "kubevirt.io/api/core/v1"
@@ -40,18 +40,24 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/cozystack/cluster-api-workers/test/envtest"
+	"github.com/cozystack/cluster-api-workers/test/infra"
+	"github.com/cozystack/cluster-api-workers/test/kubevirt"
+	cdisim "github.com/cozystack/cluster-api-workers/test/sim/cdi"
+	"github.com/cozystack/cluster-api-workers/test/sim/fault"
 	kubevirtsim "github.com/cozystack/cluster-api-workers/test/sim/kubevirt"
 )
 
 var (
 	env    *envtest.Environment
-	sim    *kubevirtsim.Simulator
+	stack  *infra.Infra
 	strict = client.FieldValidation(metav1.FieldValidationStrict)
 )
 
 const (
-	timeout = 30 * time.Second
+	timeout = 60 * time.Second
 	poll    = 50 * time.Millisecond
+	// gpuResource is the device plugin resource of the permitted GPU.
+	gpuResource = "nvidia.com/GA102GL_A10"
 )
 
 func TestMain(m *testing.M) {
@@ -63,10 +69,8 @@ func run(m *testing.M) int {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	scheme := envtest.DefaultScheme()
-	for _, add := range []func(*kruntime.Scheme) error{kubevirtv1.AddToScheme, cdiv1.AddToScheme, instancetypev1beta1.AddToScheme} {
-		if err := add(scheme); err != nil {
-			panic(err)
-		}
+	if err := infra.AddToScheme(scheme); err != nil {
+		panic(err)
 	}
 	var err error
 	env, err = envtest.Start(ctx, envtest.Options{Scheme: scheme, CRDPaths: envtest.ExternalCRDPaths()})
@@ -87,17 +91,24 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	sim = kubevirtsim.New(kubevirtsim.Options{
-		ImportDuration: time.Second,
-		Nodes: []kubevirtsim.InfraNode{
-			{Name: "infra-a", Labels: map[string]string{corev1.LabelTopologyZone: "zone-a"}},
-			{Name: "infra-b", Labels: map[string]string{corev1.LabelTopologyZone: "zone-b"}},
+	stack, err = infra.Start(ctx, env, mgr, infra.Options{
+		KubeVirt: kubevirt.Options{
+			LogDir: os.Getenv("KUBEVIRT_LOG_DIR"),
+			Configuration: kubevirtv1.KubeVirtConfiguration{PermittedHostDevices: &kubevirtv1.PermittedHostDevices{
+				PciHostDevices: []kubevirtv1.PciHostDevice{{PCIVendorSelector: "10DE:2236", ResourceName: gpuResource}},
+			}},
 		},
+		CDI: cdisim.Options{ImportDuration: time.Second},
+		Hosts: kubevirtsim.Options{Nodes: []kubevirtsim.InfraNode{
+			{Name: "infra-a", Labels: map[string]string{corev1.LabelTopologyZone: "zone-a"}, Allocatable: corev1.ResourceList{gpuResource: resource.MustParse("2")}},
+			{Name: "infra-b", Labels: map[string]string{corev1.LabelTopologyZone: "zone-b"}},
+		}},
 	})
-	if err := sim.SetupWithManager(ctx, mgr); err != nil {
+	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	defer func() { _ = stack.Stop() }()
 	mgrCtx, stopManager := context.WithCancel(ctx)
 	stopped := make(chan struct{})
 	go func() {
@@ -173,6 +184,12 @@ func httpDataVolume(ns, name string) *cdiv1.DataVolume {
 	}
 }
 
+func launcherPods(g Gomega, ns string) []corev1.Pod {
+	pods := &corev1.PodList{}
+	g.Expect(env.Client.List(context.Background(), pods, client.InNamespace(ns), client.MatchingLabels{kubevirtv1.AppLabel: "virt-launcher"})).To(Succeed())
+	return pods.Items
+}
+
 func create(t *testing.T, objs ...client.Object) {
 	t.Helper()
 	for _, o := range objs {
@@ -211,7 +228,7 @@ func TestContainerDiskVirtualMachineRunsWithAnAddress(t *testing.T) {
 		g.Expect(vmi.Status.Interfaces).To(HaveLen(1))
 		g.Expect(vmi.Status.Interfaces[0].Name).To(Equal("default"))
 		g.Expect(vmi.Status.Interfaces[0].IP).To(HavePrefix("10.244.0."))
-	}, timeout, poll).Should(Succeed())
+	}, timeout, poll).Should(Succeed(), func() string { return describe(ns) })
 }
 
 // TestSettledObjectsAreNotRewritten: once a VM runs and its disk is
@@ -227,7 +244,7 @@ func TestSettledObjectsAreNotRewritten(t *testing.T) {
 	key := client.ObjectKeyFromObject(vm)
 	g.Eventually(func(g Gomega) {
 		g.Expect(get(g, key, &kubevirtv1.VirtualMachine{}).Status.Ready).To(BeTrue())
-	}, timeout, poll).Should(Succeed())
+	}, timeout, poll).Should(Succeed(), func() string { return describe(ns) })
 	versions := func(g Gomega) []string {
 		return []string{
 			get(g, key, &kubevirtv1.VirtualMachine{}).ResourceVersion,
@@ -271,13 +288,16 @@ func TestDataVolumeTemplateImportsWithProgressBeforeTheInstanceStarts(t *testing
 	g.Expect(pvc.Spec.Resources.Requests.Storage().String()).To(Equal("20Gi"))
 	g.Eventually(func(g Gomega) {
 		g.Expect(get(g, key, &kubevirtv1.VirtualMachineInstance{}).Status.Phase).To(Equal(kubevirtv1.Running))
-	}, timeout, poll).Should(Succeed())
+	}, timeout, poll).Should(Succeed(), func() string { return describe(ns) })
 }
 
+// TestFailedImportRestartsTheImporterAndNeverStartsTheVM: the importer
+// keeps failing and restarting; virt-controller creates the instance (the
+// DataVolume is not one of the VM's templates) but never its launcher Pod.
 func TestFailedImportRestartsTheImporterAndNeverStartsTheVM(t *testing.T) {
 	g := NewWithT(t)
 	ns := namespace(t)
-	sim.FailImports(kubevirtsim.Named(client.ObjectKey{Namespace: ns, Name: "bad-root"}), 1)
+	stack.CDI.FailImports(fault.Named(client.ObjectKey{Namespace: ns, Name: "bad-root"}), 1)
 	dv := httpDataVolume(ns, "bad-root")
 	vm := virtualMachine(ns, "bad", kubevirtv1.VolumeSource{DataVolume: &kubevirtv1.DataVolumeSource{Name: dv.Name}})
 	create(t, userDataSecret(ns, "bad-userdata"), dv, vm)
@@ -288,23 +308,24 @@ func TestFailedImportRestartsTheImporterAndNeverStartsTheVM(t *testing.T) {
 		g.Expect(dv.Status.RestartCount).To(BeNumerically(">=", 3))
 		g.Expect(dv.Status.Conditions).To(ContainElement(And(
 			HaveField("Type", cdiv1.DataVolumeRunning), HaveField("Status", corev1.ConditionFalse),
-			HaveField("Reason", "Error"), HaveField("Message", kubevirtsim.ImportFailureMessage))))
+			HaveField("Reason", "Error"), HaveField("Message", cdisim.ImportFailureMessage))))
 		g.Expect(get(g, client.ObjectKeyFromObject(vm), &kubevirtv1.VirtualMachine{}).Status.PrintableStatus).To(Equal(kubevirtv1.VirtualMachineStatusDataVolumeError))
-	}, timeout, poll).Should(Succeed())
-	g.Expect(gone(client.ObjectKeyFromObject(vm), &kubevirtv1.VirtualMachineInstance{})()).To(BeTrue())
+		g.Expect(get(g, client.ObjectKeyFromObject(vm), &kubevirtv1.VirtualMachineInstance{}).Status.Phase).To(Equal(kubevirtv1.Pending))
+	}, timeout, poll).Should(Succeed(), func() string { return describe(ns) })
+	g.Expect(launcherPods(g, ns)).To(BeEmpty())
 
 	// The fault was for one import only: the next one succeeds.
 	next := httpDataVolume(ns, "bad-root-2")
 	create(t, next)
 	g.Eventually(func(g Gomega) {
 		g.Expect(get(g, client.ObjectKeyFromObject(next), &cdiv1.DataVolume{}).Status.Phase).To(Equal(cdiv1.Succeeded))
-	}, timeout, poll).Should(Succeed())
+	}, timeout, poll).Should(Succeed(), func() string { return describe(ns) })
 }
 
 func TestSlowImportProgressesWithoutRestarts(t *testing.T) {
 	g := NewWithT(t)
 	ns := namespace(t)
-	sim.SlowImports(kubevirtsim.Named(client.ObjectKey{Namespace: ns, Name: "slow"}), 1, 4*time.Second)
+	stack.CDI.SlowImports(fault.Named(client.ObjectKey{Namespace: ns, Name: "slow"}), 1, 4*time.Second)
 	dv := httpDataVolume(ns, "slow")
 	create(t, dv)
 	progress := map[cdiv1.DataVolumeProgress]bool{}
@@ -320,7 +341,7 @@ func TestSlowImportProgressesWithoutRestarts(t *testing.T) {
 func TestNeverScheduledInstanceIsReportedUnschedulable(t *testing.T) {
 	g := NewWithT(t)
 	ns := namespace(t)
-	sim.NeverSchedule(kubevirtsim.WithLabels(map[string]string{"machine": "stuck"}), 1)
+	stack.Hosts.NeverSchedule(fault.WithLabels(map[string]string{"machine": "stuck"}), 1)
 	vm := virtualMachine(ns, "stuck", containerDisk())
 	create(t, userDataSecret(ns, "stuck-userdata"), vm)
 	g.Eventually(func(g Gomega) {
@@ -330,7 +351,7 @@ func TestNeverScheduledInstanceIsReportedUnschedulable(t *testing.T) {
 			HaveField("Type", kubevirtv1.VirtualMachineInstanceConditionType(corev1.PodScheduled)),
 			HaveField("Status", corev1.ConditionFalse), HaveField("Reason", corev1.PodReasonUnschedulable))))
 		g.Expect(get(g, client.ObjectKeyFromObject(vm), &kubevirtv1.VirtualMachine{}).Status.PrintableStatus).To(Equal(kubevirtv1.VirtualMachineStatusUnschedulable))
-	}, timeout, poll).Should(Succeed())
+	}, timeout, poll).Should(Succeed(), func() string { return describe(ns) })
 	g.Consistently(func(g Gomega) {
 		g.Expect(get(g, client.ObjectKeyFromObject(vm), &kubevirtv1.VirtualMachineInstance{}).Status.NodeName).To(BeEmpty())
 	}, 2*time.Second, 200*time.Millisecond).Should(Succeed())
@@ -353,7 +374,7 @@ func TestNodeAffinityToAZoneWithoutNodesIsUnschedulable(t *testing.T) {
 	g.Eventually(func(g Gomega) {
 		g.Expect(get(g, client.ObjectKeyFromObject(inB), &kubevirtv1.VirtualMachineInstance{}).Status.NodeName).To(Equal("infra-b"))
 		g.Expect(get(g, client.ObjectKeyFromObject(nowhere), &kubevirtv1.VirtualMachine{}).Status.PrintableStatus).To(Equal(kubevirtv1.VirtualMachineStatusUnschedulable))
-	}, timeout, poll).Should(Succeed())
+	}, timeout, poll).Should(Succeed(), func() string { return describe(ns) })
 }
 
 func TestCrashedInstanceIsReplacedUnderRunStrategyAlways(t *testing.T) {
@@ -367,15 +388,14 @@ func TestCrashedInstanceIsReplacedUnderRunStrategyAlways(t *testing.T) {
 		vmi := get(g, key, &kubevirtv1.VirtualMachineInstance{})
 		g.Expect(vmi.Status.Phase).To(Equal(kubevirtv1.Running))
 		first = vmi.UID
-	}, timeout, poll).Should(Succeed())
+	}, timeout, poll).Should(Succeed(), func() string { return describe(ns) })
 
-	g.Expect(sim.Crash(context.Background(), key, "")).To(Succeed())
-	g.Expect(get(g, key, &kubevirtv1.VirtualMachineInstance{}).Status.Phase).To(Equal(kubevirtv1.Failed))
+	g.Expect(stack.Hosts.Crash(key, "")).To(Succeed())
 	g.Eventually(func(g Gomega) {
 		vmi := get(g, key, &kubevirtv1.VirtualMachineInstance{})
 		g.Expect(vmi.UID).NotTo(Equal(first))
 		g.Expect(vmi.Status.Phase).To(Equal(kubevirtv1.Running))
-	}, timeout, poll).Should(Succeed())
+	}, timeout, poll).Should(Succeed(), func() string { return describe(ns) })
 }
 
 func TestHaltedVirtualMachineStartsNoInstance(t *testing.T) {
@@ -386,21 +406,36 @@ func TestHaltedVirtualMachineStartsNoInstance(t *testing.T) {
 	create(t, userDataSecret(ns, "halted-userdata"), vm)
 	g.Eventually(func(g Gomega) {
 		g.Expect(get(g, client.ObjectKeyFromObject(vm), &kubevirtv1.VirtualMachine{}).Status.PrintableStatus).To(Equal(kubevirtv1.VirtualMachineStatusStopped))
-	}, timeout, poll).Should(Succeed())
+	}, timeout, poll).Should(Succeed(), func() string { return describe(ns) })
 	g.Expect(gone(client.ObjectKeyFromObject(vm), &kubevirtv1.VirtualMachineInstance{})()).To(BeTrue())
 }
 
-func TestMissingCloudInitSecretKeepsTheVMStopped(t *testing.T) {
+// TestMissingCloudInitSecretKeepsTheLauncherPodPending: virt-controller
+// starts the instance whatever its cloud-init Secret, and mounts the
+// Secret into the launcher Pod; the kubelet cannot mount a missing one,
+// so the Pod stays Pending and the VM Starting until the Secret exists.
+func TestMissingCloudInitSecretKeepsTheLauncherPodPending(t *testing.T) {
 	g := NewWithT(t)
 	ns := namespace(t)
 	vm := virtualMachine(ns, "nodata", containerDisk())
 	create(t, vm)
+	key := client.ObjectKeyFromObject(vm)
 	g.Eventually(func(g Gomega) {
-		vm := get(g, client.ObjectKeyFromObject(vm), &kubevirtv1.VirtualMachine{})
-		g.Expect(vm.Status.PrintableStatus).To(Equal(kubevirtv1.VirtualMachineStatusStopped))
-		g.Expect(vm.Status.Conditions).To(ContainElement(HaveField("Message", ContainSubstring("nodata-userdata"))))
-	}, timeout, poll).Should(Succeed())
-	g.Expect(gone(client.ObjectKeyFromObject(vm), &kubevirtv1.VirtualMachineInstance{})()).To(BeTrue())
+		g.Expect(get(g, key, &kubevirtv1.VirtualMachine{}).Status.PrintableStatus).To(Equal(kubevirtv1.VirtualMachineStatusStarting))
+		pods := launcherPods(g, ns)
+		g.Expect(pods).To(HaveLen(1))
+		g.Expect(pods[0].Spec.NodeName).NotTo(BeEmpty())
+		g.Expect(pods[0].Status.Phase).To(Equal(corev1.PodPending))
+		g.Expect(pods[0].Status.ContainerStatuses).To(ContainElement(HaveField("State.Waiting.Reason", "ContainerCreating")))
+	}, timeout, poll).Should(Succeed(), func() string { return describe(ns) })
+	g.Consistently(func(g Gomega) {
+		g.Expect(get(g, key, &kubevirtv1.VirtualMachineInstance{}).Status.Phase).NotTo(Equal(kubevirtv1.Running))
+	}, 2*time.Second, 200*time.Millisecond).Should(Succeed())
+
+	create(t, userDataSecret(ns, "nodata-userdata"))
+	g.Eventually(func(g Gomega) {
+		g.Expect(get(g, key, &kubevirtv1.VirtualMachine{}).Status.PrintableStatus).To(Equal(kubevirtv1.VirtualMachineStatusRunning))
+	}, timeout, poll).Should(Succeed(), func() string { return describe(ns) })
 }
 
 func TestInstancetypeSizesTheInstance(t *testing.T) {
@@ -424,8 +459,10 @@ func TestInstancetypeSizesTheInstance(t *testing.T) {
 		vmi := get(g, client.ObjectKeyFromObject(vm), &kubevirtv1.VirtualMachineInstance{})
 		g.Expect(vmi.Spec.Domain.CPU.Sockets).To(Equal(uint32(4)))
 		g.Expect(vmi.Spec.Domain.Memory.Guest.String()).To(Equal("8Gi"))
-		g.Expect(vmi.Spec.Domain.Devices.GPUs).To(ConsistOf(HaveField("DeviceName", "nvidia.com/GA102GL_A10")))
-	}, timeout, poll).Should(Succeed())
+		g.Expect(vmi.Spec.Domain.Devices.GPUs).To(ConsistOf(HaveField("DeviceName", gpuResource)))
+		// Only infra-a has the GPU the launcher Pod requests.
+		g.Expect(vmi.Status.NodeName).To(Equal("infra-a"))
+	}, timeout, poll).Should(Succeed(), func() string { return describe(ns) })
 }
 
 // TestDeletingTheVirtualMachineLeavesNothing proves KubeVirt's finalizers
@@ -441,14 +478,14 @@ func TestDeletingTheVirtualMachineLeavesNothing(t *testing.T) {
 	key := client.ObjectKeyFromObject(vm)
 	g.Eventually(func(g Gomega) {
 		g.Expect(get(g, key, &kubevirtv1.VirtualMachineInstance{}).Status.Phase).To(Equal(kubevirtv1.Running))
-	}, timeout, poll).Should(Succeed())
+	}, timeout, poll).Should(Succeed(), func() string { return describe(ns) })
 
 	g.Expect(env.Client.Delete(context.Background(), vm)).To(Succeed())
 	// The VM waits for its instance.
 	g.Eventually(func(g Gomega) {
 		vm := get(g, key, &kubevirtv1.VirtualMachine{})
 		g.Expect(vm.Status.PrintableStatus).To(BeElementOf(kubevirtv1.VirtualMachineStatusTerminating))
-	}, timeout, poll).Should(Succeed())
+	}, timeout, poll).Should(Succeed(), func() string { return describe(ns) })
 	dvKey := client.ObjectKey{Namespace: ns, Name: "del-root"}
 	for _, c := range []struct {
 		key client.ObjectKey
@@ -461,4 +498,213 @@ func TestDeletingTheVirtualMachineLeavesNothing(t *testing.T) {
 	} {
 		g.Eventually(gone(c.key, c.obj), timeout, poll).Should(BeTrue(), "%T %s is left", c.obj, c.key)
 	}
+}
+
+// describe lists what a namespace holds, for a failure message.
+func describe(ns string) string {
+	ctx := context.Background()
+	var out string
+	nodes := &corev1.NodeList{}
+	_ = env.Client.List(ctx, nodes)
+	for _, n := range nodes.Items {
+		out += fmt.Sprintf("Node %s labels=%v conditions=%+v allocatable=%v\n", n.Name, n.Labels, n.Status.Conditions, n.Status.Allocatable)
+	}
+	pods := &corev1.PodList{}
+	_ = env.Client.List(ctx, pods, client.InNamespace(ns))
+	for _, p := range pods.Items {
+		out += fmt.Sprintf("Pod %s node=%q phase=%s conditions=%+v\n", p.Name, p.Spec.NodeName, p.Status.Phase, p.Status.Conditions)
+	}
+	vmis := &kubevirtv1.VirtualMachineInstanceList{}
+	_ = env.Client.List(ctx, vmis, client.InNamespace(ns))
+	for _, v := range vmis.Items {
+		out += fmt.Sprintf("VMI %s phase=%s node=%q conditions=%+v\n", v.Name, v.Status.Phase, v.Status.NodeName, v.Status.Conditions)
+	}
+	vms := &kubevirtv1.VirtualMachineList{}
+	_ = env.Client.List(ctx, vms, client.InNamespace(ns))
+	for _, v := range vms.Items {
+		out += fmt.Sprintf("VM %s printable=%s conditions=%+v\n", v.Name, v.Status.PrintableStatus, v.Status.Conditions)
+	}
+	dvs := &cdiv1.DataVolumeList{}
+	_ = env.Client.List(ctx, dvs, client.InNamespace(ns))
+	for _, d := range dvs.Items {
+		out += fmt.Sprintf("DataVolume %s phase=%s progress=%s restarts=%d\n", d.Name, d.Status.Phase, d.Status.Progress, d.Status.RestartCount)
+	}
+	pvcs := &corev1.PersistentVolumeClaimList{}
+	_ = env.Client.List(ctx, pvcs, client.InNamespace(ns))
+	for _, p := range pvcs.Items {
+		out += fmt.Sprintf("PVC %s phase=%s volume=%s deleting=%v finalizers=%v\n", p.Name, p.Status.Phase, p.Spec.VolumeName, !p.DeletionTimestamp.IsZero(), p.Finalizers)
+	}
+	return out
+}
+
+// TestVirtAPIRefusesAnInvalidVirtualMachine: virt-api's webhook refuses
+// what the CRD schema lets through (a disk that names no volume), with
+// KubeVirt's own message.
+func TestVirtAPIRefusesAnInvalidVirtualMachine(t *testing.T) {
+	g := NewWithT(t)
+	ns := namespace(t)
+	vm := virtualMachine(ns, "invalid", containerDisk())
+	vm.Spec.Template.Spec.Domain.Devices.Disks = append(vm.Spec.Template.Spec.Domain.Devices.Disks,
+		kubevirtv1.Disk{Name: "data", DiskDevice: kubevirtv1.DiskDevice{Disk: &kubevirtv1.DiskTarget{}}})
+	err := env.Client.Create(context.Background(), vm, strict)
+	g.Expect(err).To(MatchError(ContainSubstring(`admission webhook "virtualmachine-validator.kubevirt.io" denied the request`)))
+	g.Expect(err).To(MatchError(ContainSubstring("spec.template.spec.domain.devices.disks[2].Name 'data' not found")))
+}
+
+// TestRunStrategyRerunOnFailureRestartsOnlyAFailedGuest: virt-controller
+// starts another instance after a crash, not after a power-off.
+func TestRunStrategyRerunOnFailureRestartsOnlyAFailedGuest(t *testing.T) {
+	g := NewWithT(t)
+	ns := namespace(t)
+	vm := virtualMachine(ns, "rerun", containerDisk())
+	vm.Spec.RunStrategy = ptr.To(kubevirtv1.RunStrategyRerunOnFailure)
+	create(t, userDataSecret(ns, "rerun-userdata"), vm)
+	key := client.ObjectKeyFromObject(vm)
+	running := func() types.UID {
+		var uid types.UID
+		g.Eventually(func(g Gomega) {
+			vmi := get(g, key, &kubevirtv1.VirtualMachineInstance{})
+			g.Expect(vmi.Status.Phase).To(Equal(kubevirtv1.Running))
+			uid = vmi.UID
+		}, timeout, poll).Should(Succeed(), func() string { return describe(ns) })
+		return uid
+	}
+	first := running()
+	g.Expect(stack.Hosts.Crash(key, "")).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		g.Expect(get(g, key, &kubevirtv1.VirtualMachineInstance{}).UID).NotTo(Equal(first))
+	}, timeout, poll).Should(Succeed(), func() string { return describe(ns) })
+	second := running()
+	g.Expect(second).NotTo(Equal(first))
+
+	g.Expect(stack.Hosts.PowerOff(key)).To(Succeed())
+	// A guest that powered off is not rerun: virt-controller deletes its
+	// instance and the VM is Stopped.
+	g.Eventually(func(g Gomega) {
+		g.Expect(gone(key, &kubevirtv1.VirtualMachineInstance{})()).To(BeTrue())
+		g.Expect(get(g, key, &kubevirtv1.VirtualMachine{}).Status.PrintableStatus).To(Equal(kubevirtv1.VirtualMachineStatusStopped))
+	}, timeout, poll).Should(Succeed(), func() string { return describe(ns) })
+	g.Consistently(gone(key, &kubevirtv1.VirtualMachineInstance{}), 2*time.Second, 200*time.Millisecond).Should(BeTrue())
+}
+
+// TestLostDiskFailsTheInstanceAndKubeVirtBootsANewOne: the node loses the
+// launcher Pod and the guest with it; virt-controller fails the instance
+// and the run strategy starts another one, on a blank container disk.
+func TestLostDiskFailsTheInstanceAndKubeVirtBootsANewOne(t *testing.T) {
+	g := NewWithT(t)
+	ns := namespace(t)
+	vm := virtualMachine(ns, "lost", containerDisk())
+	create(t, userDataSecret(ns, "lost-userdata"), vm)
+	key := client.ObjectKeyFromObject(vm)
+	var first types.UID
+	g.Eventually(func(g Gomega) {
+		vmi := get(g, key, &kubevirtv1.VirtualMachineInstance{})
+		g.Expect(vmi.Status.Phase).To(Equal(kubevirtv1.Running))
+		first = vmi.UID
+	}, timeout, poll).Should(Succeed(), func() string { return describe(ns) })
+	g.Expect(stack.Hosts.LoseDisk(context.Background(), key)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		vmi := get(g, key, &kubevirtv1.VirtualMachineInstance{})
+		g.Expect(vmi.UID).NotTo(Equal(first))
+		g.Expect(vmi.Status.Phase).To(Equal(kubevirtv1.Running))
+	}, timeout, poll).Should(Succeed(), func() string { return describe(ns) })
+}
+
+// TestUnpullableContainerDiskIsReportedErrImagePull: the kubelet cannot
+// pull the container disk; virt-controller reports the VM ErrImagePull
+// (or ImagePullBackOff between attempts).
+func TestUnpullableContainerDiskIsReportedErrImagePull(t *testing.T) {
+	g := NewWithT(t)
+	ns := namespace(t)
+	stack.Hosts.FailPulls(fault.InNamespace(ns), 1)
+	vm := virtualMachine(ns, "nopull", containerDisk())
+	create(t, userDataSecret(ns, "nopull-userdata"), vm)
+	g.Eventually(func(g Gomega) {
+		g.Expect(get(g, client.ObjectKeyFromObject(vm), &kubevirtv1.VirtualMachine{}).Status.PrintableStatus).To(BeElementOf(
+			kubevirtv1.VirtualMachineStatusErrImagePull, kubevirtv1.VirtualMachineStatusImagePullBackOff))
+	}, timeout, poll).Should(Succeed(), func() string { return describe(ns) })
+}
+
+// TestInfrastructureNodesCarryVirtHandlersHeartbeat: virt-handler, acting
+// under KubeVirt's node restriction policy, labels and beats its node,
+// and runs as a Pod on it as virt-controller expects.
+func TestInfrastructureNodesCarryVirtHandlersHeartbeat(t *testing.T) {
+	g := NewWithT(t)
+	for _, name := range []string{"infra-a", "infra-b"} {
+		n := get(g, client.ObjectKey{Name: name}, &corev1.Node{})
+		g.Expect(n.Labels).To(HaveKeyWithValue(kubevirtv1.NodeSchedulable, "true"))
+		g.Expect(n.Annotations).To(HaveKey(kubevirtv1.VirtHandlerHeartbeat))
+		g.Expect(n.Spec.Taints).To(BeEmpty())
+		pod := get(g, client.ObjectKey{Namespace: kubevirt.Namespace, Name: "virt-handler-" + name}, &corev1.Pod{})
+		g.Expect(pod.Spec.NodeName).To(Equal(name))
+	}
+}
+
+// TestPopulatorPathForACSIStorageClass: a DataVolume whose storage class
+// a CSI driver serves is populated through a prime claim and a
+// VolumeImportSource, and its volume is rebound to the DataVolume's claim.
+func TestPopulatorPathForACSIStorageClass(t *testing.T) {
+	g := NewWithT(t)
+	ns := namespace(t)
+	ctx := context.Background()
+	sc := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "csi-" + ns}, Provisioner: "csi.example.com"}
+	driver := &storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: "csi.example.com"}}
+	g.Expect(client.IgnoreAlreadyExists(env.Client.Create(ctx, driver))).To(Succeed())
+	create(t, sc)
+	t.Cleanup(func() { _ = env.Client.Delete(ctx, sc) })
+	dv := httpDataVolume(ns, "populated")
+	dv.Spec.Storage.StorageClassName = ptr.To(sc.Name)
+	create(t, dv)
+	key := client.ObjectKeyFromObject(dv)
+	sawPrime := false
+	g.Eventually(func(g Gomega) {
+		pvc := get(g, key, &corev1.PersistentVolumeClaim{})
+		g.Expect(pvc.Spec.DataSourceRef).NotTo(BeNil())
+		g.Expect(pvc.Spec.DataSourceRef.Kind).To(Equal("VolumeImportSource"))
+		if pvc.Status.Phase != corev1.ClaimBound {
+			prime := &corev1.PersistentVolumeClaim{}
+			if env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "prime-" + string(pvc.UID)}, prime) == nil {
+				sawPrime = true
+				g.Expect(metav1.IsControlledBy(prime, pvc)).To(BeTrue())
+			}
+		}
+		g.Expect(get(g, key, &cdiv1.DataVolume{}).Status.Phase).To(Equal(cdiv1.Succeeded))
+		g.Expect(pvc.Status.Phase).To(Equal(corev1.ClaimBound))
+	}, timeout, 20*time.Millisecond).Should(Succeed(), func() string { return describe(ns) })
+	g.Expect(sawPrime).To(BeTrue(), "no prime claim was populated")
+	src := get(g, client.ObjectKey{Namespace: ns, Name: "volume-import-source-" + string(get(g, key, &cdiv1.DataVolume{}).UID)}, &cdiv1.VolumeImportSource{})
+	g.Expect(src.Spec.Source.HTTP).NotTo(BeNil())
+	pvc := get(g, key, &corev1.PersistentVolumeClaim{})
+	pv := get(g, client.ObjectKey{Name: pvc.Spec.VolumeName}, &corev1.PersistentVolume{})
+	g.Expect(pv.Spec.ClaimRef.UID).To(Equal(pvc.UID))
+	g.Eventually(gone(client.ObjectKey{Namespace: ns, Name: "prime-" + string(pvc.UID)}, &corev1.PersistentVolumeClaim{}), timeout, poll).Should(BeTrue(), func() string { return describe(ns) })
+}
+
+// TestImportClaimVolumeAndImporterPodFollowCDI: the claim carries CDI's
+// import annotations and is bound to a provisioned volume; an importer Pod
+// mounts it while the import runs and is removed once it succeeded.
+func TestImportClaimVolumeAndImporterPodFollowCDI(t *testing.T) {
+	g := NewWithT(t)
+	ns := namespace(t)
+	ctx := context.Background()
+	stack.CDI.SlowImports(fault.InNamespace(ns), 1, 3*time.Second)
+	dv := httpDataVolume(ns, "imported")
+	create(t, dv)
+	key := client.ObjectKeyFromObject(dv)
+	sawImporter := false
+	g.Eventually(func(g Gomega) {
+		pod := &corev1.Pod{}
+		if env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "importer-imported"}, pod) == nil && pod.Status.Phase == corev1.PodRunning {
+			sawImporter = true
+			g.Expect(pod.Spec.Volumes).To(ContainElement(HaveField("PersistentVolumeClaim.ClaimName", "imported")))
+		}
+		g.Expect(get(g, key, &cdiv1.DataVolume{}).Status.Phase).To(Equal(cdiv1.Succeeded))
+	}, timeout, 20*time.Millisecond).Should(Succeed(), func() string { return describe(ns) })
+	g.Expect(sawImporter).To(BeTrue(), "no importer Pod ran")
+	pvc := get(g, key, &corev1.PersistentVolumeClaim{})
+	g.Expect(pvc.Annotations).To(HaveKeyWithValue("cdi.kubevirt.io/storage.import.endpoint", dv.Spec.Source.HTTP.URL))
+	g.Expect(pvc.Annotations).To(HaveKeyWithValue("cdi.kubevirt.io/storage.import.source", "http"))
+	g.Expect(pvc.Spec.VolumeName).NotTo(BeEmpty())
+	g.Expect(get(g, client.ObjectKey{Name: pvc.Spec.VolumeName}, &corev1.PersistentVolume{}).Status.Phase).To(Equal(corev1.VolumeBound))
+	g.Eventually(gone(client.ObjectKey{Namespace: ns, Name: "importer-imported"}, &corev1.Pod{}), timeout, poll).Should(BeTrue())
 }

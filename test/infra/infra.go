@@ -1,0 +1,106 @@
+/*
+Copyright 2026 The Cozystack Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package infra runs the infrastructure cluster the KubeVirt provider
+// creates VirtualMachines in, on an envtest apiserver: KubeVirt's real
+// control plane (virt-api and virt-controller, test/kubevirt), and the
+// stand-ins for what cannot run here, the node side (scheduler, kubelets,
+// virt-handler: test/sim/kubevirt) and CDI (test/sim/cdi). The harness, the
+// sandbox and the suites that need VMs to run use it.
+package infra
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	instancetypev1beta1 "kubevirt.io/api/instancetype/v1beta1"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/cozystack/cluster-api-workers/test/envtest"
+	"github.com/cozystack/cluster-api-workers/test/kubevirt"
+	cdisim "github.com/cozystack/cluster-api-workers/test/sim/cdi"
+	kubevirtsim "github.com/cozystack/cluster-api-workers/test/sim/kubevirt"
+)
+
+// Options configure the infrastructure cluster.
+type Options struct {
+	// KubeVirt configures the real control plane (the KubeVirt CR's
+	// configuration, logs).
+	KubeVirt kubevirt.Options
+	// Hosts configure the node side: nodes, timings, the hypervisor.
+	Hosts kubevirtsim.Options
+	// CDI configures the CDI stand-in: timings, the importer.
+	CDI cdisim.Options
+}
+
+// Infra is a running infrastructure cluster.
+type Infra struct {
+	KubeVirt *kubevirt.ControlPlane
+	Hosts    *kubevirtsim.Hosts
+	CDI      *cdisim.CDI
+}
+
+// AddToScheme adds what the stand-ins read and write.
+func AddToScheme(s *runtime.Scheme) error {
+	for _, add := range []func(*runtime.Scheme) error{
+		corev1.AddToScheme, storagev1.AddToScheme, kubevirtv1.AddToScheme, instancetypev1beta1.AddToScheme, cdiv1.AddToScheme,
+	} {
+		if err := add(s); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Start installs KubeVirt into env and starts its control plane, and
+// registers the node side and CDI with mgr, which the caller starts. env
+// must serve KubeVirt's and CDI's CRDs (envtest.ExternalCRDPaths) and
+// mgr's scheme must include AddToScheme's. Run kube-controller-manager's
+// garbage collector beside it: owners' deletions cascade as in a cluster.
+func Start(ctx context.Context, env *envtest.Environment, mgr ctrl.Manager, opts Options) (_ *Infra, rerr error) {
+	cp, err := kubevirt.Start(ctx, env, opts.KubeVirt)
+	if err != nil {
+		return nil, fmt.Errorf("starting KubeVirt's control plane: %w", err)
+	}
+	defer func() {
+		if rerr != nil {
+			rerr = errors.Join(rerr, cp.Stop())
+		}
+	}()
+	i := &Infra{KubeVirt: cp, Hosts: kubevirtsim.New(opts.Hosts), CDI: cdisim.New(opts.CDI)}
+	if err := i.Hosts.SetupWithManager(ctx, mgr); err != nil {
+		return nil, err
+	}
+	if err := i.CDI.SetupWithManager(ctx, mgr); err != nil {
+		return nil, err
+	}
+	return i, nil
+}
+
+// Stop stops KubeVirt's control plane; the stand-ins stop with their
+// manager.
+func (i *Infra) Stop() error {
+	if i == nil || i.KubeVirt == nil {
+		return nil
+	}
+	return i.KubeVirt.Stop()
+}
