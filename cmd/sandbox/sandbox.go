@@ -32,16 +32,15 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
+	"github.com/cozystack/cluster-api-workers/test/envtest"
 	"github.com/cozystack/cluster-api-workers/test/harness"
+	"github.com/cozystack/cluster-api-workers/test/infra"
 	kubevirtsim "github.com/cozystack/cluster-api-workers/test/sim/kubevirt"
 	nodesim "github.com/cozystack/cluster-api-workers/test/sim/node"
 )
@@ -142,15 +141,15 @@ func sandbox(ctx context.Context, args []string, out io.Writer) (rerr error) {
 	klog.SetLogger(log)
 
 	start := time.Now()
-	fmt.Fprintf(out, "Starting the management cluster, Cluster API, both providers and the KubeVirt, CDI and node simulators\n")
-	fmt.Fprintf(out, "  (a first run builds kube-apiserver, etcd, kube-controller-manager and kubeadm from source; that takes several minutes)\n")
+	fmt.Fprintf(out, "Starting the management cluster, Cluster API, both providers, KubeVirt's virt-api and virt-controller, and the node, CDI and guest stand-ins\n")
+	fmt.Fprintf(out, "  (a first run builds kube-apiserver, etcd, kube-controller-manager, kubeadm, virt-api and virt-controller from source; that takes several minutes)\n")
 	fmt.Fprintf(out, "  controller logs: %s\n", logPath)
 	h, err := harness.Start(ctx, harness.Options{
 		Logger:        log,
 		WorkerClasses: true,
 		Images:        map[string]nodesim.Image{kairosImage: {KubernetesVersion: harness.ControlPlaneKubernetesVersion, OSImage: kairosOSImage}},
 		// Slow enough to watch, fast enough to wait for.
-		KubeVirt: kubevirtsim.Options{ScheduleDelay: time.Second, BootDelay: 3 * time.Second},
+		Infra: infra.Options{Hosts: kubevirtsim.Options{ScheduleDelay: time.Second, BootDelay: 3 * time.Second}},
 	})
 	if err != nil {
 		return fmt.Errorf("starting the sandbox: %w", err)
@@ -174,10 +173,10 @@ func sandbox(ctx context.Context, args []string, out io.Writer) (rerr error) {
 		return err
 	}
 	management, tenant := filepath.Join(c.dir, "management.kubeconfig"), filepath.Join(c.dir, c.cluster+".kubeconfig")
-	if err := writeKubeconfig(management, "sandbox-management", h.Config()); err != nil {
+	if err := envtest.WriteKubeconfig(management, "sandbox-management", h.Config()); err != nil {
 		return err
 	}
-	if err := writeKubeconfig(tenant, c.cluster, w.API.Config); err != nil {
+	if err := envtest.WriteKubeconfig(tenant, c.cluster, w.API.Config); err != nil {
 		return err
 	}
 	fmt.Fprintf(out, "Cluster %s is up (%s); its control plane is %s\n", key, time.Since(start).Round(time.Second), w.Endpoint)
@@ -294,16 +293,6 @@ func printPool(out io.Writer, s harness.PoolState) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", m.Name, m.Status.Phase, m.Status.NodeRef.Name, m.Spec.ProviderID, kubelets[m.Status.NodeRef.Name])
 	}
 	_ = tw.Flush()
-}
-
-// writeKubeconfig writes an admin kubeconfig for an apiserver.
-func writeKubeconfig(path, name string, cfg *rest.Config) error {
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters[name] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
-	kc.AuthInfos[name] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData, Token: cfg.BearerToken}
-	kc.Contexts[name] = &clientcmdapi.Context{Cluster: name, AuthInfo: name}
-	kc.CurrentContext = name
-	return clientcmd.WriteToFile(*kc, path)
 }
 
 // fileLogger logs the controllers, with timestamps, to a file.

@@ -29,7 +29,9 @@ limitations under the License.
 //   - the upstream Cluster, MachineDeployment, MachineSet, Machine and
 //     MachineHealthCheck reconcilers, each component in its own manager as it
 //     would run in its own pod;
-//   - the KubeVirt/CDI simulator and the node simulator.
+//   - KubeVirt's real control plane (virt-api as admission webhooks,
+//     virt-controller) with the node-side and CDI stand-ins (test/infra),
+//     and the node simulator that boots the guests and joins them.
 //
 // The sandbox (cmd/sandbox) and the integration suites (test/integration)
 // use it.
@@ -69,6 +71,9 @@ import (
 	infrasetup "github.com/cozystack/cluster-api-workers/infrastructure/setup"
 	"github.com/cozystack/cluster-api-workers/test/envtest"
 	"github.com/cozystack/cluster-api-workers/test/harness/components"
+	infra "github.com/cozystack/cluster-api-workers/test/infra"
+	"github.com/cozystack/cluster-api-workers/test/kubevirt"
+	cdisim "github.com/cozystack/cluster-api-workers/test/sim/cdi"
 	kubevirtsim "github.com/cozystack/cluster-api-workers/test/sim/kubevirt"
 	nodesim "github.com/cozystack/cluster-api-workers/test/sim/node"
 )
@@ -82,8 +87,10 @@ const ControlPlaneKubernetesVersion = "v1.36.3"
 type Options struct {
 	// Logger receives the logs of every component; discarded when unset.
 	Logger logr.Logger
-	// KubeVirt are the KubeVirt and CDI simulator's timings.
-	KubeVirt kubevirtsim.Options
+	// Infra configures the infrastructure cluster: KubeVirt's control plane
+	// (the KubeVirt CR's configuration), the node side (nodes, timings)
+	// and CDI (timings).
+	Infra infra.Options
 	// Nodes are the node simulator's options; Images are merged with
 	// Images below.
 	Nodes nodesim.Options
@@ -104,9 +111,10 @@ type Options struct {
 	// Machine reports node conditions Unknown when the workload cluster is
 	// unreachable; at least 2m (Cluster API refuses less), 5m when zero.
 	RemoteConditionsGracePeriod time.Duration
-	// VMs, when set, fulfils VirtualMachines in place of the KubeVirt/CDI
-	// and node simulators (for example with real guests under QEMU); the
-	// harness's KubeVirt and Nodes are then nil.
+	// VMs, when set, runs the guests in place of the node simulator (for
+	// example real guests under QEMU); the harness's Nodes is then nil.
+	// KubeVirt's control plane and the node-side and CDI stand-ins run
+	// either way.
 	VMs VMBackend
 	// Bootstrap selects the bootstrap provider: Kairos (the default) or
 	// Cluster API's own kubeadm provider (with its CRDs and webhooks), the
@@ -136,10 +144,10 @@ const (
 	BootstrapKubeadm Bootstrap = "Kubeadm"
 )
 
-// VMBackend fulfils the management cluster's VirtualMachines (and the
-// DataVolumes they use) as KubeVirt and CDI would.
+// VMBackend runs real guests: it configures the infrastructure cluster's
+// hypervisor, image pulls and CDI importer (Options.Infra's Hosts and CDI).
 type VMBackend interface {
-	SetupWithManager(ctx context.Context, mgr ctrl.Manager) error
+	Configure(opts *infra.Options)
 }
 
 // Harness is a running management cluster with Cluster API, both providers
@@ -152,8 +160,13 @@ type Harness struct {
 	Client client.Client
 	// Scheme knows every API the harness serves.
 	Scheme *runtime.Scheme
-	// KubeVirt is the KubeVirt and CDI simulator; nil with Options.VMs.
-	KubeVirt *kubevirtsim.Simulator
+	// KubeVirt is KubeVirt's control plane: virt-api and virt-controller.
+	KubeVirt *kubevirt.ControlPlane
+	// Hosts are the infrastructure nodes: scheduler, kubelets and
+	// virt-handler.
+	Hosts *kubevirtsim.Hosts
+	// CDI is the CDI stand-in.
+	CDI *cdisim.CDI
 	// Nodes is the node simulator; nil with Options.VMs.
 	Nodes *nodesim.Simulator
 
@@ -167,6 +180,8 @@ type Harness struct {
 	errs      chan error
 	// clusterCaches are Cluster API's and the bootstrap provider's.
 	clusterCaches []clustercache.ClusterCache
+	// infra is the infrastructure cluster's control plane and stand-ins.
+	infra *infra.Infra
 	// processes are the components run as processes, and workDir holds
 	// their binary, kubeconfig and logs.
 	processes  []*ComponentProcess
@@ -183,6 +198,7 @@ func Scheme() (*runtime.Scheme, error) {
 	s := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{
 		infrasetup.AddToScheme, // client-go, Cluster API, infrastructure, WorkerClass, KubeVirt, CDI
+		infra.AddToScheme,      // what the node-side and CDI stand-ins read
 		apiextensionsv1.AddToScheme,
 		bootstrapv1.AddToScheme,
 		// The older Cluster API versions its webhooks convert from.
@@ -367,6 +383,9 @@ func (h *Harness) Stop() error {
 		h.managers.Wait()
 	}
 	if err := h.stopProcesses(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := h.infra.Stop(); err != nil {
 		errs = append(errs, err)
 	}
 	// ClusterCaches run their workload caches outside the managers; their

@@ -50,7 +50,7 @@ import (
 	infrasetup "github.com/cozystack/cluster-api-workers/infrastructure/setup"
 	"github.com/cozystack/cluster-api-workers/test/envtest"
 	"github.com/cozystack/cluster-api-workers/test/harness/components"
-	kubevirtsim "github.com/cozystack/cluster-api-workers/test/sim/kubevirt"
+	infra "github.com/cozystack/cluster-api-workers/test/infra"
 	nodesim "github.com/cozystack/cluster-api-workers/test/sim/node"
 )
 
@@ -255,20 +255,29 @@ func (h *Harness) setupManagers(ctx context.Context, caches *lazyClusterCache) (
 		managers[name.Role()] = c.Manager
 	}
 
-	// The simulators, as KubeVirt, CDI and the guests would act, or the
-	// backend that replaces them.
+	// The infrastructure cluster: KubeVirt's real control plane, and the
+	// node-side and CDI stand-ins in their own manager; then the guests,
+	// the node simulator's or the backend's.
 	simMgr, err := ctrl.NewManager(cfg, h.managerOptions("simulators"))
 	if err != nil {
 		return nil, err
 	}
+	infraOpts := h.opts.Infra
 	if h.opts.VMs != nil {
-		if err := h.opts.VMs.SetupWithManager(ctx, simMgr); err != nil {
-			return nil, err
-		}
-		managers["simulators"] = simMgr
+		h.opts.VMs.Configure(&infraOpts)
+	}
+	if infraOpts.Hosts.ControllerNamePrefix == "" && instance > 1 {
+		infraOpts.Hosts.ControllerNamePrefix = fmt.Sprintf("h%d-", instance)
+		infraOpts.CDI.ControllerNamePrefix = fmt.Sprintf("h%d-", instance)
+	}
+	if h.infra, err = infra.Start(ctx, h.Management, simMgr, infraOpts); err != nil {
+		return nil, err
+	}
+	h.KubeVirt, h.Hosts, h.CDI = h.infra.KubeVirt, h.infra.Hosts, h.infra.CDI
+	managers["simulators"] = simMgr
+	if h.opts.VMs != nil {
 		return managers, nil
 	}
-	h.KubeVirt = kubevirtsim.New(h.opts.KubeVirt)
 	nodeOpts := h.opts.Nodes
 	nodeOpts.Images = map[string]nodesim.Image{}
 	for k, v := range h.opts.Nodes.Images {
@@ -283,13 +292,9 @@ func (h *Harness) setupManagers(ctx context.Context, caches *lazyClusterCache) (
 		}
 	}
 	h.Nodes = nodesim.New(nodeOpts)
-	if err := h.KubeVirt.SetupWithManager(ctx, simMgr); err != nil {
-		return nil, err
-	}
 	if err := h.Nodes.SetupWithManager(ctx, simMgr); err != nil {
 		return nil, err
 	}
-	managers["simulators"] = simMgr
 	return managers, nil
 }
 

@@ -31,7 +31,7 @@ import (
 
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/test/harness"
-	kubevirtsim "github.com/cozystack/cluster-api-workers/test/sim/kubevirt"
+	"github.com/cozystack/cluster-api-workers/test/sim/fault"
 )
 
 // TestReplacementAfterInstanceCrash: the instance of one VM crashes; its
@@ -46,7 +46,7 @@ func TestReplacementAfterInstanceCrash(t *testing.T) {
 	before := expectJoined(t, w, 2)
 	victim := before[0]
 
-	g.Expect(h.KubeVirt.Crash(context.Background(), vmKey(victim), "")).To(Succeed())
+	g.Expect(h.Hosts.Crash(vmKey(victim), "")).To(Succeed())
 	g.Eventually(func(g Gomega) {
 		for _, m := range machines(g, w) {
 			g.Expect(m.UID).NotTo(Equal(victim.UID), "Machine %s was not remediated", m.Name)
@@ -70,7 +70,7 @@ func TestSingletonPoolWithHalfUnhealthyAllowedIsNotRemediated(t *testing.T) {
 	applyPool(t, w, map[string]string{"WORKER_MACHINE_COUNT": "1", "MAX_UNHEALTHY": "50%"})
 	only := expectJoined(t, w, 1)[0]
 
-	g.Expect(h.KubeVirt.Crash(context.Background(), vmKey(only), "")).To(Succeed())
+	g.Expect(h.Hosts.Crash(vmKey(only), "")).To(Succeed())
 	mhcKey := client.ObjectKey{Namespace: w.Key.Namespace, Name: w.Key.Name + "-kairos"}
 	g.Eventually(func(g Gomega) {
 		m := &clusterv1.Machine{}
@@ -104,7 +104,7 @@ func TestImportFailureIsRemediatedThroughUnhealthyMachineConditions(t *testing.T
 	t.Parallel()
 	g := NewWithT(t)
 	w := newCluster(t, harness.ClusterOptions{})
-	h.KubeVirt.FailImports(kubevirtsim.InNamespace(w.Key.Namespace), 1)
+	h.CDI.FailImports(fault.InNamespace(w.Key.Namespace), 1)
 	applyImportPool(t, w, map[string]string{"WORKER_MACHINE_COUNT": "2", "NODE_STARTUP_TIMEOUT_SECONDS": "600"})
 
 	var failed types.UID
@@ -132,7 +132,7 @@ func TestSlowHealthyImportDoesNotLoop(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
 	w := newCluster(t, harness.ClusterOptions{})
-	h.KubeVirt.SlowImports(kubevirtsim.InNamespace(w.Key.Namespace), 2, 20*time.Second)
+	h.CDI.SlowImports(fault.InNamespace(w.Key.Namespace), 2, 20*time.Second)
 	applyImportPool(t, w, map[string]string{"WORKER_MACHINE_COUNT": "2", "MAX_UNHEALTHY": "100%", "NODE_STARTUP_TIMEOUT_SECONDS": "120"})
 
 	firstMachines := map[types.UID]bool{}

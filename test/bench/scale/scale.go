@@ -52,6 +52,7 @@ import (
 	"github.com/cozystack/cluster-api-workers/test/harness"
 	"github.com/cozystack/cluster-api-workers/test/harness/components"
 	"github.com/cozystack/cluster-api-workers/test/harness/requests"
+	"github.com/cozystack/cluster-api-workers/test/infra"
 	kubevirtsim "github.com/cozystack/cluster-api-workers/test/sim/kubevirt"
 	nodesim "github.com/cozystack/cluster-api-workers/test/sim/node"
 )
@@ -208,7 +209,7 @@ func run(ctx context.Context, cfg Config) (*Report, []*unstructured.Unstructured
 		Bootstrap:     cfg.Bootstrap,
 		Processes:     cfg.Processes,
 		ProcessLogDir: processLogDir(cfg),
-		KubeVirt:      kubevirtOptions(cfg.BootDelay),
+		Infra:         infraOptions(cfg.BootDelay),
 		Images: map[string]nodesim.Image{
 			PlatformImage: {KubernetesVersion: harness.ControlPlaneKubernetesVersion, OSImage: "Kairos v3.5.3 (Ubuntu 24.04)"},
 			PeerImage:     {KubernetesVersion: harness.ControlPlaneKubernetesVersion, OSImage: "Ubuntu 24.04.3 LTS", CloudInit: true},
@@ -414,14 +415,14 @@ func createPool(ctx context.Context, h *harness.Harness, w *harness.WorkloadClus
 	return pool{machineDeployment: client.ObjectKey{Namespace: w.Key.Namespace, Name: name}}, nil
 }
 
-// kubevirtOptions are the simulator's timings for a boot delay; the
-// simulator treats zero as its default, so "no delay" is the shortest
+// infraOptions are the node side's timings for a boot delay; it
+// treats zero as its default, so "no delay" is the shortest
 // positive one.
-func kubevirtOptions(boot time.Duration) kubevirtsim.Options {
+func infraOptions(boot time.Duration) infra.Options {
 	if boot <= 0 {
-		return kubevirtsim.Options{ScheduleDelay: time.Nanosecond, BootDelay: time.Nanosecond}
+		return infra.Options{Hosts: kubevirtsim.Options{ScheduleDelay: time.Nanosecond, BootDelay: time.Nanosecond}}
 	}
-	return kubevirtsim.Options{BootDelay: boot}
+	return infra.Options{Hosts: kubevirtsim.Options{BootDelay: boot}}
 }
 
 // waitForTemplateResolved waits until the infrastructure provider resolved
