@@ -60,6 +60,32 @@ func TestReplacementAfterInstanceCrash(t *testing.T) {
 	g.Eventually(func(g Gomega) { g.Expect(bootstrapTokens(g, w)).To(BeEmpty()) }, timeout, poll).Should(Succeed())
 }
 
+// TestReplacementAfterLostInstance: the infrastructure node loses one
+// VM's instance with its container disk (its launcher Pod is gone);
+// virt-controller fails the instance and starts another on a blank disk,
+// which cannot rejoin. The provider reports the lost disk, the
+// MachineHealthCheck remediates the Machine, and the replacement joins.
+func TestReplacementAfterLostInstance(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	w := newCluster(t, harness.ClusterOptions{})
+	applyPool(t, w, map[string]string{"WORKER_MACHINE_COUNT": "2"})
+	before := expectJoined(t, w, 2)
+	victim := before[0]
+
+	g.Expect(h.Hosts.LoseDisk(context.Background(), vmKey(victim))).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		for _, m := range machines(g, w) {
+			g.Expect(m.UID).NotTo(Equal(victim.UID), "Machine %s was not remediated", m.Name)
+		}
+	}, timeout, poll).Should(Succeed(), func() string { return describe(w) })
+
+	after := expectJoined(t, w, 2)
+	g.Expect(machineUIDs(after)).To(ContainElement(before[1].UID), "the healthy Machine was replaced too")
+	expectBootsClean(g, after)
+	expectNoOrphans(t, w)
+}
+
 // TestSingletonPoolWithHalfUnhealthyAllowedIsNotRemediated: 50% of one
 // Machine rounds down to zero, so the MachineHealthCheck reports the
 // Machine unhealthy but does not remediate it (the seed's note).

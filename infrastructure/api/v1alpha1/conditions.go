@@ -105,6 +105,13 @@ const (
 	// WaitingForOldVirtualMachineReason: a VirtualMachine of the same name
 	// from an earlier machine is still being deleted.
 	WaitingForOldVirtualMachineReason = "WaitingForOldVirtualMachine"
+	// CreateRefusedReason: the API server refused an object the machine
+	// needs (KubeVirt's or CDI's admission, a schema); the message carries
+	// the refusal. A new Machine from the same spec would be refused too,
+	// so this is not reported as False; the controller tries again every
+	// minute, as a refusal can depend on the infrastructure's configuration
+	// (feature gates, permitted host devices).
+	CreateRefusedReason = "CreateRefused"
 )
 
 // Reasons with status False on VirtualMachineProvisioned, BootDiskReady and

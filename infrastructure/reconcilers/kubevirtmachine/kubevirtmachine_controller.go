@@ -24,6 +24,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -261,7 +262,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	if deleting {
 		return ctrl.Result{}, r.reconcileDelete(ctx, kvm)
 	}
-	return ctrl.Result{}, r.reconcileNormal(ctx, cluster, machine, kvm)
+	return r.reconcileNormal(ctx, cluster, machine, kvm)
 }
 
 // claim adds the finalizer and fills in the providerID, in one patch and in
@@ -288,7 +289,7 @@ func setConditions(kvm *infrav1.KubeVirtMachine, conds ...metav1.Condition) {
 	}
 }
 
-func (r *Reconciler) reconcileNormal(ctx context.Context, cluster *clusterv1.Cluster, machine *clusterv1.Machine, kvm *infrav1.KubeVirtMachine) error {
+func (r *Reconciler) reconcileNormal(ctx context.Context, cluster *clusterv1.Cluster, machine *clusterv1.Machine, kvm *infrav1.KubeVirtMachine) (ctrl.Result, error) {
 	vm := &kubevirtv1.VirtualMachine{}
 	err := r.Client.Get(ctx, client.ObjectKeyFromObject(kvm), vm)
 	switch {
@@ -297,41 +298,41 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, cluster *clusterv1.Clu
 		// template or bootstrap Secret no longer matters.
 		if blocked := r.notControlled(vm, kvm, "VirtualMachine"); blocked != nil {
 			setConditions(kvm, *blocked)
-			return nil
+			return ctrl.Result{}, nil
 		}
-		return r.observe(ctx, kvm, machine, vm)
+		return ctrl.Result{}, r.observe(ctx, kvm, machine, vm)
 	case !apierrors.IsNotFound(err):
-		return err
+		return ctrl.Result{}, err
 	}
 
 	if ptr.Deref(kvm.Status.Initialization.Provisioned, false) {
 		// A provisioned machine whose VM is gone is reported, not recreated:
 		// the node it ran is gone with it.
-		return r.observe(ctx, kvm, machine, nil)
+		return ctrl.Result{}, r.observe(ctx, kvm, machine, nil)
 	}
 	if !ptr.Deref(cluster.Status.Initialization.InfrastructureProvisioned, false) {
 		setConditions(kvm, waitingConditions(infrav1.WaitingForClusterInfrastructureReason, "Cluster infrastructure is not provisioned yet")...)
-		return nil
+		return ctrl.Result{}, nil
 	}
 	if machine.Spec.Bootstrap.DataSecretName == nil {
 		setConditions(kvm, waitingConditions(infrav1.WaitingForBootstrapDataReason, "Machine has no bootstrap data Secret yet")...)
-		return nil
+		return ctrl.Result{}, nil
 	}
 	image, datasource, waiting, err := r.machineImage(ctx, kvm)
 	if err != nil {
-		return err
+		return ctrl.Result{}, err
 	}
 	if waiting != nil {
 		setConditions(kvm, waitingConditions(waiting.Reason, waiting.Message)...)
-		return nil
+		return ctrl.Result{}, nil
 	}
 	userData, waiting, err := r.bootstrapData(ctx, machine)
 	if err != nil {
-		return err
+		return ctrl.Result{}, err
 	}
 	if waiting != nil {
 		setConditions(kvm, waitingConditions(waiting.Reason, waiting.Message)...)
-		return nil
+		return ctrl.Result{}, nil
 	}
 
 	objs, errs := render.Render(render.Input{
@@ -344,11 +345,11 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, cluster *clusterv1.Clu
 	})
 	if len(errs) > 0 {
 		setConditions(kvm, waitingConditions(infrav1.InvalidSpecReason, errs.ToAggregate().Error())...)
-		return nil
+		return ctrl.Result{}, nil
 	}
 
 	if err := r.ensureUserData(ctx, kvm, objs.UserData); err != nil {
-		return err
+		return ctrl.Result{}, err
 	}
 	if objs.ImportCA != nil {
 		if _, blocked, err := ensureCreated(ctx, r, kvm, objs.ImportCA, "ConfigMap"); err != nil || blocked != nil {
@@ -364,14 +365,26 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, cluster *clusterv1.Clu
 	if err != nil || blocked != nil {
 		return r.blocked(kvm, blocked, err)
 	}
-	return r.observe(ctx, kvm, machine, vm)
+	return ctrl.Result{}, r.observe(ctx, kvm, machine, vm)
 }
 
-func (r *Reconciler) blocked(kvm *infrav1.KubeVirtMachine, blocked *metav1.Condition, err error) error {
-	if blocked != nil {
-		setConditions(kvm, *blocked)
+// refusedRetry is how long a machine whose object the API server refused
+// waits before it asks again.
+const refusedRetry = time.Minute
+
+// blocked reports what keeps the machine from creating its objects: a
+// refusal on every condition, retried after refusedRetry; a name conflict
+// on Ready.
+func (r *Reconciler) blocked(kvm *infrav1.KubeVirtMachine, blocked *metav1.Condition, err error) (ctrl.Result, error) {
+	if blocked == nil {
+		return ctrl.Result{}, err
 	}
-	return err
+	if blocked.Reason == infrav1.CreateRefusedReason {
+		setConditions(kvm, waitingConditions(blocked.Reason, blocked.Message)...)
+		return ctrl.Result{RequeueAfter: refusedRetry}, err
+	}
+	setConditions(kvm, *blocked)
+	return ctrl.Result{}, err
 }
 
 // machineImage returns the root disk source and datasource: the machine's
@@ -485,6 +498,11 @@ func ensureCreated[T client.Object](ctx context.Context, r *Reconciler, kvm *inf
 		return none, nil, err
 	}
 	if err := r.Client.Create(ctx, desired); err != nil {
+		if refused(err) {
+			// Asking again at once would be refused again.
+			ctrl.LoggerFrom(ctx).Info("The API server refused the machine's "+kind, kind, klog.KObj(desired), "reason", err.Error())
+			return none, refusal(kind, key.Name, err), nil
+		}
 		if !apierrors.IsAlreadyExists(err) {
 			return none, nil, fmt.Errorf("creating %s %s: %w", kind, key.Name, err)
 		}
@@ -496,6 +514,26 @@ func ensureCreated[T client.Object](ctx context.Context, r *Reconciler, kvm *inf
 	}
 	ctrl.LoggerFrom(ctx).Info("Created the machine's "+kind, kind, klog.KObj(desired))
 	return desired, nil, nil
+}
+
+// refused reports whether the API server refused a create for what it is
+// (an admission webhook's or policy's denial, a schema violation), as
+// opposed to failing to answer.
+func refused(err error) bool {
+	return apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) || apierrors.IsForbidden(err) || apierrors.IsRequestEntityTooLargeError(err)
+}
+
+// refusal is the condition of a machine whose object the API server
+// refused, with the refusal's own words (KubeVirt's admission messages name
+// fields of the VM, never the bootstrap data, which stays in its Secret).
+func refusal(kind, name string, err error) *metav1.Condition {
+	message := err.Error()
+	if status, ok := err.(apierrors.APIStatus); ok {
+		message = status.Status().Message
+	}
+	c := condition(infrav1.ReadyCondition, metav1.ConditionUnknown, infrav1.CreateRefusedReason,
+		fmt.Sprintf("The API server refused %s %s: %s", kind, name, message))
+	return &c
 }
 
 func (r *Reconciler) notControlled(o client.Object, kvm *infrav1.KubeVirtMachine, kind string) *metav1.Condition {
