@@ -44,11 +44,11 @@ verify-gen: generate ## Fail when generated files are stale.
 		echo "generated files are stale: run 'make generate' and commit the result"; exit 1; fi
 
 .PHONY: external-crds
-external-crds: ## Regenerate the KubeVirt and CDI CRDs in test/crds from their pinned sources (about 10 minutes cold).
+external-crds: ## Regenerate the KubeVirt and CDI CRDs in test/crds and KubeVirt's install manifests in test/kubevirt/manifests (about 10 minutes cold).
 	hack/gen-external-crds.sh
 
 .PHONY: verify-external-crds
-verify-external-crds: ## Fail when test/crds differs from what the pinned sources generate.
+verify-external-crds: ## Fail when test/crds or test/kubevirt/manifests differ from what the pinned sources generate.
 	hack/gen-external-crds.sh --verify
 
 .PHONY: envtest-bins
@@ -56,7 +56,7 @@ envtest-bins: ## Build kube-apiserver and etcd from their Go modules into the ca
 	hack/tools-bins.sh envtest
 
 .PHONY: tools-bins
-tools-bins: ## Build every Kubernetes binary the tests use (apiserver, etcd, kubeadm, controller-manager).
+tools-bins: ## Build every binary the tests use (apiserver, etcd, kubeadm, controller-manager, virt-api, virt-controller).
 	hack/tools-bins.sh all
 
 .PHONY: lint

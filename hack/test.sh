@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The project's test command (README: `make test`). Builds or reuses every
-# binary the suites need (kube-apiserver, etcd, kubeadm, yip), then runs all
+# binary the suites need (kube-apiserver, etcd, kubeadm, kube-controller-manager,
+# virt-api, virt-controller, yip), then runs all
 # Go tests, fuzz seed corpora included, with the race detector off to fit two
 # cores.
 set -euo pipefail
