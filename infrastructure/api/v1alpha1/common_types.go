@@ -165,6 +165,15 @@ type InstancetypeReference struct {
 	Name string `json:"name"`
 }
 
+// EffectiveKind is the reference's kind: cluster-scoped unless it says
+// otherwise.
+func (r *InstancetypeReference) EffectiveKind() InstancetypeKind {
+	if r.Kind == "" {
+		return ClusterInstancetypeKind
+	}
+	return r.Kind
+}
+
 // PreferenceKind is the kind of a KubeVirt preference.
 // +kubebuilder:validation:Enum=VirtualMachineClusterPreference;VirtualMachinePreference
 type PreferenceKind string
@@ -188,6 +197,15 @@ type PreferenceReference struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
 	Name string `json:"name"`
+}
+
+// EffectiveKind is the reference's kind: cluster-scoped unless it says
+// otherwise.
+func (r *PreferenceReference) EffectiveKind() PreferenceKind {
+	if r.Kind == "" {
+		return ClusterPreferenceKind
+	}
+	return r.Kind
 }
 
 // CPU is the virtual CPU topology of a VM sized without an instancetype.

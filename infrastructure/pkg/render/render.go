@@ -219,10 +219,10 @@ func Render(in Input) (*Objects, field.ErrorList) {
 		},
 	}
 	if spec.Instancetype != nil {
-		vm.Spec.Instancetype = &kubevirtv1.InstancetypeMatcher{Kind: string(instancetypeKind(spec.Instancetype)), Name: spec.Instancetype.Name}
+		vm.Spec.Instancetype = &kubevirtv1.InstancetypeMatcher{Kind: string(spec.Instancetype.EffectiveKind()), Name: spec.Instancetype.Name}
 	}
 	if spec.Preference != nil {
-		vm.Spec.Preference = &kubevirtv1.PreferenceMatcher{Kind: string(preferenceKind(spec.Preference)), Name: spec.Preference.Name}
+		vm.Spec.Preference = &kubevirtv1.PreferenceMatcher{Kind: string(spec.Preference.EffectiveKind()), Name: spec.Preference.Name}
 	}
 	out.VirtualMachine = vm
 	return out, nil
@@ -391,20 +391,6 @@ func affinity(in *corev1.Affinity, failureDomain string) *corev1.Affinity {
 		required.NodeSelectorTerms[i].MatchExpressions = append(required.NodeSelectorTerms[i].MatchExpressions, zone)
 	}
 	return out
-}
-
-func instancetypeKind(ref *infrav1.InstancetypeReference) infrav1.InstancetypeKind {
-	if ref.Kind == "" {
-		return infrav1.ClusterInstancetypeKind
-	}
-	return ref.Kind
-}
-
-func preferenceKind(ref *infrav1.PreferenceReference) infrav1.PreferenceKind {
-	if ref.Kind == "" {
-		return infrav1.ClusterPreferenceKind
-	}
-	return ref.Kind
 }
 
 func copyMap(in map[string]string) map[string]string {

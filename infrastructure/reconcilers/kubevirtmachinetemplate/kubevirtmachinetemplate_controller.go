@@ -52,6 +52,7 @@ import (
 	"github.com/cozystack/cluster-api-workers/exp/workerclass/resolve"
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/capacity"
+	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/instancetype"
 )
 
 const (
@@ -107,10 +108,10 @@ func referencedKinds(o client.Object) []string {
 	spec := t.Spec.Template.Spec
 	var keys []string
 	if spec.Instancetype != nil {
-		keys = append(keys, string(instancetypeKind(spec.Instancetype))+"/"+spec.Instancetype.Name)
+		keys = append(keys, string(spec.Instancetype.EffectiveKind())+"/"+spec.Instancetype.Name)
 	}
 	if spec.Preference != nil {
-		keys = append(keys, string(preferenceKind(spec.Preference))+"/"+spec.Preference.Name)
+		keys = append(keys, string(spec.Preference.EffectiveKind())+"/"+spec.Preference.Name)
 	}
 	return keys
 }
@@ -296,42 +297,16 @@ func (r *Reconciler) capacity(ctx context.Context, t *infrav1.KubeVirtMachineTem
 	path := field.NewPath("spec", "template", "spec")
 	in := capacity.Input{Spec: spec, Image: image}
 	if ref := spec.Instancetype; ref != nil {
-		var obj client.Object
-		var itSpec *instancetypev1beta1.VirtualMachineInstancetypeSpec
-		key := client.ObjectKey{Name: ref.Name}
-		if instancetypeKind(ref) == infrav1.NamespacedInstancetypeKind {
-			it := &instancetypev1beta1.VirtualMachineInstancetype{}
-			obj, itSpec, key.Namespace = it, &it.Spec, t.Namespace
-		} else {
-			it := &instancetypev1beta1.VirtualMachineClusterInstancetype{}
-			obj, itSpec = it, &it.Spec
-		}
-		if err := r.Client.Get(ctx, key, obj); err != nil {
-			if apierrors.IsNotFound(err) {
-				return nil, infrav1.NodeInfo{}, field.ErrorList{field.NotFound(path.Child("instancetype", "name"),
-					fmt.Sprintf("%s %s", instancetypeKind(ref), ref.Name))}, nil
-			}
-			return nil, infrav1.NodeInfo{}, nil, err
+		itSpec, missing, err := instancetype.Instancetype(ctx, r.Client, t.Namespace, ref, path.Child("instancetype"))
+		if err != nil || missing != nil {
+			return nil, infrav1.NodeInfo{}, fieldErrors(missing), err
 		}
 		in.Instancetype = itSpec
 	}
 	if ref := spec.Preference; ref != nil {
-		var obj client.Object
-		var prefSpec *instancetypev1beta1.VirtualMachinePreferenceSpec
-		key := client.ObjectKey{Name: ref.Name}
-		if preferenceKind(ref) == infrav1.NamespacedPreferenceKind {
-			p := &instancetypev1beta1.VirtualMachinePreference{}
-			obj, prefSpec, key.Namespace = p, &p.Spec, t.Namespace
-		} else {
-			p := &instancetypev1beta1.VirtualMachineClusterPreference{}
-			obj, prefSpec = p, &p.Spec
-		}
-		if err := r.Client.Get(ctx, key, obj); err != nil {
-			if apierrors.IsNotFound(err) {
-				return nil, infrav1.NodeInfo{}, field.ErrorList{field.NotFound(path.Child("preference", "name"),
-					fmt.Sprintf("%s %s", preferenceKind(ref), ref.Name))}, nil
-			}
-			return nil, infrav1.NodeInfo{}, nil, err
+		prefSpec, missing, err := instancetype.Preference(ctx, r.Client, t.Namespace, ref, path.Child("preference"))
+		if err != nil || missing != nil {
+			return nil, infrav1.NodeInfo{}, fieldErrors(missing), err
 		}
 		in.PreferredArchitecture = ptr.Deref(prefSpec.PreferredArchitecture, "")
 	}
@@ -339,16 +314,10 @@ func (r *Reconciler) capacity(ctx context.Context, t *infrav1.KubeVirtMachineTem
 	return resources, nodeInfo, nil, nil
 }
 
-func instancetypeKind(ref *infrav1.InstancetypeReference) infrav1.InstancetypeKind {
-	if ref.Kind == "" {
-		return infrav1.ClusterInstancetypeKind
+// fieldErrors wraps a single field error, if any.
+func fieldErrors(err *field.Error) field.ErrorList {
+	if err == nil {
+		return nil
 	}
-	return ref.Kind
-}
-
-func preferenceKind(ref *infrav1.PreferenceReference) infrav1.PreferenceKind {
-	if ref.Kind == "" {
-		return infrav1.ClusterPreferenceKind
-	}
-	return ref.Kind
+	return field.ErrorList{err}
 }
