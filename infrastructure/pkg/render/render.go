@@ -22,12 +22,15 @@ limitations under the License.
 package render
 
 import (
+	"fmt"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/ptr"
 	kubevirtv1 "kubevirt.io/api/core/v1"
+	instancetypev1beta1 "kubevirt.io/api/instancetype/v1beta1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 
@@ -64,6 +67,12 @@ type Input struct {
 	FailureDomain string
 	// UserData is the bootstrap Secret's value, attached unchanged.
 	UserData []byte
+	// Preference is the spec of the machine's preference, when it names one
+	// that exists: its preferred CPU topology decides where a cpu/memory
+	// sized VM's vCPUs go (KubeVirt checks the preference's CPU
+	// requirement against that field), and a preferred disk bus leaves the
+	// disks' bus to it.
+	Preference *instancetypev1beta1.VirtualMachinePreferenceSpec
 }
 
 // Objects are a machine's rendered objects.
@@ -180,8 +189,8 @@ func Render(in Input) (*Objects, field.ErrorList) {
 		Domain: kubevirtv1.DomainSpec{
 			Devices: kubevirtv1.Devices{
 				Disks: []kubevirtv1.Disk{
-					{Name: rootVolumeName, BootOrder: ptr.To[uint](1), DiskDevice: kubevirtv1.DiskDevice{Disk: &kubevirtv1.DiskTarget{}}},
-					{Name: cloudInitVolumeName, DiskDevice: kubevirtv1.DiskDevice{Disk: &kubevirtv1.DiskTarget{}}},
+					{Name: rootVolumeName, BootOrder: ptr.To[uint](1), DiskDevice: kubevirtv1.DiskDevice{Disk: &kubevirtv1.DiskTarget{Bus: diskBus(in.Preference)}}},
+					{Name: cloudInitVolumeName, DiskDevice: kubevirtv1.DiskDevice{Disk: &kubevirtv1.DiskTarget{Bus: diskBus(in.Preference)}}},
 				},
 				Interfaces:  interfaces,
 				GPUs:        renderGPUs(spec.GPUs),
@@ -196,7 +205,8 @@ func Render(in Input) (*Objects, field.ErrorList) {
 		Architecture: string(spec.Architecture),
 	}
 	if spec.Instancetype == nil {
-		vmi.Domain.CPU = &kubevirtv1.CPU{Cores: uint32(spec.CPU.Cores), DedicatedCPUPlacement: spec.CPU.DedicatedCPUPlacement}
+		vmi.Domain.CPU, _ = cpuTopology(uint32(spec.CPU.Cores), in.Preference)
+		vmi.Domain.CPU.DedicatedCPUPlacement = spec.CPU.DedicatedCPUPlacement
 		vmi.Domain.Memory = &kubevirtv1.Memory{Guest: ptr.To(spec.Memory.DeepCopy())}
 	}
 	if spec.EvictionStrategy != "" {
@@ -245,6 +255,8 @@ func validateInput(in Input) field.ErrorList {
 	if m.Spec.Instancetype == nil {
 		if m.Spec.CPU == nil || m.Spec.CPU.Cores < 1 {
 			errs = append(errs, field.Required(spec.Child("cpu", "cores"), "set cpu and memory, or an instancetype"))
+		} else if _, problem := cpuTopology(uint32(m.Spec.CPU.Cores), in.Preference); problem != "" {
+			errs = append(errs, field.Invalid(spec.Child("cpu", "cores"), m.Spec.CPU.Cores, problem))
 		}
 		if m.Spec.Memory == nil || m.Spec.Memory.Sign() <= 0 {
 			errs = append(errs, field.Required(spec.Child("memory"), "set cpu and memory, or an instancetype"))
@@ -312,6 +324,68 @@ func cloneNamespace(src *infrav1.CloneSource, machineNamespace string) string {
 		return src.Namespace
 	}
 	return machineNamespace
+}
+
+// diskBus is the bus of the VM's disks: virtio, the paravirtual bus a
+// Linux worker boots fastest from (KubeVirt's own default on q35 is an
+// emulated SATA controller), unless the preference names a bus, which
+// KubeVirt applies to disks that state none.
+func diskBus(preference *instancetypev1beta1.VirtualMachinePreferenceSpec) kubevirtv1.DiskBus {
+	if preference != nil && preference.Devices != nil && preference.Devices.PreferredDiskBus != "" {
+		return ""
+	}
+	return kubevirtv1.DiskBusVirtio
+}
+
+// cpuTopology places a cpu/memory sized VM's vCPUs as KubeVirt places an
+// instancetype's under the preference's preferred topology (sockets unless
+// it says otherwise; spread splits them across sockets and cores, or cores
+// and threads, at its ratio), since KubeVirt checks the preference's CPU
+// requirement against that field alone. Without a preference the vCPUs
+// are cores of one socket. problem says why the count cannot be spread.
+func cpuTopology(vCPUs uint32, preference *instancetypev1beta1.VirtualMachinePreferenceSpec) (*kubevirtv1.CPU, string) {
+	cpu := &kubevirtv1.CPU{Sockets: 1, Cores: 1, Threads: 1}
+	if preference == nil {
+		return &kubevirtv1.CPU{Cores: vCPUs}, ""
+	}
+	topology := instancetypev1beta1.Sockets
+	if preference.CPU != nil && preference.CPU.PreferredCPUTopology != nil {
+		topology = *preference.CPU.PreferredCPUTopology
+	}
+	switch topology {
+	case instancetypev1beta1.Cores, instancetypev1beta1.DeprecatedPreferCores:
+		cpu.Cores = vCPUs
+	case instancetypev1beta1.Threads, instancetypev1beta1.DeprecatedPreferThreads:
+		cpu.Threads = vCPUs
+	case instancetypev1beta1.Spread, instancetypev1beta1.DeprecatedPreferSpread:
+		ratio, across := uint32(2), instancetypev1beta1.SpreadAcrossSocketsCores
+		if preference.PreferSpreadSocketToCoreRatio != 0 {
+			ratio = preference.PreferSpreadSocketToCoreRatio
+		}
+		if o := preference.CPU.SpreadOptions; o != nil {
+			ratio = ptr.Deref(o.Ratio, ratio)
+			across = ptr.Deref(o.Across, across)
+		}
+		per := ratio
+		if across == instancetypev1beta1.SpreadAcrossSocketsCoresThreads {
+			per = ratio * 2
+		}
+		if vCPUs%per != 0 {
+			return cpu, fmt.Sprintf("the preference spreads vCPUs %s in groups of %d; use a multiple of %d", across, per, per)
+		}
+		switch across {
+		case instancetypev1beta1.SpreadAcrossCoresThreads:
+			cpu.Threads, cpu.Cores = ratio, vCPUs/ratio
+		case instancetypev1beta1.SpreadAcrossSocketsCoresThreads:
+			cpu.Threads, cpu.Cores, cpu.Sockets = 2, ratio, vCPUs/per
+		default:
+			cpu.Cores, cpu.Sockets = ratio, vCPUs/ratio
+		}
+	default:
+		// Sockets, and Any, which KubeVirt fills as sockets.
+		cpu.Sockets = vCPUs
+	}
+	return cpu, ""
 }
 
 func renderNetworks(in []infrav1.Network) ([]kubevirtv1.Interface, []kubevirtv1.Network) {

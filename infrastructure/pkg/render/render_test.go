@@ -28,6 +28,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	kubevirtv1 "kubevirt.io/api/core/v1"
+	instancetypev1beta1 "kubevirt.io/api/instancetype/v1beta1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 
@@ -228,6 +229,68 @@ func TestSizing(t *testing.T) {
 	})
 }
 
+// TestCPUTopologyFollowsThePreference: KubeVirt checks a preference's CPU
+// requirement against the field of its preferred topology only, so the
+// vCPUs of a cpu/memory sized VM go where the preference puts an
+// instancetype's (sockets by default).
+func TestCPUTopologyFollowsThePreference(t *testing.T) {
+	topology := func(t instancetypev1beta1.PreferredCPUTopology) *instancetypev1beta1.VirtualMachinePreferenceSpec {
+		return &instancetypev1beta1.VirtualMachinePreferenceSpec{CPU: &instancetypev1beta1.CPUPreferences{PreferredCPUTopology: ptr.To(t)}}
+	}
+	spread := func(ratio uint32, across instancetypev1beta1.SpreadAcross) *instancetypev1beta1.VirtualMachinePreferenceSpec {
+		p := topology(instancetypev1beta1.Spread)
+		p.CPU.SpreadOptions = &instancetypev1beta1.SpreadOptions{Ratio: ptr.To(ratio), Across: ptr.To(across)}
+		return p
+	}
+	for _, c := range []struct {
+		name       string
+		vCPUs      int32
+		preference *instancetypev1beta1.VirtualMachinePreferenceSpec
+		want       kubevirtv1.CPU
+		problem    string
+	}{
+		{name: "no preference: cores of one socket", vCPUs: 4, want: kubevirtv1.CPU{Cores: 4}},
+		{name: "a preference without a topology: sockets", vCPUs: 4, preference: &instancetypev1beta1.VirtualMachinePreferenceSpec{}, want: kubevirtv1.CPU{Sockets: 4, Cores: 1, Threads: 1}},
+		{name: "sockets", vCPUs: 2, preference: topology(instancetypev1beta1.Sockets), want: kubevirtv1.CPU{Sockets: 2, Cores: 1, Threads: 1}},
+		{name: "any is filled as sockets", vCPUs: 2, preference: topology(instancetypev1beta1.Any), want: kubevirtv1.CPU{Sockets: 2, Cores: 1, Threads: 1}},
+		{name: "cores", vCPUs: 6, preference: topology(instancetypev1beta1.Cores), want: kubevirtv1.CPU{Sockets: 1, Cores: 6, Threads: 1}},
+		{name: "threads", vCPUs: 2, preference: topology(instancetypev1beta1.Threads), want: kubevirtv1.CPU{Sockets: 1, Cores: 1, Threads: 2}},
+		{name: "deprecated preferCores", vCPUs: 3, preference: topology(instancetypev1beta1.DeprecatedPreferCores), want: kubevirtv1.CPU{Sockets: 1, Cores: 3, Threads: 1}},
+		{name: "spread at the default ratio", vCPUs: 8, preference: topology(instancetypev1beta1.Spread), want: kubevirtv1.CPU{Sockets: 4, Cores: 2, Threads: 1}},
+		{name: "spread across cores and threads", vCPUs: 8, preference: spread(4, instancetypev1beta1.SpreadAcrossCoresThreads), want: kubevirtv1.CPU{Sockets: 1, Cores: 2, Threads: 4}},
+		{name: "spread across sockets, cores and threads", vCPUs: 8, preference: spread(2, instancetypev1beta1.SpreadAcrossSocketsCoresThreads), want: kubevirtv1.CPU{Sockets: 2, Cores: 2, Threads: 2}},
+		{name: "a count that does not spread is refused", vCPUs: 3, preference: topology(instancetypev1beta1.Spread), problem: "use a multiple of 2"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			g := NewWithT(t)
+			in := input(machine(func(m *infrav1.KubeVirtMachine) { m.Spec.CPU.Cores = c.vCPUs }), containerDisk())
+			in.Preference = c.preference
+			out, errs := Render(in)
+			if c.problem != "" {
+				g.Expect(errs).To(ConsistOf(And(HaveField("Field", "spec.cpu.cores"), HaveField("Detail", ContainSubstring(c.problem)))))
+				return
+			}
+			g.Expect(errs).To(BeEmpty())
+			g.Expect(*out.VirtualMachine.Spec.Template.Spec.Domain.CPU).To(Equal(c.want))
+		})
+	}
+}
+
+// TestDisksUseVirtio: the disks are on the paravirtual bus, not the SATA
+// bus KubeVirt defaults to on q35, unless the preference names a bus.
+func TestDisksUseVirtio(t *testing.T) {
+	g := NewWithT(t)
+	vm := mustRender(t, input(machine(), containerDisk())).VirtualMachine
+	for _, d := range vm.Spec.Template.Spec.Domain.Devices.Disks {
+		g.Expect(d.Disk.Bus).To(Equal(kubevirtv1.DiskBusVirtio), "disk %s", d.Name)
+	}
+	in := input(machine(), containerDisk())
+	in.Preference = &instancetypev1beta1.VirtualMachinePreferenceSpec{Devices: &instancetypev1beta1.DevicePreferences{PreferredDiskBus: kubevirtv1.DiskBusSCSI}}
+	for _, d := range mustRender(t, in).VirtualMachine.Spec.Template.Spec.Domain.Devices.Disks {
+		g.Expect(d.Disk.Bus).To(BeEmpty(), "disk %s: the preference's bus applies", d.Name)
+	}
+}
+
 func TestNetworks(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
@@ -409,16 +472,21 @@ func FuzzRender(f *testing.F) {
 		if err != nil {
 			f.Fatal(err)
 		}
-		f.Add(spec, image, s.UserData, []string{"", "zone-a", "zone-b"}[i], []string{"", "NoCloud", "ConfigDrive"}[i])
+		preference := []string{``, `{}`, `{"cpu":{"preferredCPUTopology":"spread","spreadOptions":{"ratio":3}},"devices":{"preferredDiskBus":"scsi"}}`}[i]
+		f.Add(spec, image, []byte(preference), s.UserData, []string{"", "zone-a", "zone-b"}[i], []string{"", "NoCloud", "ConfigDrive"}[i])
 	}
-	f.Fuzz(func(t *testing.T, specJSON, imageJSON, data []byte, failureDomain, datasource string) {
+	f.Fuzz(func(t *testing.T, specJSON, imageJSON, preferenceJSON, data []byte, failureDomain, datasource string) {
 		m := machine()
 		m.Spec = infrav1.KubeVirtMachineSpec{}
 		var image infrav1.ImageSource
 		if json.Unmarshal(specJSON, &m.Spec) != nil || json.Unmarshal(imageJSON, &image) != nil {
 			t.Skip("not JSON of the API types")
 		}
-		in := Input{Machine: m, ClusterName: "c", Image: image, Datasource: infrav1.CloudInitDatasource(datasource), FailureDomain: failureDomain, UserData: data}
+		var preference *instancetypev1beta1.VirtualMachinePreferenceSpec
+		if len(preferenceJSON) > 0 && json.Unmarshal(preferenceJSON, &preference) != nil {
+			t.Skip("not JSON of a preference")
+		}
+		in := Input{Machine: m, ClusterName: "c", Image: image, Datasource: infrav1.CloudInitDatasource(datasource), FailureDomain: failureDomain, UserData: data, Preference: preference}
 		out, errs := Render(in)
 		again, againErrs := Render(in)
 		if !reflect.DeepEqual(out, again) || !reflect.DeepEqual(errs, againErrs) {
@@ -450,6 +518,13 @@ func FuzzRender(f *testing.F) {
 		}
 		if roots != 1 || (out.RootDataVolume == nil) != (image.ContainerDisk != nil) {
 			t.Fatalf("root disk: %d volumes, DataVolume %v, image %+v", roots, out.RootDataVolume != nil, image)
+		}
+		// A sized VM keeps its vCPU count whatever the preferred topology.
+		if cpu := vm.Spec.Template.Spec.Domain.CPU; m.Spec.Instancetype == nil {
+			vCPUs := max(cpu.Sockets, 1) * max(cpu.Cores, 1) * max(cpu.Threads, 1)
+			if int64(vCPUs) != int64(m.Spec.CPU.Cores) {
+				t.Fatalf("%d vCPUs rendered as %+v", m.Spec.CPU.Cores, cpu)
+			}
 		}
 	})
 }

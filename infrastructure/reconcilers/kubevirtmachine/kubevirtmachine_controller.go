@@ -30,9 +30,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 	kubevirtv1 "kubevirt.io/api/core/v1"
+	instancetypev1beta1 "kubevirt.io/api/instancetype/v1beta1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util"
@@ -53,6 +55,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
+	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/instancetype"
 	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/render"
 	"github.com/cozystack/cluster-api-workers/internal/ownwrites"
 )
@@ -335,6 +338,14 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, cluster *clusterv1.Clu
 		return ctrl.Result{}, nil
 	}
 
+	var preference *instancetypev1beta1.VirtualMachinePreferenceSpec
+	if ref := kvm.Spec.Preference; ref != nil {
+		// A preference that does not exist is KubeVirt's to refuse; the VM is
+		// rendered as without one.
+		if preference, _, err = instancetype.Preference(ctx, r.Client, kvm.Namespace, ref, field.NewPath("spec", "preference")); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
 	objs, errs := render.Render(render.Input{
 		Machine:       kvm,
 		ClusterName:   cluster.Name,
@@ -342,6 +353,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, cluster *clusterv1.Clu
 		Datasource:    datasource,
 		FailureDomain: machine.Spec.FailureDomain,
 		UserData:      userData,
+		Preference:    preference,
 	})
 	if len(errs) > 0 {
 		setConditions(kvm, waitingConditions(infrav1.InvalidSpecReason, errs.ToAggregate().Error())...)
