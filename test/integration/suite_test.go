@@ -34,6 +34,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
@@ -48,6 +49,8 @@ import (
 	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/test/harness"
+	"github.com/cozystack/cluster-api-workers/test/infra"
+	kubevirtsim "github.com/cozystack/cluster-api-workers/test/sim/kubevirt"
 	nodesim "github.com/cozystack/cluster-api-workers/test/sim/node"
 )
 
@@ -58,6 +61,8 @@ const (
 	rebuiltImage  = "registry.example.com/cozystack/kairos-worker@sha256:b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2"
 	customImage   = "registry.example.com/tenant/kairos-worker@sha256:c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3"
 	importedImage = "https://images.example.com/kairos-worker-v1.36.3.raw"
+	// gpuDevice is the GPU the infrastructure node offers.
+	gpuDevice = "nvidia.com/GA102GL_A10"
 )
 
 var (
@@ -103,6 +108,12 @@ func run(m *testing.M) int {
 			customImage:   {KubernetesVersion: "v1.36.3", OSImage: "Tenant Kairos v3.5.3"},
 			importedImage: {KubernetesVersion: "v1.36.3", OSImage: "Kairos v3.5.3 (imported)"},
 		},
+		// One infrastructure node, with GPUs for the pools that ask for
+		// them.
+		Infra: infra.Options{Hosts: kubevirtsim.Options{Nodes: []kubevirtsim.InfraNode{{
+			Name: "sim-infra-0", Labels: map[string]string{corev1.LabelTopologyZone: "sim-zone-a"},
+			Allocatable: corev1.ResourceList{gpuDevice: resource.MustParse("8")},
+		}}}},
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "starting the harness:", err)

@@ -25,6 +25,7 @@ package kubevirtmachinetemplate
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -301,6 +302,9 @@ func (r *Reconciler) capacity(ctx context.Context, t *infrav1.KubeVirtMachineTem
 		if err != nil || missing != nil {
 			return nil, infrav1.NodeInfo{}, fieldErrors(missing), err
 		}
+		if errs := gpuErrors(t, itSpec); len(errs) > 0 {
+			return nil, infrav1.NodeInfo{}, errs, nil
+		}
 		in.Instancetype = itSpec
 	}
 	if ref := spec.Preference; ref != nil {
@@ -312,6 +316,41 @@ func (r *Reconciler) capacity(ctx context.Context, t *infrav1.KubeVirtMachineTem
 	}
 	resources, nodeInfo := capacity.Compute(in)
 	return resources, nodeInfo, nil, nil
+}
+
+// gpuErrors checks a template's GPUs against its instancetype's: KubeVirt
+// refuses a VM that lists a GPU its instancetype attaches, and a pool's
+// GPUs (which drive the class's GPU rules) must be what its machines get,
+// the VM's GPUs and the instancetype's.
+func gpuErrors(t *infrav1.KubeVirtMachineTemplate, it *instancetypev1beta1.VirtualMachineInstancetypeSpec) field.ErrorList {
+	var errs field.ErrorList
+	attached := make([]string, 0, len(it.GPUs)+len(t.Spec.Template.Spec.GPUs))
+	for _, g := range it.GPUs {
+		attached = append(attached, g.DeviceName)
+	}
+	byInstancetype := slices.Clone(attached)
+	vmPath := field.NewPath("spec", "template", "spec", "gpus")
+	for i, g := range t.Spec.Template.Spec.GPUs {
+		if slices.Contains(byInstancetype, g.DeviceName) {
+			errs = append(errs, field.Invalid(vmPath.Index(i).Child("deviceName"), g.DeviceName,
+				fmt.Sprintf("instancetype %s attaches this GPU already, and KubeVirt refuses a VM that lists it again; list it only in spec.gpus", t.Spec.Template.Spec.Instancetype.Name)))
+		}
+		attached = append(attached, g.DeviceName)
+	}
+	if t.Spec.WorkerClassName == "" {
+		return errs
+	}
+	pool := make([]string, 0, len(t.Spec.GPUs))
+	for _, g := range t.Spec.GPUs {
+		pool = append(pool, g.Name)
+	}
+	slices.Sort(pool)
+	slices.Sort(attached)
+	if !slices.Equal(pool, attached) {
+		errs = append(errs, field.Invalid(field.NewPath("spec", "gpus"), pool,
+			fmt.Sprintf("must list the GPUs the machines get, from instancetype %s and spec.template.spec.gpus: %v", t.Spec.Template.Spec.Instancetype.Name, attached)))
+	}
+	return errs
 }
 
 // fieldErrors wraps a single field error, if any.

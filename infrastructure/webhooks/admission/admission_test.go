@@ -270,6 +270,16 @@ func TestKubeVirtMachineTemplateWebhook(t *testing.T) {
 			t.Spec.GPUs = []workerclassv1.GPU{{Name: "nvidia.com/A10"}}
 			t.Spec.Template.Spec.GPUs = []infrav1.GPU{{Name: "gpu", DeviceName: "nvidia.com/A10"}}
 		}), ""},
+		{"with a GPU instancetype, pool GPUs the instancetype attaches are valid (checked at resolution)", template(classBased, func(t *infrav1.KubeVirtMachineTemplate) {
+			t.Spec.GPUs = []workerclassv1.GPU{{Name: "nvidia.com/A10"}}
+			t.Spec.Template.Spec.CPU, t.Spec.Template.Spec.Memory = nil, nil
+			t.Spec.Template.Spec.Instancetype = &infrav1.InstancetypeReference{Name: "gn1.xlarge"}
+		}), ""},
+		{"with an instancetype, a VM GPU the pool does not list is rejected", template(classBased, func(t *infrav1.KubeVirtMachineTemplate) {
+			t.Spec.Template.Spec.CPU, t.Spec.Template.Spec.Memory = nil, nil
+			t.Spec.Template.Spec.Instancetype = &infrav1.InstancetypeReference{Name: "gn1.xlarge"}
+			t.Spec.Template.Spec.GPUs = []infrav1.GPU{{Name: "gpu", DeviceName: "nvidia.com/A10"}}
+		}), "spec.template.spec.gpus[0].deviceName"},
 		{"machine spec errors carry the template path", template(func(t *infrav1.KubeVirtMachineTemplate) {
 			t.Spec.Template.Spec.Image.ContainerDisk.Reference = "registry.example.com/x:latest"
 		}), "spec.template.spec.image.containerDisk.reference"},

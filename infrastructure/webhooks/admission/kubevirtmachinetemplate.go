@@ -118,7 +118,11 @@ func validateTemplate(t *infrav1.KubeVirtMachineTemplate) field.ErrorList {
 			"the class controller finds the templates that use a class by this label"))
 	}
 	// The pool's GPUs drive class resolution (the NVIDIA module rule); the
-	// VM's GPUs are what the machines get. They must be the same devices.
+	// machines get the VM's GPUs and those of its instancetype. Without an
+	// instancetype the two lists name the same devices; with one, the VM
+	// lists only what the instancetype does not attach (KubeVirt refuses a
+	// GPU listed twice), which the template controller checks against the
+	// instancetype when it resolves the template.
 	poolGPUs := make([]string, 0, len(t.Spec.GPUs))
 	for _, g := range t.Spec.GPUs {
 		poolGPUs = append(poolGPUs, g.Name)
@@ -129,9 +133,17 @@ func validateTemplate(t *infrav1.KubeVirtMachineTemplate) field.ErrorList {
 	}
 	slices.Sort(poolGPUs)
 	slices.Sort(vmGPUs)
-	if !slices.Equal(poolGPUs, vmGPUs) {
+	switch {
+	case t.Spec.Template.Spec.Instancetype == nil && !slices.Equal(poolGPUs, vmGPUs):
 		errs = append(errs, field.Invalid(spec.Child("gpus"), poolGPUs,
 			fmt.Sprintf("must list the same devices as spec.template.spec.gpus[].deviceName %v", vmGPUs)))
+	case t.Spec.Template.Spec.Instancetype != nil:
+		for i, g := range t.Spec.Template.Spec.GPUs {
+			if !slices.Contains(poolGPUs, g.DeviceName) {
+				errs = append(errs, field.Invalid(machine.Child("gpus").Index(i).Child("deviceName"), g.DeviceName,
+					fmt.Sprintf("must be listed in spec.gpus %v, which drive the class's GPU rules", poolGPUs)))
+			}
+		}
 	}
 	return errs
 }
