@@ -153,7 +153,11 @@ func TestImportFailureIsRemediatedThroughUnhealthyMachineConditions(t *testing.T
 // TestSlowHealthyImportDoesNotLoop: imports that take far longer than the
 // infrastructure failure timeout but progress are not remediated: each
 // Machine keeps its one DataVolume until it joins. Remediation is allowed
-// for every Machine here, so any false unhealthy verdict would show.
+// for every Machine here, so any false unhealthy verdict would show. CDI
+// makes each claim a few seconds late (the suite's ClaimDelay), so real
+// virt-controller reports the claim missing and then keeps a stale
+// unschedulable condition for the whole import: the provider reported
+// both as failures and the health check replaced healthy machines.
 func TestSlowHealthyImportDoesNotLoop(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)

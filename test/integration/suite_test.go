@@ -50,6 +50,7 @@ import (
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/test/harness"
 	"github.com/cozystack/cluster-api-workers/test/infra"
+	cdisim "github.com/cozystack/cluster-api-workers/test/sim/cdi"
 	kubevirtsim "github.com/cozystack/cluster-api-workers/test/sim/kubevirt"
 	nodesim "github.com/cozystack/cluster-api-workers/test/sim/node"
 )
@@ -110,10 +111,16 @@ func run(m *testing.M) int {
 		},
 		// One infrastructure node, with GPUs for the pools that ask for
 		// them.
-		Infra: infra.Options{Hosts: kubevirtsim.Options{Nodes: []kubevirtsim.InfraNode{{
-			Name: "sim-infra-0", Labels: map[string]string{corev1.LabelTopologyZone: "sim-zone-a"},
-			Allocatable: corev1.ResourceList{gpuDevice: resource.MustParse("8")},
-		}}}},
+		Infra: infra.Options{
+			Hosts: kubevirtsim.Options{Nodes: []kubevirtsim.InfraNode{{
+				Name: "sim-infra-0", Labels: map[string]string{corev1.LabelTopologyZone: "sim-zone-a"},
+				Allocatable: corev1.ResourceList{gpuDevice: resource.MustParse("8")},
+			}}},
+			// CDI takes a moment before a DataVolume's claim exists, as on
+			// a real cluster: virt-controller sees the instance's claim
+			// missing first.
+			CDI: cdisim.Options{ClaimDelay: 3 * time.Second},
+		},
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "starting the harness:", err)

@@ -163,6 +163,25 @@ func virtualMachineCondition(o *observation) metav1.Condition {
 		}
 	}
 
+	// virt-controller starts the instance while its DataVolume is still
+	// being made: it reports the claim missing (ErrorPvcNotFound), then
+	// keeps the stale PodScheduled=False it wrote about the missing claim
+	// (ErrorUnschedulable) for the whole import, since no launcher Pod
+	// exists before the disk is ready. Neither is a failure then.
+	if o.rootDataVolumeName != "" && bootDiskCondition(o).Status == metav1.ConditionUnknown {
+		switch vm.Status.PrintableStatus {
+		case kubevirtv1.VirtualMachineStatusPvcNotFound, kubevirtv1.VirtualMachineStatusUnschedulable,
+			kubevirtv1.VirtualMachineStatusProvisioning, kubevirtv1.VirtualMachineStatusWaitingForVolumeBinding,
+			kubevirtv1.VirtualMachineStatusDataVolumeError:
+			return condition(t, metav1.ConditionUnknown, infrav1.WaitingForDiskReason,
+				fmt.Sprintf("VirtualMachine waits for its root disk (%s)", vm.Status.PrintableStatus))
+		}
+		if vmi != nil && vmi.Status.Phase == kubevirtv1.Pending {
+			return condition(t, metav1.ConditionUnknown, infrav1.WaitingForDiskReason,
+				"VirtualMachine waits for its root disk (instance Pending)")
+		}
+	}
+
 	switch vm.Status.PrintableStatus {
 	case kubevirtv1.VirtualMachineStatusUnschedulable:
 		return condition(t, metav1.ConditionFalse, infrav1.UnschedulableReason, unschedulableMessage(vm, vmi))

@@ -109,6 +109,11 @@ type Options struct {
 	// ImporterRestartInterval is how long a failed importer Pod waits
 	// before it runs again.
 	ImporterRestartInterval time.Duration
+	// ClaimDelay is how long after a DataVolume's creation CDI creates its
+	// claim: cdi-controller reads the storage profile and defaults the
+	// claim first, and on a busy cluster virt-controller can look for the
+	// claim before it exists. Zero creates it at once.
+	ClaimDelay time.Duration
 	// VolumeDir holds the provisioned volumes' files; volumes are only
 	// named, never written, by the simulated importer. A real Importer
 	// needs a directory it may write.

@@ -20,6 +20,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -91,6 +92,9 @@ func (c *CDI) reconcileDataVolume(ctx context.Context, req reconcile.Request) (r
 	k := kindOf(dv)
 	pvc := &corev1.PersistentVolumeClaim{}
 	if err := c.client.Get(ctx, client.ObjectKeyFromObject(dv), pvc); apierrors.IsNotFound(err) {
+		if wait := c.opts.ClaimDelay - time.Since(dv.CreationTimestamp.Time); wait > 0 {
+			return reconcile.Result{RequeueAfter: wait}, c.writeStatus(ctx, dv, func(st *cdiv1.DataVolumeStatus) { pending(st, dv.Name) })
+		}
 		populator, err := c.usesPopulator(ctx, dv)
 		if err != nil {
 			return reconcile.Result{}, err
