@@ -64,6 +64,10 @@ const (
 	importedImage = "https://images.example.com/kairos-worker-v1.36.3.raw"
 	// gpuDevice is the GPU the infrastructure node offers.
 	gpuDevice = "nvidia.com/GA102GL_A10"
+	// drainNode is the infrastructure node the drain scenario drains, and
+	// drainNodeLabel its label and taint.
+	drainNode      = "sim-infra-drain"
+	drainNodeLabel = "harness.cozystack.io/drain"
 )
 
 var (
@@ -112,10 +116,18 @@ func run(m *testing.M) int {
 		// One infrastructure node, with GPUs for the pools that ask for
 		// them.
 		Infra: infra.Options{
-			Hosts: kubevirtsim.Options{Nodes: []kubevirtsim.InfraNode{{
-				Name: "sim-infra-0", Labels: map[string]string{corev1.LabelTopologyZone: "sim-zone-a"},
-				Allocatable: corev1.ResourceList{gpuDevice: resource.MustParse("8")},
-			}}},
+			Hosts: kubevirtsim.Options{Nodes: []kubevirtsim.InfraNode{
+				{
+					Name: "sim-infra-0", Labels: map[string]string{corev1.LabelTopologyZone: "sim-zone-a"},
+					Allocatable: corev1.ResourceList{gpuDevice: resource.MustParse("8")},
+				},
+				// The node the drain scenario drains; tainted so that only
+				// its pool lands there.
+				{
+					Name: drainNode, Labels: map[string]string{corev1.LabelTopologyZone: "sim-zone-a", drainNodeLabel: "true"},
+					Taints: []corev1.Taint{{Key: drainNodeLabel, Value: "true", Effect: corev1.TaintEffectNoSchedule}},
+				},
+			}},
 			// CDI takes a moment before a DataVolume's claim exists, as on
 			// a real cluster: virt-controller sees the instance's claim
 			// missing first.

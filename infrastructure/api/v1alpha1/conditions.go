@@ -78,6 +78,13 @@ const (
 	// ProvisioningReason: the VM or its instance is being created, scheduled
 	// or booted.
 	ProvisioningReason = "Provisioning"
+	// EvacuationRequestedReason: the infrastructure node is being drained
+	// and the VM's eviction strategy is External: KubeVirt denied the
+	// eviction and leaves the VM to this provider, which stops the instance
+	// so that the drain ends and KubeVirt starts a new one on another node
+	// (a persistent disk rejoins; a container disk comes back blank and is
+	// reported EphemeralDiskLost, so the machine is replaced).
+	EvacuationRequestedReason = "EvacuationRequested"
 	// InstanceRestartingReason: the VM of a persistent root disk is starting
 	// a new instance; the node keeps its state.
 	InstanceRestartingReason = "InstanceRestarting"

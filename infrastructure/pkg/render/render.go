@@ -35,6 +35,7 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
+	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/migration"
 )
 
 const (
@@ -280,6 +281,9 @@ func validateInput(in Input) field.ErrorList {
 		errs = append(errs, field.Required(spec.Child("rootDisk", "size"), "an HTTP import needs the size of the volume it imports into"))
 	case in.Image.Clone != nil && in.Image.Clone.Name == "":
 		errs = append(errs, field.Required(imagePath.Child("clone", "name"), "a clone needs the name of its source"))
+	}
+	if set == 1 {
+		errs = append(errs, migration.Validate(&m.Spec, in.Image, spec)...)
 	}
 	switch in.Datasource {
 	case "", infrav1.NoCloudDatasource, infrav1.ConfigDriveDatasource:

@@ -593,6 +593,15 @@ func (r *Reconciler) observe(ctx context.Context, kvm *infrav1.KubeVirtMachine, 
 	disk := bootDiskCondition(o)
 	virtualMachine := virtualMachineCondition(o)
 	setConditions(kvm, disk, virtualMachine, readyCondition(disk, virtualMachine))
+	if virtualMachine.Reason == infrav1.EvacuationRequestedReason {
+		// KubeVirt denied the eviction and leaves it to us (External): the
+		// drain ends once the instance is gone, and the run strategy starts
+		// the next one on another node.
+		if err := r.Client.Delete(ctx, o.vmi, client.Preconditions{UID: &o.vmi.UID}); client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
+			return fmt.Errorf("stopping VirtualMachineInstance %s of a drained node: %w", o.vmi.Name, err)
+		}
+		ctrl.LoggerFrom(ctx).Info("Stopped the instance on a drained infrastructure node so that KubeVirt starts it elsewhere", "VirtualMachineInstance", klog.KObj(o.vmi), "node", o.vmi.Status.EvacuationNodeName)
+	}
 
 	if o.vmi != nil && virtualMachine.Status == metav1.ConditionTrue {
 		kvm.Status.Addresses = machineAddresses(o.vmi)

@@ -102,6 +102,7 @@ type instanceView struct {
 	Ready        bool
 	PodScheduled *kubevirtv1.VirtualMachineInstanceCondition
 	IPs          []string
+	Evacuation   string
 }
 
 func viewOfInstance(vmi *kubevirtv1.VirtualMachineInstance) any {
@@ -113,6 +114,8 @@ func viewOfInstance(vmi *kubevirtv1.VirtualMachineInstance) any {
 		Hostname: vmi.Spec.Hostname,
 		Ready:    instanceReady(vmi),
 		IPs:      instanceIPs(vmi),
+		// KubeVirt asks for an External eviction here.
+		Evacuation: vmi.Status.EvacuationNodeName,
 	}
 	if c := instanceCondition(vmi, kubevirtv1.VirtualMachineInstanceConditionType(corev1.PodScheduled)); c != nil {
 		v.PodScheduled = &kubevirtv1.VirtualMachineInstanceCondition{Type: c.Type, Status: c.Status, Reason: c.Reason, Message: c.Message}

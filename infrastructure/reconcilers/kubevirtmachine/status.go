@@ -217,6 +217,11 @@ func virtualMachineCondition(o *observation) metav1.Condition {
 		}
 	}
 
+	if node := vmi.Status.EvacuationNodeName; node != "" && vmi.DeletionTimestamp.IsZero() && !vmi.IsFinal() {
+		return condition(t, metav1.ConditionUnknown, infrav1.EvacuationRequestedReason,
+			fmt.Sprintf("Infrastructure node %s is being drained (eviction strategy External): stopping the instance so that KubeVirt starts it on another node", node))
+	}
+
 	switch vmi.Status.Phase {
 	case kubevirtv1.Failed, kubevirtv1.Succeeded:
 		failed := vmi.Status.Phase == kubevirtv1.Failed

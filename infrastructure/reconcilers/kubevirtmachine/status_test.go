@@ -259,6 +259,11 @@ func TestVirtualMachineCondition(t *testing.T) {
 		{"a provisioned VM without an instance under Once is stopped",
 			observation{provisioned: true, vm: vm(runStrategy(kubevirtv1.RunStrategyOnce))},
 			metav1.ConditionFalse, infrav1.InstanceStoppedReason, "VirtualMachineInstance stopped and run strategy Once starts no other"},
+		{"KubeVirt leaving an External eviction to the provider: the instance is stopped and starts elsewhere",
+			observation{provisioned: true, vm: vm(), vmi: vmi("1", kubevirtv1.Running, ready, address("10.0.0.5"), func(i *kubevirtv1.VirtualMachineInstance) {
+				i.Status.EvacuationNodeName = "infra-1"
+			})},
+			metav1.ConditionUnknown, infrav1.EvacuationRequestedReason, "Infrastructure node infra-1 is being drained (eviction strategy External): stopping the instance so that KubeVirt starts it on another node"},
 		{"an instance on an unreachable node is unknown",
 			observation{provisioned: true, vm: vm(), vmi: vmi("1", kubevirtv1.Unknown)},
 			metav1.ConditionUnknown, infrav1.InstanceNotReadyReason, "VirtualMachineInstance state is unknown; its node may be unreachable"},

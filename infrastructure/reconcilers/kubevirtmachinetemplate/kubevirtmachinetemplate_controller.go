@@ -54,6 +54,7 @@ import (
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/capacity"
 	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/instancetype"
+	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/migration"
 )
 
 const (
@@ -287,6 +288,9 @@ func (r *Reconciler) resolve(ctx context.Context, t *infrav1.KubeVirtMachineTemp
 	if resolved.Image.HTTPImport != nil && (machine.RootDisk == nil || machine.RootDisk.Size == nil) {
 		return nil, field.ErrorList{field.Required(machinePath.Child("rootDisk", "size"),
 			"the class resolves to an HTTP import, which needs the size of the volume it imports into")}, nil
+	}
+	if errs := migration.Validate(machine, resolved.Image, machinePath); len(errs) > 0 {
+		return nil, errs, nil
 	}
 	return resolved, nil, nil
 }

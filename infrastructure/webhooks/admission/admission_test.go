@@ -141,6 +141,16 @@ func TestValidateMachineSpec(t *testing.T) {
 			spec(func(s *infrav1.KubeVirtMachineSpec) {
 				s.GPUs = []infrav1.GPU{{Name: "gpu", DeviceName: "nvidia.com/A10 GPU", NodeResourceName: "nvidia.com/gpu"}}
 			}), []string{"spec.gpus[0].deviceName"}},
+		{"LiveMigrate of a VM KubeVirt cannot migrate is rejected: its drains would never end",
+			spec(func(s *infrav1.KubeVirtMachineSpec) {
+				s.EvictionStrategy = infrav1.EvictionLiveMigrate
+				s.Networks = []infrav1.Network{{Name: "pod", Pod: &infrav1.PodNetwork{}, Binding: infrav1.BridgeBinding}}
+			}), []string{"spec.evictionStrategy"}},
+		{"LiveMigrateIfPossible of the same VM is valid",
+			spec(func(s *infrav1.KubeVirtMachineSpec) {
+				s.EvictionStrategy = infrav1.EvictionLiveMigrateIfPossible
+				s.Networks = []infrav1.Network{{Name: "pod", Pod: &infrav1.PodNetwork{}, Binding: infrav1.BridgeBinding}}
+			}), nil},
 		{"a host device name that is not a resource name is rejected",
 			spec(func(s *infrav1.KubeVirtMachineSpec) {
 				s.HostDevices = []infrav1.HostDevice{{Name: "nic", DeviceName: "/bad"}}

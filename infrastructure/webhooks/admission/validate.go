@@ -33,6 +33,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
+	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/migration"
 )
 
 // ValidateMachineSpec checks a KubeVirtMachine spec at path.
@@ -43,6 +44,8 @@ func ValidateMachineSpec(spec *infrav1.KubeVirtMachineSpec, path *field.Path) fi
 		if spec.Image.HTTPImport != nil && (spec.RootDisk == nil || spec.RootDisk.Size == nil) {
 			errs = append(errs, field.Required(path.Child("rootDisk", "size"), "an HTTP import needs the size of the volume it imports into"))
 		}
+		// A class-resolved image is checked when the template resolves.
+		errs = append(errs, migration.Validate(spec, *spec.Image, path)...)
 	}
 	switch {
 	case spec.Instancetype != nil && (spec.CPU != nil || spec.Memory != nil):

@@ -66,6 +66,8 @@ type InfraNode struct {
 	// Allocatable overrides the node's allocatable resources; see
 	// DefaultAllocatable.
 	Allocatable corev1.ResourceList
+	// Taints are the node's taints.
+	Taints []corev1.Taint
 }
 
 // DefaultAllocatable is what a node offers unless its InfraNode says

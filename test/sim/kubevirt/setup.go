@@ -21,6 +21,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"slices"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -235,9 +236,9 @@ func registerNode(ctx context.Context, c client.Client, n InfraNode, index int) 
 	// The apiserver taints a new node not-ready; the node lifecycle
 	// controller lifts the taint once the kubelet reports Ready.
 	untainted := node.DeepCopy()
-	untainted.Spec.Taints = nil
+	untainted.Spec.Taints = append([]corev1.Taint(nil), n.Taints...)
 	for _, t := range node.Spec.Taints {
-		if t.Key != corev1.TaintNodeNotReady {
+		if t.Key != corev1.TaintNodeNotReady && !slices.ContainsFunc(n.Taints, func(o corev1.Taint) bool { return o.MatchTaint(&t) }) {
 			untainted.Spec.Taints = append(untainted.Spec.Taints, t)
 		}
 	}

@@ -1,0 +1,106 @@
+/*
+Copyright 2026 The Cozystack Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package integration
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/cozystack/cluster-api-workers/test/harness"
+)
+
+// TestInfrastructureNodeDrainEnds: the hoster drains the infrastructure
+// node of a pool whose VMs have eviction strategy External. virt-api
+// denies every eviction and leaves the VMs to the provider (KubeVirt's
+// External contract); the provider stops each instance, so the drain ends,
+// and the container-disk machines, which cannot rejoin from a blank disk,
+// are replaced by the MachineHealthCheck once the node is back. Every
+// machine of the pool is on the drained node, so the health check must
+// allow remediating all of them (MAX_UNHEALTHY 100%); with the default
+// 50% it would hold back, as Cluster API does when most of a pool fails.
+func TestInfrastructureNodeDrainEnds(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ctx := context.Background()
+	w := newCluster(t, harness.ClusterOptions{})
+	objs := pool(t, w, map[string]string{"WORKER_MACHINE_COUNT": "2", "MAX_UNHEALTHY": "100%"})
+	for i := range objs {
+		if objs[i].GetKind() == "KubeVirtMachineTemplate" {
+			machine := objs[i].Object["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
+			machine["evictionStrategy"] = "External"
+			machine["tolerations"] = []any{map[string]any{"key": drainNodeLabel, "operator": "Exists", "effect": "NoSchedule"}}
+			machine["affinity"] = map[string]any{"nodeAffinity": map[string]any{"requiredDuringSchedulingIgnoredDuringExecution": map[string]any{
+				"nodeSelectorTerms": []any{map[string]any{"matchExpressions": []any{map[string]any{"key": drainNodeLabel, "operator": "In", "values": []any{"true"}}}}},
+			}}}
+		}
+	}
+	g.Expect(h.Apply(ctx, objs)).To(Succeed())
+	before := expectJoined(t, w, 2)
+
+	// kubectl drain: cordon, then evict every Pod on the node until none
+	// is left.
+	node := &corev1.Node{}
+	g.Expect(h.Client.Get(ctx, client.ObjectKey{Name: drainNode}, node)).To(Succeed())
+	cordoned := node.DeepCopy()
+	cordoned.Spec.Unschedulable = true
+	g.Expect(h.Client.Patch(ctx, cordoned, client.MergeFrom(node))).To(Succeed())
+	uncordon := func() {
+		n := &corev1.Node{}
+		if err := h.Client.Get(context.Background(), client.ObjectKey{Name: drainNode}, n); err == nil {
+			u := n.DeepCopy()
+			u.Spec.Unschedulable = false
+			_ = h.Client.Patch(context.Background(), u, client.MergeFrom(n))
+		}
+	}
+	t.Cleanup(uncordon)
+	denied := 0
+	g.Eventually(func(g Gomega) {
+		pods := &corev1.PodList{}
+		g.Expect(h.Client.List(ctx, pods, client.InNamespace(w.Key.Namespace), client.MatchingLabels{kubevirtv1.AppLabel: "virt-launcher"})).To(Succeed())
+		var left []string
+		for i := range pods.Items {
+			p := &pods.Items[i]
+			if p.Spec.NodeName != drainNode || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+				continue
+			}
+			left = append(left, p.Name)
+			if err := h.Client.SubResource("eviction").Create(ctx, p, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name}}); err != nil {
+				denied++
+			}
+		}
+		g.Expect(left).To(BeEmpty(), "launcher Pods still on the drained node")
+	}, timeout, 2*time.Second).Should(Succeed(), func() string { return describe(w) })
+	g.Expect(denied).To(BeNumerically(">", 0), "virt-api should have denied the evictions (External)")
+
+	uncordon()
+	g.Eventually(func(g Gomega) {
+		for _, m := range machines(g, w) {
+			g.Expect(machineUIDs(before)).NotTo(ContainElement(m.UID), "Machine %s was not replaced", m.Name)
+		}
+	}, timeout, poll).Should(Succeed(), func() string { return describe(w) })
+	after := expectJoined(t, w, 2)
+	expectBootsClean(g, after)
+	expectNoOrphans(t, w)
+}
