@@ -52,13 +52,19 @@ func TestValidate(t *testing.T) {
 		{"a bridged Multus network does", spec(infrav1.EvictionLiveMigrate, func(s *infrav1.KubeVirtMachineSpec) {
 			s.Networks = append(s.Networks, infrav1.Network{Name: "vlan", Multus: &infrav1.MultusNetwork{NetworkName: "vlan10"}, Binding: infrav1.BridgeBinding})
 		}), containerDisk, nil},
-		{"GPUs do not", spec(infrav1.EvictionLiveMigrate, func(s *infrav1.KubeVirtMachineSpec) { s.GPUs = []infrav1.GPU{{Name: "g", DeviceName: "nvidia.com/A10"}} }), containerDisk, []string{"spec.gpus"}},
-		{"host devices do not", spec(infrav1.EvictionLiveMigrate, func(s *infrav1.KubeVirtMachineSpec) { s.HostDevices = []infrav1.HostDevice{{Name: "h", DeviceName: "x.com/y"}} }), containerDisk, []string{"spec.hostDevices"}},
+		{"GPUs do not", spec(infrav1.EvictionLiveMigrate, func(s *infrav1.KubeVirtMachineSpec) {
+			s.GPUs = []infrav1.GPU{{Name: "g", DeviceName: "nvidia.com/A10"}}
+		}), containerDisk, []string{"spec.gpus"}},
+		{"host devices do not", spec(infrav1.EvictionLiveMigrate, func(s *infrav1.KubeVirtMachineSpec) {
+			s.HostDevices = []infrav1.HostDevice{{Name: "h", DeviceName: "x.com/y"}}
+		}), containerDisk, []string{"spec.hostDevices"}},
 		{"every blocker is named", spec(infrav1.EvictionLiveMigrate, func(s *infrav1.KubeVirtMachineSpec) {
 			s.Networks[0].Binding = infrav1.BridgeBinding
 			s.GPUs = []infrav1.GPU{{Name: "g", DeviceName: "nvidia.com/A10"}}
 		}), imported, []string{"spec.networks[0].binding", "spec.gpus", "spec.rootDisk.accessModes"}},
-		{"LiveMigrateIfPossible falls back to a shutdown", spec(infrav1.EvictionLiveMigrateIfPossible, func(s *infrav1.KubeVirtMachineSpec) { s.GPUs = []infrav1.GPU{{Name: "g", DeviceName: "nvidia.com/A10"}} }), imported, nil},
+		{"LiveMigrateIfPossible falls back to a shutdown", spec(infrav1.EvictionLiveMigrateIfPossible, func(s *infrav1.KubeVirtMachineSpec) {
+			s.GPUs = []infrav1.GPU{{Name: "g", DeviceName: "nvidia.com/A10"}}
+		}), imported, nil},
 		{"None shuts down", spec(infrav1.EvictionNone), imported, nil},
 		{"External leaves it to the provider", spec(infrav1.EvictionExternal), imported, nil},
 		{"unset leaves it to the cluster's default", spec(""), imported, nil},
