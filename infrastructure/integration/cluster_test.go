@@ -18,11 +18,13 @@ package integration
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	. "github.com/onsi/gomega"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	kubevirtv1 "kubevirt.io/api/core/v1"
@@ -103,10 +105,12 @@ func TestBesideCAPK(t *testing.T) {
 	foreign := &kubevirtv1.VirtualMachine{
 		ObjectMeta: metav1.ObjectMeta{Name: "shared-name", Namespace: tc.namespace, Labels: map[string]string{"cluster.x-k8s.io/role": "worker"}},
 		Spec: kubevirtv1.VirtualMachineSpec{RunStrategy: ptr.To(kubevirtv1.RunStrategyAlways), Template: &kubevirtv1.VirtualMachineInstanceTemplateSpec{
-			Spec: kubevirtv1.VirtualMachineInstanceSpec{Domain: kubevirtv1.DomainSpec{Devices: kubevirtv1.Devices{}}}}},
+			Spec: kubevirtv1.VirtualMachineInstanceSpec{Domain: kubevirtv1.DomainSpec{
+				Memory:  &kubevirtv1.Memory{Guest: ptr.To(resource.MustParse("1Gi"))},
+				Devices: kubevirtv1.Devices{}}}}},
 	}
 	g.Expect(c.Create(ctx, foreign)).To(Succeed())
-	version := foreign.ResourceVersion
+	labels := foreign.Labels
 
 	kvm := tc.machine(t, "shared-name", containerDiskSpec())
 	g.Eventually(func(g Gomega) {
@@ -114,10 +118,27 @@ func TestBesideCAPK(t *testing.T) {
 		cond := expectCondition(g, kvm, infrav1.ReadyCondition, metav1.ConditionFalse, infrav1.NameConflictReason)
 		g.Expect(cond.Message).To(Equal("VirtualMachine shared-name exists and is not controlled by this KubeVirtMachine"))
 	}).Should(Succeed())
+	// KubeVirt runs the foreign VM and writes it; the provider never does.
 	g.Expect(c.Get(ctx, client.ObjectKeyFromObject(foreign), foreign)).To(Succeed())
-	g.Expect(foreign.ResourceVersion).To(Equal(version), "the foreign VM is untouched")
+	g.Expect(foreign.Labels).To(Equal(labels))
+	g.Expect(foreign.OwnerReferences).To(BeEmpty())
+	g.Expect(vmWrites(tc.namespace, foreign.Name)).To(BeEmpty(), "the foreign VM is untouched")
 
 	g.Expect(c.Delete(ctx, kvm)).To(Succeed())
 	g.Eventually(gone(kvm)).Should(BeTrue())
 	g.Expect(c.Get(ctx, client.ObjectKeyFromObject(foreign), foreign)).To(Succeed(), "deleting our machine leaves the foreign VM")
+	g.Expect(foreign.DeletionTimestamp.IsZero()).To(BeTrue(), "deleting our machine leaves the foreign VM")
+	g.Expect(vmWrites(tc.namespace, foreign.Name)).To(BeEmpty(), "the foreign VM is untouched")
+}
+
+// vmWrites returns the controllers' writes to a VirtualMachine or its
+// instance.
+func vmWrites(namespace, name string) []string {
+	var out []string
+	for _, w := range controllerWrites.in(namespace) {
+		if w.name == name && (strings.HasPrefix(w.resource, "virtualmachines") || strings.HasPrefix(w.resource, "virtualmachineinstances")) {
+			out = append(out, w.String())
+		}
+	}
+	return out
 }

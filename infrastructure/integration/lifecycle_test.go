@@ -36,8 +36,9 @@ import (
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
 )
 
-// kubevirtFinalizer stands for the finalizers KubeVirt and CDI hold while
-// they shut a VM down and release its disks.
+// kubevirtFinalizer holds a VM, instance or DataVolume past KubeVirt's and
+// CDI's own finalizers, which release them within moments: the test lets
+// each go when it has checked that the machine still waits for it.
 const kubevirtFinalizer = "test.kubevirt.io/shutdown"
 
 func addFinalizer(t *testing.T, obj client.Object) {
@@ -68,9 +69,10 @@ func gone(obj client.Object) func() bool {
 	}
 }
 
-// TestDeletionWaitsForVMInstanceAndDisks holds the VM, its instance and its
-// DataVolume with finalizers, as KubeVirt and CDI do while they shut down,
-// and checks that the machine keeps its finalizer until each one is gone.
+// TestDeletionWaitsForVMInstanceAndDisks holds the running VM, its instance
+// and its DataVolume with finalizers, as KubeVirt and CDI do while they shut
+// down (only longer), and checks that the machine keeps its finalizer until
+// each one is gone.
 func TestDeletionWaitsForVMInstanceAndDisks(t *testing.T) {
 	t.Parallel()
 	tc := newCluster(t)
@@ -81,7 +83,8 @@ func TestDeletionWaitsForVMInstanceAndDisks(t *testing.T) {
 	spec.RootDisk = &infrav1.RootDisk{Size: ptr.To(resource.MustParse("10Gi"))}
 	kvm := tc.machine(t, "deleted", spec)
 	vm := waitForVM(t, kvm)
-	vmi := startInstance(t, vm, "10.244.2.1")
+	expectReady(t, kvm, metav1.ConditionTrue, infrav1.ReadyReason)
+	vmi := &kubevirtv1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Name: "deleted", Namespace: tc.namespace}}
 	dv := &cdiv1.DataVolume{ObjectMeta: metav1.ObjectMeta{Name: "deleted-root", Namespace: tc.namespace}}
 	for _, obj := range []client.Object{vm, vmi, dv} {
 		addFinalizer(t, obj)
@@ -96,15 +99,17 @@ func TestDeletionWaitsForVMInstanceAndDisks(t *testing.T) {
 		g.Expect(c.Get(ctx, client.ObjectKeyFromObject(kvm), kvm)).To(Succeed())
 		cond := expectCondition(g, kvm, infrav1.ReadyCondition, metav1.ConditionFalse, infrav1.DeletingReason)
 		g.Expect(cond.Message).To(Equal("Waiting for VirtualMachine deleted, VirtualMachineInstance deleted, DataVolume deleted-root to be deleted"))
-	}).Should(Succeed())
+	}).Should(Succeed(), func() string { return describe(tc.namespace) })
 
-	for i, obj := range []client.Object{vm, vmi, dv} {
+	// KubeVirt keeps a VM until its instance is gone: release the
+	// instance first.
+	for i, obj := range []client.Object{vmi, vm, dv} {
 		g.Consistently(func(g Gomega) {
 			g.Expect(c.Get(ctx, client.ObjectKeyFromObject(kvm), kvm)).To(Succeed())
 			g.Expect(kvm.Finalizers).To(ContainElement(infrav1.MachineFinalizer))
 		}).WithTimeout(time.Second).Should(Succeed(), "finalizer kept while %d objects remain", 3-i)
 		removeFinalizer(t, obj)
-		g.Eventually(gone(obj)).Should(BeTrue())
+		g.Eventually(gone(obj)).Should(BeTrue(), func() string { return describe(tc.namespace) })
 	}
 	g.Eventually(gone(kvm)).Should(BeTrue(), "the finalizer is released once everything is gone")
 	for _, name := range []string{"deleted-userdata", "deleted-import-ca"} {
@@ -149,15 +154,8 @@ func TestRestartNeverDuplicatesTheVM(t *testing.T) {
 	defer second.stop()
 
 	for _, kvm := range machines {
-		vm := waitForVM(t, kvm)
-		startInstance(t, vm, "10.244.3.1")
+		expectReady(t, kvm, metav1.ConditionTrue, infrav1.ReadyReason)
 	}
-	g.Eventually(func(g Gomega) {
-		for _, kvm := range machines {
-			g.Expect(c.Get(ctx, client.ObjectKeyFromObject(kvm), kvm)).To(Succeed())
-			expectCondition(g, kvm, infrav1.ReadyCondition, metav1.ConditionTrue, infrav1.ReadyReason)
-		}
-	}).Should(Succeed())
 	vms := &kubevirtv1.VirtualMachineList{}
 	g.Expect(c.List(ctx, vms, client.InNamespace(tc.namespace))).To(Succeed())
 	g.Expect(vms.Items).To(HaveLen(len(machines)))
@@ -168,41 +166,46 @@ func TestRestartNeverDuplicatesTheVM(t *testing.T) {
 
 // TestIdleObjectsAreNotRewritten leaves a provisioned machine, a resolved
 // template and a provisioned cluster alone through several cache resyncs:
-// no resourceVersion may change, so the controllers do not hot-loop.
+// no resourceVersion of theirs may change, so the controllers do not
+// hot-loop, and the controllers send no write at all to the namespace, so
+// they do not rewrite the VM, its instance or its DataVolume either (which
+// KubeVirt and CDI may write).
 func TestIdleObjectsAreNotRewritten(t *testing.T) {
 	tc := newCluster(t)
 	g := NewWithT(t)
 	ctx := context.Background()
+	goldenImage(t, tc.namespace, "golden")
 	spec := containerDiskSpec()
 	spec.Image = &infrav1.ImageSource{Clone: &infrav1.CloneSource{Kind: infrav1.CloneFromDataSource, Name: "golden"}}
 	kvm := tc.machine(t, "idle", spec)
-	vm := waitForVM(t, kvm)
-	dv := &cdiv1.DataVolume{ObjectMeta: metav1.ObjectMeta{Name: "idle-root", Namespace: tc.namespace}}
-	setDataVolumeStatus(t, dv, cdiv1.Succeeded, "100.0%", 0)
-	vmi := startInstance(t, vm, "10.244.4.1")
 	tmpl := classlessTemplate(tc.namespace, "idle", containerDiskSpec())
 	g.Expect(c.Create(ctx, tmpl)).To(Succeed())
 	kc := newKubeVirtCluster(t, tc)
+	// Every object's last step written: its conditions and its other
+	// status fields, which Cluster API's patch helper sends apart.
+	expectProvisioned(t, kvm)
 	g.Eventually(func(g Gomega) {
-		g.Expect(c.Get(ctx, client.ObjectKeyFromObject(kvm), kvm)).To(Succeed())
-		expectCondition(g, kvm, infrav1.ReadyCondition, metav1.ConditionTrue, infrav1.ReadyReason)
 		g.Expect(c.Get(ctx, client.ObjectKeyFromObject(tmpl), tmpl)).To(Succeed())
 		g.Expect(tmpl.Status.Resolved).NotTo(BeNil())
+		expectCondition(g, tmpl, infrav1.ResolvedCondition, metav1.ConditionTrue, infrav1.ResolvedReason)
 		g.Expect(c.Get(ctx, client.ObjectKeyFromObject(kc), kc)).To(Succeed())
 		g.Expect(kc.Status.Initialization.Provisioned).To(Equal(ptr.To(true)))
+		expectCondition(g, kc, infrav1.ReadyCondition, metav1.ConditionTrue, infrav1.ReadyReason)
 	}).Should(Succeed())
 
-	objects := []client.Object{kvm, tmpl, kc, vm, vmi, dv,
+	objects := []client.Object{kvm, tmpl, kc,
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "idle-userdata", Namespace: tc.namespace}}}
 	versions := make([]string, len(objects))
 	for i, obj := range objects {
 		g.Expect(c.Get(ctx, client.ObjectKeyFromObject(obj), obj)).To(Succeed())
 		versions[i] = obj.GetResourceVersion()
 	}
+	writes := len(controllerWrites.in(tc.namespace))
 	g.Consistently(func(g Gomega) {
 		for i, obj := range objects {
 			g.Expect(c.Get(ctx, client.ObjectKeyFromObject(obj), obj)).To(Succeed())
 			g.Expect(obj.GetResourceVersion()).To(Equal(versions[i]), "%T %s was rewritten while idle", obj, obj.GetName())
 		}
+		g.Expect(names(controllerWrites.in(tc.namespace)[writes:])).To(BeEmpty(), "the controllers wrote while idle")
 	}).WithTimeout(2*syncPeriod + time.Second).Should(Succeed())
 }

@@ -30,16 +30,21 @@ import (
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/utils/ptr"
 	kubevirtv1 "kubevirt.io/api/core/v1"
+	instancetypev1beta1 "kubevirt.io/api/instancetype/v1beta1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
+	cdisim "github.com/cozystack/cluster-api-workers/test/sim/cdi"
+	"github.com/cozystack/cluster-api-workers/test/sim/fault"
 )
 
 // caBundle is a self-signed CA certificate, as an image factory behind a
@@ -62,7 +67,8 @@ func caBundle(t *testing.T) string {
 // TestMachineImageSourcesAndDatasources creates a machine for each image
 // source and datasource and checks that every object is accepted by the real
 // CRD schemas with strict field validation (the controller's client is
-// strict) and carries the bootstrap data unchanged.
+// strict) and by KubeVirt's admission, carries the bootstrap data unchanged,
+// and that the disk's state reaches the machine's conditions as CDI moves it.
 func TestMachineImageSourcesAndDatasources(t *testing.T) {
 	t.Parallel()
 	tc := newCluster(t)
@@ -79,11 +85,14 @@ func TestMachineImageSourcesAndDatasources(t *testing.T) {
 		cloudInit := volumeNamed(vm, "cloudinit")
 		g.Expect(cloudInit.CloudInitNoCloud).To(Equal(&kubevirtv1.CloudInitNoCloudSource{UserDataSecretRef: &corev1.LocalObjectReference{Name: "cd-nocloud-userdata"}}))
 		expectUserData(t, kvm)
-		g.Eventually(func(g Gomega) {
-			g.Expect(c.Get(ctx, client.ObjectKeyFromObject(kvm), kvm)).To(Succeed())
-			expectCondition(g, kvm, infrav1.BootDiskReadyCondition, metav1.ConditionTrue, infrav1.ContainerDiskReason)
-			expectCondition(g, kvm, infrav1.ReadyCondition, metav1.ConditionUnknown, infrav1.ProvisioningReason)
-		}).Should(Succeed())
+		expectReady(t, kvm, metav1.ConditionTrue, infrav1.ReadyReason)
+		expectCondition(g, kvm, infrav1.BootDiskReadyCondition, metav1.ConditionTrue, infrav1.ContainerDiskReason)
+		// Until KubeVirt ran the instance, the machine was provisioning:
+		// the reconcile that created the VM saw no instance yet.
+		g.Expect(reportedConditions(kvm)).To(ContainElement(SatisfyAll(
+			ContainElement(conditionMatching(infrav1.BootDiskReadyCondition, metav1.ConditionTrue, infrav1.ContainerDiskReason, Not(BeEmpty()))),
+			ContainElement(conditionMatching(infrav1.ReadyCondition, metav1.ConditionUnknown, infrav1.ProvisioningReason, Equal("Waiting for KubeVirt to start the VirtualMachineInstance"))),
+		)), func() string { return describeWrites(kvm) })
 	})
 
 	t.Run("container disk with ConfigDrive", func(t *testing.T) {
@@ -107,6 +116,9 @@ func TestMachineImageSourcesAndDatasources(t *testing.T) {
 		spec.Image = &infrav1.ImageSource{HTTPImport: &infrav1.HTTPImportSource{
 			URL: "https://factory.example.com/image/abc/v1.13.6/nocloud-amd64.raw.xz", CABundle: testCABundle}}
 		spec.RootDisk = &infrav1.RootDisk{Size: ptr.To(resource.MustParse("20Gi")), StorageClassName: "replicated"}
+		// Each of the importer's progress steps lasts seconds, far longer
+		// than the controller's once-a-second limit per machine.
+		stack.CDI.SlowImports(fault.Named(key(tc.namespace, "http-import-root")), 1, slowImport)
 		kvm := tc.machine(t, "http-import", spec)
 		vm := waitForVM(t, kvm)
 		g.Expect(volumeNamed(vm, "root").DataVolume).To(Equal(&kubevirtv1.DataVolumeSource{Name: "http-import-root"}))
@@ -119,41 +131,44 @@ func TestMachineImageSourcesAndDatasources(t *testing.T) {
 		g.Expect(c.Get(ctx, key(tc.namespace, "http-import-import-ca"), ca)).To(Succeed())
 		g.Expect(ca.Data).To(HaveKeyWithValue("ca.pem", testCABundle))
 
-		setDataVolumeStatus(t, dv, cdiv1.ImportInProgress, "42.50%", 0)
-		g.Eventually(func(g Gomega) {
-			g.Expect(c.Get(ctx, client.ObjectKeyFromObject(kvm), kvm)).To(Succeed())
-			cond := expectCondition(g, kvm, infrav1.BootDiskReadyCondition, metav1.ConditionUnknown, infrav1.ImportingReason)
-			g.Expect(cond.Message).To(Equal("DataVolume http-import-root: ImportInProgress, 42.50%"))
-			expectCondition(g, kvm, infrav1.ReadyCondition, metav1.ConditionUnknown, infrav1.ImportingReason)
-		}).Should(Succeed())
-
-		setDataVolumeStatus(t, dv, cdiv1.Succeeded, "100.0%", 0)
+		importing := MatchRegexp(`^DataVolume http-import-root: ImportInProgress, [0-9]+\.[0-9]{2}%$`)
+		g.Eventually(func() [][]metav1.Condition { return reportedConditions(kvm) }).WithTimeout(slowImport+time.Minute).Should(ContainElement(SatisfyAll(
+			ContainElement(conditionMatching(infrav1.BootDiskReadyCondition, metav1.ConditionUnknown, infrav1.ImportingReason, importing)),
+			ContainElement(conditionMatching(infrav1.ReadyCondition, metav1.ConditionUnknown, infrav1.ImportingReason, importing)),
+		)), func() string { return describeWrites(kvm) + describe(tc.namespace) })
 		g.Eventually(func(g Gomega) {
 			g.Expect(c.Get(ctx, client.ObjectKeyFromObject(kvm), kvm)).To(Succeed())
 			expectCondition(g, kvm, infrav1.BootDiskReadyCondition, metav1.ConditionTrue, infrav1.DiskReadyReason)
-		}).Should(Succeed())
+		}).WithTimeout(slowImport+time.Minute).Should(Succeed(), func() string { return describe(tc.namespace) })
+		expectReady(t, kvm, metav1.ConditionTrue, infrav1.ReadyReason)
 	})
 
 	t.Run("clone of a golden DataSource", func(t *testing.T) {
 		t.Parallel()
 		g := NewWithT(t)
+		goldenImage(t, "cozy-golden", "talos-v1-13-6")
 		spec := containerDiskSpec()
 		spec.Image = &infrav1.ImageSource{Clone: &infrav1.CloneSource{Kind: infrav1.CloneFromDataSource, Namespace: "cozy-golden", Name: "talos-v1-13-6"}}
+		stack.CDI.SlowImports(fault.Named(key(tc.namespace, "clone-ds-root")), 1, slowImport)
 		kvm := tc.machine(t, "clone-ds", spec)
 		waitForVM(t, kvm)
 		dv := &cdiv1.DataVolume{}
 		g.Expect(c.Get(ctx, key(tc.namespace, "clone-ds-root"), dv)).To(Succeed())
 		g.Expect(dv.Spec.SourceRef).To(Equal(&cdiv1.DataVolumeSourceRef{Kind: "DataSource", Namespace: ptr.To("cozy-golden"), Name: "talos-v1-13-6"}))
-		setDataVolumeStatus(t, dv, cdiv1.CSICloneInProgress, "", 0)
+		g.Eventually(func() [][]metav1.Condition { return reportedConditions(kvm) }).WithTimeout(slowImport+time.Minute).Should(ContainElement(
+			ContainElement(conditionMatching(infrav1.BootDiskReadyCondition, metav1.ConditionUnknown, infrav1.CloningReason,
+				MatchRegexp(`^DataVolume clone-ds-root: CloneInProgress`)))),
+			func() string { return describeWrites(kvm) + describe(tc.namespace) })
 		g.Eventually(func(g Gomega) {
 			g.Expect(c.Get(ctx, client.ObjectKeyFromObject(kvm), kvm)).To(Succeed())
-			expectCondition(g, kvm, infrav1.BootDiskReadyCondition, metav1.ConditionUnknown, infrav1.CloningReason)
-		}).Should(Succeed())
+			expectCondition(g, kvm, infrav1.BootDiskReadyCondition, metav1.ConditionTrue, infrav1.DiskReadyReason)
+		}).WithTimeout(slowImport+time.Minute).Should(Succeed(), func() string { return describe(tc.namespace) })
 	})
 
 	t.Run("clone of a golden PVC", func(t *testing.T) {
 		t.Parallel()
 		g := NewWithT(t)
+		goldenImage(t, tc.namespace, "golden")
 		spec := containerDiskSpec()
 		spec.Image = &infrav1.ImageSource{Clone: &infrav1.CloneSource{Kind: infrav1.CloneFromPersistentVolumeClaim, Name: "golden"}}
 		kvm := tc.machine(t, "clone-pvc", spec)
@@ -161,6 +176,8 @@ func TestMachineImageSourcesAndDatasources(t *testing.T) {
 		dv := &cdiv1.DataVolume{}
 		g.Expect(c.Get(ctx, key(tc.namespace, "clone-pvc-root"), dv)).To(Succeed())
 		g.Expect(dv.Spec.Source.PVC).To(Equal(&cdiv1.DataVolumeSourcePVC{Namespace: tc.namespace, Name: "golden"}))
+		expectReady(t, kvm, metav1.ConditionTrue, infrav1.ReadyReason)
+		expectCondition(g, kvm, infrav1.BootDiskReadyCondition, metav1.ConditionTrue, infrav1.DiskReadyReason)
 	})
 
 	t.Run("a bootstrap Secret without the cluster-name label is read past the cache", func(t *testing.T) {
@@ -173,45 +190,109 @@ func TestMachineImageSourcesAndDatasources(t *testing.T) {
 	})
 }
 
+// slowImport is how long the imports and clones whose progress a test
+// follows take: four progress steps of a few seconds each.
+const slowImport = 20 * time.Second
+
+// shapedInstancetype is the cluster instancetype the shaped machine names.
+// It sizes the VM and leaves the GPUs to the machine's spec: KubeVirt's
+// admission refuses a VM that sets what its instancetype sets.
+func shapedInstancetype(t *testing.T) *instancetypev1beta1.VirtualMachineClusterInstancetype {
+	t.Helper()
+	it := &instancetypev1beta1.VirtualMachineClusterInstancetype{
+		ObjectMeta: metav1.ObjectMeta{Name: "gn1.xlarge"},
+		Spec: instancetypev1beta1.VirtualMachineInstancetypeSpec{
+			CPU:    instancetypev1beta1.CPUInstancetype{Guest: 4},
+			Memory: instancetypev1beta1.MemoryInstancetype{Guest: resource.MustParse("16Gi")},
+		},
+	}
+	NewWithT(t).Expect(c.Create(context.Background(), it)).To(Succeed())
+	t.Cleanup(func() { _ = c.Delete(context.Background(), it) })
+	return it
+}
+
+// multusNetwork installs Multus's NetworkAttachmentDefinition CRD and the
+// network a machine attaches to: virt-controller reads it to render the
+// launcher Pod.
+func multusNetwork(t *testing.T, namespace, name string) {
+	t.Helper()
+	g := NewWithT(t)
+	ctx := context.Background()
+	crd := &apiextensionsv1.CustomResourceDefinition{
+		ObjectMeta: metav1.ObjectMeta{Name: "network-attachment-definitions.k8s.cni.cncf.io"},
+		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
+			Group: "k8s.cni.cncf.io",
+			Names: apiextensionsv1.CustomResourceDefinitionNames{Plural: "network-attachment-definitions", Singular: "network-attachment-definition",
+				Kind: "NetworkAttachmentDefinition", ListKind: "NetworkAttachmentDefinitionList", ShortNames: []string{"net-attach-def"}},
+			Scope: apiextensionsv1.NamespaceScoped,
+			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{Name: "v1", Served: true, Storage: true,
+				Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{Type: "object",
+					Properties: map[string]apiextensionsv1.JSONSchemaProps{"spec": {Type: "object", Properties: map[string]apiextensionsv1.JSONSchemaProps{
+						"config": {Type: "string"}}}}}}}},
+		},
+	}
+	g.Expect(client.IgnoreAlreadyExists(c.Create(ctx, crd))).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		g.Expect(c.Get(ctx, client.ObjectKeyFromObject(crd), crd)).To(Succeed())
+		g.Expect(crd.Status.Conditions).To(ContainElement(And(
+			HaveField("Type", apiextensionsv1.Established), HaveField("Status", apiextensionsv1.ConditionTrue))))
+	}).Should(Succeed())
+	g.Expect(client.IgnoreAlreadyExists(c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}))).To(Succeed())
+	nad := &unstructured.Unstructured{}
+	nad.SetAPIVersion("k8s.cni.cncf.io/v1")
+	nad.SetKind("NetworkAttachmentDefinition")
+	nad.SetNamespace(namespace)
+	nad.SetName(name)
+	g.Expect(unstructured.SetNestedField(nad.Object, `{"cniVersion": "0.3.1", "type": "bridge", "bridge": "br-storage"}`, "spec", "config")).To(Succeed())
+	g.Eventually(func() error { return client.IgnoreAlreadyExists(c.Create(ctx, nad)) }).Should(Succeed())
+}
+
 // TestMachineShape checks GPUs, host devices, instancetypes, networks and the
-// failure domain on a real VirtualMachine.
+// failure domain on a real VirtualMachine, which KubeVirt runs on the node
+// of that zone with the devices.
 func TestMachineShape(t *testing.T) {
 	t.Parallel()
 	tc := newCluster(t)
 	g := NewWithT(t)
+	shapedInstancetype(t)
+	multusNetwork(t, "infra", "storage")
 	spec := containerDiskSpec()
 	spec.CPU, spec.Memory = nil, nil
 	spec.Instancetype = &infrav1.InstancetypeReference{Name: "gn1.xlarge"}
 	spec.Preference = &infrav1.PreferenceReference{Name: "linux"}
-	spec.GPUs = []infrav1.GPU{{Name: "gpu1", DeviceName: "nvidia.com/GA102GL_A10"}}
-	spec.HostDevices = []infrav1.HostDevice{{Name: "nic", DeviceName: "intel.com/E810"}}
+	spec.GPUs = []infrav1.GPU{{Name: "gpu1", DeviceName: gpuResource}}
+	spec.HostDevices = []infrav1.HostDevice{{Name: "nic", DeviceName: hostDeviceResource}}
 	spec.Networks = []infrav1.Network{{Name: "pod", Pod: &infrav1.PodNetwork{}}, {Name: "storage", Multus: &infrav1.MultusNetwork{NetworkName: "infra/storage"}}}
 	spec.Tolerations = []corev1.Toleration{{Key: "gpu", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}
-	spec.EvictionStrategy = infrav1.EvictionLiveMigrate
+	// KubeVirt cannot live-migrate a VM with GPUs or host devices.
+	spec.EvictionStrategy = infrav1.EvictionLiveMigrateIfPossible
 	kvm := tc.machine(t, "shaped", spec, func(m *clusterv1.Machine, _ *infrav1.KubeVirtMachine, _ *corev1.Secret) {
-		m.Spec.FailureDomain = "zone-b"
+		m.Spec.FailureDomain = zoneB
 	})
 	vm := waitForVM(t, kvm)
-	g.Expect(vm.Spec.Instancetype).To(Equal(&kubevirtv1.InstancetypeMatcher{Kind: "VirtualMachineClusterInstancetype", Name: "gn1.xlarge"}))
-	g.Expect(vm.Spec.Preference).To(Equal(&kubevirtv1.PreferenceMatcher{Kind: "VirtualMachineClusterPreference", Name: "linux"}))
+	// virt-controller records the instancetype's revision in the matcher.
+	g.Expect(vm.Spec.Instancetype).NotTo(BeNil())
+	g.Expect(vm.Spec.Instancetype.Kind).To(Equal("VirtualMachineClusterInstancetype"))
+	g.Expect(vm.Spec.Instancetype.Name).To(Equal("gn1.xlarge"))
+	g.Expect(vm.Spec.Preference).NotTo(BeNil())
+	g.Expect(vm.Spec.Preference.Kind).To(Equal("VirtualMachineClusterPreference"))
+	g.Expect(vm.Spec.Preference.Name).To(Equal("linux"))
 	devices := vm.Spec.Template.Spec.Domain.Devices
-	g.Expect(devices.GPUs).To(Equal([]kubevirtv1.GPU{{Name: "gpu1", DeviceName: "nvidia.com/GA102GL_A10"}}))
-	g.Expect(devices.HostDevices).To(Equal([]kubevirtv1.HostDevice{{Name: "nic", DeviceName: "intel.com/E810"}}))
+	g.Expect(devices.GPUs).To(Equal([]kubevirtv1.GPU{{Name: "gpu1", DeviceName: gpuResource}}))
+	g.Expect(devices.HostDevices).To(Equal([]kubevirtv1.HostDevice{{Name: "nic", DeviceName: hostDeviceResource}}))
 	g.Expect(vm.Spec.Template.Spec.Networks).To(HaveLen(2))
 	g.Expect(vm.Spec.Template.Spec.Tolerations).To(Equal(spec.Tolerations))
-	g.Expect(vm.Spec.Template.Spec.EvictionStrategy).To(Equal(ptr.To(kubevirtv1.EvictionStrategyLiveMigrate)))
+	g.Expect(vm.Spec.Template.Spec.EvictionStrategy).To(Equal(ptr.To(kubevirtv1.EvictionStrategyLiveMigrateIfPossible)))
 	g.Expect(vm.Spec.Template.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms).To(Equal(
-		[]corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: corev1.LabelTopologyZone, Operator: corev1.NodeSelectorOpIn, Values: []string{"zone-b"}}}}}))
-	// The failure domain is reported with the provisioned machine.
-	startInstance(t, vm, "10.244.2.9")
-	g.Eventually(func(g Gomega) {
-		g.Expect(c.Get(context.Background(), client.ObjectKeyFromObject(kvm), kvm)).To(Succeed())
-		g.Expect(kvm.Status.Initialization.Provisioned).To(Equal(ptr.To(true)))
-		g.Expect(kvm.Status.FailureDomain).To(Equal("zone-b"))
-	}).Should(Succeed())
+		[]corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: corev1.LabelTopologyZone, Operator: corev1.NodeSelectorOpIn, Values: []string{zoneB}}}}}))
+	// The failure domain is reported with the provisioned machine, on the
+	// node of that zone.
+	expectProvisioned(t, kvm)
+	g.Expect(kvm.Status.FailureDomain).To(Equal(zoneB))
+	g.Expect(kvm.Status.NodeName).To(Equal("infra-b"))
 }
 
-// TestMachineProvisioning plays KubeVirt starting the VM and checks the
+// TestMachineProvisioning lets KubeVirt start the VM and checks the
 // contract fields Cluster API reads.
 func TestMachineProvisioning(t *testing.T) {
 	t.Parallel()
@@ -219,18 +300,20 @@ func TestMachineProvisioning(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	kvm := tc.machine(t, "provisioned", containerDiskSpec())
-	vm := waitForVM(t, kvm)
+	waitForVM(t, kvm)
 	g.Expect(kvm.Spec.ProviderID).To(BeEmpty())
-	vmi := startInstance(t, vm, "10.244.1.7")
+	expectReady(t, kvm, metav1.ConditionTrue, infrav1.ReadyReason)
+	vmi := runningInstance(t, kvm)
+	g.Expect(vmi.Status.NodeName).To(BeElementOf("infra-a", "infra-b"))
 	g.Eventually(func(g Gomega) {
 		g.Expect(c.Get(ctx, client.ObjectKeyFromObject(kvm), kvm)).To(Succeed())
 		g.Expect(kvm.Spec.ProviderID).To(Equal("kubevirt://provisioned"))
 		g.Expect(kvm.Status.Initialization.Provisioned).To(Equal(ptr.To(true)))
 		g.Expect(kvm.Status.ProvisionedInstanceUID).To(Equal(string(vmi.UID)))
-		g.Expect(kvm.Status.NodeName).To(Equal("infra-node-1"))
+		g.Expect(kvm.Status.NodeName).To(Equal(vmi.Status.NodeName))
 		g.Expect(kvm.Status.Addresses).To(Equal([]clusterv1.MachineAddress{
 			{Type: clusterv1.MachineHostName, Address: "provisioned"},
-			{Type: clusterv1.MachineInternalIP, Address: "10.244.1.7"},
+			{Type: clusterv1.MachineInternalIP, Address: vmi.Status.Interfaces[0].IP},
 		}))
 		expectCondition(g, kvm, infrav1.VirtualMachineProvisionedCondition, metav1.ConditionTrue, infrav1.ProvisionedReason)
 		expectCondition(g, kvm, infrav1.ReadyCondition, metav1.ConditionTrue, infrav1.ReadyReason)
@@ -238,48 +321,52 @@ func TestMachineProvisioning(t *testing.T) {
 }
 
 // TestMachineFailureConditions drives each failure a MachineHealthCheck acts
-// on and checks it reaches Ready=False with its reason.
+// on, through the stand-ins' faults or as a user would, and checks it
+// reaches Ready=False with its reason.
 func TestMachineFailureConditions(t *testing.T) {
 	t.Parallel()
 	tc := newCluster(t)
 	ctx := context.Background()
-
-	expectReady := func(t *testing.T, kvm *infrav1.KubeVirtMachine, status metav1.ConditionStatus, reason string) {
-		t.Helper()
-		NewWithT(t).Eventually(func(g Gomega) {
-			g.Expect(c.Get(ctx, client.ObjectKeyFromObject(kvm), kvm)).To(Succeed())
-			expectCondition(g, kvm, infrav1.ReadyCondition, status, reason)
-		}).Should(Succeed())
-	}
+	goldenImage(t, tc.namespace, "golden")
 
 	t.Run("a failed import", func(t *testing.T) {
 		t.Parallel()
+		g := NewWithT(t)
 		spec := containerDiskSpec()
 		spec.Image = &infrav1.ImageSource{HTTPImport: &infrav1.HTTPImportSource{URL: "https://factory.example.com/missing.raw.xz"}}
 		spec.RootDisk = &infrav1.RootDisk{Size: ptr.To(resource.MustParse("10Gi"))}
+		// The importer fails every run, each after a few seconds: the
+		// restarts below the limit stay long enough to be seen.
+		dvKey := key(tc.namespace, "import-fails-root")
+		stack.CDI.FailImports(fault.Named(dvKey), 1)
+		stack.CDI.SlowImports(fault.Named(dvKey), 1, slowImport)
 		kvm := tc.machine(t, "import-fails", spec)
 		waitForVM(t, kvm)
+		// An importer that restarted fewer times than the limit is still
+		// importing.
 		dv := &cdiv1.DataVolume{}
-		NewWithT(t).Expect(c.Get(ctx, key(tc.namespace, "import-fails-root"), dv)).To(Succeed())
-		setDataVolumeStatus(t, dv, cdiv1.ImportInProgress, "0.00%", 1)
-		expectReady(t, kvm, metav1.ConditionUnknown, infrav1.ImportingReason)
-		setDataVolumeStatus(t, dv, cdiv1.ImportInProgress, "0.00%", 3)
+		g.Eventually(func(g Gomega) {
+			g.Expect(c.Get(ctx, dvKey, dv)).To(Succeed())
+			g.Expect(dv.Status.RestartCount).To(BeNumerically(">=", 1))
+			g.Expect(dv.Status.RestartCount).To(BeNumerically("<", 3))
+			g.Expect(c.Get(ctx, client.ObjectKeyFromObject(kvm), kvm)).To(Succeed())
+			expectCondition(g, kvm, infrav1.ReadyCondition, metav1.ConditionUnknown, infrav1.ImportingReason)
+		}).Should(Succeed(), func() string { return describe(tc.namespace) })
 		expectReady(t, kvm, metav1.ConditionFalse, infrav1.ImportFailedReason)
+		g.Expect(conditionOf(kvm, infrav1.ReadyCondition).Message).To(ContainSubstring(cdisim.ImportFailureMessage))
 	})
 
 	t.Run("an unschedulable VM", func(t *testing.T) {
 		t.Parallel()
+		stack.Hosts.NeverSchedule(fault.Named(key(tc.namespace, "unschedulable")), 1)
 		kvm := tc.machine(t, "unschedulable", containerDiskSpec())
-		vm := waitForVM(t, kvm)
-		setVMStatus(t, vm, kubevirtv1.VirtualMachineStatusUnschedulable)
 		expectReady(t, kvm, metav1.ConditionFalse, infrav1.UnschedulableReason)
 	})
 
 	t.Run("a container disk that cannot be pulled", func(t *testing.T) {
 		t.Parallel()
+		stack.Hosts.FailPulls(fault.Named(key(tc.namespace, "image-pull")), 1)
 		kvm := tc.machine(t, "image-pull", containerDiskSpec())
-		vm := waitForVM(t, kvm)
-		setVMStatus(t, vm, kubevirtv1.VirtualMachineStatusImagePullBackOff)
 		expectReady(t, kvm, metav1.ConditionFalse, infrav1.ImagePullFailedReason)
 	})
 
@@ -289,12 +376,8 @@ func TestMachineFailureConditions(t *testing.T) {
 		spec.Image = &infrav1.ImageSource{Clone: &infrav1.CloneSource{Kind: infrav1.CloneFromDataSource, Name: "golden"}}
 		spec.RunStrategy = infrav1.RunOnce
 		kvm := tc.machine(t, "instance-fails", spec)
-		vm := waitForVM(t, kvm)
-		vmi := startInstance(t, vm, "10.244.1.8")
-		expectReady(t, kvm, metav1.ConditionUnknown, infrav1.DiskPendingReason)
-		vmi.Status.Phase = kubevirtv1.Failed
-		vmi.Status.Conditions = nil
-		NewWithT(t).Expect(c.Update(ctx, vmi)).To(Succeed())
+		expectReady(t, kvm, metav1.ConditionTrue, infrav1.ReadyReason)
+		NewWithT(t).Expect(stack.Hosts.Crash(client.ObjectKeyFromObject(kvm), "")).To(Succeed())
 		expectReady(t, kvm, metav1.ConditionFalse, infrav1.InstanceFailedReason)
 	})
 
@@ -302,19 +385,23 @@ func TestMachineFailureConditions(t *testing.T) {
 		t.Parallel()
 		g := NewWithT(t)
 		kvm := tc.machine(t, "ephemeral", containerDiskSpec())
-		vm := waitForVM(t, kvm)
-		first := startInstance(t, vm, "10.244.1.9")
-		expectReady(t, kvm, metav1.ConditionTrue, infrav1.ReadyReason)
-		// KubeVirt replaces the instance: a new UID on a blank container disk.
-		g.Expect(c.Delete(ctx, first)).To(Succeed())
-		g.Eventually(func() bool {
-			return apierrors.IsNotFound(c.Get(ctx, client.ObjectKeyFromObject(first), &kubevirtv1.VirtualMachineInstance{}))
-		}).Should(BeTrue())
-		second := startInstance(t, vm, "10.244.1.10")
-		g.Expect(second.UID).NotTo(Equal(first.UID))
+		expectProvisioned(t, kvm)
+		first := kvm.Status.ProvisionedInstanceUID
+		// The node loses the instance with its container disk; KubeVirt
+		// boots a new instance on a blank copy of the image.
+		g.Expect(stack.Hosts.LoseDisk(ctx, client.ObjectKeyFromObject(kvm))).To(Succeed())
 		expectReady(t, kvm, metav1.ConditionFalse, infrav1.EphemeralDiskLostReason)
-		g.Expect(conditionOf(kvm, infrav1.ReadyCondition).Message).To(ContainSubstring(string(first.UID)))
+		g.Expect(conditionOf(kvm, infrav1.ReadyCondition).Message).To(ContainSubstring(first))
 		g.Expect(kvm.Status.Initialization.Provisioned).To(Equal(ptr.To(true)), "provisioned is never reset")
+		// KubeVirt runs a new instance, which is not the one that booted
+		// the disk: the machine stays lost.
+		g.Eventually(func(g Gomega) {
+			vmi := &kubevirtv1.VirtualMachineInstance{}
+			g.Expect(c.Get(ctx, client.ObjectKeyFromObject(kvm), vmi)).To(Succeed())
+			g.Expect(string(vmi.UID)).NotTo(Equal(first))
+			g.Expect(vmi.Status.Phase).To(Equal(kubevirtv1.Running))
+		}).Should(Succeed(), func() string { return describe(tc.namespace) })
+		expectReady(t, kvm, metav1.ConditionFalse, infrav1.EphemeralDiskLostReason)
 	})
 
 	t.Run("a VM deleted after provisioning is reported, not recreated", func(t *testing.T) {
@@ -324,18 +411,66 @@ func TestMachineFailureConditions(t *testing.T) {
 		spec.Image = &infrav1.ImageSource{Clone: &infrav1.CloneSource{Kind: infrav1.CloneFromDataSource, Name: "golden"}}
 		kvm := tc.machine(t, "vm-deleted", spec)
 		vm := waitForVM(t, kvm)
-		dv := &cdiv1.DataVolume{}
-		g.Expect(c.Get(ctx, key(tc.namespace, "vm-deleted-root"), dv)).To(Succeed())
-		setDataVolumeStatus(t, dv, cdiv1.Succeeded, "100.0%", 0)
-		vmi := startInstance(t, vm, "10.244.1.11")
 		expectReady(t, kvm, metav1.ConditionTrue, infrav1.ReadyReason)
-		g.Expect(c.Delete(ctx, vmi)).To(Succeed())
+		// KubeVirt stops the instance before the VM goes.
 		g.Expect(c.Delete(ctx, vm)).To(Succeed())
 		expectReady(t, kvm, metav1.ConditionFalse, infrav1.VirtualMachineDeletedReason)
 		g.Consistently(func() bool {
 			return apierrors.IsNotFound(c.Get(ctx, client.ObjectKeyFromObject(vm), &kubevirtv1.VirtualMachine{}))
 		}).WithTimeout(syncPeriod+time.Second).Should(BeTrue(), "the VM is not recreated")
 	})
+}
+
+// TestPersistentDiskInstanceRestarts crashes the guest of a provisioned
+// machine on a cloned disk: KubeVirt (run strategy Always) fails the
+// instance, deletes it and starts another on the same disk. The disk keeps
+// the node's state, so the machine reports InstanceRestarting (Unknown,
+// never remediated) until the new instance is ready, never the first
+// boot's Provisioning, and then Provisioned again; the instance that first
+// became ready stays recorded.
+func TestPersistentDiskInstanceRestarts(t *testing.T) {
+	t.Parallel()
+	tc := newCluster(t)
+	g := NewWithT(t)
+	ctx := context.Background()
+	goldenImage(t, tc.namespace, "golden")
+	spec := containerDiskSpec()
+	spec.Image = &infrav1.ImageSource{Clone: &infrav1.CloneSource{Kind: infrav1.CloneFromDataSource, Name: "golden"}}
+	kvm := tc.machine(t, "restarts", spec)
+	expectProvisioned(t, kvm)
+	first := kvm.Status.ProvisionedInstanceUID
+	before := len(reportedConditions(kvm))
+
+	g.Expect(stack.Hosts.Crash(client.ObjectKeyFromObject(kvm), "")).To(Succeed())
+	// KubeVirt runs another instance, and the machine is ready on it.
+	g.Eventually(func(g Gomega) {
+		vmi := &kubevirtv1.VirtualMachineInstance{}
+		g.Expect(c.Get(ctx, client.ObjectKeyFromObject(kvm), vmi)).To(Succeed())
+		g.Expect(string(vmi.UID)).NotTo(Equal(first))
+		g.Expect(vmi.Status.Conditions).To(ContainElement(And(
+			HaveField("Type", kubevirtv1.VirtualMachineInstanceReady), HaveField("Status", corev1.ConditionTrue))))
+	}).Should(Succeed(), func() string { return describe(tc.namespace) })
+	g.Eventually(func(g Gomega) {
+		g.Expect(c.Get(ctx, client.ObjectKeyFromObject(kvm), kvm)).To(Succeed())
+		expectCondition(g, kvm, infrav1.ReadyCondition, metav1.ConditionTrue, infrav1.ReadyReason)
+		g.Expect(kvm.Status.NodeName).NotTo(BeEmpty())
+		// The reconcile that saw the new instance ready has written.
+		reported := reportedConditions(kvm)
+		g.Expect(len(reported)).To(BeNumerically(">", before))
+		g.Expect(reported[len(reported)-1]).To(ContainElement(conditionMatching(infrav1.ReadyCondition, metav1.ConditionTrue, infrav1.ReadyReason, Not(BeEmpty()))))
+	}).Should(Succeed(), func() string { return describeWrites(kvm) + describe(tc.namespace) })
+	g.Expect(kvm.Status.ProvisionedInstanceUID).To(Equal(first))
+	var restarting []metav1.Condition
+	for _, conds := range reportedConditions(kvm)[before:] {
+		for _, cond := range conds {
+			if cond.Type == infrav1.ReadyCondition && cond.Status != metav1.ConditionTrue {
+				restarting = append(restarting, cond)
+			}
+		}
+	}
+	g.Expect(restarting).NotTo(BeEmpty(), func() string { return describeWrites(kvm) })
+	g.Expect(restarting).To(HaveEach(conditionMatching(infrav1.ReadyCondition, metav1.ConditionUnknown, infrav1.InstanceRestartingReason, Not(BeEmpty()))),
+		func() string { return describeWrites(kvm) })
 }
 
 // TestMachineFromTemplate checks that a machine cloned from a class-less
@@ -412,30 +547,4 @@ func expectUserData(t *testing.T, kvm *infrav1.KubeVirtMachine) {
 	}).Should(Succeed())
 	g.Expect(secret.Data).To(Equal(map[string][]byte{"userdata": bootstrapData(kvm.Name)}))
 	g.Expect(metav1.IsControlledBy(secret, kvm)).To(BeTrue())
-}
-
-func setDataVolumeStatus(t *testing.T, dv *cdiv1.DataVolume, phase cdiv1.DataVolumePhase, progress string, restarts int32) {
-	t.Helper()
-	ctx := context.Background()
-	NewWithT(t).Eventually(func() error {
-		if err := c.Get(ctx, client.ObjectKeyFromObject(dv), dv); err != nil {
-			return err
-		}
-		dv.Status.Phase = phase
-		dv.Status.Progress = cdiv1.DataVolumeProgress(progress)
-		dv.Status.RestartCount = restarts
-		return c.Status().Update(ctx, dv)
-	}).Should(Succeed())
-}
-
-func setVMStatus(t *testing.T, vm *kubevirtv1.VirtualMachine, printable kubevirtv1.VirtualMachinePrintableStatus) {
-	t.Helper()
-	ctx := context.Background()
-	NewWithT(t).Eventually(func() error {
-		if err := c.Get(ctx, client.ObjectKeyFromObject(vm), vm); err != nil {
-			return err
-		}
-		vm.Status.PrintableStatus = printable
-		return c.Status().Update(ctx, vm)
-	}).Should(Succeed())
 }

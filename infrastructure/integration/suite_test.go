@@ -16,9 +16,14 @@ limitations under the License.
 
 // Package integration runs the KubeVirt provider's controllers and webhooks
 // against a real kube-apiserver with the real Cluster API, KubeVirt and CDI
-// CRD schemas. No KubeVirt or CDI controller runs: the tests play their part
-// by writing the status of VirtualMachineInstances and DataVolumes, and by
-// holding finalizers where those controllers would.
+// CRD schemas, and the infrastructure cluster of test/infra: KubeVirt's own
+// virt-api (which admits the provider's VirtualMachines) and
+// virt-controller drive every VirtualMachine, beside the stand-ins for the
+// node side and CDI. The tests never write a KubeVirt or CDI status: they
+// inject failures through the stand-ins' fault API (a failed import, an
+// unschedulable instance, an image that cannot be pulled, a crashed guest,
+// a lost node) or act as a user would (deleting a VM), and they hold
+// finalizers only to observe what the provider waits for.
 package integration
 
 import (
@@ -26,6 +31,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -39,6 +45,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
 	kubevirtv1 "kubevirt.io/api/core/v1"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -49,9 +56,28 @@ import (
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/infrastructure/setup"
 	"github.com/cozystack/cluster-api-workers/test/envtest"
+	"github.com/cozystack/cluster-api-workers/test/infra"
+	"github.com/cozystack/cluster-api-workers/test/kubevirt"
+	cdisim "github.com/cozystack/cluster-api-workers/test/sim/cdi"
+	kubevirtsim "github.com/cozystack/cluster-api-workers/test/sim/kubevirt"
 )
 
 const digestRef = "registry.example.com/workers/kairos-worker@sha256:1111111111111111111111111111111111111111111111111111111111111111"
+
+// The infrastructure nodes. Machines with a failure domain land in its
+// zone; only infra-b offers the GPU and the host device the shaped
+// machine asks for.
+const (
+	zoneA, zoneB       = "zone-a", "zone-b"
+	gpuResource        = "nvidia.com/GA102GL_A10"
+	hostDeviceResource = "intel.com/E810"
+)
+
+var infraNodes = []kubevirtsim.InfraNode{
+	{Name: "infra-a", Labels: map[string]string{corev1.LabelTopologyZone: zoneA}},
+	{Name: "infra-b", Labels: map[string]string{corev1.LabelTopologyZone: zoneB}, Allocatable: corev1.ResourceList{
+		gpuResource: resource.MustParse("8"), hostDeviceResource: resource.MustParse("8")}},
+}
 
 var (
 	env    *envtest.Environment
@@ -59,6 +85,9 @@ var (
 	// c creates and reads objects with strict field validation, so an
 	// object the real CRD schemas would prune fails the test instead.
 	c client.Client
+	// stack is the infrastructure cluster: KubeVirt's control plane and
+	// the node-side and CDI stand-ins, whose faults the tests inject.
+	stack *infra.Infra
 	// controllers is the running controller manager; tests restart it.
 	controllers atomic.Pointer[controllerManager]
 	managers    atomic.Int32
@@ -71,8 +100,8 @@ const syncPeriod = 2 * time.Second
 func TestMain(m *testing.M) {
 	flag.Parse()
 	// The tests mostly wait for the controllers' once-a-second rate limit
-	// per object, not for CPU: run more of them at once than there are
-	// cores, unless -parallel says otherwise.
+	// per object and for KubeVirt, not for CPU: run more of them at once
+	// than there are cores, unless -parallel says otherwise.
 	parallelSet := false
 	flag.Visit(func(f *flag.Flag) { parallelSet = parallelSet || f.Name == "test.parallel" })
 	if !parallelSet {
@@ -86,10 +115,12 @@ func TestMain(m *testing.M) {
 
 func run(m *testing.M) int {
 	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(zapLevel())))
-	SetDefaultEventuallyTimeout(30 * time.Second)
+	// Real KubeVirt starts VMs in seconds, but the suite shares two cores
+	// with virt-api, virt-controller, the apiserver and other builds.
+	SetDefaultEventuallyTimeout(90 * time.Second)
 	SetDefaultEventuallyPollingInterval(50 * time.Millisecond)
 	SetDefaultConsistentlyPollingInterval(100 * time.Millisecond)
-	for _, add := range []func(*runtime.Scheme) error{setup.AddToScheme, apiextensionsv1.AddToScheme} {
+	for _, add := range []func(*runtime.Scheme) error{setup.AddToScheme, infra.AddToScheme, apiextensionsv1.AddToScheme} {
 		if err := add(scheme); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
@@ -116,6 +147,20 @@ func run(m *testing.M) int {
 		}
 	}()
 	c = client.WithFieldValidation(env.Client, metav1.FieldValidationStrict)
+	// The garbage collector: launcher Pods, DataVolumes' claims and the
+	// other dependents of deleted objects go as they do in a cluster.
+	kcm, err := env.StartControllerManager(envtest.ManagementControllers...)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer kcm.Stop()
+	stopInfra, err := startInfra(ctx)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer stopInfra()
 	cm, err := startControllers(ctx)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -124,6 +169,60 @@ func run(m *testing.M) int {
 	controllers.Store(cm)
 	defer func() { controllers.Load().stop() }()
 	return m.Run()
+}
+
+// startInfra starts the infrastructure cluster in the suite's apiserver:
+// virt-controller is cluster-wide, so it drives every test's VMs, and
+// virt-api admits the provider's. KubeVirt permits the GPU and host device
+// of the shaped machine, as a hoster that offers them configures it.
+// KUBEVIRT_LOG_DIR keeps virt-api's and virt-controller's logs.
+func startInfra(ctx context.Context) (func(), error) {
+	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
+		Scheme:                 scheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	if err != nil {
+		return nil, err
+	}
+	stack, err = infra.Start(ctx, env, mgr, infra.Options{
+		KubeVirt: kubevirt.Options{
+			LogDir: os.Getenv("KUBEVIRT_LOG_DIR"),
+			Configuration: kubevirtv1.KubeVirtConfiguration{
+				DeveloperConfiguration: &kubevirtv1.DeveloperConfiguration{FeatureGates: []string{"HostDevices"}},
+				PermittedHostDevices: &kubevirtv1.PermittedHostDevices{PciHostDevices: []kubevirtv1.PciHostDevice{
+					{PCIVendorSelector: "10DE:2236", ResourceName: gpuResource},
+					{PCIVendorSelector: "8086:1593", ResourceName: hostDeviceResource},
+				}},
+			},
+		},
+		// Scheduling and booting each last longer than the controller's
+		// once-a-second limit per machine, so the controller sees every
+		// phase KubeVirt moves an instance through: the pinned writes of
+		// TestOneMachineLifecycleWrites must hold for all of them.
+		Hosts: kubevirtsim.Options{Nodes: infraNodes, ScheduleDelay: 1500 * time.Millisecond, BootDelay: 1500 * time.Millisecond},
+		CDI:   cdisim.Options{ImportDuration: time.Second},
+	})
+	if err != nil {
+		return nil, err
+	}
+	mctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := mgr.Start(mctx); err != nil {
+			fmt.Fprintf(os.Stderr, "the infrastructure stand-ins stopped: %v\n", err)
+		}
+	}()
+	return func() {
+		// Watches still open when the apiserver stops delay its shutdown.
+		cancel()
+		<-done
+		if err := stack.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+		}
+	}, nil
 }
 
 // zapLevel logs errors only, unless INTEGRATION_VERBOSE asks for the
@@ -308,29 +407,101 @@ func waitForVM(t *testing.T, kvm *infrav1.KubeVirtMachine) *kubevirtv1.VirtualMa
 	return vm
 }
 
-// startInstance plays KubeVirt: it creates the VM's instance from its
-// template and reports it running and ready with an address.
-func startInstance(t *testing.T, vm *kubevirtv1.VirtualMachine, ip string) *kubevirtv1.VirtualMachineInstance {
+// expectReady waits for the machine's Ready condition; on failure it
+// lists what KubeVirt and CDI hold in the machine's namespace.
+func expectReady(t *testing.T, kvm *infrav1.KubeVirtMachine, status metav1.ConditionStatus, reason string) {
+	t.Helper()
+	NewWithT(t).Eventually(func(g Gomega) {
+		g.Expect(c.Get(context.Background(), client.ObjectKeyFromObject(kvm), kvm)).To(Succeed())
+		expectCondition(g, kvm, infrav1.ReadyCondition, status, reason)
+	}).Should(Succeed(), func() string { return describe(kvm.Namespace) })
+}
+
+// expectProvisioned waits for the machine to be Ready and provisioned:
+// Cluster API's patch helper writes the conditions before the other status
+// fields.
+func expectProvisioned(t *testing.T, kvm *infrav1.KubeVirtMachine) {
+	t.Helper()
+	NewWithT(t).Eventually(func(g Gomega) {
+		g.Expect(c.Get(context.Background(), client.ObjectKeyFromObject(kvm), kvm)).To(Succeed())
+		expectCondition(g, kvm, infrav1.ReadyCondition, metav1.ConditionTrue, infrav1.ReadyReason)
+		g.Expect(kvm.Status.Initialization.Provisioned).To(Equal(ptr.To(true)))
+		g.Expect(kvm.Status.ProvisionedInstanceUID).NotTo(BeEmpty())
+	}).Should(Succeed(), func() string { return describe(kvm.Namespace) })
+}
+
+// runningInstance waits for KubeVirt to run the machine's instance with an
+// address and returns it.
+func runningInstance(t *testing.T, kvm *infrav1.KubeVirtMachine) *kubevirtv1.VirtualMachineInstance {
+	t.Helper()
+	vmi := &kubevirtv1.VirtualMachineInstance{}
+	NewWithT(t).Eventually(func(g Gomega) {
+		g.Expect(c.Get(context.Background(), client.ObjectKeyFromObject(kvm), vmi)).To(Succeed())
+		g.Expect(vmi.Status.Phase).To(Equal(kubevirtv1.Running))
+		g.Expect(vmi.Status.Interfaces).NotTo(BeEmpty())
+		g.Expect(vmi.Status.Interfaces[0].IP).NotTo(BeEmpty())
+	}).Should(Succeed(), func() string { return describe(kvm.Namespace) })
+	return vmi
+}
+
+// goldenImage creates what a golden catalog holds: a claim, which the CDI
+// stand-in's provisioner binds, and a DataSource naming it. Machines clone
+// either.
+func goldenImage(t *testing.T, namespace, name string) {
 	t.Helper()
 	g := NewWithT(t)
 	ctx := context.Background()
-	vmi := &kubevirtv1.VirtualMachineInstance{
-		ObjectMeta: metav1.ObjectMeta{
-			Name: vm.Name, Namespace: vm.Namespace, Labels: vm.Spec.Template.ObjectMeta.Labels,
-			OwnerReferences: []metav1.OwnerReference{{APIVersion: kubevirtv1.SchemeGroupVersion.String(), Kind: "VirtualMachine",
-				Name: vm.Name, UID: vm.UID, Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}},
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}
+	g.Expect(client.IgnoreAlreadyExists(c.Create(ctx, ns))).To(Succeed())
+	pvc := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("10Gi")}},
 		},
-		Spec: *vm.Spec.Template.Spec.DeepCopy(),
 	}
-	g.Expect(c.Create(ctx, vmi)).To(Succeed())
-	vmi.Status = kubevirtv1.VirtualMachineInstanceStatus{
-		Phase:    kubevirtv1.Running,
-		NodeName: "infra-node-1",
-		Conditions: []kubevirtv1.VirtualMachineInstanceCondition{{
-			Type: kubevirtv1.VirtualMachineInstanceReady, Status: corev1.ConditionTrue}},
-		Interfaces: []kubevirtv1.VirtualMachineInstanceNetworkInterface{{Name: "default", IP: ip, IPs: []string{ip}}},
+	g.Expect(c.Create(ctx, pvc)).To(Succeed())
+	// CDI clones only a bound source.
+	g.Eventually(func(g Gomega) {
+		g.Expect(c.Get(ctx, client.ObjectKeyFromObject(pvc), pvc)).To(Succeed())
+		g.Expect(pvc.Status.Phase).To(Equal(corev1.ClaimBound))
+	}).Should(Succeed())
+	ds := &cdiv1.DataSource{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
+		Spec:       cdiv1.DataSourceSpec{Source: cdiv1.DataSourceSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: namespace, Name: name}}},
 	}
-	// VirtualMachineInstances have no status subresource.
-	g.Expect(c.Update(ctx, vmi)).To(Succeed())
-	return vmi
+	g.Expect(c.Create(ctx, ds)).To(Succeed())
+}
+
+// describe lists what KubeVirt and CDI hold in a namespace, for a failure
+// message.
+func describe(ns string) string {
+	ctx := context.Background()
+	var b strings.Builder
+	vms := &kubevirtv1.VirtualMachineList{}
+	_ = c.List(ctx, vms, client.InNamespace(ns))
+	for _, v := range vms.Items {
+		fmt.Fprintf(&b, "\nVM %s printable=%s deleting=%v conditions=%+v", v.Name, v.Status.PrintableStatus, !v.DeletionTimestamp.IsZero(), v.Status.Conditions)
+	}
+	vmis := &kubevirtv1.VirtualMachineInstanceList{}
+	_ = c.List(ctx, vmis, client.InNamespace(ns))
+	for _, v := range vmis.Items {
+		fmt.Fprintf(&b, "\nVMI %s uid=%s phase=%s node=%q interfaces=%+v conditions=%+v", v.Name, v.UID, v.Status.Phase, v.Status.NodeName, v.Status.Interfaces, v.Status.Conditions)
+	}
+	pods := &corev1.PodList{}
+	_ = c.List(ctx, pods, client.InNamespace(ns))
+	for _, p := range pods.Items {
+		fmt.Fprintf(&b, "\nPod %s node=%q phase=%s conditions=%+v", p.Name, p.Spec.NodeName, p.Status.Phase, p.Status.Conditions)
+	}
+	dvs := &cdiv1.DataVolumeList{}
+	_ = c.List(ctx, dvs, client.InNamespace(ns))
+	for _, d := range dvs.Items {
+		fmt.Fprintf(&b, "\nDataVolume %s phase=%s progress=%s restarts=%d", d.Name, d.Status.Phase, d.Status.Progress, d.Status.RestartCount)
+	}
+	kvms := &infrav1.KubeVirtMachineList{}
+	_ = c.List(ctx, kvms, client.InNamespace(ns))
+	for _, k := range kvms.Items {
+		fmt.Fprintf(&b, "\nKubeVirtMachine %s conditions=%+v", k.Name, k.Status.Conditions)
+	}
+	return b.String()
 }

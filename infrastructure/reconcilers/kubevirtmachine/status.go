@@ -244,6 +244,17 @@ func virtualMachineCondition(o *observation) metav1.Condition {
 			fmt.Sprintf("VirtualMachineInstance %s and run strategy %s starts no other", what, o.runStrategy()))
 	case kubevirtv1.Running:
 		if !instanceReady(vmi) {
+			switch {
+			case !o.provisioned:
+				// virt-handler reports the instance Running before
+				// virt-controller has synced the launcher Pod's readiness:
+				// for the machine it is still starting, which saves a
+				// status write per machine in that window.
+				return condition(t, metav1.ConditionUnknown, infrav1.ProvisioningReason, startingMessage)
+			case o.restartedInstance():
+				return condition(t, metav1.ConditionUnknown, infrav1.InstanceRestartingReason,
+					fmt.Sprintf("VirtualMachineInstance restarted on node %s and is not ready yet", vmi.Status.NodeName))
+			}
 			return condition(t, metav1.ConditionUnknown, infrav1.InstanceNotReadyReason,
 				fmt.Sprintf("VirtualMachineInstance runs on node %s but is not ready", vmi.Status.NodeName))
 		}
@@ -263,8 +274,23 @@ func virtualMachineCondition(o *observation) metav1.Condition {
 	}
 	// Pending, Scheduling and Scheduled are one step for the machine:
 	// reporting each phase would cost a status write per phase and machine,
-	// and the instance shows its phase itself.
+	// and the instance shows its phase itself. KubeVirt replaces a failed
+	// instance within moments, so a provisioned machine mostly shows its
+	// restart here.
+	if o.provisioned {
+		return condition(t, metav1.ConditionUnknown, infrav1.InstanceRestartingReason, restartingMessage)
+	}
 	return condition(t, metav1.ConditionUnknown, infrav1.ProvisioningReason, startingMessage)
+}
+
+// restartingMessage reports a provisioned machine's new instance on its way
+// to Running on the persistent root disk.
+const restartingMessage = "KubeVirt starts a new VirtualMachineInstance on the persistent root disk"
+
+// restartedInstance reports whether the instance is not the one that first
+// became ready on the machine's persistent disk.
+func (o *observation) restartedInstance() bool {
+	return o.provisioned && o.vmi != nil && o.provisionedInstanceUID != "" && string(o.vmi.UID) != o.provisionedInstanceUID
 }
 
 // startingMessage reports an instance on its way to Running, or one that
