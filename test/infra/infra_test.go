@@ -20,6 +20,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -255,6 +256,21 @@ func TestSettledObjectsAreNotRewritten(t *testing.T) {
 	}
 	settled := versions(g)
 	g.Consistently(versions, 2*time.Second, 100*time.Millisecond).Should(Equal(settled))
+}
+
+// TestVirtAPIIsIdleWhenNothingHappens: virt-api reloads its serving
+// certificate whenever the certificate's directory changes; with its log
+// in that directory, every reload's log line caused the next, and virt-api
+// spun a whole core in every tier. Idle, it reloads nothing.
+func TestVirtAPIIsIdleWhenNothingHappens(t *testing.T) {
+	g := NewWithT(t)
+	reloads := func() int {
+		raw, err := os.ReadFile(stack.KubeVirt.API.LogPath)
+		g.Expect(err).NotTo(HaveOccurred())
+		return strings.Count(string(raw), "certificate with common name")
+	}
+	before := reloads()
+	g.Consistently(reloads, 3*time.Second, 500*time.Millisecond).Should(Equal(before))
 }
 
 func TestDataVolumeTemplateImportsWithProgressBeforeTheInstanceStarts(t *testing.T) {

@@ -211,7 +211,14 @@ func (c *ControlPlane) startAPI(ctx context.Context, env *envtest.Environment, b
 	if err != nil {
 		return nil, fmt.Errorf("creating virt-api's serving certificate: %w", err)
 	}
-	certFile, keyFile := filepath.Join(c.dir, "virt-api.crt"), filepath.Join(c.dir, "virt-api.key")
+	// virt-api watches the directory of its certificate and reloads it on
+	// every change there: beside its own log, each reload's log line would
+	// trigger the next, a loop that takes a whole core.
+	tlsDir := filepath.Join(c.dir, "virt-api-tls")
+	if err := os.MkdirAll(tlsDir, 0o700); err != nil {
+		return nil, err
+	}
+	certFile, keyFile := filepath.Join(tlsDir, "tls.crt"), filepath.Join(tlsDir, "tls.key")
 	if err := os.WriteFile(certFile, certPEM, 0o600); err != nil {
 		return nil, err
 	}
