@@ -67,7 +67,7 @@ lint: ## Run go vet and golangci-lint.
 ##@ Sandbox
 
 .PHONY: sandbox
-sandbox: ## Run the local sandbox: embedded control planes, Cluster API, both providers, simulators and an example Kairos pool (SANDBOX_FLAGS=--once to exit when joined).
+sandbox: ## Run the local sandbox: embedded control planes, Cluster API, both providers, KubeVirt's control plane with node, CDI and guest stand-ins, and an example Kairos pool (SANDBOX_FLAGS=--once to exit when joined).
 	go run ./cmd/sandbox $(SANDBOX_FLAGS)
 
 ##@ Testing

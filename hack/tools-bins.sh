@@ -19,6 +19,40 @@ mkdir -p "${BIN_DIR}"
 
 log() { echo "tools-bins: $*" >&2; }
 
+# go_build DIR WHAT PACKAGES BUILD_FLAGS...: runs go build -v in DIR and,
+# every 30 seconds until it ends, logs how many packages it has compiled of
+# the ones it may need, and the time spent: a first run on an empty cache
+# builds for many minutes, and one line per half minute keeps CI logs short.
+go_build() {
+  local dir="$1" what="$2" packages="$3"
+  shift 3
+  local total out pid rc=0 start=${SECONDS} i
+  # shellcheck disable=SC2086 # a list of package patterns
+  total=$(cd "${dir}" && go list -deps ${packages} 2>/dev/null | wc -l)
+  out=$(mktemp)
+  # shellcheck disable=SC2086
+  (cd "${dir}" && go build -v "$@" ${packages}) 2>"${out}" &
+  pid=$!
+  while kill -0 "${pid}" 2>/dev/null; do
+    for ((i = 0; i < 30; i++)); do
+      kill -0 "${pid}" 2>/dev/null || break
+      sleep 1
+    done
+    if kill -0 "${pid}" 2>/dev/null; then
+      log "building ${what}: $(grep -c -v '^#' "${out}") of at most ${total} packages compiled, $((SECONDS - start))s so far"
+    fi
+  done
+  wait "${pid}" || rc=$?
+  if ((rc != 0)); then
+    tail -n 60 "${out}" >&2
+    rm -f "${out}"
+    log "building ${what} failed after $((SECONDS - start))s"
+    return "${rc}"
+  fi
+  rm -f "${out}"
+  log "built ${what} in $((SECONDS - start))s"
+}
+
 # staging_tree prepares a writable copy of k8s.io/kubernetes whose staging
 # replace lines point at the published k8s.io/* modules of the same release.
 staging_tree() {
@@ -28,6 +62,7 @@ staging_tree() {
     return
   fi
   local dir
+  log "downloading k8s.io/kubernetes ${KUBERNETES_VERSION} and its modules"
   dir=$(cd "$(mktemp -d)" && GOFLAGS=-mod=mod go mod download -json "k8s.io/kubernetes@${KUBERNETES_VERSION}" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
   [[ -n "${dir}" ]] || { log "could not download k8s.io/kubernetes@${KUBERNETES_VERSION}"; exit 1; }
   rm -rf "${src}"
@@ -57,7 +92,7 @@ build_kube() {
   local src
   src=$(staging_tree)
   log "building ${name} ${KUBERNETES_VERSION} (several minutes on two cores)"
-  (cd "${src}" && GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath -ldflags "$(kube_ldflags)" -o "${BIN_DIR}/${name}.tmp" "./cmd/${name}")
+  GOFLAGS=-mod=mod CGO_ENABLED=0 go_build "${src}" "${name}" "./cmd/${name}" -trimpath -ldflags "$(kube_ldflags)" -o "${BIN_DIR}/${name}.tmp"
   mv "${BIN_DIR}/${name}.tmp" "${BIN_DIR}/${name}"
 }
 
@@ -82,8 +117,8 @@ func main() { etcdmain.Main(os.Args) }
 EOF
   (cd "${mod}" && go mod init local/etcd >/dev/null 2>&1 &&
     GOFLAGS=-mod=mod go get "go.etcd.io/etcd/server/v3@${ETCD_VERSION}" >/dev/null 2>&1 &&
-    GOFLAGS=-mod=mod go mod tidy >/dev/null 2>&1 &&
-    CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "${BIN_DIR}/etcd.tmp" .)
+    GOFLAGS=-mod=mod go mod tidy >/dev/null 2>&1)
+  CGO_ENABLED=0 go_build "${mod}" etcd . -trimpath -ldflags "-s -w" -o "${BIN_DIR}/etcd.tmp"
   mv "${BIN_DIR}/etcd.tmp" "${BIN_DIR}/etcd"
   rm -rf "${mod}"
 }
@@ -99,8 +134,8 @@ build_kubevirt() {
     return
   fi
   log "building virt-api and virt-controller $(kubevirt_version "${mod}") (about 10 minutes on two cores)"
-  (cd "${mod}" && GOFLAGS=-mod=readonly CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "${BIN_DIR}/kubevirt.tmp/" \
-    kubevirt.io/kubevirt/cmd/virt-api kubevirt.io/kubevirt/cmd/virt-controller)
+  GOFLAGS=-mod=readonly CGO_ENABLED=0 go_build "${mod}" "virt-api and virt-controller" \
+    "kubevirt.io/kubevirt/cmd/virt-api kubevirt.io/kubevirt/cmd/virt-controller" -trimpath -ldflags "-s -w" -o "${BIN_DIR}/kubevirt.tmp/"
   mv "${BIN_DIR}/kubevirt.tmp/virt-api" "${BIN_DIR}/kubevirt.tmp/virt-controller" "${BIN_DIR}/"
   rmdir "${BIN_DIR}/kubevirt.tmp"
   echo "${stamp}" >"${BIN_DIR}/kubevirt.stamp"

@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -94,11 +95,13 @@ func BinaryDir() (string, error) {
 }
 
 // ToolsBinary runs hack/tools-bins.sh for one target and returns the cache
-// directory it reports. The script returns at once when the binaries exist.
+// directory it reports. The script returns at once when the binaries exist;
+// otherwise its progress lines (one every 30 seconds while it builds) go to
+// stderr as they come, so a first run says what it is doing.
 func ToolsBinary(target string) (string, error) {
 	cmd := exec.Command("bash", filepath.Join(RepoRoot(), "hack", "tools-bins.sh"), target)
 	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	cmd.Stdout, cmd.Stderr = &stdout, io.MultiWriter(&stderr, os.Stderr)
 	if err := cmd.Run(); err != nil {
 		return "", fmt.Errorf("hack/tools-bins.sh %s: %w: %s", target, err, stderr.String())
 	}
