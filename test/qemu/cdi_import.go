@@ -24,11 +24,42 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
+
+	cdisim "github.com/cozystack/cluster-api-workers/test/sim/cdi"
 )
 
 // importBlockSize is the unit in which zeros are skipped: a block of only
 // zeros becomes a hole in the volume file.
 const importBlockSize = 64 << 10
+
+// importer does the work of CDI's importer and clone Pods for the CDI
+// stand-in, for real: an HTTP source is downloaded (raw images only, as
+// ImageURL serves), a clone copies its source volume's file.
+type importer struct{}
+
+var _ cdisim.Importer = importer{}
+
+// Populate fills the job's volume file. Its error is the worker Pod's,
+// worded as CDI words it; the stand-in restarts the Pod.
+func (importer) Populate(ctx context.Context, job cdisim.Job) error {
+	progress := job.Progress
+	if progress == nil {
+		progress = func(int64, int64) {}
+	}
+	if err := os.MkdirAll(filepath.Dir(job.Path), 0o755); err != nil {
+		return err
+	}
+	source := job.DataVolume.Spec.Source
+	switch {
+	case job.SourcePath != "":
+		return cloneVolume(ctx, job.SourcePath, job.Path, job.Size, progress)
+	case source != nil && source.HTTP != nil:
+		return importHTTP(ctx, source.HTTP.URL, job.Path, job.Size, progress)
+	default:
+		return newCDIError("Unable to process data: the QEMU runner's importer reads HTTP sources and clones only")
+	}
+}
 
 // importHTTP downloads a raw image from url into the volume file at path,
 // as CDI's importer writes it into a volume: blocks of zeros are skipped,
@@ -36,7 +67,7 @@ const importBlockSize = 64 << 10
 // claim's size; no limit when zero or less) is refused as CDI refuses it.
 // progress is called as bytes are written, with the image's size (-1 when
 // the server does not say). The file appears at path only when complete.
-func importHTTP(ctx context.Context, url, path string, limit int64, progress func(written, all int64)) (rerr error) {
+func importHTTP(ctx context.Context, url, path string, limit int64, progress func(written, all int64)) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return newCDIError("Unable to connect to http data source: %v", err)
@@ -53,8 +84,32 @@ func importHTTP(ctx context.Context, url, path string, limit int64, progress fun
 	if limit > 0 && all > limit {
 		return newCDIError("Virtual image size %d is larger than the reported available storage %d. A larger PVC is required.", all, limit)
 	}
-	progress(0, all)
+	return fillVolume(path, resp.Body, all, limit, progress)
+}
 
+// cloneVolume copies the source volume's file into the volume file at
+// path, sparse, as CDI's clone copies a claim into another. A target
+// smaller than its source is refused as CDI refuses it.
+func cloneVolume(ctx context.Context, source, path string, limit int64, progress func(written, all int64)) error {
+	f, err := os.Open(source)
+	if err != nil {
+		return newCDIError("Unable to process data: the source volume is not readable: %v", err)
+	}
+	defer func() { _ = f.Close() }()
+	st, err := f.Stat()
+	if err != nil {
+		return newCDIError("Unable to process data: the source volume is not readable: %v", err)
+	}
+	if limit > 0 && st.Size() > limit {
+		return newCDIError("target resources requests storage size is smaller than the source")
+	}
+	return fillVolume(path, contextReader{ctx: ctx, r: f}, st.Size(), limit, progress)
+}
+
+// fillVolume writes r (all bytes long, -1 when unknown) sparse into
+// path.part and renames it to path once complete, reporting progress.
+func fillVolume(path string, r io.Reader, all, limit int64, progress func(written, all int64)) (rerr error) {
+	progress(0, all)
 	part := path + ".part"
 	f, err := os.OpenFile(part, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
 	if err != nil {
@@ -68,7 +123,7 @@ func importHTTP(ctx context.Context, url, path string, limit int64, progress fun
 			_ = os.Remove(part)
 		}
 	}()
-	written, err := writeSparse(f, resp.Body, limit, func(n int64) { progress(n, all) })
+	written, err := writeSparse(f, r, limit, func(n int64) { progress(n, all) })
 	if err != nil {
 		return newCDIError("Unable to process data: %v", err)
 	}
@@ -79,6 +134,20 @@ func importHTTP(ctx context.Context, url, path string, limit int64, progress fun
 		return err
 	}
 	return os.Rename(part, path)
+}
+
+// contextReader stops reading once its context is done, so a cancelled
+// clone ends as a cancelled download does.
+type contextReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c contextReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
 }
 
 // cdiError is an import failure worded as CDI's importer words it (its

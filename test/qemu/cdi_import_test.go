@@ -28,6 +28,10 @@ import (
 	"testing"
 
 	. "github.com/onsi/gomega"
+	"k8s.io/utils/ptr"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+
+	cdisim "github.com/cozystack/cluster-api-workers/test/sim/cdi"
 )
 
 // testDisk makes a worker disk stand-in: an 8 MiB raw image holding data
@@ -135,6 +139,69 @@ func TestDiskServerServesRanges(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	_ = resp.Body.Close()
 	g.Expect(resp.StatusCode).To(Equal(http.StatusMethodNotAllowed), "the image is read-only")
+}
+
+// TestImporterPopulatesVolumes: the importer CDI's stand-in runs downloads
+// an HTTP source and copies a clone's source into the volume file (its
+// directory made on demand), sparse and with progress, and refuses what
+// it cannot do in CDI's words.
+func TestImporterPopulatesVolumes(t *testing.T) {
+	disk := testDisk(t)
+	server := httptest.NewServer(diskServer(disk.Image()))
+	defer server.Close()
+	want, err := os.ReadFile(disk.Image())
+	if err != nil {
+		t.Fatal(err)
+	}
+	httpSource := &cdiv1.DataVolumeSource{HTTP: &cdiv1.DataVolumeSourceHTTP{URL: server.URL + imagePath}}
+	for _, tc := range []struct {
+		name       string
+		source     *cdiv1.DataVolumeSource
+		sourcePath string
+		size       int64
+		message    string
+	}{
+		{name: "an HTTP source is downloaded", source: httpSource, size: 10 << 20},
+		{name: "a clone copies its source volume", source: &cdiv1.DataVolumeSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: "ns", Name: "golden"}},
+			sourcePath: disk.Image(), size: 10 << 20},
+		{name: "a clone into a smaller volume is refused", source: &cdiv1.DataVolumeSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: "ns", Name: "golden"}},
+			sourcePath: disk.Image(), size: 1 << 20, message: "target resources requests storage size is smaller than the source"},
+		{name: "a registry source is not imported", source: &cdiv1.DataVolumeSource{Registry: &cdiv1.DataVolumeSourceRegistry{URL: ptr.To("docker://quay.io/x/y:v1")}},
+			size: 10 << 20, message: "Unable to process data: the QEMU runner's importer reads HTTP sources and clones only"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			path := filepath.Join(t.TempDir(), "volumes", "ns-root.img")
+			var last, size int64
+			err := importer{}.Populate(context.Background(), cdisim.Job{
+				DataVolume: &cdiv1.DataVolume{Spec: cdiv1.DataVolumeSpec{Source: tc.source}},
+				Path:       path, SourcePath: tc.sourcePath, Size: tc.size,
+				Progress: func(written, all int64) { last, size = written, all },
+			})
+			if tc.message != "" {
+				g.Expect(err).To(MatchError(tc.message))
+				g.Expect(path).NotTo(BeAnExistingFile())
+				return
+			}
+			g.Expect(err).NotTo(HaveOccurred())
+			got, err := os.ReadFile(path)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(bytes.Equal(got, want)).To(BeTrue(), "the volume holds the image byte for byte")
+			g.Expect(allocated(t, path)).To(BeNumerically("<", 4*importBlockSize), "zero blocks are holes")
+			g.Expect(size).To(Equal(int64(8 << 20)))
+			g.Expect(last).To(Equal(size))
+		})
+	}
+	t.Run("a cancelled clone stops and leaves nothing", func(t *testing.T) {
+		g := NewWithT(t)
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		path := filepath.Join(t.TempDir(), "volume.img")
+		err := importer{}.Populate(ctx, cdisim.Job{DataVolume: &cdiv1.DataVolume{}, Path: path, SourcePath: disk.Image()})
+		g.Expect(err).To(MatchError(ContainSubstring("context canceled")))
+		g.Expect(path).NotTo(BeAnExistingFile())
+		g.Expect(path + ".part").NotTo(BeAnExistingFile())
+	})
 }
 
 // FuzzWriteSparse: whatever the content and where its zeros are, the

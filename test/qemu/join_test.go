@@ -23,6 +23,7 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 )
@@ -55,10 +56,11 @@ func ensureJoinPool(t *testing.T) []clusterv1.Machine {
 // guests. Cluster API's MachineDeployment makes two Machines; the Kairos
 // provider renders their bootstrap data; the KubeVirt provider makes their
 // VirtualMachines, which boot the platform's image (a container disk) with
-// a NoCloud seed; each guest runs the stages with yip and joins with
-// kubeadm. Both Nodes are Ready with providerID kubevirt://<vm>, both
-// Machines Running; afterwards the per-Machine join tokens are gone from
-// the workload kube-system.
+// a NoCloud seed (KubeVirt's virt-controller creates their instances,
+// whose guests the runner boots); each guest runs the stages with yip and
+// joins with kubeadm. Both Nodes are Ready with providerID
+// kubevirt://<vm>, both Machines Running; afterwards the per-Machine join
+// tokens are gone from the workload kube-system.
 func TestPoolJoinsAndRevokesTokens(t *testing.T) {
 	timings.scenario(t)
 	g := NewWithT(t)
@@ -67,7 +69,16 @@ func TestPoolJoinsAndRevokesTokens(t *testing.T) {
 		vm := &kubevirtv1.VirtualMachine{}
 		g.Expect(h.Client.Get(suiteCtx, vmKey(m), vm)).To(Succeed())
 		g.Expect(vm.Spec.Template.Spec.Volumes).To(ContainElement(HaveField("ContainerDisk.Image", workerImage)))
+		// The guest is the one of the instance virt-controller created for
+		// the VM, running on the runner's guest node.
+		vmi := &kubevirtv1.VirtualMachineInstance{}
+		g.Expect(h.Client.Get(suiteCtx, vmKey(m), vmi)).To(Succeed())
+		g.Expect(metav1.IsControlledBy(vmi, vm)).To(BeTrue(), "instance %s", vmi.Name)
+		g.Expect(vmi.Status.Phase).To(Equal(kubevirtv1.Running))
+		g.Expect(vmi.Status.NodeName).To(Equal(GuestNode))
+		g.Expect(vmi.Status.Interfaces).To(ContainElement(HaveField("IP", GuestAddress)))
 		guest := guestOf(g, vmKey(m))
+		g.Expect(guest.Instance).To(Equal(vmi.UID))
 		g.Expect(guest.RootImage).To(Equal(disk.Image()), "guest %s does not boot the mapped container disk", guest.VM.Name)
 		g.Expect(guest.Seed).To(Equal(NoCloud))
 	}

@@ -35,6 +35,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util/conditions"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -75,7 +77,7 @@ func renderPool(t *testing.T, p pool, vars map[string]string) []unstructured.Uns
 		"WORKER_CPU_CORES":                      "2",
 		"WORKER_MEMORY":                         "1536Mi",
 		"NODE_STARTUP_TIMEOUT_SECONDS":          "900",
-		"NODE_UNHEALTHY_TIMEOUT_SECONDS":        "60",
+		"NODE_UNHEALTHY_TIMEOUT_SECONDS":        "120",
 		"INFRASTRUCTURE_FAILED_TIMEOUT_SECONDS": "60",
 	}
 	for k, v := range vars {
@@ -187,8 +189,8 @@ func (p pool) expectJoined(t *testing.T, n int) []clusterv1.Machine {
 }
 
 // remove deletes the pool (MachineDeployment and MachineHealthCheck) and
-// waits until its Machines and VirtualMachines are gone, so their guests no
-// longer hold the runner's two guest slots.
+// waits until its Machines and Nodes are gone and its guests stopped, so
+// their launcher Pods no longer hold the guest node's two places.
 func (p pool) remove(t *testing.T) {
 	t.Helper()
 	g := NewWithT(t)
@@ -210,7 +212,7 @@ func (p pool) remove(t *testing.T) {
 }
 
 // onlyPool removes every other pool of the Cluster, so the scenario has
-// the runner's guest slots to itself.
+// the guest node to itself.
 func onlyPool(t *testing.T, keep pool) {
 	t.Helper()
 	list := &clusterv1.MachineDeploymentList{}
@@ -282,8 +284,10 @@ func recordJoins(t *testing.T, scenario string, ms []clusterv1.Machine) {
 }
 
 // describe summarizes the pool for failure messages: Machines with the
-// conditions that are not True, VMs, Nodes, the runner's guests of the pool
-// and the end of the journal of every guest whose Node is missing.
+// conditions that are not True, VMs, Nodes, the instances, launcher Pods
+// and DataVolumes KubeVirt and CDI made for the pool, the runner's guests
+// of the pool and the end of the journal of every guest whose Node is
+// missing.
 func describe(p pool) string {
 	var b strings.Builder
 	b.WriteString(h.Describe(context.Background(), workload.Key))
@@ -294,6 +298,7 @@ func describe(p pool) string {
 			nodes[n.Name] = true
 		}
 	}
+	b.WriteString(describeInfrastructure(p))
 	for _, guest := range runner.Guests() {
 		if !strings.HasPrefix(guest.VM.Name, p.deployment().Name+"-") {
 			continue
@@ -309,6 +314,57 @@ func describe(p pool) string {
 	}
 	if cp := controlPlanes.Get(workload.Key); cp != nil {
 		fmt.Fprintf(&b, "control plane:\n%s", cp.Logs())
+	}
+	return b.String()
+}
+
+// describeInfrastructure lists the pool's instances (phase, node, the
+// conditions that are not True), launcher Pods (phase, node, why not
+// scheduled) and DataVolumes (phase, progress, restarts) in the management
+// cluster.
+func describeInfrastructure(p pool) string {
+	ctx := context.Background()
+	var b strings.Builder
+	mine := func(name string) bool { return strings.HasPrefix(name, p.deployment().Name+"-") }
+	ns := client.InNamespace(p.deployment().Namespace)
+	vmis := &kubevirtv1.VirtualMachineInstanceList{}
+	if err := h.Client.List(ctx, vmis, ns); err == nil {
+		for _, vmi := range vmis.Items {
+			if !mine(vmi.Name) {
+				continue
+			}
+			fmt.Fprintf(&b, "VirtualMachineInstance %s uid=%s phase=%s node=%q", vmi.Name, vmi.UID, vmi.Status.Phase, vmi.Status.NodeName)
+			for _, c := range vmi.Status.Conditions {
+				if c.Status != corev1.ConditionTrue {
+					fmt.Fprintf(&b, " [%s=%s %s: %s]", c.Type, c.Status, c.Reason, c.Message)
+				}
+			}
+			b.WriteString("\n")
+		}
+	}
+	pods := &corev1.PodList{}
+	if err := h.Client.List(ctx, pods, ns, client.MatchingLabels{kubevirtv1.AppLabel: "virt-launcher"}); err == nil {
+		for _, pod := range pods.Items {
+			// virt-controller names launcher Pods virt-launcher-<instance>-<suffix>.
+			if !mine(strings.TrimPrefix(pod.Name, "virt-launcher-")) {
+				continue
+			}
+			fmt.Fprintf(&b, "Pod %s node=%q phase=%s", pod.Name, pod.Spec.NodeName, pod.Status.Phase)
+			for _, c := range pod.Status.Conditions {
+				if c.Type == corev1.PodScheduled && c.Status != corev1.ConditionTrue {
+					fmt.Fprintf(&b, " [%s: %s]", c.Reason, c.Message)
+				}
+			}
+			b.WriteString("\n")
+		}
+	}
+	dvs := &cdiv1.DataVolumeList{}
+	if err := h.Client.List(ctx, dvs, ns); err == nil {
+		for _, dv := range dvs.Items {
+			if mine(dv.Name) {
+				fmt.Fprintf(&b, "DataVolume %s phase=%s progress=%s restarts=%d\n", dv.Name, dv.Status.Phase, dv.Status.Progress, dv.Status.RestartCount)
+			}
+		}
 	}
 	return b.String()
 }
@@ -384,6 +440,7 @@ type timingLog struct {
 	setUp     time.Duration
 	joins     []guestJoin
 	failures  []string
+	diskBuses []string
 	scenarios []scenarioTime
 }
 
@@ -419,6 +476,12 @@ func (l *timingLog) addFailure(s string) {
 	l.failures = append(l.failures, s)
 }
 
+func (l *timingLog) addDiskBus(s string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.diskBuses = append(l.diskBuses, s)
+}
+
 // scenario records the test's wall time when it ends.
 func (l *timingLog) scenario(t *testing.T) {
 	start := time.Now()
@@ -444,6 +507,12 @@ func (l *timingLog) report(accel string) string {
 		b.WriteString("\nFailed joins:\n\n")
 		for _, f := range l.failures {
 			fmt.Fprintf(&b, "- %s\n", f)
+		}
+	}
+	if len(l.diskBuses) > 0 {
+		b.WriteString("\nRoot disk buses:\n\n")
+		for _, d := range l.diskBuses {
+			fmt.Fprintf(&b, "- %s\n", d)
 		}
 	}
 	b.WriteString("\n| scenario | wall time |\n| --- | --- |\n")

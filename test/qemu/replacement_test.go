@@ -31,11 +31,14 @@ import (
 )
 
 // TestKilledGuestIsReplaced: the QEMU process of one guest of the joined
-// pool is killed. Its instance fails; the workload control plane's node
-// lifecycle controller marks its Node NotReady (Ready Unknown) once the
-// kubelet's heartbeats stop; the MachineHealthCheck finds the Machine's
-// node unhealthy and remediates it, and the MachineSet's replacement boots
-// a new guest that joins. The other Machine is left alone.
+// pool is killed. virt-handler's stand-in reports its instance Failed (and
+// virt-controller, under run strategy Always, starts another instance of
+// the VM, which boots the container disk blank); the workload control
+// plane's node lifecycle controller marks its Node NotReady (Ready
+// Unknown) once the kubelet's heartbeats stop; the MachineHealthCheck
+// finds the Machine's node unhealthy and remediates it, and the
+// MachineSet's replacement boots a new guest that joins. The other Machine
+// is left alone.
 func TestKilledGuestIsReplaced(t *testing.T) {
 	timings.scenario(t)
 	g := NewWithT(t)
@@ -57,8 +60,8 @@ func TestKilledGuestIsReplaced(t *testing.T) {
 			g.Expect(vmi.Status.Phase).To(Equal(kubevirtv1.Failed))
 			return
 		}
-		// KubeVirt replaced the failed instance already (run strategy
-		// Always); the killed guest's record says how it ended.
+		// virt-controller replaced the failed instance already (run
+		// strategy Always); the killed guest's record says how it ended.
 		g.Expect(err == nil || apierrors.IsNotFound(err)).To(BeTrue(), "reading the instance: %v", err)
 		g.Expect(guestOf(g, vmKey(victim)).Instance).NotTo(Equal(killedGuest.Instance))
 	}, time.Minute, 200*time.Millisecond).Should(Succeed())

@@ -25,32 +25,39 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"sync"
 	"time"
 
 	"github.com/distribution/reference"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/ptr"
-	kubevirtv1 "kubevirt.io/api/core/v1"
-	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/event"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
-	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/cozystack/cluster-api-workers/test/harness"
+	"github.com/cozystack/cluster-api-workers/test/infra"
+	kubevirtsim "github.com/cozystack/cluster-api-workers/test/sim/kubevirt"
 )
 
 var _ harness.VMBackend = (*Runner)(nil)
 
 // imagePath is where the runner serves the worker disk.
 const imagePath = "/worker-disk.img"
+
+// The infrastructure nodes the runner offers. The scheduler stand-in binds
+// a Pod to the first node, in name order, that admits it, so CDI's worker
+// Pods, which fit on the storage node, always land there and never take a
+// guest's place on the guest node.
+const (
+	// StorageNode runs CDI's importer and clone Pods. Its KubeVirt device
+	// plugins offer no devices (as on a node without virt-handler's
+	// devices), so no virt-launcher Pod fits on it.
+	StorageNode = "qemu-storage"
+	// GuestNode runs the virt-launcher Pods, as many at once as the
+	// runner runs guests.
+	GuestNode = "qemu-virt"
+)
 
 // RunnerOptions configure a Runner.
 type RunnerOptions struct {
@@ -59,33 +66,23 @@ type RunnerOptions struct {
 	Disk Disk
 	// ContainerDisks maps containerDisk image references to the local
 	// disks they stand for. References are compared in their normalized
-	// form (docker.io/library/ and the registry defaults applied). A
-	// reference that is not mapped cannot be pulled: the instance never
-	// starts and the VirtualMachine reports ErrImagePull, as KubeVirt does
-	// for an image missing from its registry.
+	// form (docker.io/library/ and the registry defaults applied). Nothing
+	// else can be pulled: an instance whose container disk is not mapped
+	// keeps its launcher Pod in ErrImagePull, as an image missing from its
+	// registry does.
 	ContainerDisks map[string]Disk
-	// MaxGuests is how many guests run at once; 2 when zero. Further
-	// instances wait unschedulable, as on a node without room for them.
+	// MaxGuests is how many guests run at once; 2 when zero. The guest
+	// node admits that many virt-launcher Pods: further ones stay Pending
+	// and unschedulable, as on a full node.
 	MaxGuests int
 	// Dir holds every guest's seed, serial logs and QEMU output (in a
-	// directory per guest) and the imported volumes (removed by Stop); a
-	// temporary directory, removed by Stop, when empty.
+	// directory per guest) and the volumes CDI provisions (volumes/,
+	// removed by Stop); a temporary directory, removed by Stop, when empty.
 	Dir string
-	// MemoryMiB and CPUs size every guest; 1536 and 2 when zero. The VM's
-	// own CPU and memory are not applied: the hosts this runs on are small.
+	// MemoryMiB and CPUs size every guest; 1536 and 2 when zero. The
+	// instance's own CPU and memory are not applied: the hosts this runs
+	// on are small.
 	MemoryMiB, CPUs int
-	// RestartDelay is how long KubeVirt waits before it replaces a finished
-	// instance that the run strategy restarts; 1s when zero.
-	RestartDelay time.Duration
-	// ImporterRestartInterval is how long a failed import waits before the
-	// importer runs again, as CDI restarts its importer pod; 2s when zero.
-	ImporterRestartInterval time.Duration
-	// NodeName is the infrastructure node instances report running on; the
-	// host name when empty.
-	NodeName string
-	// ControllerNamePrefix makes the controller names unique when more than
-	// one runner runs in a process.
-	ControllerNamePrefix string
 }
 
 // Guest is one QEMU guest the runner started for a VirtualMachineInstance.
@@ -97,10 +94,10 @@ type Guest struct {
 	// Seed is the cloud-init volume's kind.
 	Seed SeedKind
 	// RootImage is the image the guest boots: the worker disk
-	// (copy-on-write) or a DataVolume's imported volume.
+	// (copy-on-write) or a claim's volume file.
 	RootImage string
 	// Started is when QEMU started; Exited when it exited (zero while it
-	// runs), with ExitError the way it exited ("" for a clean power-off).
+	// runs), with ExitError the way it exited ("" for a power-off).
 	Started, Exited time.Time
 	ExitError       string
 	// Dir holds the guest's files: ConsoleLog is the first serial port
@@ -109,14 +106,23 @@ type Guest struct {
 	Dir, ConsoleLog, JournalLog, QEMULog string
 }
 
-// Runner fulfils the management cluster's KubeVirt VirtualMachines with
-// real QEMU guests, and their DataVolumes' HTTP imports for real, reporting
-// the status KubeVirt and CDI report (as test/sim/kubevirt does, which the
-// infrastructure provider is tested against). It implements
-// harness.VMBackend. Faults are injected through Kill and Tamper.
+// Runner runs the guests of KubeVirt's real control plane under QEMU: it
+// is the harness's VM backend (harness.Options.VMs), and configures the
+// infrastructure cluster (test/infra) with
 //
-// With the harness, real guests join clusters whose control plane is a
-// kubeadm-prepared one (ControlPlanes):
+//   - a Hypervisor that boots a QEMU guest from each
+//     VirtualMachineInstance virt-controller creates, once the node-side
+//     stand-in (test/sim/kubevirt) has run its launcher Pod;
+//   - image pulls that succeed for mapped container disks only;
+//   - a CDI Importer that downloads HTTP sources for real (ImageURL serves
+//     the worker disk) and copies clones, into the volume files CDI's
+//     stand-in provisions;
+//   - the nodes: one for guests, admitting MaxGuests launcher Pods, and
+//     one for CDI's worker Pods.
+//
+// Faults are injected through Kill and Tamper. With the harness, real
+// guests join clusters whose control plane is a kubeadm-prepared one
+// (ControlPlanes):
 //
 //	disk, _ := qemu.BuildDisk(ctx)
 //	runner, _ := qemu.NewRunner(qemu.RunnerOptions{Disk: disk, ContainerDisks: map[string]qemu.Disk{ref: disk}})
@@ -124,64 +130,26 @@ type Guest struct {
 //	w, _ := h.CreateCluster(ctx, key, harness.ClusterOptions{ControlPlanes: &qemu.ControlPlanes{KubernetesVersion: "v1.36.3"}})
 //
 // then a pool whose image is the containerDisk ref, or an httpImport of
-// runner.ImageURL() (a DataVolume the runner imports for real), boots
-// guests that join w. Stopping the harness stops the runner.
+// runner.ImageURL(), boots guests that join w. Stopping the harness stops
+// the guests; Stop releases the rest.
 type Runner struct {
 	opts   RunnerOptions
 	ownDir bool
 	// startGuest boots a guest: StartVM, or in tests a process that is not
 	// QEMU.
 	startGuest func(context.Context, VMOptions) (*VM, error)
-	client     client.Client
 	server     *http.Server
 	imageURL   string
-
-	// instanceEvents and dataVolumeEvents requeue objects when something
-	// outside the apiserver changed: QEMU exited, a guest slot was freed,
-	// an import progressed.
-	instanceEvents   chan event.GenericEvent
-	dataVolumeEvents chan event.GenericEvent
-	stopped          chan struct{}
-	stopOnce         sync.Once
-	// importCtx is cancelled by Stop; every import runs under it.
-	importCtx    context.Context
-	cancelImport context.CancelFunc
+	stopOnce   sync.Once
 
 	mu sync.Mutex
 	// isStopped refuses guests that finish starting after Stop.
 	isStopped bool
 	tamper    func(vm client.ObjectKey, userData []byte) []byte
-	// instances are the VirtualMachineInstances seen, by UID.
-	instances map[types.UID]*instance
-	// waiting are instances waiting for a guest slot, oldest first.
-	waiting []types.UID
-	// imports are the DataVolume imports, by DataVolume.
-	imports map[client.ObjectKey]*importJob
-	// started records VMs whose run strategy Once started an instance.
-	started map[types.UID]bool
-	guests  []*Guest
+	// guests are every guest started, in start order.
+	guests []*qemuGuest
 	// booted numbers guest directories in boot order.
 	booted int
-}
-
-// instance is what the runner keeps of one VirtualMachineInstance.
-type instance struct {
-	key client.ObjectKey
-	// starting holds a guest slot while QEMU starts.
-	starting bool
-	vm       *VM
-	guest    *Guest
-}
-
-func (i *instance) running() bool {
-	if i.starting {
-		return true
-	}
-	if i.vm == nil {
-		return false
-	}
-	exited, _ := i.vm.Exited()
-	return !exited
 }
 
 // NewRunner checks the options and starts the HTTP server that serves the
@@ -207,30 +175,7 @@ func NewRunner(opts RunnerOptions) (*Runner, error) {
 	if opts.CPUs == 0 {
 		opts.CPUs = 2
 	}
-	if opts.RestartDelay == 0 {
-		opts.RestartDelay = time.Second
-	}
-	if opts.ImporterRestartInterval == 0 {
-		opts.ImporterRestartInterval = 2 * time.Second
-	}
-	if opts.NodeName == "" {
-		host, err := os.Hostname()
-		if err != nil || host == "" {
-			host = "localhost"
-		}
-		opts.NodeName = host
-	}
-	r := &Runner{
-		opts:             opts,
-		startGuest:       StartVM,
-		instanceEvents:   make(chan event.GenericEvent),
-		dataVolumeEvents: make(chan event.GenericEvent),
-		stopped:          make(chan struct{}),
-		instances:        map[types.UID]*instance{},
-		imports:          map[client.ObjectKey]*importJob{},
-		started:          map[types.UID]bool{},
-	}
-	r.importCtx, r.cancelImport = context.WithCancel(context.Background())
+	r := &Runner{opts: opts, startGuest: StartVM}
 	if r.opts.Dir == "" {
 		dir, err := os.MkdirTemp("", "qemu-runner-")
 		if err != nil {
@@ -249,6 +194,38 @@ func NewRunner(opts RunnerOptions) (*Runner, error) {
 	go func() { _ = r.server.Serve(listener) }()
 	return r, nil
 }
+
+// Configure makes the infrastructure cluster run the runner's guests: the
+// hypervisor, image pulls, CDI's importer and where its volumes live, and
+// the nodes (which replace any the options name).
+func (r *Runner) Configure(opts *infra.Options) {
+	opts.Hosts.Hypervisor = &hypervisor{runner: r}
+	opts.Hosts.Pull = r.pull
+	opts.Hosts.Nodes = r.nodes()
+	opts.CDI.Importer = importer{}
+	opts.CDI.VolumeDir = r.volumeDir()
+}
+
+// nodes are the infrastructure nodes: the guest node admits MaxGuests
+// launcher Pods besides its virt-handler Pod (the scheduler counts every
+// Pod bound to a node that has not ended), and the storage node, first in
+// name order, takes CDI's worker Pods but no launcher Pod, since it offers
+// none of the KubeVirt devices a launcher Pod requests (devices.kubevirt.io/tun
+// for the pod network; kvm without emulation).
+func (r *Runner) nodes() []kubevirtsim.InfraNode {
+	none := resource.MustParse("0")
+	return []kubevirtsim.InfraNode{
+		{Name: StorageNode, Allocatable: corev1.ResourceList{
+			"devices.kubevirt.io/tun": none, "devices.kubevirt.io/vhost-net": none, "devices.kubevirt.io/kvm": none,
+		}},
+		{Name: GuestNode, Allocatable: corev1.ResourceList{
+			corev1.ResourcePods: resource.MustParse(strconv.Itoa(r.opts.MaxGuests + 1)),
+		}},
+	}
+}
+
+// volumeDir holds the volume files CDI's stand-in provisions.
+func (r *Runner) volumeDir() string { return filepath.Join(r.opts.Dir, "volumes") }
 
 // diskServer serves one image at imagePath, with ranges, and 404 for
 // anything else.
@@ -288,23 +265,21 @@ func (r *Runner) Tamper(f func(vm client.ObjectKey, userData []byte) []byte) {
 }
 
 // Kill kills the QEMU process of a VirtualMachine's running guest at once,
-// as a crashed virt-launcher ends an instance: the instance becomes Failed
-// and the run strategy decides whether another starts.
+// as when QEMU crashes: virt-handler reports the instance Failed and
+// virt-controller's run strategy decides whether another starts.
 func (r *Runner) Kill(vm client.ObjectKey) error {
 	r.mu.Lock()
-	var guest *VM
-	for _, i := range r.instances {
-		if i.key == vm && i.vm != nil {
-			if exited, _ := i.vm.Exited(); !exited {
-				guest = i.vm
-			}
+	var running *qemuGuest
+	for _, g := range r.guests {
+		if g.record.VM == vm && !g.exited() {
+			running = g
 		}
 	}
 	r.mu.Unlock()
-	if guest == nil {
+	if running == nil {
 		return fmt.Errorf("VirtualMachine %s has no running guest", vm)
 	}
-	guest.Kill()
+	running.Kill("the QEMU process of the guest was killed")
 	return nil
 }
 
@@ -314,7 +289,7 @@ func (r *Runner) Guests() []Guest {
 	defer r.mu.Unlock()
 	out := make([]Guest, 0, len(r.guests))
 	for _, g := range r.guests {
-		out = append(out, *g)
+		out = append(out, g.record)
 	}
 	return out
 }
@@ -323,120 +298,43 @@ func (r *Runner) Guests() []Guest {
 func (r *Runner) Running() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.runningLocked()
-}
-
-func (r *Runner) runningLocked() int {
 	n := 0
-	for _, i := range r.instances {
-		if i.running() {
+	for _, g := range r.guests {
+		if !g.exited() {
 			n++
 		}
 	}
 	return n
 }
 
-// SetupWithManager registers the VirtualMachine, VirtualMachineInstance
-// and DataVolume controllers; the guests are killed and the server stopped
-// when the manager stops.
-func (r *Runner) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
-	r.client = mgr.GetClient()
-	opts := controller.Options{MaxConcurrentReconciles: 4, SkipNameValidation: ptr.To(true)}
-	name := func(n string) string { return r.opts.ControllerNamePrefix + n }
-	if err := builder.ControllerManagedBy(mgr).
-		Named(name("qemu-virtualmachine")).
-		For(&kubevirtv1.VirtualMachine{}).
-		Owns(&kubevirtv1.VirtualMachineInstance{}).
-		Owns(&cdiv1.DataVolume{}).
-		// A VM boots DataVolumes that it does not own, too.
-		Watches(&cdiv1.DataVolume{}, handler.EnqueueRequestsFromMapFunc(r.vmsUsingDataVolume)).
-		// A VM waits for its cloud-init Secret to exist.
-		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.vmsUsingSecret)).
-		WithOptions(opts).
-		Complete(reconcile.Func(r.reconcileVirtualMachine)); err != nil {
-		return fmt.Errorf("setting up the QEMU runner's VirtualMachine controller: %w", err)
-	}
-	if err := builder.ControllerManagedBy(mgr).
-		Named(name("qemu-virtualmachineinstance")).
-		For(&kubevirtv1.VirtualMachineInstance{}).
-		WatchesRawSource(source.Channel(r.instanceEvents, &handler.EnqueueRequestForObject{})).
-		WithOptions(opts).
-		Complete(reconcile.Func(r.reconcileInstance)); err != nil {
-		return fmt.Errorf("setting up the QEMU runner's VirtualMachineInstance controller: %w", err)
-	}
-	if err := builder.ControllerManagedBy(mgr).
-		Named(name("qemu-datavolume")).
-		For(&cdiv1.DataVolume{}).
-		Owns(&corev1.PersistentVolumeClaim{}).
-		WatchesRawSource(source.Channel(r.dataVolumeEvents, &handler.EnqueueRequestForObject{})).
-		WithOptions(opts).
-		Complete(reconcile.Func(r.reconcileDataVolume)); err != nil {
-		return fmt.Errorf("setting up the QEMU runner's DataVolume controller: %w", err)
-	}
-	return mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
-		<-ctx.Done()
-		r.Stop()
-		return nil
-	}))
-}
-
-// Stop kills every guest, cancels the imports, stops the image server and
-// removes the imported volumes (and Dir when the runner made it).
+// Stop kills every guest, stops the image server and removes the volumes
+// (and Dir when the runner made it). Stop the harness first: its node-side
+// stand-in kills the guests and its CDI stand-in the imports when they
+// stop.
 func (r *Runner) Stop() {
 	r.stopOnce.Do(func() {
-		close(r.stopped)
-		r.cancelImport()
 		_ = r.server.Close()
 		r.mu.Lock()
 		r.isStopped = true
-		var guests []*VM
-		for _, i := range r.instances {
-			if i.vm != nil {
-				guests = append(guests, i.vm)
-			}
-		}
-		var imports []*importJob
-		for _, j := range r.imports {
-			imports = append(imports, j)
-		}
+		guests := append([]*qemuGuest(nil), r.guests...)
 		r.mu.Unlock()
 		for _, g := range guests {
-			g.Kill()
+			g.Kill("the QEMU runner stopped")
 		}
-		for _, j := range imports {
-			<-j.done
-		}
-		_ = os.RemoveAll(filepath.Join(r.opts.Dir, "volumes"))
+		_ = os.RemoveAll(r.volumeDir())
 		if r.ownDir {
 			_ = os.RemoveAll(r.opts.Dir)
 		}
 	})
 }
 
-// notify requeues an object through a channel source without blocking
-// the caller; nothing is sent once the runner stopped.
-func (r *Runner) notify(ch chan event.GenericEvent, obj client.Object) {
-	go func() {
-		select {
-		case ch <- event.GenericEvent{Object: obj}:
-		case <-r.stopped:
-		}
-	}()
-}
-
-// notifyWaiting requeues the instances waiting for a guest slot.
-func (r *Runner) notifyWaiting() {
-	r.mu.Lock()
-	var keys []client.ObjectKey
-	for _, uid := range r.waiting {
-		if i, ok := r.instances[uid]; ok {
-			keys = append(keys, i.key)
-		}
+// pull is the kubelet's image pull: a container disk mapped to a local
+// disk can be pulled, nothing else can (there is no registry).
+func (r *Runner) pull(image string) error {
+	if _, ok := r.containerDisk(image); ok {
+		return nil
 	}
-	r.mu.Unlock()
-	for _, k := range keys {
-		r.notify(r.instanceEvents, &kubevirtv1.VirtualMachineInstance{ObjectMeta: objectMeta(k)})
-	}
+	return fmt.Errorf("failed to pull and unpack image %q: failed to resolve reference %q: no local disk is mapped to this reference", image, image)
 }
 
 // normalizeReference is an image reference in its familiar-independent

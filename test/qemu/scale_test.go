@@ -85,8 +85,16 @@ func TestScaleFromZero(t *testing.T) {
 	vm := &kubevirtv1.VirtualMachine{}
 	g.Expect(h.Client.Get(suiteCtx, vmKey(m), vm)).To(Succeed())
 	g.Expect(vm.Spec.Template.Spec.Volumes).To(ContainElement(HaveField("DataVolume.Name", dv.Name)))
+	// The guest boots the volume CDI's importer wrote: its claim's
+	// PersistentVolume's file.
+	pvc := &corev1.PersistentVolumeClaim{}
+	g.Expect(h.Client.Get(suiteCtx, client.ObjectKeyFromObject(dv), pvc)).To(Succeed())
+	pv := &corev1.PersistentVolume{}
+	g.Expect(h.Client.Get(suiteCtx, client.ObjectKey{Name: pvc.Spec.VolumeName}, pv)).To(Succeed())
+	g.Expect(pv.Spec.HostPath).NotTo(BeNil())
 	guest := guestOf(g, vmKey(m))
 	g.Expect(guest.RootImage).NotTo(Equal(disk.Image()), "the guest boots the shared disk, not its imported volume")
+	g.Expect(guest.RootImage).To(Equal(pv.Spec.HostPath.Path))
 	g.Expect(guest.Seed).To(Equal(ConfigDrive))
 	recordJoins(t, "scale from zero", ms)
 

@@ -40,7 +40,9 @@ import (
 // The suite runs the real-guest scenarios inside the harness: upstream
 // Cluster API (MachineDeployment, MachineSet, Machine, MachineHealthCheck)
 // with the Kairos bootstrap and KubeVirt infrastructure providers on a
-// management apiserver, the QEMU runner in place of KubeVirt and CDI, and
+// management apiserver, KubeVirt's real virt-api and virt-controller with
+// the QEMU runner booting the guests of their instances and importing
+// their DataVolumes (the node side and CDI are stand-ins, test/infra), and
 // one workload Cluster whose control plane is a kubeadm-prepared one on the
 // host that the guests join. Everything is set up once here and shared:
 // the worker disk, the harness, the control plane. Each scenario brings its
@@ -96,13 +98,18 @@ func runSuite(m *testing.M) int {
 		return 1
 	}
 	// With QEMU_ARTIFACTS, every guest's seed, serial logs and QEMU output
-	// are kept there (guests/<n>-<namespace>-<vm>/).
+	// are kept there (guests/<n>-<namespace>-<vm>/), and virt-api's and
+	// virt-controller's logs (kubevirt/).
 	if runner, err = NewRunner(RunnerOptions{Disk: disk, ContainerDisks: map[string]Disk{workerImage: disk}, Dir: artifacts}); err != nil {
 		fmt.Fprintf(os.Stderr, "starting the QEMU runner: %v\n", err)
 		return 1
 	}
 	defer runner.Stop()
-	if h, err = harness.Start(ctx, harness.Options{Logger: log, WorkerClasses: true, VMs: runner}); err != nil {
+	opts := harness.Options{Logger: log, WorkerClasses: true, VMs: runner}
+	if artifacts != "" {
+		opts.Infra.KubeVirt.LogDir = filepath.Join(artifacts, "kubevirt")
+	}
+	if h, err = harness.Start(ctx, opts); err != nil {
 		fmt.Fprintf(os.Stderr, "starting the harness: %v\n", err)
 		return 1
 	}

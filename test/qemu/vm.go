@@ -23,10 +23,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
-
-	kubevirtv1 "kubevirt.io/api/core/v1"
 )
 
 // GuestAddress is the address QEMU user networking's DHCP server gives the
@@ -45,6 +44,12 @@ type VMOptions struct {
 	// imported volume) that the guest boots and writes to, so its writes
 	// outlive QEMU as a persistent volume's do.
 	RootImage string
+	// RootBus is the bus the root disk is attached to, as KubeVirt's disk
+	// bus names it: virtio (the default), sata (on q35's AHCI controller)
+	// or scsi (virtio-scsi).
+	RootBus string
+	// KernelArgs are appended to the kernel command line.
+	KernelArgs []string
 	// UserData is the bootstrap Secret's value, attached unchanged.
 	UserData []byte
 	// Seed is the cloud-init volume kind; NoCloud when empty.
@@ -110,27 +115,35 @@ func StartVM(ctx context.Context, opts VMOptions) (*VM, error) {
 	}
 	// The disk is shared by every guest: writes go to a temporary overlay
 	// that disappears with QEMU, like a containerDisk.
-	root := "file=" + opts.Disk.Image() + ",format=raw,if=virtio,snapshot=on"
+	root := "file=" + opts.Disk.Image() + ",format=raw,snapshot=on"
 	if opts.RootImage != "" {
-		root = "file=" + opts.RootImage + ",format=raw,if=virtio"
+		root = "file=" + opts.RootImage + ",format=raw"
 	}
-	vm.cmd = exec.Command(qemu,
+	rootArgs, rootDevice, err := rootDiskArgs(opts.RootBus, root)
+	if err != nil {
+		return nil, err
+	}
+	args := []string{
 		"-name", opts.Name,
-		"-machine", "q35,accel="+Accelerator(),
+		"-machine", "q35,accel=" + Accelerator(),
 		"-cpu", "max",
 		"-smp", strconv.Itoa(opts.CPUs),
 		"-m", strconv.Itoa(opts.MemoryMiB),
 		"-nodefaults", "-display", "none", "-no-reboot",
 		"-kernel", opts.Disk.Kernel(),
 		"-initrd", opts.Disk.Initrd(),
-		"-append", "root=/dev/vda rw console=ttyS0 panic=-1",
-		"-drive", root,
+		"-append", strings.Join(append([]string{"root=" + rootDevice, "rw", "console=ttyS0", "panic=-1"}, opts.KernelArgs...), " "),
+	}
+	args = append(args, rootArgs...)
+	args = append(args,
+		// The seed's file system is found by its label, on any bus.
 		"-drive", "file="+seed+",format=raw,if=virtio,readonly=on",
 		"-netdev", "user,id=net0",
 		"-device", "virtio-net-pci,netdev=net0",
 		"-serial", "file:"+vm.ConsoleLog,
 		"-serial", "file:"+vm.DebugLog,
 	)
+	vm.cmd = exec.Command(qemu, args...)
 	// Killed with the test binary, so no guest outlives a timed-out test.
 	vm.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	out, err := os.Create(filepath.Join(opts.Dir, opts.Name+"-qemu.log"))
@@ -164,22 +177,7 @@ func (vm *VM) Exited() (bool, error) {
 // Done is closed when QEMU has exited.
 func (vm *VM) Done() <-chan struct{} { return vm.done }
 
-// Phase is the guest's state as a VirtualMachineInstance phase: Running
-// while QEMU runs, Succeeded when the guest powered off (QEMU exited 0),
-// Failed when QEMU was killed or failed.
-func (vm *VM) Phase() kubevirtv1.VirtualMachineInstancePhase {
-	exited, err := vm.Exited()
-	switch {
-	case !exited:
-		return kubevirtv1.Running
-	case err == nil:
-		return kubevirtv1.Succeeded
-	default:
-		return kubevirtv1.Failed
-	}
-}
-
-// Kill kills QEMU at once, as a crashed virt-launcher would end a VMI.
+// Kill kills QEMU at once and waits until it exited.
 func (vm *VM) Kill() {
 	if exited, _ := vm.Exited(); exited {
 		return
@@ -203,4 +201,21 @@ func tailFile(path string, max int) string {
 		b = b[len(b)-max:]
 	}
 	return string(b)
+}
+
+// rootDiskArgs attaches the root drive on a KubeVirt disk bus and returns
+// the guest's device for it: the first disk of its kind, since the seed is
+// always on virtio after it.
+func rootDiskArgs(bus, drive string) (args []string, device string, err error) {
+	switch bus {
+	case "", "virtio":
+		return []string{"-drive", drive + ",if=virtio"}, "/dev/vda", nil
+	case "sata":
+		// q35's ICH9 AHCI controller, where KubeVirt puts SATA disks.
+		return []string{"-drive", drive + ",if=none,id=root", "-device", "ide-hd,drive=root,bus=ide.0"}, "/dev/sda", nil
+	case "scsi":
+		return []string{"-device", "virtio-scsi-pci,id=scsi0",
+			"-drive", drive + ",if=none,id=root", "-device", "scsi-hd,drive=root,bus=scsi0.0"}, "/dev/sda", nil
+	}
+	return nil, "", fmt.Errorf("root disk bus %q: QEMU guests here boot virtio, sata and scsi disks", bus)
 }
