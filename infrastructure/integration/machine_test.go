@@ -363,6 +363,28 @@ func TestMachineFailureConditions(t *testing.T) {
 		expectReady(t, kvm, metav1.ConditionFalse, infrav1.UnschedulableReason)
 	})
 
+	t.Run("a GPU KubeVirt does not permit", func(t *testing.T) {
+		t.Parallel()
+		g := NewWithT(t)
+		// virt-api admits a GPU that KubeVirt's permittedHostDevices does
+		// not list, and virt-controller then cannot render the launcher
+		// Pod: the instance stays Pending and the VM says only Starting.
+		// The machine reports virt-controller's words, and stays put.
+		const missing = "nvidia.com/TU104GL_Tesla_T4"
+		spec := containerDiskSpec()
+		spec.GPUs = []infrav1.GPU{{Name: "gpu1", DeviceName: missing}}
+		spec.EvictionStrategy = infrav1.EvictionLiveMigrateIfPossible
+		kvm := tc.machine(t, "gpu-missing", spec)
+		expectReady(t, kvm, metav1.ConditionUnknown, infrav1.CreateRefusedReason)
+		g.Expect(conditionOf(kvm, infrav1.ReadyCondition).Message).To(Equal("KubeVirt cannot create the instance's launcher Pod: " +
+			"failed to render launch manifest: GPU " + missing + " is not permitted in permittedHostDevices configuration"))
+		version := kvm.ResourceVersion
+		g.Consistently(func(g Gomega) {
+			g.Expect(c.Get(ctx, client.ObjectKeyFromObject(kvm), kvm)).To(Succeed())
+			g.Expect(kvm.ResourceVersion).To(Equal(version), "the machine is not rewritten while it waits")
+		}).WithTimeout(3 * time.Second).Should(Succeed())
+	})
+
 	t.Run("a container disk that cannot be pulled", func(t *testing.T) {
 		t.Parallel()
 		stack.Hosts.FailPulls(fault.Named(key(tc.namespace, "image-pull")), 1)

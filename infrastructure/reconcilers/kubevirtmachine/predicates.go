@@ -101,6 +101,7 @@ type instanceView struct {
 	Hostname     string
 	Ready        bool
 	PodScheduled *kubevirtv1.VirtualMachineInstanceCondition
+	LaunchFailed *kubevirtv1.VirtualMachineInstanceCondition
 	IPs          []string
 	Evacuation   string
 }
@@ -119,6 +120,9 @@ func viewOfInstance(vmi *kubevirtv1.VirtualMachineInstance) any {
 	}
 	if c := instanceCondition(vmi, kubevirtv1.VirtualMachineInstanceConditionType(corev1.PodScheduled)); c != nil {
 		v.PodScheduled = &kubevirtv1.VirtualMachineInstanceCondition{Type: c.Type, Status: c.Status, Reason: c.Reason, Message: c.Message}
+	}
+	if c := launchRefusal(vmi); c != nil {
+		v.LaunchFailed = &kubevirtv1.VirtualMachineInstanceCondition{Type: c.Type, Status: c.Status, Reason: c.Reason, Message: c.Message}
 	}
 	return v
 }

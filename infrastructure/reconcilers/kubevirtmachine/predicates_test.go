@@ -111,6 +111,14 @@ func TestUpdatesPassOnlyWhenTheyChangeWhatTheControllerReads(t *testing.T) {
 			vmi(func(v *kubevirtv1.VirtualMachineInstance) {
 				v.Status.Conditions = append(v.Status.Conditions, kubevirtv1.VirtualMachineInstanceCondition{Type: kubevirtv1.VirtualMachineInstanceConditionType(corev1.PodScheduled), Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable, Message: "0/3 nodes"})
 			}), true},
+		{"virt-controller failing to create the launcher Pod passes", vmiPredicate.Update, baseVMI,
+			vmi(func(v *kubevirtv1.VirtualMachineInstance) {
+				v.Status.Conditions = append(v.Status.Conditions, kubevirtv1.VirtualMachineInstanceCondition{Type: kubevirtv1.VirtualMachineInstanceSynchronized, Status: corev1.ConditionFalse, Reason: "FailedCreate", Message: "failed to render launch manifest"})
+			}), true},
+		{"an instance's other Synchronized reasons are dropped", vmiPredicate.Update, baseVMI,
+			vmi(func(v *kubevirtv1.VirtualMachineInstance) {
+				v.Status.Conditions = append(v.Status.Conditions, kubevirtv1.VirtualMachineInstanceCondition{Type: kubevirtv1.VirtualMachineInstanceSynchronized, Status: corev1.ConditionFalse, Reason: "ErrImagePull"})
+			}), false},
 		{"an instance's node passes", vmiPredicate.Update, baseVMI,
 			vmi(func(v *kubevirtv1.VirtualMachineInstance) { v.Status.NodeName = "infra-2" }), true},
 		{"an instance's stop reason passes", vmiPredicate.Update, baseVMI,

@@ -268,6 +268,10 @@ func virtualMachineCondition(o *observation) metav1.Condition {
 		return condition(t, metav1.ConditionUnknown, infrav1.InstanceNotReadyReason,
 			"VirtualMachineInstance state is unknown; its node may be unreachable")
 	}
+	if c := launchRefusal(vmi); c != nil {
+		return condition(t, metav1.ConditionUnknown, infrav1.CreateRefusedReason,
+			fmt.Sprintf("KubeVirt cannot create the instance's launcher Pod: %s", c.Message))
+	}
 	if c := instanceCondition(vmi, kubevirtv1.VirtualMachineInstanceConditionType(corev1.PodScheduled)); c != nil &&
 		c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
 		return condition(t, metav1.ConditionFalse, infrav1.UnschedulableReason, unschedulableMessage(vm, vmi))
@@ -281,6 +285,22 @@ func virtualMachineCondition(o *observation) metav1.Condition {
 		return condition(t, metav1.ConditionUnknown, infrav1.InstanceRestartingReason, restartingMessage)
 	}
 	return condition(t, metav1.ConditionUnknown, infrav1.ProvisioningReason, startingMessage)
+}
+
+// failedCreateReason is virt-controller's reason on an instance's
+// Synchronized condition when it cannot create the launcher Pod: it cannot
+// render it (a GPU or host device missing from permittedHostDevices) or the
+// API server refuses it (a quota). The VM meanwhile only says Starting.
+const failedCreateReason = "FailedCreate"
+
+// launchRefusal is the pending instance's Synchronized condition when
+// virt-controller cannot create its launcher Pod, nil otherwise.
+func launchRefusal(vmi *kubevirtv1.VirtualMachineInstance) *kubevirtv1.VirtualMachineInstanceCondition {
+	c := instanceCondition(vmi, kubevirtv1.VirtualMachineInstanceSynchronized)
+	if c == nil || c.Status != corev1.ConditionFalse || c.Reason != failedCreateReason {
+		return nil
+	}
+	return c
 }
 
 // restartingMessage reports a provisioned machine's new instance on its way

@@ -232,6 +232,12 @@ func TestVirtualMachineCondition(t *testing.T) {
 		{"a new instance on a persistent disk on its way to Running is restarting",
 			observation{provisioned: true, provisionedInstanceUID: "vmi-1", vm: vm(), vmi: vmi("2", kubevirtv1.Scheduled)},
 			metav1.ConditionUnknown, infrav1.InstanceRestartingReason, "KubeVirt starts a new VirtualMachineInstance on the persistent root disk"},
+		{"an instance whose launcher Pod KubeVirt cannot create reports KubeVirt's words, as a refusal",
+			observation{vm: vm(printable(kubevirtv1.VirtualMachineStatusStarting)), vmi: vmi("1", kubevirtv1.Pending, func(i *kubevirtv1.VirtualMachineInstance) {
+				i.Status.Conditions = append(i.Status.Conditions, kubevirtv1.VirtualMachineInstanceCondition{Type: kubevirtv1.VirtualMachineInstanceSynchronized, Status: corev1.ConditionFalse,
+					Reason: "FailedCreate", Message: "failed to render launch manifest: GPU nvidia.com/TU104GL_Tesla_T4 is not permitted in permittedHostDevices configuration"})
+			})},
+			metav1.ConditionUnknown, infrav1.CreateRefusedReason, "KubeVirt cannot create the instance's launcher Pod: failed to render launch manifest: GPU nvidia.com/TU104GL_Tesla_T4 is not permitted in permittedHostDevices configuration"},
 		{"a new instance on a persistent disk that cannot be scheduled is a failure",
 			observation{provisioned: true, provisionedInstanceUID: "vmi-1", vm: vm(), vmi: vmi("2", kubevirtv1.Scheduling, unschedulable("0/3 nodes are available: 3 Insufficient memory."))},
 			metav1.ConditionFalse, infrav1.UnschedulableReason, "VM's pod cannot be scheduled: 0/3 nodes are available: 3 Insufficient memory."},
