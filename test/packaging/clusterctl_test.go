@@ -33,6 +33,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -203,6 +204,37 @@ func TestClusterctl(t *testing.T) {
 			}
 			g.Expect(contract).To(BeNumerically(">=", 2), "the %s CRDs are installed and labelled with the contract", p.name)
 		}
+	})
+
+	t.Run("the cluster autoscaler reads templates through the shipped role", func(t *testing.T) {
+		g := NewWithT(t)
+		// The identity the autoscaler's chart gives it; the role is
+		// installed by init and bound by the hoster.
+		const autoscaler = "system:serviceaccount:kube-system:cluster-autoscaler"
+		cfg, err := env.AddUser(autoscaler, "system:serviceaccounts", "system:authenticated")
+		g.Expect(err).NotTo(HaveOccurred())
+		as, err := client.New(cfg, client.Options{Scheme: env.Scheme})
+		g.Expect(err).NotTo(HaveOccurred())
+		templates := &unstructured.UnstructuredList{}
+		templates.SetGroupVersionKind(schema.GroupVersionKind{Group: "infrastructure.cozystack.io", Version: "v1alpha1", Kind: "KubeVirtMachineTemplateList"})
+		g.Expect(as.List(ctx, templates)).To(Satisfy(apierrors.IsForbidden), "nothing lets the autoscaler read templates before the binding")
+
+		binding := &rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: "cluster-autoscaler-kubevirt-workers"},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "kubevirt-workers-cluster-autoscaler-role"},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: "kube-system", Name: "cluster-autoscaler"}},
+		}
+		g.Expect(c.Create(ctx, binding)).To(Succeed())
+		g.Eventually(func() error { return as.List(ctx, templates) }).Should(Succeed(), "bound, the autoscaler lists templates cluster-wide")
+		g.Expect(as.List(ctx, templates, client.InNamespace("tenant-default"))).To(Succeed())
+		template := &unstructured.Unstructured{}
+		template.SetGroupVersionKind(schema.GroupVersionKind{Group: "infrastructure.cozystack.io", Version: "v1alpha1", Kind: "KubeVirtMachineTemplate"})
+		template.SetNamespace("tenant-default")
+		template.SetName("probe")
+		g.Expect(as.Create(ctx, template, client.DryRunAll)).To(Satisfy(apierrors.IsForbidden), "the role is read-only")
+		machines := &unstructured.UnstructuredList{}
+		machines.SetGroupVersionKind(schema.GroupVersionKind{Group: "infrastructure.cozystack.io", Version: "v1alpha1", Kind: "KubeVirtMachineList"})
+		g.Expect(as.List(ctx, machines)).To(Satisfy(apierrors.IsForbidden), "the role reads templates only")
 	})
 }
 
