@@ -57,8 +57,10 @@ func TestPercentilesNearestRank(t *testing.T) {
 func TestScaleToTen(t *testing.T) {
 	g := NewWithT(t)
 	c, err := RunSideBySide(context.Background(), Config{
-		Machines:       10,
-		Timeout:        3 * time.Minute,
+		Machines: 10,
+		// A bound, not a measurement: a loaded machine (the guard shares
+		// it with other suites) once needed more than 3 minutes.
+		Timeout:        10 * time.Minute,
 		Quiet:          2 * time.Second,
 		IdleWindow:     3 * time.Second,
 		PeerIdleWindow: 3 * time.Second,
@@ -75,9 +77,17 @@ func TestScaleToTen(t *testing.T) {
 		g.Expect(report.Throttling.Requests).To(Equal(sumCounts(report.Throttling.By)))
 		// Each machine's VirtualMachine is created once, by the
 		// infrastructure provider's process, and its bootstrap token once,
-		// by the bootstrap provider's.
-		g.Expect(report.Requests).To(ContainElement(requests.RequestCount{RequestKey: requests.RequestKey{Component: requests.ComponentInfra, Cluster: "management", Verb: "create", Resource: "virtualmachines"}, Count: 10}))
-		g.Expect(report.Requests).To(ContainElement(requests.RequestCount{RequestKey: requests.RequestKey{Component: requests.ComponentBootstrap, Cluster: "workload", Verb: "create", Resource: "secrets"}, Count: 10}))
+		// by the bootstrap provider's. The kubeadm peer's token count is
+		// its own behaviour (it makes another token when a Machine's
+		// reconcile races its cache): reported, never pinned.
+		vms := requests.RequestCount{RequestKey: requests.RequestKey{Component: requests.ComponentInfra, Cluster: "management", Verb: "create", Resource: "virtualmachines"}, Count: 10}
+		g.Expect(report.Requests).To(ContainElement(vms))
+		tokens := requests.RequestKey{Component: requests.ComponentBootstrap, Cluster: "workload", Verb: "create", Resource: "secrets"}
+		if report == c.Ours {
+			g.Expect(report.Requests).To(ContainElement(requests.RequestCount{RequestKey: tokens, Count: 10}))
+		} else {
+			t.Logf("%s: %d workload token Secrets for 10 machines", report.Provider(), countOf(report.Requests, tokens))
+		}
 		g.Expect(report.WritesPerMachine(requests.ComponentBootstrap)).To(BeNumerically(">", 0))
 		g.Expect(report.Idle.Objects).To(BeNumerically(">", 10))
 		bootstrap, ok := report.Usage(report.bootstrapComponent())
@@ -106,4 +116,14 @@ func TestScaleToTen(t *testing.T) {
 	g.Expect(md).To(ContainSubstring("## N = 10"))
 	g.Expect(md).To(ContainSubstring("kubeadm peer"))
 	g.Expect(md).To(ContainSubstring("Cluster API alone (providers stopped)"))
+}
+
+// countOf is the count of the requests with key.
+func countOf(counts []requests.RequestCount, key requests.RequestKey) int {
+	for _, c := range counts {
+		if c.RequestKey == key {
+			return c.Count
+		}
+	}
+	return 0
 }
