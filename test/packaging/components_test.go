@@ -244,6 +244,7 @@ func checkWebhookWiring(t *testing.T, objs []*unstructured.Unstructured, dep *ap
 		var cc []admissionregistrationv1.WebhookClientConfig
 		for _, h := range w.Webhooks {
 			g.Expect(h.FailurePolicy).To(HaveValue(Equal(admissionregistrationv1.Fail)), "%s fails closed", h.Name)
+			g.Expect(h.TimeoutSeconds).To(HaveValue(BeNumerically("<=", 10)), "%s bounds how long a write waits for it", h.Name)
 			cc = append(cc, h.ClientConfig)
 		}
 		check(o, cc)
@@ -253,6 +254,7 @@ func checkWebhookWiring(t *testing.T, objs []*unstructured.Unstructured, dep *ap
 		convert(t, o, w)
 		var cc []admissionregistrationv1.WebhookClientConfig
 		for _, h := range w.Webhooks {
+			g.Expect(h.TimeoutSeconds).To(HaveValue(BeNumerically("<=", 10)), "%s bounds how long a write waits for it", h.Name)
 			cc = append(cc, h.ClientConfig)
 		}
 		check(o, cc)

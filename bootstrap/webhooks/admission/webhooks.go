@@ -30,8 +30,8 @@ import (
 	bootstrapv1 "github.com/cozystack/cluster-api-workers/bootstrap/api/v1alpha1"
 )
 
-// +kubebuilder:webhook:verbs=create;update,path=/validate-bootstrap-cozystack-io-v1alpha1-kairosconfig,mutating=false,failurePolicy=fail,matchPolicy=Equivalent,groups=bootstrap.cozystack.io,resources=kairosconfigs,versions=v1alpha1,name=validation.kairosconfig.bootstrap.cozystack.io,sideEffects=None,admissionReviewVersions=v1
-// +kubebuilder:webhook:verbs=create;update,path=/validate-bootstrap-cozystack-io-v1alpha1-kairosconfigtemplate,mutating=false,failurePolicy=fail,matchPolicy=Equivalent,groups=bootstrap.cozystack.io,resources=kairosconfigtemplates,versions=v1alpha1,name=validation.kairosconfigtemplate.bootstrap.cozystack.io,sideEffects=None,admissionReviewVersions=v1
+// +kubebuilder:webhook:verbs=create;update,path=/validate-bootstrap-cozystack-io-v1alpha1-kairosconfig,mutating=false,failurePolicy=fail,matchPolicy=Equivalent,groups=bootstrap.cozystack.io,resources=kairosconfigs,versions=v1alpha1,name=validation.kairosconfig.bootstrap.cozystack.io,sideEffects=None,timeoutSeconds=10,admissionReviewVersions=v1
+// +kubebuilder:webhook:verbs=create;update,path=/validate-bootstrap-cozystack-io-v1alpha1-kairosconfigtemplate,mutating=false,failurePolicy=fail,matchPolicy=Equivalent,groups=bootstrap.cozystack.io,resources=kairosconfigtemplates,versions=v1alpha1,name=validation.kairosconfigtemplate.bootstrap.cozystack.io,sideEffects=None,timeoutSeconds=10,admissionReviewVersions=v1
 
 // KairosConfig validates KairosConfigs. Their spec is immutable: a
 // bootstrap change needs a new worker, never an edit of a rendered one.

@@ -32,7 +32,7 @@ import (
 	"github.com/cozystack/cluster-api-workers/exp/workerclass/validation"
 )
 
-// +kubebuilder:webhook:path=/validate-cozystack-io-v1alpha1-workerclass,mutating=false,failurePolicy=fail,sideEffects=None,groups=cozystack.io,resources=workerclasses,verbs=create;update,versions=v1alpha1,name=validation.workerclass.cozystack.io,admissionReviewVersions=v1
+// +kubebuilder:webhook:path=/validate-cozystack-io-v1alpha1-workerclass,mutating=false,failurePolicy=fail,sideEffects=None,groups=cozystack.io,resources=workerclasses,verbs=create;update,versions=v1alpha1,name=validation.workerclass.cozystack.io,timeoutSeconds=10,admissionReviewVersions=v1
 
 // WorkerClass validates classes: a well-formed spec that never changes.
 // Deletion is allowed; the in-use finalizer protects classes in use.
@@ -87,7 +87,7 @@ func classInvalid(c *v1alpha1.WorkerClass, errs field.ErrorList) error {
 	return apierrors.NewInvalid(v1alpha1.GroupVersion.WithKind("WorkerClass").GroupKind(), c.Name, errs)
 }
 
-// +kubebuilder:webhook:path=/validate-cozystack-io-v1alpha1-workerplatform,mutating=false,failurePolicy=fail,sideEffects=None,groups=cozystack.io,resources=workerplatforms,verbs=create;update,versions=v1alpha1,name=validation.workerplatform.cozystack.io,admissionReviewVersions=v1
+// +kubebuilder:webhook:path=/validate-cozystack-io-v1alpha1-workerplatform,mutating=false,failurePolicy=fail,sideEffects=None,groups=cozystack.io,resources=workerplatforms,verbs=create;update,versions=v1alpha1,name=validation.workerplatform.cozystack.io,timeoutSeconds=10,admissionReviewVersions=v1
 
 // WorkerPlatform validates the platform configuration.
 type WorkerPlatform struct{}
