@@ -110,6 +110,16 @@ func TestValidateMachineSpec(t *testing.T) {
 				s.Image = &infrav1.ImageSource{HTTPImport: &infrav1.HTTPImportSource{URL: "ftp://x.example.com/d.raw"}}
 				s.RootDisk = &infrav1.RootDisk{Size: ptr.To(resource.MustParse("20Gi"))}
 			}), []string{"spec.image.httpImport.url"}},
+		{"an import URL with credentials is rejected",
+			spec(func(s *infrav1.KubeVirtMachineSpec) {
+				s.Image = &infrav1.ImageSource{HTTPImport: &infrav1.HTTPImportSource{URL: "https://tenant:s3cr3t@x.example.com/d.raw"}}
+				s.RootDisk = &infrav1.RootDisk{Size: ptr.To(resource.MustParse("20Gi"))}
+			}), []string{"spec.image.httpImport.url"}},
+		{"an import URL with a query, where signed URLs carry their signature, is rejected",
+			spec(func(s *infrav1.KubeVirtMachineSpec) {
+				s.Image = &infrav1.ImageSource{HTTPImport: &infrav1.HTTPImportSource{URL: "https://x.example.com/d.raw?X-Amz-Signature=abc"}}
+				s.RootDisk = &infrav1.RootDisk{Size: ptr.To(resource.MustParse("20Gi"))}
+			}), []string{"spec.image.httpImport.url"}},
 		{"an import CA bundle that is not PEM certificates is rejected",
 			spec(func(s *infrav1.KubeVirtMachineSpec) {
 				s.Image = &infrav1.ImageSource{HTTPImport: &infrav1.HTTPImportSource{URL: "https://x.example.com/d.raw", CABundle: "not a certificate"}}
@@ -227,6 +237,17 @@ func TestKubeVirtMachineWebhook(t *testing.T) {
 		g := NewWithT(t)
 		_, err := w.ValidateUpdate(ctx, kvm("w", spec()), kvm("w", spec(func(s *infrav1.KubeVirtMachineSpec) { s.CPU.Cores = 4 })))
 		g.Expect(err).To(MatchError(ContainSubstring("immutable")))
+	})
+	t.Run("an import URL with credentials is refused without echoing it", func(t *testing.T) {
+		g := NewWithT(t)
+		_, err := w.ValidateCreate(ctx, kvm("w", spec(func(s *infrav1.KubeVirtMachineSpec) {
+			s.Image = &infrav1.ImageSource{HTTPImport: &infrav1.HTTPImportSource{URL: "https://tenant:s3cr3t@x.example.com/d.raw"}}
+			s.RootDisk = &infrav1.RootDisk{Size: ptr.To(resource.MustParse("20Gi"))}
+		})))
+		g.Expect(err).To(MatchError(ContainSubstring("spec.image.httpImport.url")))
+		g.Expect(err).To(MatchError(ContainSubstring("must not carry credentials")))
+		g.Expect(err.Error()).NotTo(ContainSubstring("s3cr3t"))
+		g.Expect(err.Error()).NotTo(ContainSubstring("tenant:"))
 	})
 }
 

@@ -21,10 +21,7 @@ limitations under the License.
 package admission
 
 import (
-	"crypto/x509"
-	"encoding/pem"
 	"fmt"
-	"net/url"
 	"slices"
 	"strings"
 
@@ -32,6 +29,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
+	wcvalidation "github.com/cozystack/cluster-api-workers/exp/workerclass/validation"
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/migration"
 )
@@ -91,19 +89,11 @@ func ValidateImageSource(img *infrav1.ImageSource, path *field.Path) field.Error
 	if img.HTTPImport != nil {
 		set++
 		p := path.Child("httpImport")
-		u, err := url.Parse(img.HTTPImport.URL)
-		switch {
-		case err != nil:
-			errs = append(errs, field.Invalid(p.Child("url"), img.HTTPImport.URL, err.Error()))
-		case u.Scheme != "http" && u.Scheme != "https":
-			errs = append(errs, field.Invalid(p.Child("url"), img.HTTPImport.URL, "must be an http or https URL"))
-		case u.Host == "":
-			errs = append(errs, field.Invalid(p.Child("url"), img.HTTPImport.URL, "must name a host"))
-		}
+		// The rules of a class's image URL: no credentials (never echoed),
+		// query or fragment, which CDI's importer would carry in its Pod.
+		errs = append(errs, wcvalidation.ValidateURL(img.HTTPImport.URL, p.Child("url"))...)
 		if img.HTTPImport.CABundle != "" {
-			if err := validatePEMBundle(img.HTTPImport.CABundle); err != nil {
-				errs = append(errs, field.Invalid(p.Child("caBundle"), "<PEM bundle>", err.Error()))
-			}
+			errs = append(errs, wcvalidation.ValidateCABundle(img.HTTPImport.CABundle, p.Child("caBundle"))...)
 		}
 	}
 	if img.Clone != nil {
@@ -137,29 +127,6 @@ func ValidateDigestReference(ref string, path *field.Path) field.ErrorList {
 	}
 	if _, ok := named.(reference.Canonical); !ok {
 		return field.ErrorList{field.Invalid(path, ref, "must be pinned by digest (name@sha256:<hex>) so every machine boots the same bytes")}
-	}
-	return nil
-}
-
-func validatePEMBundle(bundle string) error {
-	rest := []byte(bundle)
-	certs := 0
-	for {
-		var block *pem.Block
-		block, rest = pem.Decode(rest)
-		if block == nil {
-			break
-		}
-		if block.Type != "CERTIFICATE" {
-			return fmt.Errorf("PEM block %d is a %s, not a CERTIFICATE", certs+1, block.Type)
-		}
-		if _, err := x509.ParseCertificate(block.Bytes); err != nil {
-			return fmt.Errorf("certificate %d: %v", certs+1, err)
-		}
-		certs++
-	}
-	if certs == 0 {
-		return fmt.Errorf("no PEM certificate found")
 	}
 	return nil
 }
