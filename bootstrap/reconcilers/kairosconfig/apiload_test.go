@@ -255,3 +255,48 @@ func TestTokenRecordWithoutCachedDataIsReadDirectly(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(found).To(BeFalse())
 }
+
+// TestForgettingATokenKeepsARecordMadeSince: the record of a token is
+// deleted only while it is the Secret the token was read from. A record
+// made again in between (another token for the same config) stays, or
+// its token would be live in the workload cluster with nothing to revoke
+// it.
+func TestForgettingATokenKeepsARecordMadeSince(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := newNamespace("forget-token")
+	g.Expect(mgmt.Client.Create(ctx, ns)).To(Succeed())
+	config := &bootstrapv1.KairosConfig{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "c"}}
+	g.Expect(mgmt.Client.Create(ctx, config)).To(Succeed())
+	r := &Reconciler{Client: mgmt.Client, APIReader: mgmt.Client, expect: newExpectations()}
+
+	first, err := newToken(time.Now(), time.Hour)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(mgmt.Client.Create(ctx, managementTokenSecret(config, "cluster", first))).To(Succeed())
+	read, found, err := r.liveStoredToken(ctx, config)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(found).To(BeTrue())
+	g.Expect(read.recordUID).NotTo(BeEmpty())
+
+	// The record is replaced by one of a second token.
+	record := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: tokenSecretName(config.Name)}}
+	g.Expect(mgmt.Client.Delete(ctx, record)).To(Succeed())
+	second, err := newToken(time.Now(), time.Hour)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(mgmt.Client.Create(ctx, managementTokenSecret(config, "cluster", second))).To(Succeed())
+
+	g.Expect(r.forgetToken(ctx, config, read)).To(Succeed())
+	kept, found, err := r.liveStoredToken(ctx, config)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(found).To(BeTrue(), "the second token's record is kept")
+	g.Expect(kept.ID).To(Equal(second.ID))
+
+	// Its own record is forgotten.
+	g.Expect(r.forgetToken(ctx, config, kept)).To(Succeed())
+	_, found, err = r.liveStoredToken(ctx, config)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(found).To(BeFalse())
+	// A token without a record to forget is a programming error, not a
+	// deletion by name.
+	g.Expect(r.forgetToken(ctx, config, second)).To(MatchError(ContainSubstring("has no record")))
+}

@@ -184,8 +184,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		if !config.DeletionTimestamp.IsZero() || machineGone {
 			// Without a Cluster there is no workload cluster left to hold a
 			// token, so nothing can leak.
-			if err := r.forgetToken(ctx, config); err != nil {
+			t, found, err := r.liveStoredToken(ctx, config)
+			if err != nil {
 				return ctrl.Result{}, err
+			}
+			if found {
+				if err := r.forgetToken(ctx, config, t); err != nil {
+					return ctrl.Result{}, err
+				}
 			}
 			return ctrl.Result{}, r.removeFinalizer(ctx, config)
 		}
@@ -758,7 +764,7 @@ func (r *Reconciler) revoke(ctx context.Context, s *scope, t token) (ctrl.Result
 	if err != nil {
 		if !t.Expiration.IsZero() && r.now().After(t.Expiration) {
 			ctrl.LoggerFrom(ctx).Info("Workload cluster unreachable; the bootstrap token has expired, forgetting it", "tokenID", t.ID)
-			if err := r.forgetToken(ctx, s.config); err != nil {
+			if err := r.forgetToken(ctx, s.config, t); err != nil {
 				return ctrl.Result{}, err
 			}
 			r.expect.revokedToken(client.ObjectKeyFromObject(s.config), t.ID)
@@ -771,17 +777,29 @@ func (r *Reconciler) revoke(ctx context.Context, s *scope, t token) (ctrl.Result
 		return ctrl.Result{}, err
 	}
 	ctrl.LoggerFrom(ctx).Info("Revoked the bootstrap token", "tokenID", t.ID)
-	if err := r.forgetToken(ctx, s.config); err != nil {
+	if err := r.forgetToken(ctx, s.config, t); err != nil {
 		return ctrl.Result{}, err
 	}
 	r.expect.revokedToken(client.ObjectKeyFromObject(s.config), t.ID)
 	return ctrl.Result{}, nil
 }
 
-// forgetToken deletes our record of the token.
-func (r *Reconciler) forgetToken(ctx context.Context, config *bootstrapv1.KairosConfig) error {
+// forgetToken deletes our record of t, only while the record is the Secret
+// t was read from: a record made again since (a new token for the same
+// config) is not ours to drop, or its token would leak untracked.
+func (r *Reconciler) forgetToken(ctx context.Context, config *bootstrapv1.KairosConfig, t token) error {
+	if t.recordUID == "" {
+		return fmt.Errorf("bootstrap token %s has no record to forget", t.ID)
+	}
 	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: config.Namespace, Name: tokenSecretName(config.Name)}}
-	if err := r.Client.Delete(ctx, s); err != nil && !apierrors.IsNotFound(err) {
+	err := r.Client.Delete(ctx, s, client.Preconditions{UID: &t.recordUID})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil
+	case apierrors.IsConflict(err):
+		ctrl.LoggerFrom(ctx).Info("The token Secret was replaced since it was read; keeping the new record", "tokenID", t.ID)
+		return nil
+	case err != nil:
 		return fmt.Errorf("deleting the token Secret: %w", err)
 	}
 	return nil

@@ -59,6 +59,9 @@ type token struct {
 	ID         string
 	Secret     string
 	Expiration time.Time
+	// recordUID is the UID of our management Secret the token was read
+	// from: its record is deleted only while it is that Secret.
+	recordUID types.UID
 }
 
 func (t token) String() string { return bootstraputil.TokenFromIDAndSecret(t.ID, t.Secret) }
@@ -117,6 +120,7 @@ func readTokenSecret(s *corev1.Secret) (token, bool, error) {
 			return token{}, false, fmt.Errorf("the stored token expiration is not RFC 3339: %w", err)
 		}
 	}
+	t.recordUID = s.UID
 	return t, true, nil
 }
 
