@@ -639,8 +639,8 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, kvm *infrav1.KubeVirtM
 	log := ctrl.LoggerFrom(ctx)
 	key := client.ObjectKeyFromObject(kvm)
 	var pending []string
-	waitFor := func(obj client.Object, kind string, ours func(client.Object) bool) error {
-		if err := r.Client.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: obj.GetName()}, obj); err != nil {
+	waitFor := func(reader client.Reader, obj client.Object, kind string, ours func(client.Object) bool) error {
+		if err := reader.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: obj.GetName()}, obj); err != nil {
 			return client.IgnoreNotFound(err)
 		}
 		if !ours(obj) {
@@ -659,16 +659,26 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, kvm *infrav1.KubeVirtM
 	controlled := func(o client.Object) bool { return metav1.IsControlledBy(o, kvm) }
 	labelled := func(o client.Object) bool { return o.GetLabels()[infrav1.MachineNameLabel] == kvm.Name }
 
-	vm := &kubevirtv1.VirtualMachine{ObjectMeta: metav1.ObjectMeta{Name: key.Name}}
-	vmi := &kubevirtv1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Name: key.Name}}
-	dv := &cdiv1.DataVolume{ObjectMeta: metav1.ObjectMeta{Name: render.RootDataVolumeName(key.Name)}}
-	errs := []error{
-		waitFor(vm, "VirtualMachine", controlled),
-		waitFor(vmi, "VirtualMachineInstance", labelled),
-		waitFor(dv, "DataVolume", controlled),
+	waitForAll := func(reader client.Reader) error {
+		vm := &kubevirtv1.VirtualMachine{ObjectMeta: metav1.ObjectMeta{Name: key.Name}}
+		vmi := &kubevirtv1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Name: key.Name}}
+		dv := &cdiv1.DataVolume{ObjectMeta: metav1.ObjectMeta{Name: render.RootDataVolumeName(key.Name)}}
+		return kerrors.NewAggregate([]error{
+			waitFor(reader, vm, "VirtualMachine", controlled),
+			waitFor(reader, vmi, "VirtualMachineInstance", labelled),
+			waitFor(reader, dv, "DataVolume", controlled),
+		})
 	}
-	if err := kerrors.NewAggregate(errs); err != nil {
+	if err := waitForAll(r.Client); err != nil {
 		return err
+	}
+	if len(pending) == 0 {
+		// The cache says all is gone; the finalizer is the last guard of
+		// the VM and its disks, so the API server confirms it (a VM created
+		// moments ago may not be in the cache yet).
+		if err := waitForAll(r.APIReader); err != nil {
+			return err
+		}
 	}
 	setConditions(kvm, deletingConditions(pending)...)
 	if len(pending) > 0 {
