@@ -116,8 +116,8 @@ func run(o *options) error {
 	if err := logsv1.ValidateAndApply(o.logs, nil); err != nil {
 		return fmt.Errorf("applying the logging flags: %w", err)
 	}
-	if o.tokenTTL < time.Minute {
-		return fmt.Errorf("--bootstrap-token-ttl must be at least 1m, got %s", o.tokenTTL)
+	if err := setup.ValidateTokenTTL(o.tokenTTL); err != nil {
+		return err
 	}
 	ctrl.SetLogger(klog.Background())
 	setupLog := ctrl.Log.WithName("setup")

@@ -153,6 +153,23 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
+// The bounds of --bootstrap-token-ttl. Below a minute a token would be
+// refreshed several times a minute per Machine; above a day (kubeadm's own
+// default token lifetime) a token that cannot be revoked (a workload
+// cluster out of reach) stays valid for longer than any join needs.
+const (
+	MinTokenTTL = time.Minute
+	MaxTokenTTL = 24 * time.Hour
+)
+
+// ValidateTokenTTL checks a bootstrap token lifetime against its bounds.
+func ValidateTokenTTL(ttl time.Duration) error {
+	if ttl < MinTokenTTL || ttl > MaxTokenTTL {
+		return fmt.Errorf("--bootstrap-token-ttl must be between %s and %s, got %s", MinTokenTTL, MaxTokenTTL, ttl)
+	}
+	return nil
+}
+
 // SetupReconcilers creates the ClusterCache (workload clients and watches)
 // and registers the KairosConfig controller. The ClusterCache's workload
 // connections are closed when the manager stops, so several managers can

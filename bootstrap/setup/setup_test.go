@@ -175,3 +175,28 @@ func TestWorkloadNodesAreCachedWithOnlyTheirNameAndProviderID(t *testing.T) {
 		Spec:       corev1.NodeSpec{ProviderID: "kubevirt://vm-1"},
 	}))
 }
+
+func TestValidateTokenTTL(t *testing.T) {
+	for _, tc := range []struct {
+		ttl time.Duration
+		ok  bool
+	}{
+		{time.Hour, true},
+		{time.Minute, true},
+		{24 * time.Hour, true},
+		{59 * time.Second, false},
+		{0, false},
+		{-time.Hour, false},
+		{24*time.Hour + time.Second, false},
+		{30 * 24 * time.Hour, false},
+	} {
+		t.Run(tc.ttl.String(), func(t *testing.T) {
+			err := ValidateTokenTTL(tc.ttl)
+			if tc.ok {
+				NewWithT(t).Expect(err).NotTo(HaveOccurred())
+				return
+			}
+			NewWithT(t).Expect(err).To(MatchError("--bootstrap-token-ttl must be between 1m0s and 24h0m0s, got " + tc.ttl.String()))
+		})
+	}
+}
