@@ -70,6 +70,10 @@ const (
 	// FileSourceNotAvailableReason: a file's contentFrom Secret or key is
 	// missing.
 	FileSourceNotAvailableReason = "FileSourceNotAvailable"
+	// FileSourceForbiddenReason: a file's contentFrom Secret is one of
+	// Cluster API's own (the cluster's CAs and keys, its kubeconfig, another
+	// Machine's bootstrap data); nothing is rendered, for good.
+	FileSourceForbiddenReason = "FileSourceForbidden"
 	// InternalErrorReason: an unexpected error; the controller log has it.
 	InternalErrorReason = "InternalError"
 )

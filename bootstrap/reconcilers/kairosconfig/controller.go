@@ -53,6 +53,7 @@ import (
 
 	bootstrapv1 "github.com/cozystack/cluster-api-workers/bootstrap/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/bootstrap/internal/cloudconfig"
+	"github.com/cozystack/cluster-api-workers/bootstrap/internal/clustersecrets"
 	"github.com/cozystack/cluster-api-workers/internal/ownwrites"
 )
 
@@ -348,8 +349,13 @@ func (r *Reconciler) render(ctx context.Context, s *scope) (ctrl.Result, error) 
 			return res, err
 		}
 	}
-	files, err := r.resolveFiles(ctx, config)
+	files, err := r.resolveFiles(ctx, config, cluster.Name)
 	if err != nil {
+		var forbidden *forbiddenFileSourceError
+		if errors.As(err, &forbidden) {
+			markWaiting(config, bootstrapv1.FileSourceForbiddenReason, forbidden.Error())
+			return ctrl.Result{}, nil
+		}
 		var missing *fileSourceError
 		if errors.As(err, &missing) {
 			markWaiting(config, bootstrapv1.FileSourceNotAvailableReason, missing.Error())
@@ -471,7 +477,12 @@ type fileSourceError struct{ msg string }
 
 func (e *fileSourceError) Error() string { return e.msg }
 
-func (r *Reconciler) resolveFiles(ctx context.Context, config *bootstrapv1.KairosConfig) ([]cloudconfig.File, error) {
+// forbiddenFileSourceError names a contentFrom Secret of Cluster API's own.
+type forbiddenFileSourceError struct{ msg string }
+
+func (e *forbiddenFileSourceError) Error() string { return e.msg }
+
+func (r *Reconciler) resolveFiles(ctx context.Context, config *bootstrapv1.KairosConfig, clusterName string) ([]cloudconfig.File, error) {
 	files := make([]cloudconfig.File, 0, len(config.Spec.Files))
 	for i, f := range config.Spec.Files {
 		out := cloudconfig.File{Path: f.Path, Owner: f.Owner}
@@ -489,6 +500,9 @@ func (r *Reconciler) resolveFiles(ctx context.Context, config *bootstrapv1.Kairo
 					return nil, &fileSourceError{msg: fmt.Sprintf("spec.files[%d].contentFrom.secret: Secret %s not found", i, key.Name)}
 				}
 				return nil, fmt.Errorf("reading spec.files[%d].contentFrom.secret %s: %w", i, key.Name, err)
+			}
+			if clustersecrets.Is(clusterName, src) {
+				return nil, &forbiddenFileSourceError{msg: fmt.Sprintf("spec.files[%d].contentFrom.secret: Secret %s is one of Cluster API's own Secrets of the cluster and is never copied into a worker", i, key.Name)}
 			}
 			content, ok := src.Data[f.ContentFrom.Secret.Key]
 			if !ok {

@@ -415,6 +415,42 @@ func TestFilesFromSecretsAndClusterProviderMode(t *testing.T) {
 	g.Expect(value).To(ContainSubstring(cloudconfig.StageReportSuccess))
 }
 
+// TestFilesFromClusterAPISecretsAreNeverRendered: a file that reads one
+// of Cluster API's own Secrets renders nothing, for good. The webhook
+// refuses the cluster's Secrets by name (the CA, with its key, here); the
+// controller also knows them by type, as another Machine's bootstrap data.
+func TestFilesFromClusterAPISecretsAreNeverRendered(t *testing.T) {
+	startController(t, testTokenTTL)
+	f := newFixture(t, readyCluster)
+	g := f.g
+	caFile := bootstrapv1.File{Path: "/etc/ca.key",
+		ContentFrom: bootstrapv1.FileSource{Secret: bootstrapv1.SecretKeySource{Name: f.cluster.Name + "-ca", Key: "tls.key"}}}
+	thief := &bootstrapv1.KairosConfig{ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace, Name: "ca-thief",
+		Labels: map[string]string{clusterv1.ClusterNameLabel: f.cluster.Name}}, Spec: bootstrapv1.KairosConfigSpec{Files: []bootstrapv1.File{caFile}}}
+	g.Expect(mgmt.Client.Create(suiteCtx, thief)).To(MatchError(ContainSubstring(
+		"spec.files[0].contentFrom.secret.name: Forbidden: Secret " + f.cluster.Name + "-ca is Cluster API's \"ca\" Secret")))
+
+	// Another Machine's bootstrap data, under a name the webhook cannot
+	// know.
+	g.Expect(mgmt.Client.Create(suiteCtx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace, Name: "neighbour", Labels: map[string]string{clusterv1.ClusterNameLabel: f.cluster.Name}},
+		Type:       clusterv1.ClusterSecretType,
+		Data:       map[string][]byte{"value": []byte("#cloud-config\n")},
+	})).To(Succeed())
+	w := f.newWorker("worker-0", machineOptions{vmName: "data-thief", spec: bootstrapv1.KairosConfigSpec{
+		Files: []bootstrapv1.File{{Path: "/etc/neighbour",
+			ContentFrom: bootstrapv1.FileSource{Secret: bootstrapv1.SecretKeySource{Name: "neighbour", Key: "value"}}}},
+	}})
+	cond := f.waitForReason(w, bootstrapv1.FileSourceForbiddenReason)
+	g.Expect(cond.Message).To(Equal("spec.files[0].contentFrom.secret: Secret neighbour is one of Cluster API's own Secrets of the cluster and is never copied into a worker"))
+	g.Consistently(func(g Gomega) {
+		config := &bootstrapv1.KairosConfig{}
+		g.Expect(mgmt.Client.Get(suiteCtx, client.ObjectKeyFromObject(w.config), config)).To(Succeed())
+		g.Expect(config.Status.DataSecretName).To(BeEmpty())
+		g.Expect(workloadTokensFor(g, w)).To(BeEmpty(), "no token is minted for data that is never rendered")
+	}).WithTimeout(2 * time.Second).Should(Succeed())
+}
+
 func findCondition(list []metav1.Condition, t string) *metav1.Condition {
 	for i := range list {
 		if list[i].Type == t {

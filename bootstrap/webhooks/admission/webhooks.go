@@ -23,11 +23,13 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util/topology"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	bootstrapv1 "github.com/cozystack/cluster-api-workers/bootstrap/api/v1alpha1"
+	"github.com/cozystack/cluster-api-workers/bootstrap/internal/clustersecrets"
 )
 
 // +kubebuilder:webhook:verbs=create;update,path=/validate-bootstrap-cozystack-io-v1alpha1-kairosconfig,mutating=false,failurePolicy=fail,matchPolicy=Equivalent,groups=bootstrap.cozystack.io,resources=kairosconfigs,versions=v1alpha1,name=validation.kairosconfig.bootstrap.cozystack.io,sideEffects=None,timeoutSeconds=10,admissionReviewVersions=v1
@@ -46,16 +48,40 @@ func (w *KairosConfig) SetupWebhookWithManager(mgr ctrl.Manager) error {
 
 // ValidateCreate validates a new KairosConfig.
 func (w *KairosConfig) ValidateCreate(_ context.Context, c *bootstrapv1.KairosConfig) (admission.Warnings, error) {
-	return nil, invalid("KairosConfig", c.Name, ValidateSpec(&c.Spec, field.NewPath("spec")))
+	return nil, invalid("KairosConfig", c.Name, validateConfig(c))
 }
 
-// ValidateUpdate refuses spec changes.
+// ValidateUpdate refuses spec changes. An unchanged spec is not validated
+// again: a rule tightened since it was stored must not block removing a
+// finalizer, an owner reference or a label (deletion, clusterctl move).
 func (w *KairosConfig) ValidateUpdate(_ context.Context, oldC, newC *bootstrapv1.KairosConfig) (admission.Warnings, error) {
-	errs := ValidateSpec(&newC.Spec, field.NewPath("spec"))
-	if !reflect.DeepEqual(oldC.Spec, newC.Spec) {
-		errs = append(errs, field.Forbidden(field.NewPath("spec"), "KairosConfig spec is immutable; replace the Machine to change how it bootstraps"))
+	if reflect.DeepEqual(oldC.Spec, newC.Spec) {
+		return nil, nil
 	}
+	errs := append(validateConfig(newC),
+		field.Forbidden(field.NewPath("spec"), "KairosConfig spec is immutable; replace the Machine to change how it bootstraps"))
 	return nil, invalid("KairosConfig", newC.Name, errs)
+}
+
+func validateConfig(c *bootstrapv1.KairosConfig) field.ErrorList {
+	errs := ValidateSpec(&c.Spec, field.NewPath("spec"))
+	return append(errs, validateFileSources(c.Labels, c.Spec.Files, field.NewPath("spec", "files"))...)
+}
+
+// validateFileSources refuses files read from Cluster API's own Secrets of
+// the object's cluster (its label names it; Cluster API sets it on the
+// configs it creates). The controller refuses them too, by name or type,
+// when it renders.
+func validateFileSources(labels map[string]string, files []bootstrapv1.File, fldPath *field.Path) field.ErrorList {
+	cluster := labels[clusterv1.ClusterNameLabel]
+	var errs field.ErrorList
+	for i, f := range files {
+		if purpose, ok := clustersecrets.Named(cluster, f.ContentFrom.Secret.Name); ok {
+			errs = append(errs, field.Forbidden(fldPath.Index(i).Child("contentFrom", "secret", "name"),
+				fmt.Sprintf("Secret %s is Cluster API's %q Secret of cluster %s and is never copied into a worker", f.ContentFrom.Secret.Name, purpose, cluster)))
+		}
+	}
+	return errs
 }
 
 // ValidateDelete allows deletion.
@@ -87,8 +113,12 @@ func (w *KairosConfigTemplate) ValidateUpdate(ctx context.Context, oldT, newT *b
 	if err != nil {
 		return nil, apierrors.NewBadRequest(fmt.Sprintf("expected an admission.Request inside the context: %v", err))
 	}
+	if reflect.DeepEqual(oldT.Spec, newT.Spec) {
+		// Not validated again: see KairosConfig.ValidateUpdate.
+		return nil, nil
+	}
 	errs := validateTemplate(newT)
-	if !topology.IsDryRunRequest(req, newT) && !reflect.DeepEqual(oldT.Spec, newT.Spec) {
+	if !topology.IsDryRunRequest(req, newT) {
 		errs = append(errs, field.Forbidden(field.NewPath("spec"), "KairosConfigTemplate spec is immutable; create a new template and point the MachineDeployment at it"))
 	}
 	return nil, invalid("KairosConfigTemplate", newT.Name, errs)
@@ -101,6 +131,7 @@ func (w *KairosConfigTemplate) ValidateDelete(context.Context, *bootstrapv1.Kair
 
 func validateTemplate(t *bootstrapv1.KairosConfigTemplate) field.ErrorList {
 	errs := ValidateSpec(&t.Spec.Template.Spec, field.NewPath("spec", "template", "spec"))
+	errs = append(errs, validateFileSources(t.Labels, t.Spec.Template.Spec.Files, field.NewPath("spec", "template", "spec", "files"))...)
 	return append(errs, t.Spec.Template.ObjectMeta.Validate(field.NewPath("spec", "template", "metadata"))...)
 }
 
