@@ -22,6 +22,7 @@ package webhooks
 import (
 	"context"
 	"fmt"
+	"reflect"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -50,8 +51,13 @@ func (w *WorkerClass) ValidateCreate(_ context.Context, c *v1alpha1.WorkerClass)
 	return nil, classInvalid(c, validateClass(c))
 }
 
-// ValidateUpdate refuses any spec change.
+// ValidateUpdate refuses any spec change. An unchanged spec is not
+// validated again: a rule tightened since the class was stored must not
+// block removing its in-use finalizer or a label.
 func (w *WorkerClass) ValidateUpdate(_ context.Context, oldClass, newClass *v1alpha1.WorkerClass) (admission.Warnings, error) {
+	if reflect.DeepEqual(oldClass.Spec, newClass.Spec) {
+		return nil, nil
+	}
 	errs := validation.ValidateClassUpdate(&oldClass.Spec, &newClass.Spec, field.NewPath("spec"))
 	if len(errs) == 0 {
 		errs = validateClass(newClass)
@@ -104,8 +110,12 @@ func (w *WorkerPlatform) ValidateCreate(_ context.Context, p *v1alpha1.WorkerPla
 	return nil, platformInvalid(p, validation.ValidatePlatform(p))
 }
 
-// ValidateUpdate checks a changed platform configuration.
-func (w *WorkerPlatform) ValidateUpdate(_ context.Context, _, p *v1alpha1.WorkerPlatform) (admission.Warnings, error) {
+// ValidateUpdate checks a changed platform configuration; an unchanged one
+// is not validated again (see WorkerClass.ValidateUpdate).
+func (w *WorkerPlatform) ValidateUpdate(_ context.Context, old, p *v1alpha1.WorkerPlatform) (admission.Warnings, error) {
+	if reflect.DeepEqual(old.Spec, p.Spec) {
+		return nil, nil
+	}
 	return nil, platformInvalid(p, validation.ValidatePlatform(p))
 }
 

@@ -70,6 +70,15 @@ func TestWorkerClassWebhook(t *testing.T) {
 			t.Errorf("metadata change rejected: %v", err)
 		}
 	})
+	t.Run("a stored class today's rules refuse can still lose its finalizer", func(t *testing.T) {
+		stored := invalid.DeepCopy()
+		stored.Finalizers = []string{"cozystack.io/in-use"}
+		released := stored.DeepCopy()
+		released.Finalizers = nil
+		if _, err := w.ValidateUpdate(ctx, stored, released); err != nil {
+			t.Errorf("finalizer removal from a stored invalid class rejected: %v", err)
+		}
+	})
 	t.Run("deletion is allowed; the finalizer protects classes in use", func(t *testing.T) {
 		if _, err := w.ValidateDelete(ctx, valid); err != nil {
 			t.Error(err)
@@ -96,6 +105,13 @@ func TestWorkerPlatformWebhook(t *testing.T) {
 	bad.Spec.KubernetesVersions = []v1alpha1.KubernetesVersion{{Minor: "v1.35", Patch: "v1.34.2"}}
 	if _, err := w.ValidateUpdate(ctx, p, bad); err == nil || !strings.Contains(err.Error(), "the patch must belong to minor v1.35") {
 		t.Errorf("bad patch: %v", err)
+	}
+	// A stored configuration today's rules refuse can still change its
+	// metadata.
+	labelled := bad.DeepCopy()
+	labelled.Labels = map[string]string{"a": "b"}
+	if _, err := w.ValidateUpdate(ctx, bad, labelled); err != nil {
+		t.Errorf("metadata change of a stored invalid platform rejected: %v", err)
 	}
 	if _, err := w.ValidateDelete(ctx, p); err != nil {
 		t.Error(err)

@@ -394,3 +394,45 @@ func TestKubeVirtClusterWebhooks(t *testing.T) {
 		g.Expect(err).To(MatchError(ContainSubstring("immutable")))
 	})
 }
+
+// TestUnchangedSpecsAreNotValidatedAgain: a template stored before a rule
+// was tightened (an import URL with credentials, refused since) can still
+// lose its finalizer or gain an owner reference, so deletion and
+// clusterctl move never block on it; a spec change is refused, and the
+// class label is still checked.
+func TestUnchangedSpecsAreNotValidatedAgain(t *testing.T) {
+	g := NewWithT(t)
+	ctx := withRequest(false)
+	w := &KubeVirtMachineTemplate{}
+	stored := template(func(t *infrav1.KubeVirtMachineTemplate) {
+		t.Spec.Template.Spec.Image = &infrav1.ImageSource{HTTPImport: &infrav1.HTTPImportSource{URL: "https://tenant:s3cr3t@x.example.com/d.raw"}}
+		t.Spec.Template.Spec.RootDisk = &infrav1.RootDisk{Size: ptr.To(resource.MustParse("20Gi"))}
+		t.Finalizers = []string{"example.com/keep"}
+	})
+	_, err := w.ValidateCreate(ctx, stored)
+	g.Expect(err).To(MatchError(ContainSubstring("spec.template.spec.image.httpImport.url")), "today's rules refuse the stored template")
+
+	moved := stored.DeepCopy()
+	moved.Finalizers = nil
+	moved.OwnerReferences = []metav1.OwnerReference{{APIVersion: "cluster.x-k8s.io/v1beta2", Kind: "Cluster", Name: "c", UID: "u"}}
+	_, err = w.ValidateUpdate(ctx, stored, moved)
+	g.Expect(err).NotTo(HaveOccurred())
+
+	changed := moved.DeepCopy()
+	changed.Spec.Template.Spec.CPU.Cores = 8
+	_, err = w.ValidateUpdate(ctx, stored, changed)
+	g.Expect(err).To(MatchError(ContainSubstring("immutable")))
+
+	classed := template(classBased)
+	relabelled := classed.DeepCopy()
+	relabelled.Labels[infrav1.WorkerClassLabel] = "talos"
+	_, err = w.ValidateUpdate(ctx, classed, relabelled)
+	g.Expect(err).To(MatchError(ContainSubstring(`must name the template's class "kairos"`)))
+
+	cluster := &infrav1.KubeVirtCluster{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "ns", Finalizers: []string{"x"}},
+		Spec: infrav1.KubeVirtClusterSpec{ControlPlaneEndpoint: clusterv1.APIEndpoint{Host: "10.0.0.1"}}}
+	released := cluster.DeepCopy()
+	released.Finalizers = nil
+	_, err = (&KubeVirtCluster{}).ValidateUpdate(ctx, cluster, released)
+	g.Expect(err).NotTo(HaveOccurred(), "a stored endpoint without a port does not block the finalizer")
+}

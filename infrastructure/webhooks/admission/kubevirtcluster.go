@@ -51,6 +51,10 @@ func (w *KubeVirtCluster) ValidateCreate(_ context.Context, c *infrav1.KubeVirtC
 // ValidateUpdate keeps a set control plane endpoint: Cluster API copies it
 // into the Cluster once.
 func (w *KubeVirtCluster) ValidateUpdate(_ context.Context, oldC, newC *infrav1.KubeVirtCluster) (admission.Warnings, error) {
+	if reflect.DeepEqual(oldC.Spec, newC.Spec) {
+		// Not validated again: see KubeVirtMachineTemplate.ValidateUpdate.
+		return nil, nil
+	}
 	errs := validateClusterSpec(&newC.Spec, field.NewPath("spec"))
 	if !oldC.Spec.ControlPlaneEndpoint.IsZero() && oldC.Spec.ControlPlaneEndpoint != newC.Spec.ControlPlaneEndpoint {
 		errs = append(errs, field.Forbidden(field.NewPath("spec", "controlPlaneEndpoint"), "cannot be changed once set"))
@@ -94,8 +98,12 @@ func (w *KubeVirtClusterTemplate) ValidateUpdate(ctx context.Context, oldT, newT
 	if err != nil {
 		return nil, apierrors.NewBadRequest(fmt.Sprintf("expected an admission.Request inside context: %v", err))
 	}
+	if reflect.DeepEqual(oldT.Spec, newT.Spec) {
+		// Not validated again: see KubeVirtMachineTemplate.ValidateUpdate.
+		return nil, nil
+	}
 	errs := validateClusterTemplate(newT)
-	if !topology.IsDryRunRequest(req, newT) && !reflect.DeepEqual(oldT.Spec, newT.Spec) {
+	if !topology.IsDryRunRequest(req, newT) {
 		errs = append(errs, field.Forbidden(field.NewPath("spec"), "a KubeVirtClusterTemplate is immutable"))
 	}
 	return nil, invalid("KubeVirtClusterTemplate", newT.Name, errs)

@@ -76,8 +76,15 @@ func (w *KubeVirtMachineTemplate) ValidateUpdate(ctx context.Context, oldT, newT
 	if err != nil {
 		return nil, apierrors.NewBadRequest(fmt.Sprintf("expected an admission.Request inside context: %v", err))
 	}
+	if reflect.DeepEqual(oldT.Spec, newT.Spec) {
+		// An unchanged spec is not validated again: a rule tightened since
+		// the template was stored must not block removing a finalizer, an
+		// owner reference or a label (deletion, clusterctl move). The class
+		// label is metadata and is still checked.
+		return nil, invalid("KubeVirtMachineTemplate", newT.Name, validateClassLabel(newT))
+	}
 	errs := validateTemplate(newT)
-	if !topology.IsDryRunRequest(req, newT) && !reflect.DeepEqual(oldT.Spec, newT.Spec) {
+	if !topology.IsDryRunRequest(req, newT) {
 		errs = append(errs, field.Forbidden(field.NewPath("spec"),
 			"a KubeVirtMachineTemplate is immutable; create a new template and point the MachineDeployment at it"))
 	}
@@ -87,6 +94,24 @@ func (w *KubeVirtMachineTemplate) ValidateUpdate(ctx context.Context, oldT, newT
 // ValidateDelete allows every deletion.
 func (w *KubeVirtMachineTemplate) ValidateDelete(context.Context, *infrav1.KubeVirtMachineTemplate) (admission.Warnings, error) {
 	return nil, nil
+}
+
+// validateClassLabel checks that a class-based template carries the label
+// the class controller finds it by, naming its class.
+func validateClassLabel(t *infrav1.KubeVirtMachineTemplate) field.ErrorList {
+	if t.Spec.WorkerClassName == "" {
+		return nil
+	}
+	label, ok := t.Labels[infrav1.WorkerClassLabel]
+	switch {
+	case !ok:
+		return field.ErrorList{field.Required(field.NewPath("metadata", "labels").Key(infrav1.WorkerClassLabel),
+			"the class controller finds the templates that use a class by this label")}
+	case label != t.Spec.WorkerClassName:
+		return field.ErrorList{field.Invalid(field.NewPath("metadata", "labels").Key(infrav1.WorkerClassLabel), label,
+			fmt.Sprintf("must name the template's class %q", t.Spec.WorkerClassName))}
+	}
+	return nil
 }
 
 func validateTemplate(t *infrav1.KubeVirtMachineTemplate) field.ErrorList {
@@ -110,13 +135,7 @@ func validateTemplate(t *infrav1.KubeVirtMachineTemplate) field.ErrorList {
 	if t.Spec.Template.Spec.Image != nil {
 		errs = append(errs, field.Forbidden(machine.Child("image"), "a template that names a workerClassName takes its image from the class"))
 	}
-	if label, ok := t.Labels[infrav1.WorkerClassLabel]; ok && label != t.Spec.WorkerClassName {
-		errs = append(errs, field.Invalid(field.NewPath("metadata", "labels").Key(infrav1.WorkerClassLabel), label,
-			fmt.Sprintf("must name the template's class %q", t.Spec.WorkerClassName)))
-	} else if !ok {
-		errs = append(errs, field.Required(field.NewPath("metadata", "labels").Key(infrav1.WorkerClassLabel),
-			"the class controller finds the templates that use a class by this label"))
-	}
+	errs = append(errs, validateClassLabel(t)...)
 	// The pool's GPUs drive class resolution (the NVIDIA module rule); the
 	// machines get the VM's GPUs and those of its instancetype. Without an
 	// instancetype the two lists name the same devices; with one, the VM
