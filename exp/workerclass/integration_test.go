@@ -184,7 +184,7 @@ func TestPoolAPITable(t *testing.T) {
 		expectClass(g, talosPool, talosR1)
 
 		err = replaceSpec(talosPool, spec("kairos"))
-		g.Expect(err).To(MatchError(ContainSubstring("switching a running pool from talos to kairos in place is refused")))
+		g.Expect(err).To(MatchError(ContainSubstring("switching a running pool from class talos (bootstrap family talos) to class kairos (bootstrap family kairos) in place is refused")))
 
 		kairosPool, err := createPool(t, ns, "switch-kairos", spec("kairos", "version", "v1.35"))
 		g.Expect(err).NotTo(HaveOccurred())

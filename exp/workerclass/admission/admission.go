@@ -158,7 +158,7 @@ func Admit(req Request) (Decision, field.ErrorList) {
 	if oldFamily != "" && req.Old.ClassName != d.ClassName && class.Spec.Bootstrap != oldFamily {
 		return d, field.ErrorList{field.Forbidden(classPath, fmt.Sprintf(
 			"switching a running pool from %s to %s in place is refused; create a second pool, verify worker join and workloads, then plan the migration",
-			oldFamily, class.Spec.Bootstrap))}
+			classAndFamily(req.Old.ClassName, oldFamily), classAndFamily(d.ClassName, class.Spec.Bootstrap)))}
 	}
 
 	errs = validation.ValidatePoolSettings(&req.New.Settings, specPath)
@@ -217,4 +217,13 @@ func PoolFromObject(obj map[string]any) (Pool, field.ErrorList) {
 		return p, field.ErrorList{field.Invalid(specPath, field.OmitValueType{}, "the pool's class-relevant fields do not match their schema: "+err.Error())}
 	}
 	return p, nil
+}
+
+// classAndFamily names a pool's class and its bootstrap family for a
+// message; a legacy pool has no class.
+func classAndFamily(class string, family v1alpha1.BootstrapFamily) string {
+	if class == "" {
+		return fmt.Sprintf("no class (bootstrap family %s)", family)
+	}
+	return fmt.Sprintf("class %s (bootstrap family %s)", class, family)
 }
