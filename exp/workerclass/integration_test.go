@@ -184,7 +184,7 @@ func TestPoolAPITable(t *testing.T) {
 		expectClass(g, talosPool, talosR1)
 
 		err = replaceSpec(talosPool, spec("kairos"))
-		g.Expect(err).To(MatchError(ContainSubstring("switching a running pool from class talos (bootstrap family talos) to class kairos (bootstrap family kairos) in place is refused")))
+		g.Expect(err).To(MatchError(ContainSubstring("switching a running pool from class talos-example-r1 (bootstrap family talos) to class kairos (bootstrap family kairos) in place is refused")))
 
 		kairosPool, err := createPool(t, ns, "switch-kairos", spec("kairos", "version", "v1.35"))
 		g.Expect(err).NotTo(HaveOccurred())
@@ -197,7 +197,7 @@ func TestPoolAPITable(t *testing.T) {
 		g.Expect(env.CreateLegacyPools(ctx, legacy)).To(Succeed())
 		t.Cleanup(func() { deletePool(t, legacy) })
 		err = replaceSpec(legacy, spec("kairos"))
-		g.Expect(err).To(MatchError(ContainSubstring("from talos to kairos")), "a legacy pool is Talos")
+		g.Expect(err).To(MatchError(ContainSubstring("from no class (bootstrap family talos) to class kairos (bootstrap family kairos)")), "a legacy pool is Talos")
 	})
 }
 
