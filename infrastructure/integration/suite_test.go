@@ -478,30 +478,11 @@ func goldenImage(t *testing.T, namespace, name string) {
 func describe(ns string) string {
 	ctx := context.Background()
 	var b strings.Builder
-	vms := &kubevirtv1.VirtualMachineList{}
-	_ = c.List(ctx, vms, client.InNamespace(ns))
-	for _, v := range vms.Items {
-		fmt.Fprintf(&b, "\nVM %s printable=%s deleting=%v conditions=%+v", v.Name, v.Status.PrintableStatus, !v.DeletionTimestamp.IsZero(), v.Status.Conditions)
-	}
-	vmis := &kubevirtv1.VirtualMachineInstanceList{}
-	_ = c.List(ctx, vmis, client.InNamespace(ns))
-	for _, v := range vmis.Items {
-		fmt.Fprintf(&b, "\nVMI %s uid=%s phase=%s node=%q interfaces=%+v conditions=%+v", v.Name, v.UID, v.Status.Phase, v.Status.NodeName, v.Status.Interfaces, v.Status.Conditions)
-	}
-	pods := &corev1.PodList{}
-	_ = c.List(ctx, pods, client.InNamespace(ns))
-	for _, p := range pods.Items {
-		fmt.Fprintf(&b, "\nPod %s node=%q phase=%s conditions=%+v", p.Name, p.Spec.NodeName, p.Status.Phase, p.Status.Conditions)
-	}
-	dvs := &cdiv1.DataVolumeList{}
-	_ = c.List(ctx, dvs, client.InNamespace(ns))
-	for _, d := range dvs.Items {
-		fmt.Fprintf(&b, "\nDataVolume %s phase=%s progress=%s restarts=%d", d.Name, d.Status.Phase, d.Status.Progress, d.Status.RestartCount)
-	}
+	b.WriteString("\n" + infra.Describe(ctx, c, ns))
 	kvms := &infrav1.KubeVirtMachineList{}
 	_ = c.List(ctx, kvms, client.InNamespace(ns))
 	for _, k := range kvms.Items {
-		fmt.Fprintf(&b, "\nKubeVirtMachine %s conditions=%+v", k.Name, k.Status.Conditions)
+		fmt.Fprintf(&b, "KubeVirtMachine %s conditions=%+v\n", k.Name, k.Status.Conditions)
 	}
 	return b.String()
 }

@@ -518,39 +518,7 @@ func TestDeletingTheVirtualMachineLeavesNothing(t *testing.T) {
 
 // describe lists what a namespace holds, for a failure message.
 func describe(ns string) string {
-	ctx := context.Background()
-	var out string
-	nodes := &corev1.NodeList{}
-	_ = env.Client.List(ctx, nodes)
-	for _, n := range nodes.Items {
-		out += fmt.Sprintf("Node %s labels=%v conditions=%+v allocatable=%v\n", n.Name, n.Labels, n.Status.Conditions, n.Status.Allocatable)
-	}
-	pods := &corev1.PodList{}
-	_ = env.Client.List(ctx, pods, client.InNamespace(ns))
-	for _, p := range pods.Items {
-		out += fmt.Sprintf("Pod %s node=%q phase=%s conditions=%+v\n", p.Name, p.Spec.NodeName, p.Status.Phase, p.Status.Conditions)
-	}
-	vmis := &kubevirtv1.VirtualMachineInstanceList{}
-	_ = env.Client.List(ctx, vmis, client.InNamespace(ns))
-	for _, v := range vmis.Items {
-		out += fmt.Sprintf("VMI %s phase=%s node=%q conditions=%+v\n", v.Name, v.Status.Phase, v.Status.NodeName, v.Status.Conditions)
-	}
-	vms := &kubevirtv1.VirtualMachineList{}
-	_ = env.Client.List(ctx, vms, client.InNamespace(ns))
-	for _, v := range vms.Items {
-		out += fmt.Sprintf("VM %s printable=%s conditions=%+v\n", v.Name, v.Status.PrintableStatus, v.Status.Conditions)
-	}
-	dvs := &cdiv1.DataVolumeList{}
-	_ = env.Client.List(ctx, dvs, client.InNamespace(ns))
-	for _, d := range dvs.Items {
-		out += fmt.Sprintf("DataVolume %s phase=%s progress=%s restarts=%d\n", d.Name, d.Status.Phase, d.Status.Progress, d.Status.RestartCount)
-	}
-	pvcs := &corev1.PersistentVolumeClaimList{}
-	_ = env.Client.List(ctx, pvcs, client.InNamespace(ns))
-	for _, p := range pvcs.Items {
-		out += fmt.Sprintf("PVC %s phase=%s volume=%s deleting=%v finalizers=%v\n", p.Name, p.Status.Phase, p.Spec.VolumeName, !p.DeletionTimestamp.IsZero(), p.Finalizers)
-	}
-	return out
+	return infra.Describe(context.Background(), env.Client, ns)
 }
 
 // TestVirtAPIRefusesAnInvalidVirtualMachine: virt-api's webhook refuses

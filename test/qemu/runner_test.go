@@ -23,7 +23,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"strings"
 	"testing"
 	"time"
 
@@ -99,7 +98,7 @@ func TestRunnerBootsWhatKubeVirtCreates(t *testing.T) {
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "runner-"}}
 	g.Expect(c.Create(ctx, ns)).To(Succeed())
 	namespace := ns.Name
-	describe := func() string { return describeNamespace(c, namespace) }
+	describe := func() string { return infra.Describe(context.Background(), c, namespace) }
 
 	t.Run("a VM with a mapped container disk boots a guest on the guest node with its Secret as the seed", func(t *testing.T) {
 		g := NewWithT(t)
@@ -360,37 +359,4 @@ func deleteVM(g Gomega, c client.Client, vm *kubevirtv1.VirtualMachine) {
 		g.Expect(apierrors.IsNotFound(c.Get(ctx, client.ObjectKeyFromObject(vm), &kubevirtv1.VirtualMachine{}))).To(BeTrue())
 		g.Expect(apierrors.IsNotFound(c.Get(ctx, client.ObjectKeyFromObject(vm), &kubevirtv1.VirtualMachineInstance{}))).To(BeTrue())
 	}, runnerTimeout, runnerPoll).Should(Succeed(), "VirtualMachine %s and its instance are deleted", vm.Name)
-}
-
-// describeNamespace lists the nodes, and the namespace's Pods, instances,
-// VMs and DataVolumes with their state, for failure messages.
-func describeNamespace(c client.Client, namespace string) string {
-	ctx := context.Background()
-	var b strings.Builder
-	nodes := &corev1.NodeList{}
-	_ = c.List(ctx, nodes)
-	for _, n := range nodes.Items {
-		fmt.Fprintf(&b, "Node %s allocatable=%v\n", n.Name, n.Status.Allocatable)
-	}
-	pods := &corev1.PodList{}
-	_ = c.List(ctx, pods, client.InNamespace(namespace))
-	for _, p := range pods.Items {
-		fmt.Fprintf(&b, "Pod %s node=%q phase=%s conditions=%+v\n", p.Name, p.Spec.NodeName, p.Status.Phase, p.Status.Conditions)
-	}
-	vmis := &kubevirtv1.VirtualMachineInstanceList{}
-	_ = c.List(ctx, vmis, client.InNamespace(namespace))
-	for _, v := range vmis.Items {
-		fmt.Fprintf(&b, "VMI %s phase=%s node=%q conditions=%+v\n", v.Name, v.Status.Phase, v.Status.NodeName, v.Status.Conditions)
-	}
-	vms := &kubevirtv1.VirtualMachineList{}
-	_ = c.List(ctx, vms, client.InNamespace(namespace))
-	for _, v := range vms.Items {
-		fmt.Fprintf(&b, "VM %s printable=%s conditions=%+v\n", v.Name, v.Status.PrintableStatus, v.Status.Conditions)
-	}
-	dvs := &cdiv1.DataVolumeList{}
-	_ = c.List(ctx, dvs, client.InNamespace(namespace))
-	for _, d := range dvs.Items {
-		fmt.Fprintf(&b, "DataVolume %s phase=%s progress=%s restarts=%d\n", d.Name, d.Status.Phase, d.Status.Progress, d.Status.RestartCount)
-	}
-	return b.String()
 }
