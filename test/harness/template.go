@@ -66,6 +66,21 @@ func RenderTemplate(path string, vars map[string]string) ([]unstructured.Unstruc
 	return objs, nil
 }
 
+// EditMachineTemplates calls edit with every KubeVirtMachineTemplate among
+// a rendered pool's objects and its machine spec (spec.template.spec), for
+// a scenario that changes what the example template renders.
+func EditMachineTemplates(objs []unstructured.Unstructured, edit func(template *unstructured.Unstructured, machine map[string]any)) {
+	for i := range objs {
+		if objs[i].GetKind() != "KubeVirtMachineTemplate" {
+			continue
+		}
+		spec, _ := objs[i].Object["spec"].(map[string]any)
+		template, _ := spec["template"].(map[string]any)
+		machine, _ := template["spec"].(map[string]any)
+		edit(&objs[i], machine)
+	}
+}
+
 // Apply creates the objects with strict field validation, so a field the
 // API does not know is an error. Admission webhooks run as in a cluster.
 func (h *Harness) Apply(ctx context.Context, objs []unstructured.Unstructured) error {

@@ -46,22 +46,7 @@ func TestDeletionLeavesNothing(t *testing.T) {
 	ctx := context.Background()
 	w := newCluster(t, harness.ClusterOptions{})
 	applyPool(t, w, map[string]string{"WORKER_MACHINE_COUNT": "1"})
-	imported := pool(t, w, map[string]string{"POOL_NAME": "imported", "WORKER_MACHINE_COUNT": "1"})
-	for i := range imported {
-		if imported[i].GetKind() != "KubeVirtMachineTemplate" {
-			continue
-		}
-		spec := imported[i].Object["spec"].(map[string]any)
-		delete(spec, "workerClassName")
-		delete(spec, "version")
-		labels := imported[i].GetLabels()
-		delete(labels, "cozystack.io/worker-class")
-		imported[i].SetLabels(labels)
-		machine := spec["template"].(map[string]any)["spec"].(map[string]any)
-		machine["image"] = map[string]any{"httpImport": map[string]any{"url": importedImage}}
-		machine["rootDisk"] = map[string]any{"size": "20Gi"}
-	}
-	g.Expect(h.Apply(ctx, imported)).To(Succeed())
+	applyImportPool(t, w, map[string]string{"POOL_NAME": "imported", "WORKER_MACHINE_COUNT": "1"})
 	expectBootsClean(g, expectJoined(t, w, 2))
 
 	g.Expect(h.DeleteCluster(ctx, w.Key, timeout)).To(Succeed(), func() string { return describe(w) })

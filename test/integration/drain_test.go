@@ -25,6 +25,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -46,16 +47,13 @@ func TestInfrastructureNodeDrainEnds(t *testing.T) {
 	ctx := context.Background()
 	w := newCluster(t, harness.ClusterOptions{})
 	objs := pool(t, w, map[string]string{"WORKER_MACHINE_COUNT": "2", "MAX_UNHEALTHY": "100%"})
-	for i := range objs {
-		if objs[i].GetKind() == "KubeVirtMachineTemplate" {
-			machine := objs[i].Object["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
-			machine["evictionStrategy"] = "External"
-			machine["tolerations"] = []any{map[string]any{"key": drainNodeLabel, "operator": "Exists", "effect": "NoSchedule"}}
-			machine["affinity"] = map[string]any{"nodeAffinity": map[string]any{"requiredDuringSchedulingIgnoredDuringExecution": map[string]any{
-				"nodeSelectorTerms": []any{map[string]any{"matchExpressions": []any{map[string]any{"key": drainNodeLabel, "operator": "In", "values": []any{"true"}}}}},
-			}}}
-		}
-	}
+	harness.EditMachineTemplates(objs, func(_ *unstructured.Unstructured, machine map[string]any) {
+		machine["evictionStrategy"] = "External"
+		machine["tolerations"] = []any{map[string]any{"key": drainNodeLabel, "operator": "Exists", "effect": "NoSchedule"}}
+		machine["affinity"] = map[string]any{"nodeAffinity": map[string]any{"requiredDuringSchedulingIgnoredDuringExecution": map[string]any{
+			"nodeSelectorTerms": []any{map[string]any{"matchExpressions": []any{map[string]any{"key": drainNodeLabel, "operator": "In", "values": []any{"true"}}}}},
+		}}}
+	})
 	g.Expect(h.Apply(ctx, objs)).To(Succeed())
 	before := expectJoined(t, w, 2)
 

@@ -24,6 +24,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	instancetypev1beta1 "kubevirt.io/api/instancetype/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -53,16 +54,12 @@ func TestPoolWithAGPUInstancetypeJoins(t *testing.T) {
 	g.Expect(h.Client.Create(ctx, it)).To(Succeed())
 	t.Cleanup(func() { _ = h.Client.Delete(context.Background(), it) })
 	objs := pool(t, w, map[string]string{"WORKER_MACHINE_COUNT": "1"})
-	for i := range objs {
-		if objs[i].GetKind() == "KubeVirtMachineTemplate" {
-			spec := objs[i].Object["spec"].(map[string]any)
-			spec["gpus"] = []any{map[string]any{"name": gpuDevice}}
-			machine := spec["template"].(map[string]any)["spec"].(map[string]any)
-			delete(machine, "cpu")
-			delete(machine, "memory")
-			machine["instancetype"] = map[string]any{"name": it.Name}
-		}
-	}
+	harness.EditMachineTemplates(objs, func(template *unstructured.Unstructured, machine map[string]any) {
+		template.Object["spec"].(map[string]any)["gpus"] = []any{map[string]any{"name": gpuDevice}}
+		delete(machine, "cpu")
+		delete(machine, "memory")
+		machine["instancetype"] = map[string]any{"name": it.Name}
+	})
 	g.Expect(h.Apply(ctx, objs)).To(Succeed())
 	ms := expectJoined(t, w, 1)
 	expectBootsClean(g, ms)

@@ -21,6 +21,7 @@ import (
 	"testing"
 
 	. "github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -40,12 +41,9 @@ func TestPoolSizedByCPUAndMemoryWithACommonPreferenceJoins(t *testing.T) {
 	ctx := context.Background()
 	w := newCluster(t, harness.ClusterOptions{})
 	objs := pool(t, w, map[string]string{"WORKER_MACHINE_COUNT": "1", "WORKER_CPU_CORES": "2"})
-	for i := range objs {
-		if objs[i].GetKind() == "KubeVirtMachineTemplate" {
-			machine := objs[i].Object["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
-			machine["preference"] = map[string]any{"name": "oraclelinux"}
-		}
-	}
+	harness.EditMachineTemplates(objs, func(_ *unstructured.Unstructured, machine map[string]any) {
+		machine["preference"] = map[string]any{"name": "oraclelinux"}
+	})
 	g.Expect(h.Apply(ctx, objs)).To(Succeed())
 	ms := expectJoined(t, w, 1)
 	expectBootsClean(g, ms)

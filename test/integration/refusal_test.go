@@ -24,6 +24,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util/conditions"
@@ -46,12 +47,9 @@ func TestVirtualMachineRefusedByKubeVirt(t *testing.T) {
 	ctx := context.Background()
 	w := newCluster(t, harness.ClusterOptions{})
 	objs := pool(t, w, map[string]string{"WORKER_MACHINE_COUNT": "1"})
-	for i := range objs {
-		if objs[i].GetKind() == "KubeVirtMachineTemplate" {
-			machine := objs[i].Object["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
-			machine["hostDevices"] = []any{map[string]any{"name": "nic", "deviceName": "example.com/SRIOV_VF"}}
-		}
-	}
+	harness.EditMachineTemplates(objs, func(_ *unstructured.Unstructured, machine map[string]any) {
+		machine["hostDevices"] = []any{map[string]any{"name": "nic", "deviceName": "example.com/SRIOV_VF"}}
+	})
 	g.Expect(h.Apply(ctx, objs)).To(Succeed())
 
 	var refused clusterv1.Machine

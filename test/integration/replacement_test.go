@@ -23,6 +23,7 @@ import (
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -206,21 +207,16 @@ func TestSlowHealthyImportDoesNotLoop(t *testing.T) {
 func applyImportPool(t *testing.T, w *harness.WorkloadCluster, vars map[string]string) {
 	t.Helper()
 	objs := pool(t, w, vars)
-	for i := range objs {
-		o := &objs[i]
-		if o.GetKind() != "KubeVirtMachineTemplate" {
-			continue
-		}
-		spec := o.Object["spec"].(map[string]any)
+	harness.EditMachineTemplates(objs, func(template *unstructured.Unstructured, machine map[string]any) {
+		spec := template.Object["spec"].(map[string]any)
 		delete(spec, "workerClassName")
 		delete(spec, "version")
-		labels := o.GetLabels()
+		labels := template.GetLabels()
 		delete(labels, "cozystack.io/worker-class")
-		o.SetLabels(labels)
-		machine := spec["template"].(map[string]any)["spec"].(map[string]any)
+		template.SetLabels(labels)
 		machine["image"] = map[string]any{"httpImport": map[string]any{"url": importedImage}}
 		machine["rootDisk"] = map[string]any{"size": "20Gi"}
-	}
+	})
 	if err := h.Apply(context.Background(), objs); err != nil {
 		t.Fatal(err)
 	}
