@@ -20,6 +20,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -42,6 +43,8 @@ type IdleReport struct {
 	Window time.Duration `json:"window"`
 	// Objects is how many objects were watched for changes.
 	Objects int `json:"objects"`
+	// PerKind is how many of them there were of each kind.
+	PerKind map[string]int `json:"perKind"`
 	// Changed are the objects whose resourceVersion changed, as
 	// "Kind namespace/name".
 	Changed []string `json:"changed"`
@@ -139,6 +142,10 @@ func idleWindow(ctx context.Context, h *harness.Harness, w *harness.WorkloadClus
 		return report, err
 	}
 	report.Objects = len(before)
+	report.PerKind = map[string]int{}
+	for k := range before {
+		report.PerKind[strings.SplitN(k, " ", 2)[0]]++
+	}
 	for k, v := range after {
 		if before[k] != v {
 			report.Changed = append(report.Changed, k)

@@ -75,13 +75,21 @@ func TestScaleToTen(t *testing.T) {
 		g.Expect(report.AllCreated).To(BeNumerically(">", 0))
 		g.Expect(report.AllCreated).To(BeNumerically("<", report.AllRunning), "the last Machine ran after it was created")
 		g.Expect(report.Throttling.Requests).To(Equal(sumCounts(report.Throttling.By)))
-		// Each machine's VirtualMachine is created once, by the
-		// infrastructure provider's process, and its bootstrap token once,
-		// by the bootstrap provider's. The kubeadm peer's token count is
-		// its own behaviour (it makes another token when a Machine's
-		// reconcile races its cache): reported, never pinned.
-		vms := requests.RequestCount{RequestKey: requests.RequestKey{Component: requests.ComponentInfra, Cluster: "management", Verb: "create", Resource: "virtualmachines"}, Count: 10}
-		g.Expect(report.Requests).To(ContainElement(vms))
+		// Each machine gets one VirtualMachine, from the infrastructure
+		// provider's process, which never deletes one while the pool
+		// grows. How many create requests that takes is reported, not
+		// pinned: a reconcile that runs before the cache shows the VM it
+		// created asks again and is answered AlreadyExists. The bootstrap
+		// token is created once, by the bootstrap provider's process. The
+		// kubeadm peer's token count is its own behaviour (it makes
+		// another token when a Machine's reconcile races its cache):
+		// reported, never pinned.
+		g.Expect(report.Idle.PerKind).To(HaveKeyWithValue("VirtualMachine", 10))
+		vmCreates := requests.RequestKey{Component: requests.ComponentInfra, Cluster: "management", Verb: "create", Resource: "virtualmachines"}
+		g.Expect(countOf(report.Requests, vmCreates)).To(BeNumerically(">=", 10))
+		t.Logf("%s: %d VirtualMachine create requests for 10 machines", report.Provider(), countOf(report.Requests, vmCreates))
+		vmDeletes := requests.RequestKey{Component: requests.ComponentInfra, Cluster: "management", Verb: "delete", Resource: "virtualmachines"}
+		g.Expect(countOf(report.Requests, vmDeletes)).To(BeZero())
 		tokens := requests.RequestKey{Component: requests.ComponentBootstrap, Cluster: "workload", Verb: "create", Resource: "secrets"}
 		if report == c.Ours {
 			g.Expect(report.Requests).To(ContainElement(requests.RequestCount{RequestKey: tokens, Count: 10}))
