@@ -4,7 +4,7 @@ SHELL := /usr/bin/env bash -o pipefail
 .SHELLFLAGS := -ec
 .DEFAULT_GOAL := help
 
-export GOFLAGS ?= -mod=mod
+export GOFLAGS ?= -mod=readonly
 ROOT := $(abspath .)
 CONTROLLER_GEN = $(shell hack/tool.sh controller-gen)
 FUZZ_TIME ?= 60s
@@ -42,6 +42,10 @@ verify-gen: generate ## Fail when generated files are stale.
 	@if [ -n "$$(git status --porcelain -- . ':!*.md')" ]; then \
 		git status --porcelain -- . ':!*.md'; git --no-pager diff --stat; \
 		echo "generated files are stale: run 'make generate' and commit the result"; exit 1; fi
+
+.PHONY: verify-mod
+verify-mod: ## Fail when go.mod or go.sum are not what `go mod tidy` writes.
+	go mod tidy -diff
 
 .PHONY: external-crds
 external-crds: ## Regenerate the KubeVirt and CDI CRDs in test/crds and KubeVirt's install manifests in test/kubevirt/manifests (about 10 minutes cold).

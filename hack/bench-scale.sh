@@ -22,7 +22,7 @@
 #   OUT         directory for the reports           (default out/bench)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export GOFLAGS="${GOFLAGS:--mod=mod}"
+export GOFLAGS="${GOFLAGS:--mod=readonly}"
 
 N="${N:-10 100}"
 BOOT_DELAY="${BOOT_DELAY:-0}"

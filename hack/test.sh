@@ -6,7 +6,7 @@
 # cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export GOFLAGS="${GOFLAGS:--mod=mod}"
+export GOFLAGS="${GOFLAGS:--mod=readonly}"
 
 bins=$(hack/tools-bins.sh all)
 export KUBEBUILDER_ASSETS="${bins}"
