@@ -24,7 +24,7 @@ import (
 	"strings"
 	"text/template"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 )
 
 // cloudConfigHeader is what Kairos requires on the first line of user data
