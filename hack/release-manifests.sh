@@ -10,14 +10,14 @@
 #   INFRASTRUCTURE_IMAGE  infrastructure manager image, tag or digest included
 #                         (default ghcr.io/cozystack/kubevirt-workers-controller:dev)
 #   KUSTOMIZE_BIN         kustomize to use (default: hack/tool.sh kustomize)
-#   AVAILABILITY          none|pod|node|zone (default none): the managers'
+#   AVAILABILITY          none|pod|node|zone (default pod): the managers'
 #                         replicas, disruption budget and spread
 #                         (config/components/availability)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 out="${RELEASE_DIR:-out}"
-level="${AVAILABILITY:-none}"
+level="${AVAILABILITY:-pod}"
 bootstrap_image="${BOOTSTRAP_IMAGE:-ghcr.io/cozystack/kairos-bootstrap-controller:dev}"
 infrastructure_image="${INFRASTRUCTURE_IMAGE:-ghcr.io/cozystack/kubevirt-workers-controller:dev}"
 case "${level}" in

@@ -18,6 +18,7 @@ package packaging
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -40,6 +41,22 @@ const (
 	hostnameKey = corev1.LabelHostname
 	zoneKey     = corev1.LabelTopologyZone
 )
+
+// TestDefaultAvailabilityIsPod: a release rendered without AVAILABILITY is
+// the pod level, two replicas and a disruption budget, so a rollout or the
+// loss of one manager Pod never stops admission of pools and machines
+// (docs/packaging.md, "Availability levels").
+func TestDefaultAvailabilityIsPod(t *testing.T) {
+	g := NewWithT(t)
+	byDefault, pod := release(t, ""), release(t, "pod")
+	for _, p := range providers {
+		want, err := os.ReadFile(filepath.Join(pod, p.components))
+		g.Expect(err).NotTo(HaveOccurred())
+		got, err := os.ReadFile(filepath.Join(byDefault, p.components))
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(string(got)).To(Equal(string(want)), "%s without AVAILABILITY", p.components)
+	}
+}
 
 // TestAvailabilityLevels renders both providers at every availability level
 // (seed 004: leader-elected managers run 1 replica at none and 2 above; more

@@ -25,6 +25,7 @@ package packaging
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -190,8 +191,8 @@ var releases = struct {
 }{dirs: map[string]string{}}
 
 // release runs hack/release-manifests.sh (make release-manifests) for an
-// availability level and returns its output folder. The folder lives until
-// the test binary exits.
+// availability level ("" for the script's default) and returns its output
+// folder. The folder lives until the test binary exits.
 func release(t testing.TB, level string) string {
 	t.Helper()
 	releases.Lock()
@@ -206,7 +207,7 @@ func release(t testing.TB, level string) string {
 		}
 		releases.base = base
 	}
-	dir := filepath.Join(releases.base, level)
+	dir := filepath.Join(releases.base, cmp.Or(level, "default"))
 	run(t, []string{"RELEASE_DIR=" + dir, "AVAILABILITY=" + level, "KUSTOMIZE_BIN=" + tool(t, "kustomize")},
 		repoRoot, "bash", filepath.Join(repoRoot, "hack", "release-manifests.sh"))
 	releases.dirs[level] = dir
