@@ -47,6 +47,10 @@ verify-gen: generate ## Fail when generated files are stale.
 verify-mod: ## Fail when go.mod or go.sum are not what `go mod tidy` writes.
 	go mod tidy -diff
 
+.PHONY: vulncheck
+vulncheck: ## Fail when govulncheck finds a known vulnerability on a call path (pinned database snapshot; the release images' Go).
+	hack/vulncheck.sh
+
 .PHONY: external-crds
 external-crds: ## Regenerate the KubeVirt and CDI CRDs in test/crds and KubeVirt's install manifests in test/kubevirt/manifests (about 10 minutes cold).
 	hack/gen-external-crds.sh

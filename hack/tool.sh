@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs a pinned Go tool into the cache outside the checkout and prints its
-# path. Usage: hack/tool.sh controller-gen|golangci-lint|yip|clusterctl|kustomize
+# path. Usage: hack/tool.sh controller-gen|golangci-lint|yip|clusterctl|kustomize|govulncheck|vulndb
 set -euo pipefail
 
 CACHE_ROOT="${KUBEVIRT_WORKERS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kubevirt-workers}"
@@ -9,10 +9,16 @@ GOLANGCI_LINT_VERSION="${GOLANGCI_LINT_VERSION:-v2.15.0}"
 YIP_VERSION="${YIP_VERSION:-v1.23.3}"
 CLUSTER_API_VERSION="${CLUSTER_API_VERSION:-v1.14.2}"
 KUSTOMIZE_VERSION="${KUSTOMIZE_VERSION:-v5.8.0}"
+GOVULNCHECK_VERSION="${GOVULNCHECK_VERSION:-v1.9.0}"
+# The Go vulnerability database as a module: vuln.go.dev is not reachable
+# from every machine, the module proxy is, and a pinned snapshot makes the
+# scan's verdict depend on the commit alone. Bump it to learn of new
+# vulnerabilities.
+VULNDB_VERSION="${VULNDB_VERSION:-v0.0.0-20261105234957-e22db6528018}"
 
 install() {
-  local name="$1" pkg="$2" version="$3"
-  local dir="${CACHE_ROOT}/tools/${name}-${version}"
+  local name="$1" pkg="$2" version="$3" variant="${4:-}"
+  local dir="${CACHE_ROOT}/tools/${name}-${version}${variant:+-${variant}}"
   if [[ ! -x "${dir}/${name}" ]]; then
     echo "tool: installing ${pkg}@${version}" >&2
     mkdir -p "${dir}"
@@ -68,5 +74,23 @@ case "${1:-}" in
   yip) build_in_module yip github.com/mudler/yip github.com/mudler/yip "${YIP_VERSION}" ;;
   clusterctl) install_clusterctl "${CLUSTER_API_VERSION}" ;;
   kustomize) install kustomize sigs.k8s.io/kustomize/kustomize/v5 "${KUSTOMIZE_VERSION}" ;;
-  *) echo "usage: $0 controller-gen|golangci-lint|yip|clusterctl|kustomize" >&2; exit 2 ;;
+  # govulncheck type-checks with the go/types it was built with, so it is
+  # built by the Go release it scans with (GOTOOLCHAIN).
+  govulncheck) install govulncheck golang.org/x/vuln/cmd/govulncheck "${GOVULNCHECK_VERSION}" "$(go env GOVERSION)" ;;
+  # Builds the vulnerability database's index from the OSV files of the
+  # pinned snapshot (vulndb's own cmd/indexdb) and prints its directory.
+  vulndb)
+    db="${CACHE_ROOT}/vulndb/${VULNDB_VERSION}"
+    if [[ ! -f "${db}/index/db.json" ]]; then
+      indexdb=$(build_in_module indexdb golang.org/x/vulndb golang.org/x/vulndb/cmd/indexdb "${VULNDB_VERSION}")
+      src=$(cd "$(mktemp -d)" && GOFLAGS=-mod=mod GOWORK=off go mod download -json "golang.org/x/vulndb@${VULNDB_VERSION}" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+      [[ -d "${src}/data/osv" ]] || { echo "tool: golang.org/x/vulndb@${VULNDB_VERSION} has no data/osv" >&2; exit 1; }
+      rm -rf "${db}.tmp"
+      "${indexdb}" -vulns "${src}/data/osv" -out "${db}.tmp" >&2
+      rm -rf "${db}"
+      mv "${db}.tmp" "${db}"
+    fi
+    echo "${db}"
+    ;;
+  *) echo "usage: $0 controller-gen|golangci-lint|yip|clusterctl|kustomize|govulncheck|vulndb" >&2; exit 2 ;;
 esac
