@@ -147,6 +147,10 @@ func TestMachineImageSourcesAndDatasources(t *testing.T) {
 		t.Parallel()
 		g := NewWithT(t)
 		goldenImage(t, "cozy-golden", "talos-v1-13-6")
+		// The machine's namespace may clone from the golden namespace, as
+		// CDI asks (clone_auth_test.go).
+		ensureClusterRoles(t)
+		bind(t, "cozy-golden", cloneSourceRole, namespaceServiceAccount(tc.namespace))
 		spec := containerDiskSpec()
 		spec.Image = &infrav1.ImageSource{Clone: &infrav1.CloneSource{Kind: infrav1.CloneFromDataSource, Namespace: "cozy-golden", Name: "talos-v1-13-6"}}
 		stack.CDI.SlowImports(fault.Named(key(tc.namespace, "clone-ds-root")), 1, slowImport)
@@ -525,6 +529,32 @@ func TestMachineWaitsForItsTemplate(t *testing.T) {
 	vm := waitForVM(t, kvm)
 	g.Expect(volumeNamed(vm, "root").ContainerDisk.Image).To(Equal(digestRef))
 	g.Expect(volumeNamed(vm, "cloudinit").CloudInitConfigDrive).NotTo(BeNil(), "the template's resolved datasource is used")
+}
+
+// TestMachineWithoutItsCluster: a machine whose Cluster does not exist says
+// so by name, creates nothing, and provisions once the Cluster is there.
+func TestMachineWithoutItsCluster(t *testing.T) {
+	t.Parallel()
+	tc := newCluster(t)
+	g := NewWithT(t)
+	ctx := context.Background()
+	late := &testCluster{namespace: tc.namespace, cluster: &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Name: "late", Namespace: tc.namespace}}}
+	kvm := late.machine(t, "orphan", containerDiskSpec())
+	g.Eventually(func(g Gomega) {
+		g.Expect(c.Get(ctx, client.ObjectKeyFromObject(kvm), kvm)).To(Succeed())
+		cond := expectCondition(g, kvm, infrav1.ReadyCondition, metav1.ConditionUnknown, infrav1.WaitingForClusterReason)
+		g.Expect(cond.Message).To(Equal("Cluster " + tc.namespace + "/late does not exist"))
+	}).Should(Succeed())
+	g.Expect(apierrors.IsNotFound(c.Get(ctx, client.ObjectKeyFromObject(kvm), &kubevirtv1.VirtualMachine{}))).To(BeTrue())
+
+	cluster := &clusterv1.Cluster{
+		ObjectMeta: metav1.ObjectMeta{Name: "late", Namespace: tc.namespace},
+		Spec:       clusterv1.ClusterSpec{ControlPlaneEndpoint: clusterv1.APIEndpoint{Host: "api.late.example.com", Port: 6443}},
+	}
+	g.Expect(c.Create(ctx, cluster)).To(Succeed())
+	cluster.Status.Initialization.InfrastructureProvisioned = ptr.To(true)
+	g.Expect(c.Status().Update(ctx, cluster)).To(Succeed())
+	waitForVM(t, kvm)
 }
 
 // TestPausedMachine checks that a paused cluster stops provisioning.

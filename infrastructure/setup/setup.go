@@ -42,6 +42,8 @@ import (
 
 	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
+	"github.com/cozystack/cluster-api-workers/infrastructure/internal/cloneauth"
+	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/render"
 	"github.com/cozystack/cluster-api-workers/infrastructure/reconcilers/kubevirtcluster"
 	"github.com/cozystack/cluster-api-workers/infrastructure/reconcilers/kubevirtmachine"
 	"github.com/cozystack/cluster-api-workers/infrastructure/reconcilers/kubevirtmachinetemplate"
@@ -99,7 +101,7 @@ func ManagerCacheOptions(scheme *runtime.Scheme, controllerName, watchNamespace 
 		SyncPeriod:        &syncPeriod,
 		DefaultTransform:  ctrlcache.TransformStripManagedFields(),
 		ByObject: map[client.Object]ctrlcache.ByObject{
-			&corev1.Secret{}:                     {Label: labels.NewSelector().Add(*withCluster)},
+			&corev1.Secret{}:                     {Label: labels.NewSelector().Add(*withCluster), Transform: stripUnreadSecretData},
 			&corev1.ConfigMap{}:                  ours,
 			&kubevirtv1.VirtualMachine{}:         ours,
 			&kubevirtv1.VirtualMachineInstance{}: ours,
@@ -133,6 +135,7 @@ func SetupReconcilers(ctx context.Context, mgr ctrl.Manager, opts Options) error
 	if err := (&kubevirtmachine.Reconciler{
 		Client:                strict,
 		APIReader:             mgr.GetAPIReader(),
+		Clones:                &cloneauth.Authorizer{Client: mgr.GetClient(), Reader: mgr.GetAPIReader()},
 		WatchFilterValue:      opts.WatchFilterValue,
 		ImportFailureRestarts: opts.ImportFailureRestarts,
 	}).SetupWithManager(ctx, mgr, concurrency(opts.MachineConcurrency)); err != nil {
@@ -156,9 +159,10 @@ func SetupReconcilers(ctx context.Context, mgr ctrl.Manager, opts Options) error
 
 // SetupWebhooks registers the provider's admission webhooks.
 func SetupWebhooks(mgr ctrl.Manager) error {
+	clones := &cloneauth.Authorizer{Client: mgr.GetClient(), Reader: mgr.GetAPIReader()}
 	for name, setup := range map[string]func(ctrl.Manager) error{
-		"KubeVirtMachine":         (&admission.KubeVirtMachine{}).SetupWebhookWithManager,
-		"KubeVirtMachineTemplate": (&admission.KubeVirtMachineTemplate{}).SetupWebhookWithManager,
+		"KubeVirtMachine":         (&admission.KubeVirtMachine{Clones: clones, Templates: mgr.GetAPIReader()}).SetupWebhookWithManager,
+		"KubeVirtMachineTemplate": (&admission.KubeVirtMachineTemplate{Clones: clones, Templates: mgr.GetAPIReader()}).SetupWebhookWithManager,
 		"KubeVirtCluster":         (&admission.KubeVirtCluster{}).SetupWebhookWithManager,
 		"KubeVirtClusterTemplate": (&admission.KubeVirtClusterTemplate{}).SetupWebhookWithManager,
 	} {
@@ -171,4 +175,23 @@ func SetupWebhooks(mgr ctrl.Manager) error {
 
 func concurrency(n int) controller.Options {
 	return controller.Options{MaxConcurrentReconciles: max(n, 1)}
+}
+
+// stripUnreadSecretData keeps of a cached Secret only what the machine
+// controller reads: a bootstrap data Secret's value and its own cloud-init
+// Secret's user data. The cluster's CA, kubeconfig, service account and
+// etcd keys carry the same cluster-name label and never sit in this cache.
+func stripUnreadSecretData(in any) (any, error) {
+	s, ok := in.(*corev1.Secret)
+	if !ok {
+		return in, nil
+	}
+	s.SetManagedFields(nil)
+	for key := range s.Data {
+		if key != kubevirtmachine.BootstrapDataKey && key != render.UserDataKey {
+			delete(s.Data, key)
+		}
+	}
+	s.StringData = nil
+	return s, nil
 }

@@ -114,8 +114,12 @@ type CloneSource struct {
 	Kind CloneSourceKind `json:"kind"`
 
 	// namespace of the source; defaults to the machine's namespace.
-	// Cross-namespace clones need CDI's datavolumes/source permission in the
-	// source namespace.
+	// A clone from another namespace (or of a DataSource that points into
+	// one) is authorized by CDI's rules, never by the provider's own
+	// permissions: at admission as the user who writes it, and before the
+	// DataVolume is created as the ServiceAccount default of the machine's
+	// namespace. Both need create on datavolumes/source
+	// (cdi.kubevirt.io) in the namespace whose data is cloned.
 	// +optional
 	// +kubebuilder:validation:MaxLength=63
 	Namespace string `json:"namespace,omitempty"`

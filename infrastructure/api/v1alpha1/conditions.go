@@ -68,6 +68,9 @@ const (
 	// WaitingForClusterInfrastructureReason: the Cluster's infrastructure is
 	// not provisioned yet.
 	WaitingForClusterInfrastructureReason = "WaitingForClusterInfrastructure"
+	// WaitingForClusterReason: the machine's Cluster does not exist, or the
+	// machine names none; the message says which.
+	WaitingForClusterReason = "WaitingForCluster"
 	// WaitingForBootstrapDataReason: the Machine has no bootstrap data
 	// Secret yet.
 	WaitingForBootstrapDataReason = "WaitingForBootstrapData"
@@ -119,6 +122,14 @@ const (
 	// minute, as a refusal can depend on the infrastructure's configuration
 	// (feature gates, permitted host devices).
 	CreateRefusedReason = "CreateRefused"
+	// CloneSourceForbiddenReason: the machine's namespace may not clone
+	// from the namespace of spec.image.clone by CDI's rules, asked as its
+	// ServiceAccount default; the message carries CDI's words. Retried
+	// every minute: the source namespace's owner may grant it.
+	CloneSourceForbiddenReason = "CloneSourceForbidden"
+	// WaitingForCloneSourceReason: the namespace or DataSource that
+	// spec.image.clone names does not exist; the message names it.
+	WaitingForCloneSourceReason = "WaitingForCloneSource"
 )
 
 // Reasons with status False on VirtualMachineProvisioned, BootDiskReady and

@@ -161,17 +161,8 @@ func Render(in Input) (*Objects, field.ErrorList) {
 				http.CertConfigMap = out.ImportCA.Name
 			}
 			dv.Spec.Source = &cdiv1.DataVolumeSource{HTTP: http}
-		case in.Image.Clone.Kind == infrav1.CloneFromDataSource:
-			dv.Spec.SourceRef = &cdiv1.DataVolumeSourceRef{
-				Kind:      cdiv1.DataVolumeDataSource,
-				Namespace: ptr.To(cloneNamespace(in.Image.Clone, m.Namespace)),
-				Name:      in.Image.Clone.Name,
-			}
 		default:
-			dv.Spec.Source = &cdiv1.DataVolumeSource{PVC: &cdiv1.DataVolumeSourcePVC{
-				Namespace: cloneNamespace(in.Image.Clone, m.Namespace),
-				Name:      in.Image.Clone.Name,
-			}}
+			setCloneSource(&dv.Spec, in.Image.Clone, m.Namespace)
 		}
 		out.RootDataVolume = dv
 		rootVolume.DataVolume = &kubevirtv1.DataVolumeSource{Name: dv.Name}
@@ -328,6 +319,33 @@ func cloneNamespace(src *infrav1.CloneSource, machineNamespace string) string {
 		return src.Namespace
 	}
 	return machineNamespace
+}
+
+// setCloneSource points a DataVolume of a machine in machineNamespace at
+// what it clones.
+func setCloneSource(spec *cdiv1.DataVolumeSpec, src *infrav1.CloneSource, machineNamespace string) {
+	if src.Kind == infrav1.CloneFromDataSource {
+		spec.SourceRef = &cdiv1.DataVolumeSourceRef{
+			Kind:      cdiv1.DataVolumeDataSource,
+			Namespace: ptr.To(cloneNamespace(src, machineNamespace)),
+			Name:      src.Name,
+		}
+		return
+	}
+	spec.Source = &cdiv1.DataVolumeSource{PVC: &cdiv1.DataVolumeSourcePVC{
+		Namespace: cloneNamespace(src, machineNamespace),
+		Name:      src.Name,
+	}}
+}
+
+// CloneDataVolume is the root DataVolume of a machine named name in
+// namespace as far as CDI's clone authorization reads it: where it lives and
+// what it clones. Admission authorizes a clone source before any machine
+// exists with it.
+func CloneDataVolume(src *infrav1.CloneSource, namespace, name string) *cdiv1.DataVolume {
+	dv := &cdiv1.DataVolume{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: RootDataVolumeName(name)}}
+	setCloneSource(&dv.Spec, src, namespace)
+	return dv
 }
 
 // diskBus is the bus of the VM's disks: virtio, the paravirtual bus a

@@ -55,6 +55,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
+	"github.com/cozystack/cluster-api-workers/infrastructure/internal/cloneauth"
 	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/instancetype"
 	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/render"
 	"github.com/cozystack/cluster-api-workers/internal/ownwrites"
@@ -65,9 +66,9 @@ import (
 // not restart.
 const DefaultImportFailureRestarts int32 = 3
 
-// bootstrapDataKey is the key of the bootstrap data in a Cluster API
+// BootstrapDataKey is the key of the bootstrap data in a Cluster API
 // bootstrap Secret.
-const bootstrapDataKey = "value"
+const BootstrapDataKey = "value"
 
 // clonedFromTemplateIndex indexes KubeVirtMachines by the
 // KubeVirtMachineTemplate they were cloned from.
@@ -101,6 +102,9 @@ type Reconciler struct {
 	// ImportFailureRestarts is how many importer pod restarts count as a
 	// failed import; DefaultImportFailureRestarts when zero.
 	ImportFailureRestarts int32
+	// Clones authorizes a clone source the machine's spec names as the
+	// machine's namespace before its DataVolume is created.
+	Clones *cloneauth.Authorizer
 
 	ownWrites *ownwrites.Versions
 }
@@ -110,8 +114,8 @@ type Reconciler struct {
 // machine-name label, so nothing is polled; their updates pass only when
 // they change what the controller reads (predicates.go).
 func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, options controller.Options) error {
-	if r.Client == nil || r.APIReader == nil {
-		return fmt.Errorf("the KubeVirtMachine reconciler needs a Client and an APIReader")
+	if r.Client == nil || r.APIReader == nil || r.Clones == nil {
+		return fmt.Errorf("the KubeVirtMachine reconciler needs a Client, an APIReader and a clone Authorizer")
 	}
 	if r.ImportFailureRestarts == 0 {
 		r.ImportFailureRestarts = DefaultImportFailureRestarts
@@ -223,8 +227,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	}
 	cluster, err := util.GetClusterFromMetadata(ctx, r.Client, kvm.ObjectMeta)
 	if err != nil && !deleting {
-		log.V(4).Info("Waiting for the machine's Cluster", "reason", err.Error())
-		return ctrl.Result{}, nil
+		log.Info("Waiting for the machine's Cluster", "reason", err.Error())
+		return ctrl.Result{}, r.markClusterMissing(ctx, req, kvm, err)
 	}
 	if cluster != nil {
 		log = log.WithValues("Cluster", klog.KObj(cluster))
@@ -266,6 +270,35 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		return ctrl.Result{}, r.reconcileDelete(ctx, kvm)
 	}
 	return r.reconcileNormal(ctx, cluster, machine, kvm)
+}
+
+// markClusterMissing says on the machine, once, why it has no Cluster: it
+// does not exist (the Cluster watch reconciles the machine once its
+// infrastructure is provisioned), or the machine names none. Any other
+// error is returned for a retry.
+func (r *Reconciler) markClusterMissing(ctx context.Context, req ctrl.Request, kvm *infrav1.KubeVirtMachine, err error) error {
+	var message string
+	switch name := kvm.Labels[clusterv1.ClusterNameLabel]; {
+	case name == "":
+		message = fmt.Sprintf("The machine has no %s label", clusterv1.ClusterNameLabel)
+	case apierrors.IsNotFound(err):
+		message = fmt.Sprintf("Cluster %s does not exist", klog.KRef(kvm.Namespace, name))
+	default:
+		return err
+	}
+	if c := conditions.Get(kvm, infrav1.ReadyCondition); c != nil && c.Reason == infrav1.WaitingForClusterReason && c.Message == message {
+		return nil
+	}
+	before, writes := kvm.ResourceVersion, ownwrites.NewRecorder(r.Client)
+	defer func() { r.ownWrites.Wrote(req.NamespacedName, before, writes.Written()) }()
+	h, err := patch.NewHelper(kvm, writes)
+	if err != nil {
+		return err
+	}
+	setConditions(kvm, waitingConditions(infrav1.WaitingForClusterReason, message)...)
+	return h.Patch(ctx, kvm, patch.WithOwnedConditions{Conditions: []string{
+		infrav1.ReadyCondition, infrav1.VirtualMachineProvisionedCondition, infrav1.BootDiskReadyCondition,
+	}})
 }
 
 // claim adds the finalizer and fills in the providerID, in one patch and in
@@ -369,6 +402,9 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, cluster *clusterv1.Clu
 		}
 	}
 	if objs.RootDataVolume != nil {
+		if result, blocked, err := r.authorizeClone(ctx, kvm, objs.RootDataVolume); err != nil || blocked {
+			return result, err
+		}
 		if _, blocked, err := ensureCreated(ctx, r, kvm, objs.RootDataVolume, "DataVolume"); err != nil || blocked != nil {
 			return r.blocked(kvm, blocked, err)
 		}
@@ -378,6 +414,34 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, cluster *clusterv1.Clu
 		return r.blocked(kvm, blocked, err)
 	}
 	return ctrl.Result{}, r.observe(ctx, kvm, machine, vm)
+}
+
+// authorizeClone authorizes the clone of a root DataVolume that does not
+// exist yet as the machine's namespace (cloneauth), when the machine's own
+// spec names the source. A class's image comes from the hoster's catalog
+// and is not the tenant's to choose. A DataVolume that exists was
+// authorized when it was created.
+func (r *Reconciler) authorizeClone(ctx context.Context, kvm *infrav1.KubeVirtMachine, dv *cdiv1.DataVolume) (ctrl.Result, bool, error) {
+	if kvm.Spec.Image == nil || kvm.Spec.Image.Clone == nil {
+		return ctrl.Result{}, false, nil
+	}
+	err := r.Client.Get(ctx, client.ObjectKeyFromObject(dv), &cdiv1.DataVolume{})
+	if err == nil || !apierrors.IsNotFound(err) {
+		return ctrl.Result{}, false, err
+	}
+	decision, err := r.Clones.AsNamespace(ctx, dv)
+	switch {
+	case err != nil:
+		return ctrl.Result{}, false, err
+	case decision.Missing:
+		setConditions(kvm, waitingConditions(infrav1.WaitingForCloneSourceReason, "spec.image.clone: "+decision.Reason)...)
+	case !decision.Allowed:
+		ctrl.LoggerFrom(ctx).Info("The machine's namespace may not clone from the source of spec.image.clone", "reason", decision.Reason)
+		setConditions(kvm, waitingConditions(infrav1.CloneSourceForbiddenReason, "spec.image.clone: "+decision.Reason)...)
+	default:
+		return ctrl.Result{}, false, nil
+	}
+	return ctrl.Result{RequeueAfter: refusedRetry}, true, nil
 }
 
 // refusedRetry is how long a machine whose object the API server refused
@@ -455,10 +519,10 @@ func (r *Reconciler) bootstrapData(ctx context.Context, machine *clusterv1.Machi
 	if err != nil {
 		return nil, nil, err
 	}
-	value, ok := secret.Data[bootstrapDataKey]
+	value, ok := secret.Data[BootstrapDataKey]
 	if !ok {
 		c := condition(infrav1.ReadyCondition, metav1.ConditionUnknown, infrav1.WaitingForBootstrapDataReason,
-			fmt.Sprintf("Bootstrap data Secret %s has no %q key", key.Name, bootstrapDataKey))
+			fmt.Sprintf("Bootstrap data Secret %s has no %q key", key.Name, BootstrapDataKey))
 		return nil, &c, nil
 	}
 	return value, nil, nil

@@ -436,3 +436,16 @@ func TestUnchangedSpecsAreNotValidatedAgain(t *testing.T) {
 	_, err = (&KubeVirtCluster{}).ValidateUpdate(ctx, cluster, released)
 	g.Expect(err).NotTo(HaveOccurred(), "a stored endpoint without a port does not block the finalizer")
 }
+
+// TestCloneSourcesFailClosed: a webhook that cannot authorize a clone
+// source refuses it rather than letting the provider's permission decide.
+func TestCloneSourcesFailClosed(t *testing.T) {
+	g := NewWithT(t)
+	clone := &infrav1.ImageSource{Clone: &infrav1.CloneSource{Kind: infrav1.CloneFromDataSource, Namespace: "golden", Name: "talos"}}
+	tmpl := template(func(t *infrav1.KubeVirtMachineTemplate) { t.Spec.Template.Spec.Image = clone })
+	_, err := (&KubeVirtMachineTemplate{}).ValidateCreate(withRequest(false), tmpl)
+	g.Expect(apierrors.IsInternalError(err)).To(BeTrue(), "got %v", err)
+	m := &infrav1.KubeVirtMachine{ObjectMeta: metav1.ObjectMeta{Name: "m"}, Spec: spec(func(s *infrav1.KubeVirtMachineSpec) { s.Image = clone })}
+	_, err = (&KubeVirtMachine{}).ValidateCreate(withRequest(false), m)
+	g.Expect(apierrors.IsInternalError(err)).To(BeTrue(), "got %v", err)
+}

@@ -24,15 +24,23 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
+	"github.com/cozystack/cluster-api-workers/infrastructure/internal/cloneauth"
 )
 
 // +kubebuilder:webhook:verbs=create;update,path=/validate-infrastructure-cozystack-io-v1alpha1-kubevirtmachine,mutating=false,failurePolicy=fail,matchPolicy=Equivalent,groups=infrastructure.cozystack.io,resources=kubevirtmachines,versions=v1alpha1,name=validation.kubevirtmachine.infrastructure.cozystack.io,sideEffects=None,timeoutSeconds=10,admissionReviewVersions=v1
 
 // KubeVirtMachine validates KubeVirtMachines.
-type KubeVirtMachine struct{}
+type KubeVirtMachine struct {
+	// Clones authorizes a clone source as the user who writes it.
+	Clones *cloneauth.Authorizer
+	// Templates reads the KubeVirtMachineTemplate a machine was copied
+	// from, uncached.
+	Templates client.Reader
+}
 
 var _ admission.Validator[*infrav1.KubeVirtMachine] = &KubeVirtMachine{}
 
@@ -41,8 +49,10 @@ func (w *KubeVirtMachine) SetupWebhookWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewWebhookManagedBy(mgr, &infrav1.KubeVirtMachine{}).WithValidator(w).Complete()
 }
 
-// ValidateCreate checks the spec and that the name can name a VM.
-func (w *KubeVirtMachine) ValidateCreate(_ context.Context, m *infrav1.KubeVirtMachine) (admission.Warnings, error) {
+// ValidateCreate checks the spec and that the name can name a VM, and
+// authorizes a clone source as the requesting user unless the machine is
+// Cluster API's copy of a template that has the same image.
+func (w *KubeVirtMachine) ValidateCreate(ctx context.Context, m *infrav1.KubeVirtMachine) (admission.Warnings, error) {
 	var errs field.ErrorList
 	for _, msg := range validation.IsDNS1123Label(m.Name) {
 		errs = append(errs, field.Invalid(field.NewPath("metadata", "name"), m.Name,
@@ -52,6 +62,17 @@ func (w *KubeVirtMachine) ValidateCreate(_ context.Context, m *infrav1.KubeVirtM
 	if m.Spec.ProviderID != "" && m.Spec.ProviderID != infrav1.ProviderID(m.Name) {
 		errs = append(errs, field.Invalid(field.NewPath("spec", "providerID"), m.Spec.ProviderID,
 			"must be empty or "+infrav1.ProviderID(m.Name)))
+	}
+	if len(errs) > 0 {
+		return nil, invalid("KubeVirtMachine", m.Name, errs)
+	}
+	copied, err := copiedFromTemplate(ctx, w.Templates, m, m.Spec.Image)
+	if err != nil || copied {
+		return nil, err
+	}
+	errs, err = authorizeClone(ctx, w.Clones, m.Spec.Image, m.Namespace, m.Name, field.NewPath("spec", "image"))
+	if err != nil {
+		return nil, err
 	}
 	return nil, invalid("KubeVirtMachine", m.Name, errs)
 }

@@ -26,17 +26,25 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/cluster-api/util/topology"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
+	"github.com/cozystack/cluster-api-workers/infrastructure/internal/cloneauth"
 )
 
 // +kubebuilder:webhook:verbs=create;update,path=/mutate-infrastructure-cozystack-io-v1alpha1-kubevirtmachinetemplate,mutating=true,failurePolicy=fail,groups=infrastructure.cozystack.io,resources=kubevirtmachinetemplates,versions=v1alpha1,name=default.kubevirtmachinetemplate.infrastructure.cozystack.io,sideEffects=None,timeoutSeconds=10,admissionReviewVersions=v1
 // +kubebuilder:webhook:verbs=create;update,path=/validate-infrastructure-cozystack-io-v1alpha1-kubevirtmachinetemplate,mutating=false,failurePolicy=fail,matchPolicy=Equivalent,groups=infrastructure.cozystack.io,resources=kubevirtmachinetemplates,versions=v1alpha1,name=validation.kubevirtmachinetemplate.infrastructure.cozystack.io,sideEffects=None,timeoutSeconds=10,admissionReviewVersions=v1
 
 // KubeVirtMachineTemplate defaults and validates KubeVirtMachineTemplates.
-type KubeVirtMachineTemplate struct{}
+type KubeVirtMachineTemplate struct {
+	// Clones authorizes a clone source as the user who writes it.
+	Clones *cloneauth.Authorizer
+	// Templates reads the KubeVirtMachineTemplate a template was copied
+	// from, uncached.
+	Templates client.Reader
+}
 
 var (
 	_ admission.Defaulter[*infrav1.KubeVirtMachineTemplate] = &KubeVirtMachineTemplate{}
@@ -64,8 +72,26 @@ func (w *KubeVirtMachineTemplate) Default(_ context.Context, t *infrav1.KubeVirt
 }
 
 // ValidateCreate checks the template.
-func (w *KubeVirtMachineTemplate) ValidateCreate(_ context.Context, t *infrav1.KubeVirtMachineTemplate) (admission.Warnings, error) {
-	return nil, invalid("KubeVirtMachineTemplate", t.Name, validateTemplate(t))
+func (w *KubeVirtMachineTemplate) ValidateCreate(ctx context.Context, t *infrav1.KubeVirtMachineTemplate) (admission.Warnings, error) {
+	errs, err := w.validate(ctx, t)
+	if err != nil {
+		return nil, err
+	}
+	return nil, invalid("KubeVirtMachineTemplate", t.Name, errs)
+}
+
+// validate checks the template and, once it is valid, authorizes its clone
+// source as the requesting user.
+func (w *KubeVirtMachineTemplate) validate(ctx context.Context, t *infrav1.KubeVirtMachineTemplate) (field.ErrorList, error) {
+	errs := validateTemplate(t)
+	if len(errs) > 0 {
+		return errs, nil
+	}
+	img := t.Spec.Template.Spec.Image
+	if copied, err := copiedFromTemplate(ctx, w.Templates, t, img); err != nil || copied {
+		return nil, err
+	}
+	return authorizeClone(ctx, w.Clones, img, t.Namespace, t.Name, field.NewPath("spec", "template", "spec", "image"))
 }
 
 // ValidateUpdate keeps the spec immutable, except for the Cluster API
@@ -83,7 +109,10 @@ func (w *KubeVirtMachineTemplate) ValidateUpdate(ctx context.Context, oldT, newT
 		// label is metadata and is still checked.
 		return nil, invalid("KubeVirtMachineTemplate", newT.Name, validateClassLabel(newT))
 	}
-	errs := validateTemplate(newT)
+	errs, err := w.validate(ctx, newT)
+	if err != nil {
+		return nil, err
+	}
 	if !topology.IsDryRunRequest(req, newT) {
 		errs = append(errs, field.Forbidden(field.NewPath("spec"),
 			"a KubeVirtMachineTemplate is immutable; create a new template and point the MachineDeployment at it"))

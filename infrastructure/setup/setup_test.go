@@ -1,0 +1,69 @@
+/*
+Copyright 2026 The Cozystack Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package setup
+
+import (
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+)
+
+// TestCachedSecretsKeepOnlyWhatTheControllerReads: every Secret with a
+// cluster-name label is cached, the cluster CA's key among them, so the
+// transform keeps only bootstrap data and cloud-init user data.
+func TestCachedSecretsKeepOnlyWhatTheControllerReads(t *testing.T) {
+	g := NewWithT(t)
+	scheme := runtime.NewScheme()
+	g.Expect(clientgoscheme.AddToScheme(scheme)).To(Succeed())
+	opts, err := ManagerCacheOptions(scheme, "test", "", time.Hour)
+	g.Expect(err).NotTo(HaveOccurred())
+	var transform func(any) (any, error)
+	for obj, by := range opts.ByObject {
+		if _, ok := obj.(*corev1.Secret); ok {
+			transform = by.Transform
+		}
+	}
+	g.Expect(transform).NotTo(BeNil(), "cached Secrets are transformed")
+	for name, tc := range map[string]struct {
+		data map[string][]byte
+		kept []string
+	}{
+		"bootstrap data keeps its value":           {map[string][]byte{"value": []byte("#cloud-config"), "format": []byte("cloud-config")}, []string{"value"}},
+		"a cloud-init Secret keeps its user data":  {map[string][]byte{"userdata": []byte("#cloud-config")}, []string{"userdata"}},
+		"the cluster CA keeps nothing":             {map[string][]byte{"tls.crt": []byte("c"), "tls.key": []byte("k")}, nil},
+		"the service account keys keep nothing":    {map[string][]byte{"tls.crt": []byte("c"), "tls.key": []byte("k")}, nil},
+		"a Secret without data stays without data": {nil, nil},
+	} {
+		t.Run(name, func(t *testing.T) {
+			g := NewWithT(t)
+			in := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "s", ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "m"}}}, Data: tc.data}
+			out, err := transform(in)
+			g.Expect(err).NotTo(HaveOccurred())
+			s := out.(*corev1.Secret)
+			g.Expect(s.ManagedFields).To(BeEmpty())
+			g.Expect(s.Data).To(HaveLen(len(tc.kept)))
+			for _, k := range tc.kept {
+				g.Expect(s.Data).To(HaveKeyWithValue(k, tc.data[k]))
+			}
+		})
+	}
+}
