@@ -68,31 +68,48 @@ func TestManagerCacheOptionsCacheOnlyClusterSecretsWithTheDataTheReconcilerReads
 
 	owned := []metav1.OwnerReference{*metav1.NewControllerRef(
 		&bootstrapv1.KairosConfig{ObjectMeta: metav1.ObjectMeta{Name: "w", UID: "u"}}, bootstrapv1.GroupVersion.WithKind("KairosConfig"))}
+	cluster := map[string]string{clusterv1.ClusterNameLabel: "c"}
 	tests := []struct {
-		name     string
-		secret   *corev1.Secret
-		keepData bool
+		name   string
+		secret *corev1.Secret
+		kept   []string
 	}{
-		{name: "the cluster CA keeps its data", secret: &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "c-ca"}}, keepData: true},
-		{name: "the kubeconfig keeps its data", secret: &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "c-kubeconfig"}}, keepData: true},
-		{name: "our token record keeps its data", secret: &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "w-bootstrap-token", OwnerReferences: owned}}, keepData: true},
-		{name: "a token-named Secret of someone else loses its data", secret: &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "w-bootstrap-token"}}},
-		{name: "bootstrap data loses its data", secret: &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "w", OwnerReferences: owned}}},
-		{name: "another provider's Secret loses its data", secret: &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "vm-userdata"}}},
+		{name: "the cluster CA keeps its certificate, never its key",
+			secret: &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "c-ca", Labels: cluster}}, kept: []string{"tls.crt"}},
+		{name: "the kubeconfig keeps its value",
+			secret: &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "c-kubeconfig", Labels: cluster}}, kept: []string{"value"}},
+		{name: "another cluster's CA name keeps nothing",
+			secret: &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "d-ca", Labels: cluster}}},
+		{name: "the service account keys are never cached",
+			secret: &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "c-sa", Labels: cluster}}},
+		{name: "the etcd CA is never cached",
+			secret: &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "c-etcd", Labels: cluster}}},
+		{name: "our token record keeps its data",
+			secret: &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "w-bootstrap-token", Labels: cluster, OwnerReferences: owned}},
+			kept:   []string{"tls.crt", "tls.key", "value", "token-id"}},
+		{name: "a token-named Secret of someone else loses its data",
+			secret: &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "w-bootstrap-token", Labels: cluster}}},
+		{name: "bootstrap data loses its data",
+			secret: &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "w", Labels: cluster, OwnerReferences: owned}}},
+		{name: "another provider's Secret loses its data",
+			secret: &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "vm-userdata", Labels: cluster}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			g := NewWithT(t)
-			tt.secret.Data = map[string][]byte{"k": []byte("v")}
+			tt.secret.Data = map[string][]byte{"tls.crt": []byte("c"), "tls.key": []byte("k"), "value": []byte("v"), "token-id": []byte("t")}
 			tt.secret.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "m"}}
 			out, err := secrets[0].Transform(tt.secret)
 			g.Expect(err).NotTo(HaveOccurred())
 			s := out.(*corev1.Secret)
 			g.Expect(s.ManagedFields).To(BeEmpty())
-			if tt.keepData {
-				g.Expect(s.Data).To(HaveKey("k"))
-			} else {
+			if len(tt.kept) == 0 {
 				g.Expect(s.Data).To(BeNil())
+				return
+			}
+			g.Expect(s.Data).To(HaveLen(len(tt.kept)))
+			for _, k := range tt.kept {
+				g.Expect(s.Data).To(HaveKey(k))
 			}
 		})
 	}

@@ -38,6 +38,10 @@ const (
 	// WaitingForClusterInfrastructureReason: the Cluster's infrastructure is
 	// not provisioned, so the workload cluster cannot be reached yet.
 	WaitingForClusterInfrastructureReason = "WaitingForClusterInfrastructure"
+
+	// WaitingForClusterReason: the Cluster the config belongs to does not
+	// exist; the message names it.
+	WaitingForClusterReason = "WaitingForCluster"
 	// WaitingForControlPlaneInitializedReason: the Cluster's control plane is
 	// not initialized, so there is nothing to join yet.
 	WaitingForControlPlaneInitializedReason = "WaitingForControlPlaneInitialized"

@@ -45,20 +45,45 @@ func SecretCacheOptions() ctrlcache.ByObject {
 }
 
 // stripUnreadSecretData drops managedFields from every cached Secret and
-// the data of all but the cluster's own Secrets (<cluster>-ca,
-// <cluster>-kubeconfig, ...) and our token Secrets. Bootstrap data is never
-// read from the cache: it is created, and read directly only when it
-// already exists.
+// every data key the code does not read: of the cluster's own Secrets, the
+// CA's certificate (never its key) and the kubeconfig the ClusterCache
+// connects with; all of our token records; nothing of the others (the
+// service account, etcd and proxy keys, bootstrap data, other providers'
+// Secrets). Bootstrap data is never read from the cache: it is created, and
+// read directly only when it already exists.
 func stripUnreadSecretData(in any) (any, error) {
 	s, ok := in.(*corev1.Secret)
 	if !ok {
 		return in, nil
 	}
 	s.SetManagedFields(nil)
-	if !secret.HasPurposeSuffix(s.Name) && !isTokenSecret(s) {
+	if isTokenSecret(s) {
+		return s, nil
+	}
+	read := readClusterSecretKey(s)
+	for key := range s.Data {
+		if key != read {
+			delete(s.Data, key)
+		}
+	}
+	if len(s.Data) == 0 {
 		s.Data = nil
 	}
+	s.StringData = nil
 	return s, nil
+}
+
+// readClusterSecretKey is the one key the code reads of a cluster's own
+// Secret, or "".
+func readClusterSecretKey(s *corev1.Secret) string {
+	cluster := s.Labels[clusterv1.ClusterNameLabel]
+	switch s.Name {
+	case secret.Name(cluster, secret.ClusterCA):
+		return secret.TLSCrtDataName
+	case secret.Name(cluster, secret.Kubeconfig):
+		return secret.KubeconfigDataName
+	}
+	return ""
 }
 
 // isTokenSecret says whether a Secret is a KairosConfig's token record.

@@ -197,7 +197,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 			return ctrl.Result{}, r.removeFinalizer(ctx, config)
 		}
 		log.Info("Cluster does not exist yet, waiting")
-		return ctrl.Result{}, nil
+		return ctrl.Result{}, r.markClusterMissing(ctx, config, clusterName)
 	}
 
 	// Our writes to the config go through writes, so that a reconcile on a
@@ -256,6 +256,27 @@ func (r *Reconciler) patch(ctx context.Context, h *patch.Helper, config *bootstr
 		opts = append(opts, patch.WithStatusObservedGeneration{})
 	}
 	return h.Patch(ctx, config, opts...)
+}
+
+// markClusterMissing says on the config that its Cluster does not exist,
+// once: the Cluster watch reconciles the config when it appears. No token
+// is made for a Cluster that does not exist.
+func (r *Reconciler) markClusterMissing(ctx context.Context, config *bootstrapv1.KairosConfig, clusterName string) error {
+	message := fmt.Sprintf("Cluster %s does not exist", klog.KRef(config.Namespace, clusterName))
+	if clusterName == "" {
+		message = fmt.Sprintf("The config names no Cluster: neither its Machine nor the %s label does", clusterv1.ClusterNameLabel)
+	}
+	if c := conditions.Get(config, bootstrapv1.DataSecretAvailableCondition); c != nil && c.Reason == bootstrapv1.WaitingForClusterReason && c.Message == message {
+		return nil
+	}
+	key, before, writes := client.ObjectKeyFromObject(config), config.ResourceVersion, ownwrites.NewRecorder(r.Client)
+	defer func() { r.expect.Wrote(key, before, writes.Written()) }()
+	h, err := patch.NewHelper(config, writes)
+	if err != nil {
+		return err
+	}
+	markWaiting(config, bootstrapv1.WaitingForClusterReason, message)
+	return r.patch(ctx, h, config, false)
 }
 
 // ownerMachine returns the owning Machine; machineGone is true when the

@@ -233,6 +233,15 @@ func TestWaitingConditions(t *testing.T) {
 		release func(f *fixture, w *worker)
 	}{
 		{
+			// Nothing but the Cluster watch ends this wait, and no token
+			// is minted for a Cluster that does not exist.
+			name:    "cluster does not exist",
+			state:   clusterState{absent: true, caSecret: true, kubeconfigSecret: true},
+			options: machineOptions{vmName: "wait-cluster-vm"},
+			reason:  bootstrapv1.WaitingForClusterReason,
+			release: func(f *fixture, _ *worker) { f.createCluster(readyCluster) },
+		},
+		{
 			name:    "cluster infrastructure not provisioned",
 			state:   clusterState{controlPlaneInitialized: true, endpoint: true, caSecret: true, kubeconfigSecret: true},
 			options: machineOptions{vmName: "wait-infra-vm"},

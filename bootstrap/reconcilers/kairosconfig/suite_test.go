@@ -222,6 +222,8 @@ type fixture struct {
 }
 
 type clusterState struct {
+	// absent leaves the Cluster out (createCluster makes it).
+	absent                    bool
 	infrastructureProvisioned bool
 	controlPlaneInitialized   bool
 	endpoint                  bool
@@ -239,11 +241,9 @@ func newFixture(t *testing.T, state clusterState) *fixture {
 	g.Expect(c.Create(suiteCtx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: f.namespace}})).To(Succeed())
 	// spec must not be empty; paused: false is the neutral field to send.
 	f.cluster = &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace, Name: "workload"}, Spec: clusterv1.ClusterSpec{Paused: ptr.To(false)}}
-	if state.endpoint {
-		f.cluster.Spec.ControlPlaneEndpoint = clusterv1.APIEndpoint{Host: workload.Host(), Port: workload.Port()}
+	if !state.absent {
+		f.createCluster(state)
 	}
-	g.Expect(c.Create(suiteCtx, f.cluster)).To(Succeed())
-	f.setClusterStatus(state)
 
 	secrets, err := workload.ClusterSecrets(client.ObjectKeyFromObject(f.cluster))
 	g.Expect(err).NotTo(HaveOccurred())
@@ -254,6 +254,15 @@ func newFixture(t *testing.T, state clusterState) *fixture {
 		g.Expect(c.Create(suiteCtx, s)).To(Succeed())
 	}
 	return f
+}
+
+// createCluster creates the fixture's Cluster in state.
+func (f *fixture) createCluster(state clusterState) {
+	if state.endpoint {
+		f.cluster.Spec.ControlPlaneEndpoint = clusterv1.APIEndpoint{Host: workload.Host(), Port: workload.Port()}
+	}
+	f.g.Expect(mgmt.Client.Create(suiteCtx, f.cluster)).To(Succeed())
+	f.setClusterStatus(state)
 }
 
 // createClusterSecret creates the <cluster>-<suffix> Secret of the
