@@ -20,11 +20,11 @@ limitations under the License.
 package controllers
 
 import (
-	"cmp"
+	"k8s.io/apimachinery/pkg/util/sets"
+
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -143,7 +143,7 @@ func (r *WorkerClassReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	if !controllerutil.ContainsFinalizer(class, v1alpha1.WorkerClassInUseFinalizer) {
 		return ctrl.Result{}, nil
 	}
-	if n := len(users.all); n > 0 {
+	if users.pools+users.templates > 0 {
 		r.Recorder.Eventf(class, nil, corev1.EventTypeWarning, "DeletionBlocked", "Delete",
 			"Class is used by %d pool(s) and %d template(s); it is deleted once none uses it", users.pools, users.templates)
 		log.Info("Deletion of the class waits until no pool or template uses it", "pools", users.pools, "templates", users.templates)
@@ -155,15 +155,16 @@ func (r *WorkerClassReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	return ctrl.Result{}, nil
 }
 
+// classUsers counts a class's users; their names stay out of its status.
 type classUsers struct {
-	all              []v1alpha1.WorkerClassUser
 	pools, templates int32
+	namespaces       sets.Set[string]
 }
 
 // listUsers lists pools and templates labelled with the class. A kind that
 // is not installed has no users.
 func (r *WorkerClassReconciler) listUsers(ctx context.Context, class string) (classUsers, error) {
-	var users classUsers
+	users := classUsers{namespaces: sets.New[string]()}
 	var errs []error
 	for _, gvk := range UserKinds {
 		list := &metav1.PartialObjectMetadataList{}
@@ -177,7 +178,7 @@ func (r *WorkerClassReconciler) listUsers(ctx context.Context, class string) (cl
 			continue
 		}
 		for _, item := range list.Items {
-			users.all = append(users.all, v1alpha1.WorkerClassUser{Kind: gvk.Kind, Namespace: item.Namespace, Name: item.Name})
+			users.namespaces.Insert(item.Namespace)
 		}
 		if gvk == v1alpha1.PoolGroupVersionKind {
 			users.pools += int32(len(list.Items))
@@ -188,18 +189,14 @@ func (r *WorkerClassReconciler) listUsers(ctx context.Context, class string) (cl
 	return users, errors.Join(errs...)
 }
 
-// setUsers writes the bounded user list, the counts and the conditions.
+// setUsers writes the counts and the conditions.
 func setUsers(class *v1alpha1.WorkerClass, users classUsers) {
-	slices.SortFunc(users.all, func(a, b v1alpha1.WorkerClassUser) int {
-		return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
-	})
-	listed := users.all[:min(len(users.all), v1alpha1.MaxListedUsers)]
-	class.Status.Users = slices.Clone(listed)
 	class.Status.PoolCount, class.Status.TemplateCount = users.pools, users.templates
+	class.Status.NamespaceCount = int32(users.namespaces.Len())
 
 	inUse := metav1.Condition{Type: v1alpha1.InUseCondition, Status: metav1.ConditionFalse, Reason: v1alpha1.NotInUseReason,
 		Message: "No pool or template uses this class"}
-	if len(users.all) > 0 {
+	if users.pools+users.templates > 0 {
 		inUse = metav1.Condition{Type: v1alpha1.InUseCondition, Status: metav1.ConditionTrue, Reason: v1alpha1.InUseReason,
 			Message: fmt.Sprintf("Used by %d pool(s) and %d template(s)", users.pools, users.templates)}
 	}

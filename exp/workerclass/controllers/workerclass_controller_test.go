@@ -18,8 +18,9 @@ package controllers
 
 import (
 	"context"
-	"fmt"
 	"testing"
+
+	"k8s.io/apimachinery/pkg/util/sets"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -68,29 +69,17 @@ func TestListUsersToleratesMissingKinds(t *testing.T) {
 	if err != nil {
 		t.Fatalf("a missing kind must not fail the listing: %v", err)
 	}
-	if users.pools != 2 || users.templates != 0 || len(users.all) != 2 {
-		t.Errorf("users = %+v, want the two gold pools", users)
+	if users.pools != 2 || users.templates != 0 || users.namespaces.Len() != 2 {
+		t.Errorf("users = %+v, want the two gold pools in two namespaces", users)
 	}
 }
 
-func TestSetUsersBoundsAndSorts(t *testing.T) {
-	var users classUsers
-	for i := range v1alpha1.MaxListedUsers + 5 {
-		users.all = append(users.all, v1alpha1.WorkerClassUser{Kind: "KubernetesNodes", Namespace: "ns", Name: fmt.Sprintf("pool-%03d", 100-i)})
-		users.pools++
-	}
-	users.all = append(users.all, v1alpha1.WorkerClassUser{Kind: "KubeVirtMachineTemplate", Namespace: "zz", Name: "t"})
-	users.templates++
+func TestSetUsersCountsWithoutNaming(t *testing.T) {
+	users := classUsers{pools: 37, templates: 1, namespaces: sets.New("tenant-a", "tenant-b")}
 	class := &v1alpha1.WorkerClass{}
 	setUsers(class, users)
-	if len(class.Status.Users) != v1alpha1.MaxListedUsers {
-		t.Fatalf("listed %d users, want the bound %d", len(class.Status.Users), v1alpha1.MaxListedUsers)
-	}
-	if class.Status.Users[0].Kind != "KubeVirtMachineTemplate" || class.Status.Users[1].Name != "pool-064" {
-		t.Errorf("users are not sorted by kind, namespace and name: %v", class.Status.Users[:2])
-	}
-	if class.Status.PoolCount != v1alpha1.MaxListedUsers+5 || class.Status.TemplateCount != 1 {
-		t.Errorf("counts %d/%d", class.Status.PoolCount, class.Status.TemplateCount)
+	if class.Status.PoolCount != 37 || class.Status.TemplateCount != 1 || class.Status.NamespaceCount != 2 {
+		t.Errorf("counts %d/%d/%d", class.Status.PoolCount, class.Status.TemplateCount, class.Status.NamespaceCount)
 	}
 	if c := condition(class, v1alpha1.InUseCondition); c.Status != metav1.ConditionTrue || c.Message != "Used by 37 pool(s) and 1 template(s)" {
 		t.Errorf("InUse = %+v", c)
@@ -99,8 +88,8 @@ func TestSetUsersBoundsAndSorts(t *testing.T) {
 		t.Errorf("Ready = %+v", c)
 	}
 
-	setUsers(class, classUsers{})
-	if len(class.Status.Users) != 0 || class.Status.PoolCount != 0 {
+	setUsers(class, classUsers{namespaces: sets.New[string]()})
+	if class.Status.NamespaceCount != 0 || class.Status.PoolCount != 0 {
 		t.Errorf("an unused class still lists users: %+v", class.Status)
 	}
 	if c := condition(class, v1alpha1.InUseCondition); c.Status != metav1.ConditionFalse || c.Reason != v1alpha1.NotInUseReason {

@@ -81,25 +81,10 @@ type ProxmoxTemplateSource struct {
 	SchematicID string `json:"schematicID,omitempty"`
 }
 
-// WorkerClassUser is a pool or template that uses a class.
-type WorkerClassUser struct {
-	// kind is KubernetesNodes or KubeVirtMachineTemplate.
-	// +required
-	// +kubebuilder:validation:MaxLength=63
-	Kind string `json:"kind"`
-	// +required
-	// +kubebuilder:validation:MaxLength=63
-	Namespace string `json:"namespace"`
-	// +required
-	// +kubebuilder:validation:MaxLength=253
-	Name string `json:"name"`
-}
-
-// MaxListedUsers bounds status.users; status.poolCount and
-// status.templateCount always hold the full counts.
-const MaxListedUsers = 32
-
-// WorkerClassStatus reports the class's users.
+// WorkerClassStatus reports how much the class is used. Anyone who may
+// read classes reads it, tenants included, so it counts pools, templates
+// and namespaces and never names them: a hoster lists the users with the
+// cozystack.io/worker-class label across namespaces.
 type WorkerClassStatus struct {
 	// conditions: InUse and Ready.
 	// +optional
@@ -107,13 +92,6 @@ type WorkerClassStatus struct {
 	// +listMapKey=type
 	// +kubebuilder:validation:MaxItems=32
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
-
-	// users lists the first pools and templates (sorted by kind,
-	// namespace and name) that use the class.
-	// +optional
-	// +listType=atomic
-	// +kubebuilder:validation:MaxItems=32
-	Users []WorkerClassUser `json:"users,omitempty"`
 
 	// poolCount is the number of pools that use the class.
 	// +optional
@@ -123,6 +101,11 @@ type WorkerClassStatus struct {
 	// class.
 	// +optional
 	TemplateCount int32 `json:"templateCount,omitempty"`
+
+	// namespaceCount is the number of namespaces whose pools or templates
+	// use the class.
+	// +optional
+	NamespaceCount int32 `json:"namespaceCount,omitempty"`
 
 	// observedGeneration is the generation the status describes.
 	// +optional
