@@ -83,9 +83,8 @@ var templateGroupKind = infrav1.GroupVersion.WithKind("KubeVirtMachineTemplate")
 // +kubebuilder:rbac:groups=kubevirt.io,resources=virtualmachineinstances,verbs=get;list;watch;delete
 // +kubebuilder:rbac:groups=cdi.kubevirt.io,resources=datavolumes,verbs=get;list;watch;create;delete
 // +kubebuilder:rbac:groups=cdi.kubevirt.io,resources=datavolumes/source,verbs=create
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;delete
-// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 
 // Reconciler reconciles KubeVirtMachines.
 type Reconciler struct {
