@@ -80,6 +80,11 @@ const (
 	FileSourceForbiddenReason = "FileSourceForbidden"
 	// InternalErrorReason: an unexpected error; the controller log has it.
 	InternalErrorReason = "InternalError"
+
+	// BootstrapDataTooLargeReason: the rendered bootstrap data would not
+	// fit in a Secret (1 MiB); the message gives both sizes. No token is
+	// minted for it.
+	BootstrapDataTooLargeReason = "BootstrapDataTooLarge"
 )
 
 const (

@@ -387,6 +387,17 @@ func (r *Reconciler) render(ctx context.Context, s *scope) (ctrl.Result, error) 
 		return ctrl.Result{}, err
 	}
 
+	// A token is minted only for data a Secret can hold: measured with a
+	// placeholder of a token's length, which is all the token changes.
+	if size, err := renderedSize(s, hashes, files); err != nil {
+		markInternalError(config)
+		return ctrl.Result{}, fmt.Errorf("rendering the cloud-config: %w", err)
+	} else if size > corev1.MaxSecretSize {
+		markWaiting(config, bootstrapv1.BootstrapDataTooLargeReason, fmt.Sprintf(
+			"The rendered bootstrap data is %d bytes and a Secret holds at most %d: shrink spec.files", size, corev1.MaxSecretSize))
+		return ctrl.Result{}, nil
+	}
+
 	remote, err := r.ClusterCache.GetClient(ctx, util.ObjectKey(cluster))
 	if err != nil {
 		return r.workloadUnavailable(ctx, s, err)
@@ -414,6 +425,14 @@ func (r *Reconciler) render(ctx context.Context, s *scope) (ctrl.Result, error) 
 		return ctrl.Result{}, err
 	}
 	return ctrl.Result{RequeueAfter: refreshInterval(r.TokenTTL)}, nil
+}
+
+// renderedSize is the size of the bootstrap data Secret's data for s, with
+// a placeholder token of a real token's length.
+func renderedSize(s *scope, hashes []string, files []cloudconfig.File) (int, error) {
+	placeholder := token{ID: strings.Repeat("0", 6), Secret: strings.Repeat("0", 16)}
+	data, err := cloudconfig.Render(renderInput(s, placeholder, hashes, files))
+	return len(data) + len(bootstrapv1.DataFormatCloudConfig), err
 }
 
 func controlPlaneInitialized(cluster *clusterv1.Cluster) bool {

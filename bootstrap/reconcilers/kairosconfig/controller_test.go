@@ -17,6 +17,7 @@ limitations under the License.
 package kairosconfig
 
 import (
+	"bytes"
 	"strings"
 	"testing"
 	"time"
@@ -422,6 +423,36 @@ func TestFilesFromSecretsAndClusterProviderMode(t *testing.T) {
 	g.Expect(value).To(ContainSubstring("permissions: 384 # 0600"))
 	g.Expect(strings.Count(value, "kubeadm join")).To(BeZero(), "the provider joins; the stages must not join a second time")
 	g.Expect(value).To(ContainSubstring(cloudconfig.StageReportSuccess))
+}
+
+// TestBootstrapDataTooLargeForASecret: files that would render past a
+// Secret's 1 MiB say so on the config, with both sizes, and no token is
+// minted for them; once they shrink, the data is written.
+func TestBootstrapDataTooLargeForASecret(t *testing.T) {
+	startController(t, testTokenTTL)
+	f := newFixture(t, readyCluster)
+	g := f.g
+	var files []bootstrapv1.File
+	for _, name := range []string{"first", "second"} {
+		g.Expect(mgmt.Client.Create(suiteCtx, &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace, Name: name, Labels: map[string]string{clusterv1.ClusterNameLabel: f.cluster.Name}},
+			Data:       map[string][]byte{"blob": bytes.Repeat([]byte("a"), 600*1024)},
+		})).To(Succeed())
+		files = append(files, bootstrapv1.File{Path: "/etc/app/" + name,
+			ContentFrom: bootstrapv1.FileSource{Secret: bootstrapv1.SecretKeySource{Name: name, Key: "blob"}}})
+	}
+	w := f.newWorker("worker-0", machineOptions{vmName: "large-vm", spec: bootstrapv1.KairosConfigSpec{Files: files}})
+	cond := f.waitForReason(w, bootstrapv1.BootstrapDataTooLargeReason)
+	g.Expect(cond.Status).To(Equal(metav1.ConditionFalse))
+	g.Expect(cond.Message).To(MatchRegexp(`^The rendered bootstrap data is \d+ bytes and a Secret holds at most 1048576: shrink spec.files$`))
+	_, found := f.storedToken(w)
+	g.Expect(found).To(BeFalse(), "no token for data that cannot be stored")
+
+	second := &corev1.Secret{}
+	g.Expect(mgmt.Client.Get(suiteCtx, client.ObjectKey{Namespace: f.namespace, Name: "second"}, second)).To(Succeed())
+	second.Data["blob"] = []byte("small")
+	g.Expect(mgmt.Client.Update(suiteCtx, second)).To(Succeed())
+	f.waitForData(w)
 }
 
 // TestFilesFromClusterAPISecretsAreNeverRendered: a file that reads one
