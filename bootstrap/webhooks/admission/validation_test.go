@@ -19,6 +19,8 @@ package admission
 import (
 	"crypto/ed25519"
 	"crypto/rand"
+	"crypto/x509"
+	"encoding/base64"
 	"encoding/pem"
 	"strings"
 	"testing"
@@ -134,5 +136,28 @@ func TestValidateSpecNeverEchoesAKey(t *testing.T) {
 	errs := ValidateSpec(&bootstrapv1.KairosConfigSpec{SSHKeys: []string{privateKey}}, field.NewPath("spec"))
 	if len(errs) == 0 || strings.Contains(errs.ToAggregate().Error(), "PRIVATE KEY") {
 		t.Fatalf("a private key must be rejected without being quoted back: %v", errs)
+	}
+}
+
+// TestPrivateKeyFoldedIntoAPublicKeyIsForbidden: a valid public key whose
+// comment carries a bare base64 PKCS#8 private key parses as a public key,
+// and is still refused as a private key.
+func TestPrivateKeyFoldedIntoAPublicKeyIsForbidden(t *testing.T) {
+	public, _ := newKeyPair(t)
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	folded := strings.TrimSpace(public) + " " + base64.StdEncoding.EncodeToString(der)
+	errs := ValidateSpec(&bootstrapv1.KairosConfigSpec{SSHKeys: []string{folded}}, field.NewPath("spec"))
+	if len(errs) != 1 || errs[0].Type != field.ErrorTypeForbidden || errs[0].Field != "spec.sshKeys[0]" {
+		t.Fatalf("want spec.sshKeys[0] forbidden, got %v", errs)
+	}
+	if strings.Contains(errs.ToAggregate().Error(), base64.StdEncoding.EncodeToString(der)) {
+		t.Fatalf("the refusal echoes the key: %v", errs)
 	}
 }

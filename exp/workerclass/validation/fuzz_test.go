@@ -21,6 +21,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cozystack/cluster-api-workers/internal/sshkeys"
+
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apimachinery/pkg/util/version"
 
@@ -73,7 +75,7 @@ func FuzzSSHKeys(f *testing.F) {
 			family = v1alpha1.BootstrapKairos
 		}
 		errs := ValidateSSHKeys(family, []string{key}, field.NewPath("spec", "sshKeys"))
-		if LooksLikePrivateKey(key) {
+		if sshkeys.LooksLikePrivateKey(key) {
 			if len(errs) == 0 {
 				t.Fatal("a private key was accepted")
 			}
