@@ -7,6 +7,7 @@ package envtest
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -16,6 +17,9 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
@@ -47,6 +51,10 @@ type Options struct {
 	SetupWebhooks func(mgr ctrl.Manager) error
 	// SetupControllers registers reconcilers with the manager.
 	SetupControllers func(ctx context.Context, mgr ctrl.Manager) error
+	// ManifestPaths are YAML files of other objects to create once the
+	// apiserver runs (admission policies, say), relative to the repository
+	// root unless absolute.
+	ManifestPaths []string
 	// APIServerArgs are extra kube-apiserver flags (name to value).
 	APIServerArgs map[string]string
 }
@@ -196,6 +204,10 @@ func Start(ctx context.Context, opts Options) (*Environment, error) {
 		_ = e.Stop()
 		return nil, err
 	}
+	if err := e.createManifests(ctx, mapAbs(opts.ManifestPaths)); err != nil {
+		_ = e.Stop()
+		return nil, err
+	}
 	if opts.SetupWebhooks == nil && opts.SetupControllers == nil {
 		return e, nil
 	}
@@ -204,6 +216,32 @@ func Start(ctx context.Context, opts Options) (*Environment, error) {
 		return nil, err
 	}
 	return e, nil
+}
+
+// createManifests creates every object of the YAML files.
+func (e *Environment) createManifests(ctx context.Context, paths []string) error {
+	for _, path := range paths {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+		for {
+			u := &unstructured.Unstructured{}
+			if err := dec.Decode(&u.Object); errors.Is(err, io.EOF) {
+				break
+			} else if err != nil {
+				return fmt.Errorf("decoding %s: %w", path, err)
+			}
+			if len(u.Object) == 0 {
+				continue
+			}
+			if err := e.Client.Create(ctx, u); err != nil {
+				return fmt.Errorf("creating %s %s from %s: %w", u.GetKind(), u.GetName(), path, err)
+			}
+		}
+	}
+	return nil
 }
 
 func mapAbs(paths []string) []string {

@@ -18,6 +18,10 @@ import (
 // PoolCRDPath is the stand-in CRD for Cozystack's KubernetesNodes pool API.
 var PoolCRDPath = filepath.Join("test", "crds", "pool")
 
+// WorkerClassPrivateKeyPolicyPath is the admission policy that keeps private
+// keys out of pools in the apiserver itself.
+var WorkerClassPrivateKeyPolicyPath = filepath.Join("config", "workerclass", "policy", "private-keys.yaml")
+
 // WorkerClassWebhookPath holds the WorkerClass, WorkerPlatform and pool
 // webhook configurations.
 var WorkerClassWebhookPath = filepath.Join("config", "workerclass", "webhook")
@@ -36,6 +40,7 @@ func WorkerClassOptions(controllers bool) Options {
 		Scheme:        scheme,
 		CRDPaths:      []string{PoolCRDPath},
 		WebhookPaths:  []string{WorkerClassWebhookPath},
+		ManifestPaths: []string{WorkerClassPrivateKeyPolicyPath},
 		SetupWebhooks: workerclass.SetupWebhooksWithManager,
 	}
 	if controllers {

@@ -204,6 +204,12 @@ func TestClusterctl(t *testing.T) {
 			}
 			g.Expect(contract).To(BeNumerically(">=", 2), "the %s CRDs are installed and labelled with the contract", p.name)
 		}
+		// The private-key policy on pools is cluster-scoped although
+		// clusterctl gave it a namespace, and bound.
+		policy := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
+		g.Expect(c.Get(ctx, client.ObjectKey{Name: "workerclass-pool-private-keys"}, policy)).To(Succeed())
+		g.Expect(policy.Spec.PolicyName).To(Equal("workerclass-pool-private-keys"))
+		g.Expect(c.Get(ctx, client.ObjectKey{Name: policy.Spec.PolicyName}, &admissionregistrationv1.ValidatingAdmissionPolicy{})).To(Succeed())
 	})
 
 	t.Run("the cluster autoscaler reads templates through the shipped role", func(t *testing.T) {

@@ -236,12 +236,22 @@ func byKind(objs []*unstructured.Unstructured, kind string) []*unstructured.Unst
 
 // clusterScoped are the cluster-scoped kinds the components contain.
 var clusterScoped = map[string]bool{
-	"Namespace":                      true,
-	"CustomResourceDefinition":       true,
-	"ClusterRole":                    true,
-	"ClusterRoleBinding":             true,
-	"ValidatingWebhookConfiguration": true,
-	"MutatingWebhookConfiguration":   true,
-	"WorkerClass":                    true,
-	"WorkerPlatform":                 true,
+	"Namespace":                        true,
+	"CustomResourceDefinition":         true,
+	"ClusterRole":                      true,
+	"ClusterRoleBinding":               true,
+	"ValidatingWebhookConfiguration":   true,
+	"MutatingWebhookConfiguration":     true,
+	"ValidatingAdmissionPolicy":        true,
+	"ValidatingAdmissionPolicyBinding": true,
+	"WorkerClass":                      true,
+	"WorkerPlatform":                   true,
+}
+
+// namespacedByClusterctl are cluster-scoped kinds missing from clusterctl's
+// list of cluster-scoped kinds: `clusterctl generate provider` sets the
+// provider namespace on them.
+var namespacedByClusterctl = map[string]bool{
+	"ValidatingAdmissionPolicy":        true,
+	"ValidatingAdmissionPolicyBinding": true,
 }
