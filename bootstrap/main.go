@@ -24,6 +24,8 @@ import (
 	"os"
 	"time"
 
+	"github.com/cozystack/cluster-api-workers/internal/logcap"
+
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
@@ -113,6 +115,9 @@ func main() {
 }
 
 func run(o *options) error {
+	if err := logcap.Validate(o.logs); err != nil {
+		return err
+	}
 	if err := logsv1.ValidateAndApply(o.logs, nil); err != nil {
 		return fmt.Errorf("applying the logging flags: %w", err)
 	}

@@ -24,6 +24,8 @@ import (
 	"os"
 	"time"
 
+	"github.com/cozystack/cluster-api-workers/internal/logcap"
+
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
@@ -125,6 +127,9 @@ func run() error {
 	pflag.CommandLine.SetNormalizeFunc(cliflag.WordSepNormalizeFunc)
 	pflag.CommandLine.AddGoFlagSet(flag.CommandLine)
 	pflag.Parse()
+	if err := logcap.Validate(logOptions); err != nil {
+		return err
+	}
 	if err := logsv1.ValidateAndApply(logOptions, nil); err != nil {
 		return fmt.Errorf("applying the log options: %w", err)
 	}

@@ -95,13 +95,22 @@ func TestMain(m *testing.M) {
 	os.Exit(run(m))
 }
 
-func run(m *testing.M) int {
+func run(m *testing.M) (code int) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	log := logr.Discard()
+	printed := logr.Discard()
 	if *verbose {
-		log = funcr.New(func(prefix, args string) { fmt.Fprintln(os.Stderr, prefix, args) }, funcr.Options{Verbosity: 2, LogTimestamp: true})
+		printed = funcr.New(func(prefix, args string) { fmt.Fprintln(os.Stderr, prefix, args) }, funcr.Options{Verbosity: 2, LogTimestamp: true})
 	}
+	// Every line of every component, at every verbosity, is read for
+	// tokens, private keys and bootstrap data; the suite fails on any.
+	scanner, log := harness.NewLogScanner(printed)
+	defer func() {
+		if findings := scanner.Findings(); len(findings) > 0 {
+			fmt.Fprintf(os.Stderr, "FAIL: %d of %d log lines carry what must never be logged:\n%s\n", len(findings), scanner.Lines(), strings.Join(findings, "\n"))
+			code = 1
+		}
+	}()
 	klog.SetLogger(log)
 	var err error
 	h, err = harness.Start(ctx, harness.Options{

@@ -1,0 +1,96 @@
+/*
+Copyright 2026 The Cozystack Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package harness
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+	"sync"
+
+	"github.com/cozystack/cluster-api-workers/internal/logcap"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
+
+	"github.com/cozystack/cluster-api-workers/internal/sshkeys"
+)
+
+// LogScanner reads every log line of every component, at every verbosity
+// the managers accept (internal/logcap: from 8 client-go logs API bodies,
+// and the managers refuse it), for what must never be logged: a bootstrap token with its secret, a
+// private key, or bootstrap data. It keeps what it found, never the line.
+type LogScanner struct {
+	mu       sync.Mutex
+	lines    int
+	findings []string
+}
+
+// bootstrapTokenPattern is a bootstrap token with its secret part
+// (<6>.<16>, kubeadm's format); the token ID alone is public.
+var bootstrapTokenPattern = regexp.MustCompile(`(^|[^a-z0-9])[a-z0-9]{6}\.[a-z0-9]{16}([^a-z0-9]|$)`)
+
+// bootstrapDataMarkers open rendered bootstrap data.
+var bootstrapDataMarkers = []string{"#cloud-config", "kubeadm join ", "discovery-token-unsafe-skip"}
+
+// NewLogScanner returns a scanner and a logger that feeds it every line
+// and passes it on to delegate.
+func NewLogScanner(delegate logr.Logger) (*LogScanner, logr.Logger) {
+	s := &LogScanner{}
+	scan := funcr.New(func(prefix, args string) {
+		s.scan(prefix, args)
+		if delegate.GetSink() != nil {
+			delegate.WithName(prefix).Info(args)
+		}
+	}, funcr.Options{Verbosity: logcap.MaxVerbosity})
+	return s, scan
+}
+
+func (s *LogScanner) scan(prefix, line string) {
+	var found []string
+	if bootstrapTokenPattern.MatchString(line) {
+		found = append(found, "a bootstrap token with its secret")
+	}
+	if sshkeys.LooksLikePrivateKey(line) {
+		found = append(found, "a private key")
+	}
+	for _, m := range bootstrapDataMarkers {
+		if strings.Contains(line, m) {
+			found = append(found, fmt.Sprintf("bootstrap data (%q)", m))
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.lines++
+	for _, f := range found {
+		s.findings = append(s.findings, fmt.Sprintf("logger %q logged %s", prefix, f))
+	}
+}
+
+// Lines is how many lines were scanned.
+func (s *LogScanner) Lines() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lines
+}
+
+// Findings are what must not have been logged, by logger.
+func (s *LogScanner) Findings() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.findings...)
+}

@@ -1,0 +1,47 @@
+/*
+Copyright 2026 The Cozystack Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package harness
+
+import (
+	"testing"
+
+	"github.com/go-logr/logr"
+	. "github.com/onsi/gomega"
+
+	"github.com/cozystack/cluster-api-workers/internal/sshkeys/sshkeystest"
+)
+
+func TestLogScannerFindsWhatMustNotBeLogged(t *testing.T) {
+	g := NewWithT(t)
+	scanner, log := NewLogScanner(logr.Discard())
+	log.WithName("bootstrap").Info("Created a bootstrap token", "tokenID", "abcdef", "expiration", "2026-12-01T00:00:00Z")
+	log.WithName("infrastructure").V(5).Info("Created the machine's VirtualMachine", "VirtualMachine", "ns/worker-0")
+	g.Expect(scanner.Findings()).To(BeEmpty(), "a token ID and object names are not secrets")
+
+	log.WithName("bootstrap").V(6).Info("Joining", "token", "abcdef.0123456789abcdef")
+	log.WithName("sim").Error(nil, "Could not parse", "data", "#cloud-config\nhostname: x")
+	log.WithName("infrastructure").Info("Key", "key", sshkeystest.EncodedPrivateKeys()["ed25519/pkcs8-base64"])
+	g.Expect(scanner.Findings()).To(ConsistOf(
+		`logger "bootstrap" logged a bootstrap token with its secret`,
+		`logger "sim" logged bootstrap data ("#cloud-config")`,
+		`logger "infrastructure" logged a private key`,
+	))
+	g.Expect(scanner.Lines()).To(Equal(5))
+	for _, f := range scanner.Findings() {
+		g.Expect(f).NotTo(ContainSubstring("0123456789abcdef"), "a finding never carries the secret")
+	}
+}
