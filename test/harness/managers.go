@@ -238,7 +238,11 @@ func (h *Harness) setupManagers(ctx context.Context, caches *lazyClusterCache) (
 			}
 			continue
 		}
-		c, err := components.New(ctx, cfg, name, components.Options{
+		providerCfg, err := h.providerConfig(ctx, cfg, name, int64(instance))
+		if err != nil {
+			return nil, err
+		}
+		c, err := components.New(ctx, providerCfg, name, components.Options{
 			Manager:               h.managerOptions(name.Role()),
 			ControllerName:        controllerName,
 			Limits:                h.limits(name),
