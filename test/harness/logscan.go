@@ -33,7 +33,9 @@ import (
 // LogScanner reads every log line of every component, at every verbosity
 // the managers accept (internal/logcap: from 8 client-go logs API bodies,
 // and the managers refuse it), for what must never be logged: a bootstrap token with its secret, a
-// private key, or bootstrap data. It keeps what it found, never the line.
+// private key, or bootstrap data; and any request of our providers that
+// their ClusterRoles do not allow (rbac.go). It keeps what it found, never
+// the line.
 type LogScanner struct {
 	mu       sync.Mutex
 	lines    int
@@ -67,6 +69,9 @@ func (s *LogScanner) scan(prefix, line string) {
 	}
 	if sshkeys.LooksLikePrivateKey(line) {
 		found = append(found, "a private key")
+	}
+	if strings.Contains(line, "is forbidden: User ") && strings.Contains(line, providerUserPrefix) {
+		found = append(found, "a request its ClusterRole does not allow")
 	}
 	for _, m := range bootstrapDataMarkers {
 		if strings.Contains(line, m) {

@@ -17,6 +17,7 @@ limitations under the License.
 package harness
 
 import (
+	"errors"
 	"testing"
 
 	"github.com/go-logr/logr"
@@ -35,12 +36,14 @@ func TestLogScannerFindsWhatMustNotBeLogged(t *testing.T) {
 	log.WithName("bootstrap").V(6).Info("Joining", "token", "abcdef.0123456789abcdef")
 	log.WithName("sim").Error(nil, "Could not parse", "data", "#cloud-config\nhostname: x")
 	log.WithName("infrastructure").Info("Key", "key", sshkeystest.EncodedPrivateKeys()["ed25519/pkcs8-base64"])
+	log.WithName("bootstrap").Error(errors.New(`secrets is forbidden: User "`+providerUserPrefix+`1:kairos-bootstrap" cannot patch resource "secrets"`), "Reconciler error")
 	g.Expect(scanner.Findings()).To(ConsistOf(
 		`logger "bootstrap" logged a bootstrap token with its secret`,
 		`logger "sim" logged bootstrap data ("#cloud-config")`,
 		`logger "infrastructure" logged a private key`,
+		`logger "bootstrap" logged a request its ClusterRole does not allow`,
 	))
-	g.Expect(scanner.Lines()).To(Equal(5))
+	g.Expect(scanner.Lines()).To(Equal(6))
 	for _, f := range scanner.Findings() {
 		g.Expect(f).NotTo(ContainSubstring("0123456789abcdef"), "a finding never carries the secret")
 	}

@@ -31,6 +31,9 @@ import (
 	"github.com/cozystack/cluster-api-workers/test/harness/components"
 )
 
+// providerUserPrefix starts the user names our providers run as.
+const providerUserPrefix = "system:serviceaccount:harness-"
+
 // providerRoles are the ClusterRoles each of our providers ships,
 // controller-gen's from their +kubebuilder:rbac markers (the WorkerClass
 // controller's with the infrastructure provider when the gate is on).
@@ -57,7 +60,7 @@ func (h *Harness) providerConfig(ctx context.Context, cfg *rest.Config, name com
 	if len(files) == 0 {
 		return cfg, nil
 	}
-	user := fmt.Sprintf("system:serviceaccount:harness-%d:%s", instance, name)
+	user := fmt.Sprintf("%s%d:%s", providerUserPrefix, instance, name)
 	for _, file := range files {
 		role, err := readClusterRole(filepath.Join(envtest.RepoRoot(), file))
 		if err != nil {
