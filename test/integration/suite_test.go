@@ -256,12 +256,18 @@ func expectJoined(t *testing.T, w *harness.WorkloadCluster, n int) []clusterv1.M
 }
 
 // expectBootsClean checks that every simulated boot of the cluster's
-// machines joined without warnings and wrote Cluster API's sentinel.
+// machines joined without warnings and wrote Cluster API's sentinel. The
+// simulator records the join just after the kubelet registered its Node,
+// so a Ready Node may briefly precede the record.
 func expectBootsClean(g Gomega, ms []clusterv1.Machine) {
 	for _, m := range ms {
-		r, ok := h.Nodes.Boot(client.ObjectKey{Namespace: m.Namespace, Name: m.Spec.InfrastructureRef.Name})
-		g.Expect(ok).To(BeTrue(), "Machine %s never booted", m.Name)
-		g.Expect(r.Phase).To(Equal(nodesim.PhaseJoined))
+		key := client.ObjectKey{Namespace: m.Namespace, Name: m.Spec.InfrastructureRef.Name}
+		g.Eventually(func(g Gomega) {
+			r, ok := h.Nodes.Boot(key)
+			g.Expect(ok).To(BeTrue(), "Machine %s never booted", m.Name)
+			g.Expect(r.Phase).To(Equal(nodesim.PhaseJoined))
+		}, timeout, poll).Should(Succeed())
+		r, _ := h.Nodes.Boot(key)
 		g.Expect(r.SentinelWritten).To(BeTrue())
 		g.Expect(r.Warnings).To(BeEmpty())
 	}
