@@ -547,6 +547,15 @@ func TestMachineWithoutItsCluster(t *testing.T) {
 	}).Should(Succeed())
 	g.Expect(apierrors.IsNotFound(c.Get(ctx, client.ObjectKeyFromObject(kvm), &kubevirtv1.VirtualMachine{}))).To(BeTrue())
 
+	unlabelled := tc.machine(t, "unlabelled", containerDiskSpec(), func(_ *clusterv1.Machine, k *infrav1.KubeVirtMachine, _ *corev1.Secret) {
+		k.Labels = nil
+	})
+	g.Eventually(func(g Gomega) {
+		g.Expect(c.Get(ctx, client.ObjectKeyFromObject(unlabelled), unlabelled)).To(Succeed())
+		cond := expectCondition(g, unlabelled, infrav1.ReadyCondition, metav1.ConditionUnknown, infrav1.WaitingForClusterReason)
+		g.Expect(cond.Message).To(Equal("The machine has no " + clusterv1.ClusterNameLabel + " label"))
+	}).Should(Succeed())
+
 	cluster := &clusterv1.Cluster{
 		ObjectMeta: metav1.ObjectMeta{Name: "late", Namespace: tc.namespace},
 		Spec:       clusterv1.ClusterSpec{ControlPlaneEndpoint: clusterv1.APIEndpoint{Host: "api.late.example.com", Port: 6443}},

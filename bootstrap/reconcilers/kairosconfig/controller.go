@@ -263,10 +263,9 @@ func (r *Reconciler) patch(ctx context.Context, h *patch.Helper, config *bootstr
 // once: the Cluster watch reconciles the config when it appears. No token
 // is made for a Cluster that does not exist.
 func (r *Reconciler) markClusterMissing(ctx context.Context, config *bootstrapv1.KairosConfig, clusterName string) error {
+	// Only a config with a live Machine gets here, and a Machine always
+	// names its Cluster (spec.clusterName is required).
 	message := fmt.Sprintf("Cluster %s does not exist", klog.KRef(config.Namespace, clusterName))
-	if clusterName == "" {
-		message = fmt.Sprintf("The config names no Cluster: neither its Machine nor the %s label does", clusterv1.ClusterNameLabel)
-	}
 	if c := conditions.Get(config, bootstrapv1.DataSecretAvailableCondition); c != nil && c.Reason == bootstrapv1.WaitingForClusterReason && c.Message == message {
 		return nil
 	}
