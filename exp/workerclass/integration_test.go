@@ -21,6 +21,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cozystack/cluster-api-workers/internal/sshkeys/sshkeystest"
+
 	. "github.com/onsi/gomega"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -206,7 +208,7 @@ func TestPoolAPITable(t *testing.T) {
 func TestSeedExamples(t *testing.T) {
 	g := NewWithT(t)
 	ns := newNamespace(t)
-	public, _ := publicKey(t)
+	public, _ := sshkeystest.KeyPair()
 	for name, spec := range map[string]map[string]any{
 		"example-kairos": {"cluster": "example", "workerClassName": "kairos", "version": "v1.35",
 			"minReplicas": int64(2), "maxReplicas": int64(3), "sshKeys": []any{}},
@@ -225,8 +227,8 @@ func TestSeedExamples(t *testing.T) {
 func TestPoolSSHKeys(t *testing.T) {
 	g := NewWithT(t)
 	ns := newNamespace(t)
-	public, private := publicKey(t)
-	second, _ := publicKey(t)
+	public, private := sshkeystest.KeyPair()
+	second, _ := sshkeystest.KeyPair()
 
 	_, err := createPool(t, ns, "two-keys", map[string]any{"cluster": "c", "workerClassName": "kairos", "version": "v1.35", "sshKeys": []any{public, second}})
 	g.Expect(err).To(MatchError(ContainSubstring("spec.sshKeys: Too many: 2: must have at most 1 item")))

@@ -21,11 +21,11 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"encoding/base64"
-	"encoding/pem"
 	"strings"
 	"testing"
 
-	"golang.org/x/crypto/ssh"
+	"github.com/cozystack/cluster-api-workers/internal/sshkeys/sshkeystest"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/ptr"
@@ -33,26 +33,9 @@ import (
 	bootstrapv1 "github.com/cozystack/cluster-api-workers/bootstrap/api/v1alpha1"
 )
 
-func newKeyPair(t *testing.T) (public, private string) {
-	t.Helper()
-	pub, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sshPub, err := ssh.NewPublicKey(pub)
-	if err != nil {
-		t.Fatal(err)
-	}
-	block, err := ssh.MarshalPrivateKey(priv, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return strings.TrimSpace(string(ssh.MarshalAuthorizedKey(sshPub))) + " tenant@example", string(pem.EncodeToMemory(block))
-}
-
 func TestValidateSpec(t *testing.T) {
-	key, privateKey := newKeyPair(t)
-	otherKey, _ := newKeyPair(t)
+	key, privateKey := sshkeystest.KeyPair()
+	otherKey, _ := sshkeystest.KeyPair()
 	tests := []struct {
 		name string
 		spec bootstrapv1.KairosConfigSpec
@@ -132,7 +115,7 @@ func TestValidateSpec(t *testing.T) {
 }
 
 func TestValidateSpecNeverEchoesAKey(t *testing.T) {
-	_, privateKey := newKeyPair(t)
+	_, privateKey := sshkeystest.KeyPair()
 	errs := ValidateSpec(&bootstrapv1.KairosConfigSpec{SSHKeys: []string{privateKey}}, field.NewPath("spec"))
 	if len(errs) == 0 || strings.Contains(errs.ToAggregate().Error(), "PRIVATE KEY") {
 		t.Fatalf("a private key must be rejected without being quoted back: %v", errs)
@@ -143,7 +126,7 @@ func TestValidateSpecNeverEchoesAKey(t *testing.T) {
 // comment carries a bare base64 PKCS#8 private key parses as a public key,
 // and is still refused as a private key.
 func TestPrivateKeyFoldedIntoAPublicKeyIsForbidden(t *testing.T) {
-	public, _ := newKeyPair(t)
+	public, _ := sshkeystest.KeyPair()
 	_, priv, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
 		t.Fatal(err)

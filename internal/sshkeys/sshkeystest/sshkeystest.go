@@ -109,9 +109,10 @@ func wrap(s string, width int) string {
 	return b.String()
 }
 
-// PublicKey is a real authorized_keys line with a comment, made once.
-var PublicKey = sync.OnceValue(func() string {
-	pub, _, err := ed25519.GenerateKey(rand.Reader)
+// KeyPair makes a new Ed25519 key pair: an authorized_keys line with a
+// comment, and the private key as OpenSSH PEM.
+func KeyPair() (public, private string) {
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
 		panic(err)
 	}
@@ -119,5 +120,15 @@ var PublicKey = sync.OnceValue(func() string {
 	if err != nil {
 		panic(err)
 	}
-	return strings.TrimSpace(string(ssh.MarshalAuthorizedKey(sshPub))) + " admin@example"
+	block, err := ssh.MarshalPrivateKey(priv, "")
+	if err != nil {
+		panic(err)
+	}
+	return strings.TrimSpace(string(ssh.MarshalAuthorizedKey(sshPub))) + " admin@example", string(pem.EncodeToMemory(block))
+}
+
+// PublicKey is a real authorized_keys line with a comment, made once.
+var PublicKey = sync.OnceValue(func() string {
+	public, _ := KeyPair()
+	return public
 })
