@@ -72,6 +72,7 @@ type Environment struct {
 	cancel   context.CancelFunc
 	done     chan struct{}
 	stopOnce sync.Once
+	restarts apiServerRestarts
 }
 
 // RepoRoot returns the absolute path of the repository root.
@@ -199,7 +200,7 @@ func Start(ctx context.Context, opts Options) (*Environment, error) {
 		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("starting envtest: %w", err)
 	}
-	e := &Environment{Config: cfg, Scheme: scheme, env: env, dir: dir}
+	e := &Environment{Config: cfg, Scheme: scheme, env: env, dir: dir, restarts: apiServerRestarts{config: cfg}}
 	if e.Client, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
 		_ = e.Stop()
 		return nil, err
@@ -323,9 +324,16 @@ func (e *Environment) StopManager() {
 	})
 }
 
+// RestartAPIServer kills the apiserver (SIGKILL), keeps it down for
+// downtime, and starts it again with its etcd, certificates, port and
+// flags; it returns once the apiserver is ready.
+func (e *Environment) RestartAPIServer(ctx context.Context, downtime time.Duration) error {
+	return e.restarts.restart(ctx, downtime)
+}
+
 // Stop stops the manager and the apiserver.
 func (e *Environment) Stop() error {
 	e.StopManager()
 	defer func() { _ = os.RemoveAll(e.dir) }()
-	return e.env.Stop()
+	return errors.Join(e.restarts.stop(), e.env.Stop())
 }

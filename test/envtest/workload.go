@@ -18,6 +18,7 @@ package envtest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -62,7 +63,8 @@ type Workload struct {
 	CACert []byte
 	env    *crenvtest.Environment
 	// stop stops an apiserver that runs elsewhere (ExternalWorkload).
-	stop func() error
+	stop     func() error
+	restarts apiServerRestarts
 }
 
 // StartWorkload starts a workload apiserver.
@@ -88,7 +90,7 @@ func StartWorkload() (*Workload, error) {
 	if err != nil {
 		return nil, fmt.Errorf("starting the workload apiserver: %w", err)
 	}
-	w := &Workload{Config: cfg, CACert: append([]byte(nil), cfg.CAData...), env: env}
+	w := &Workload{Config: cfg, CACert: append([]byte(nil), cfg.CAData...), env: env, restarts: apiServerRestarts{config: cfg}}
 	u, err := url.Parse(cfg.Host)
 	if err != nil {
 		_ = env.Stop()
@@ -125,12 +127,23 @@ func ExternalWorkload(cfg *rest.Config, endpoint string, caCert []byte, stop fun
 	return &Workload{Config: cfg, Client: c, Endpoint: endpoint, CACert: append([]byte(nil), caCert...), stop: stop}, nil
 }
 
+// RestartAPIServer kills the workload apiserver (SIGKILL), keeps it down
+// for downtime, and starts it again with its etcd, certificates, port and
+// flags; it returns once the apiserver is ready. Not for an apiserver that
+// runs elsewhere (ExternalWorkload).
+func (w *Workload) RestartAPIServer(ctx context.Context, downtime time.Duration) error {
+	if w.env == nil {
+		return errors.New("restarting an external workload apiserver is not supported")
+	}
+	return w.restarts.restart(ctx, downtime)
+}
+
 // Stop stops the workload apiserver.
 func (w *Workload) Stop() error {
 	if w.stop != nil {
 		return w.stop()
 	}
-	return w.env.Stop()
+	return errors.Join(w.restarts.stop(), w.env.Stop())
 }
 
 // Host returns the endpoint's host and Port its port, as a Cluster's

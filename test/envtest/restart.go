@@ -1,0 +1,232 @@
+/*
+Copyright 2026 The Cozystack Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package envtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+)
+
+// apiServerRestarts kills and restarts a kube-apiserver that envtest
+// started, keeping its etcd, certificates, port and flags, so clients see
+// what a restart of a real control plane shows them: connections reset,
+// then refused, then the same server with the same data. envtest cannot
+// restart its own apiserver without new certificates, so the replacement
+// is started from the killed process's command line.
+type apiServerRestarts struct {
+	config *rest.Config
+
+	mu sync.Mutex
+	// replacement is the running apiserver once it was restarted; envtest
+	// only knows the first process.
+	replacement *exec.Cmd
+	exited      chan struct{}
+	// log holds the replacements' output, for the error when one fails.
+	log *os.File
+}
+
+// apiServerStartTimeout bounds a restarted apiserver's way to healthy.
+const apiServerStartTimeout = 2 * time.Minute
+
+// restart kills the apiserver with SIGKILL, keeps it down for downtime and
+// starts it again, returning once it reports healthy.
+func (r *apiServerRestarts) restart(ctx context.Context, downtime time.Duration) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	u, err := url.Parse(r.config.Host)
+	if err != nil {
+		return fmt.Errorf("parsing the apiserver address %q: %w", r.config.Host, err)
+	}
+	pid, args, err := findAPIServer(u.Port())
+	if err != nil {
+		return err
+	}
+	process, err := os.FindProcess(pid)
+	if err != nil {
+		return err
+	}
+	if err := process.Signal(syscall.SIGKILL); err != nil {
+		return fmt.Errorf("killing the apiserver (pid %d): %w", pid, err)
+	}
+	if r.replacement != nil {
+		<-r.exited
+	} else if err := waitForExit(ctx, pid); err != nil {
+		return err
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(downtime):
+	}
+
+	if r.log == nil {
+		if r.log, err = os.CreateTemp("", "kube-apiserver-restarted-*.log"); err != nil {
+			return err
+		}
+	}
+	cmd := exec.Command(args[0], args[1:]...)
+	// The apiserver dies with this process, however it ends.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.Stdout, cmd.Stderr = r.log, r.log
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("starting the apiserver again: %w", err)
+	}
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	r.replacement, r.exited = cmd, exited
+	return waitHealthy(ctx, r.config, exited, r.log.Name())
+}
+
+// stop stops a replacement apiserver with SIGTERM; envtest stops the
+// first one.
+func (r *apiServerRestarts) stop() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.log != nil {
+		defer func() {
+			_ = r.log.Close()
+			_ = os.Remove(r.log.Name())
+			r.log = nil
+		}()
+	}
+	if r.replacement == nil {
+		return nil
+	}
+	_ = r.replacement.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-r.exited:
+	case <-time.After(time.Minute):
+		_ = r.replacement.Process.Kill()
+		<-r.exited
+		return errors.New("the restarted apiserver did not stop within a minute of SIGTERM")
+	}
+	r.replacement = nil
+	return nil
+}
+
+// findAPIServer returns the pid and command line of the kube-apiserver
+// child of this process that serves on port.
+func findAPIServer(port string) (int, []string, error) {
+	self := os.Getpid()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, nil, err
+	}
+	for _, e := range entries {
+		var pid int
+		if _, err := fmt.Sscanf(e.Name(), "%d", &pid); err != nil {
+			continue
+		}
+		raw, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil || len(raw) == 0 {
+			continue
+		}
+		args := strings.Split(strings.TrimSuffix(string(raw), "\x00"), "\x00")
+		if filepath.Base(args[0]) != "kube-apiserver" || !hasFlag(args, "--secure-port", port) || parentOf(pid) != self {
+			continue
+		}
+		return pid, args, nil
+	}
+	return 0, nil, fmt.Errorf("no kube-apiserver of this process serves on port %s", port)
+}
+
+func hasFlag(args []string, name, value string) bool {
+	for i, a := range args {
+		if a == name+"="+value || (a == name && i+1 < len(args) && args[i+1] == value) {
+			return true
+		}
+	}
+	return false
+}
+
+// parentOf reads a process's parent pid from /proc/<pid>/stat; the command
+// name before it is in parentheses and may hold spaces.
+func parentOf(pid int) int {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	s := string(raw)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0
+	}
+	// After the name: state, then the parent's pid.
+	fields := strings.Fields(s[i+1:])
+	if len(fields) < 2 {
+		return 0
+	}
+	ppid, _ := strconv.Atoi(fields[1])
+	return ppid
+}
+
+// waitForExit waits until a killed child is gone: envtest reaps it.
+func waitForExit(ctx context.Context, pid int) error {
+	return wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		_, err := os.Stat(fmt.Sprintf("/proc/%d", pid))
+		return os.IsNotExist(err), nil
+	})
+}
+
+// waitHealthy polls /readyz until the apiserver serves again.
+func waitHealthy(ctx context.Context, cfg *rest.Config, exited <-chan struct{}, logPath string) error {
+	cfg = rest.CopyConfig(cfg)
+	cfg.Timeout = 5 * time.Second
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, apiServerStartTimeout, true, func(ctx context.Context) (bool, error) {
+		select {
+		case <-exited:
+			raw, _ := os.ReadFile(logPath)
+			return false, fmt.Errorf("the restarted apiserver exited: %s", lastLines(string(raw), 20))
+		default:
+		}
+		body, err := cs.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+		return err == nil && string(body) == "ok", nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for the restarted apiserver: %w", err)
+	}
+	return nil
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
