@@ -133,6 +133,9 @@ type Options struct {
 	// runs with its production binary's flag defaults
 	// (components.DefaultLimits).
 	Limits map[components.Name]components.Limits
+	// AuditLog, when set, is the file the management apiserver writes the
+	// audit log of our providers' requests to (audit.go), for RoleUsage.
+	AuditLog string
 }
 
 // Bootstrap is a bootstrap provider the harness can run.
@@ -319,11 +322,16 @@ func Start(ctx context.Context, opts Options) (_ *Harness, rerr error) {
 		}
 		crdPaths = append(crdPaths, kubeadmCRDs)
 	}
+	audit, err := auditArgs(opts.AuditLog)
+	if err != nil {
+		return nil, err
+	}
 	if h.Management, err = envtest.Start(ctx, envtest.Options{
 		Scheme:        scheme,
 		CRDPaths:      crdPaths,
 		WebhookPaths:  webhooks.paths,
 		SetupWebhooks: webhooks.setup,
+		APIServerArgs: audit,
 	}); err != nil {
 		return nil, err
 	}
