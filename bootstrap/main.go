@@ -24,8 +24,6 @@ import (
 	"os"
 	"time"
 
-	"github.com/cozystack/cluster-api-workers/internal/logcap"
-
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
@@ -42,6 +40,7 @@ import (
 
 	"github.com/cozystack/cluster-api-workers/bootstrap/reconcilers/kairosconfig"
 	"github.com/cozystack/cluster-api-workers/bootstrap/setup"
+	"github.com/cozystack/cluster-api-workers/internal/logcap"
 )
 
 const controllerName = "kairos-bootstrap-manager"

@@ -24,8 +24,6 @@ import (
 	"os"
 	"time"
 
-	"github.com/cozystack/cluster-api-workers/internal/logcap"
-
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
@@ -45,6 +43,7 @@ import (
 	"github.com/cozystack/cluster-api-workers/feature"
 	"github.com/cozystack/cluster-api-workers/infrastructure/reconcilers/kubevirtmachine"
 	"github.com/cozystack/cluster-api-workers/infrastructure/setup"
+	"github.com/cozystack/cluster-api-workers/internal/logcap"
 )
 
 const controllerName = "cluster-api-kubevirt-workers-manager"

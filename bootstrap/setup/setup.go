@@ -31,7 +31,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
-	capisetup "sigs.k8s.io/cluster-api/bootstrap/kubeadm/setup"
+	kubeadmsetup "sigs.k8s.io/cluster-api/bootstrap/kubeadm/setup"
 	"sigs.k8s.io/cluster-api/controllers/clustercache"
 	ctrl "sigs.k8s.io/controller-runtime"
 	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
@@ -85,7 +85,7 @@ func AddToScheme(s *runtime.Scheme) error {
 // namespace and sync period applied) with the Secret data the KairosConfig
 // reconciler reads kept: the cluster's own Secrets and our token Secrets.
 func ManagerCacheOptions(scheme *runtime.Scheme, controllerName, watchNamespace string, syncPeriod time.Duration) ctrlcache.Options {
-	opts := capisetup.ManagerCacheOptions(scheme, controllerName, watchNamespace, syncPeriod)
+	opts := kubeadmsetup.ManagerCacheOptions(scheme, controllerName, watchNamespace, syncPeriod)
 	// ByObject is keyed by pointer: replace Cluster API's Secret entry
 	// rather than adding a second one.
 	for obj := range opts.ByObject {
@@ -101,13 +101,13 @@ func ManagerCacheOptions(scheme *runtime.Scheme, controllerName, watchNamespace 
 // ConfigMaps directly (cached Secrets are read through the Secret caching
 // client) and every other kind, unstructured ones included, from the cache.
 func ManagerClientOptions() client.Options {
-	return capisetup.ManagerClientOptions()
+	return kubeadmsetup.ManagerClientOptions()
 }
 
 // ClusterCacheCacheOptions are Cluster API's workload cache options (no
 // managedFields) with Nodes cut down to what the reconciler reads.
 func ClusterCacheCacheOptions() clustercache.CacheOptions {
-	opts := capisetup.ClusterCacheCacheOptions()
+	opts := kubeadmsetup.ClusterCacheCacheOptions()
 	opts.ByObject = map[client.Object]ctrlcache.ByObject{&corev1.Node{}: kairosconfig.NodeCacheOptions()}
 	return opts
 }
@@ -182,14 +182,14 @@ func SetupReconcilers(ctx context.Context, mgr ctrl.Manager, opts Options) error
 		return fmt.Errorf("bootstrap setup: Options.TokenTTL must not be negative, got %s", opts.TokenTTL)
 	}
 	opts = opts.withDefaults()
-	secretCachingClient, err := capisetup.CreateSecretCachingClient(mgr)
+	secretCachingClient, err := kubeadmsetup.CreateSecretCachingClient(mgr)
 	if err != nil {
 		return fmt.Errorf("creating the Secret caching client: %w", err)
 	}
 	clusterCache, err := clustercache.SetupWithManager(ctx, mgr, clustercache.Options{
 		SecretClient:     secretCachingClient,
 		Cache:            ClusterCacheCacheOptions(),
-		Client:           capisetup.ClusterCacheClientOptions(opts.ControllerName, opts.ClusterCacheClientQPS, opts.ClusterCacheClientBurst),
+		Client:           kubeadmsetup.ClusterCacheClientOptions(opts.ControllerName, opts.ClusterCacheClientQPS, opts.ClusterCacheClientBurst),
 		WatchFilterValue: opts.WatchFilterValue,
 	}, controller.Options{MaxConcurrentReconciles: opts.ClusterCacheConcurrency})
 	if err != nil {

@@ -17,22 +17,22 @@ limitations under the License.
 package main
 
 import (
-	"github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
+	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/exp/workerclass/resolve"
 )
 
 // effective is the printed form of a resolution.
 type effective struct {
-	Pool                   string                          `json:"pool"`
-	WorkerClassName        string                          `json:"workerClassName"`
-	ClassSource            string                          `json:"classSource"`
-	Bootstrap              v1alpha1.BootstrapFamily        `json:"bootstrap"`
-	KubernetesVersion      string                          `json:"kubernetesVersion"`
-	KubernetesVersionMatch v1alpha1.KubernetesVersionMatch `json:"kubernetesVersionMatch"`
-	CloudInitDatasource    v1alpha1.CloudInitDatasource    `json:"cloudInitDatasource"`
-	Image                  image                           `json:"image"`
-	Talos                  *talos                          `json:"talos,omitempty"`
-	ContentHash            string                          `json:"contentHash"`
+	Pool                   string                               `json:"pool"`
+	WorkerClassName        string                               `json:"workerClassName"`
+	ClassSource            string                               `json:"classSource"`
+	Bootstrap              workerclassv1.BootstrapFamily        `json:"bootstrap"`
+	KubernetesVersion      string                               `json:"kubernetesVersion"`
+	KubernetesVersionMatch workerclassv1.KubernetesVersionMatch `json:"kubernetesVersionMatch"`
+	CloudInitDatasource    workerclassv1.CloudInitDatasource    `json:"cloudInitDatasource"`
+	Image                  image                                `json:"image"`
+	Talos                  *talos                               `json:"talos,omitempty"`
+	ContentHash            string                               `json:"contentHash"`
 }
 
 type image struct {
@@ -62,13 +62,13 @@ type proxmoxTemplate struct {
 }
 
 type talos struct {
-	Version         string                             `json:"version"`
-	SchematicID     string                             `json:"schematicID"`
-	ImageFactoryURL string                             `json:"imageFactoryURL"`
-	ImageFactoryCA  string                             `json:"imageFactoryCA,omitempty"`
-	InstallerImage  string                             `json:"installerImage"`
-	RegistryMirrors map[string]v1alpha1.RegistryMirror `json:"registryMirrors"`
-	KernelModules   []v1alpha1.KernelModule            `json:"kernelModules"`
+	Version         string                                  `json:"version"`
+	SchematicID     string                                  `json:"schematicID"`
+	ImageFactoryURL string                                  `json:"imageFactoryURL"`
+	ImageFactoryCA  string                                  `json:"imageFactoryCA,omitempty"`
+	InstallerImage  string                                  `json:"installerImage"`
+	RegistryMirrors map[string]workerclassv1.RegistryMirror `json:"registryMirrors"`
+	KernelModules   []workerclassv1.KernelModule            `json:"kernelModules"`
 }
 
 func effectiveOf(pool, class, source string, res *resolve.Result) effective {
@@ -92,10 +92,10 @@ func effectiveOf(pool, class, source string, res *resolve.Result) effective {
 			ImageFactoryCA: t.ImageFactoryCA, InstallerImage: t.InstallerImage,
 			RegistryMirrors: t.RegistryMirrors, KernelModules: t.KernelModules}
 		if e.Talos.RegistryMirrors == nil {
-			e.Talos.RegistryMirrors = map[string]v1alpha1.RegistryMirror{}
+			e.Talos.RegistryMirrors = map[string]workerclassv1.RegistryMirror{}
 		}
 		if e.Talos.KernelModules == nil {
-			e.Talos.KernelModules = []v1alpha1.KernelModule{}
+			e.Talos.KernelModules = []workerclassv1.KernelModule{}
 		}
 	}
 	return e

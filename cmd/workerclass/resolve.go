@@ -33,7 +33,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/cozystack/cluster-api-workers/exp/workerclass/admission"
-	"github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
+	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/exp/workerclass/resolve"
 	"github.com/cozystack/cluster-api-workers/exp/workerclass/restore"
 	"github.com/cozystack/cluster-api-workers/exp/workerclass/validation"
@@ -88,13 +88,13 @@ func resolveCommand(opts options) (string, error) {
 		Operation: admission.Create,
 		New:       pool,
 		Substrate: substrate,
-		Classes: func(name string) (*v1alpha1.WorkerClass, error) {
+		Classes: func(name string) (*workerclassv1.WorkerClass, error) {
 			if c, ok := classes[name]; ok {
 				return c, nil
 			}
 			return nil, fmt.Errorf("class %s is not in %s: %w", name, opts.classes, admission.ErrNotFound)
 		},
-		Platform: func() (*v1alpha1.WorkerPlatformSpec, error) { return &platform.Spec, nil },
+		Platform: func() (*workerclassv1.WorkerPlatformSpec, error) { return &platform.Spec, nil },
 	})
 	if len(errs) > 0 {
 		return "", rejected("pool "+poolRef(poolObj)+" is rejected", errs)
@@ -176,19 +176,19 @@ func kindOf(doc []byte) (string, error) {
 	return meta.APIVersion + "/" + meta.Kind, nil
 }
 
-func readPlatform(path string) (*v1alpha1.WorkerPlatform, error) {
+func readPlatform(path string) (*workerclassv1.WorkerPlatform, error) {
 	docs, err := readDocuments(path)
 	if err != nil {
 		return nil, err
 	}
-	want := v1alpha1.GroupVersion.String() + "/WorkerPlatform"
+	want := workerclassv1.GroupVersion.String() + "/WorkerPlatform"
 	if len(docs) != 1 {
 		return nil, fmt.Errorf("%s: want exactly one %s document, found %d", path, want, len(docs))
 	}
 	if kind, err := kindOf(docs[0]); err != nil || kind != want {
 		return nil, fmt.Errorf("%s: want a %s document, found %q (%v)", path, want, kind, err)
 	}
-	p := &v1alpha1.WorkerPlatform{}
+	p := &workerclassv1.WorkerPlatform{}
 	if err := yaml.UnmarshalStrict(docs[0], p); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
@@ -198,7 +198,7 @@ func readPlatform(path string) (*v1alpha1.WorkerPlatform, error) {
 	return p, nil
 }
 
-func readClasses(path string) (map[string]*v1alpha1.WorkerClass, error) {
+func readClasses(path string) (map[string]*workerclassv1.WorkerClass, error) {
 	files := []string{path}
 	if info, err := os.Stat(path); err != nil {
 		return nil, err
@@ -210,8 +210,8 @@ func readClasses(path string) (map[string]*v1alpha1.WorkerClass, error) {
 		}
 		slices.Sort(files)
 	}
-	want := v1alpha1.GroupVersion.String() + "/WorkerClass"
-	classes := map[string]*v1alpha1.WorkerClass{}
+	want := workerclassv1.GroupVersion.String() + "/WorkerClass"
+	classes := map[string]*workerclassv1.WorkerClass{}
 	for _, file := range files {
 		docs, err := readDocuments(file)
 		if err != nil {
@@ -221,7 +221,7 @@ func readClasses(path string) (map[string]*v1alpha1.WorkerClass, error) {
 			if kind, err := kindOf(doc); err != nil || kind != want {
 				return nil, fmt.Errorf("%s: want %s documents, found %q (%v)", file, want, kind, err)
 			}
-			c := &v1alpha1.WorkerClass{}
+			c := &workerclassv1.WorkerClass{}
 			if err := yaml.UnmarshalStrict(doc, c); err != nil {
 				return nil, fmt.Errorf("%s: %w", file, err)
 			}
@@ -242,7 +242,7 @@ func readPool(path string) (*unstructured.Unstructured, error) {
 	if err != nil {
 		return nil, err
 	}
-	want := v1alpha1.PoolGroupVersionKind.GroupVersion().String() + "/" + v1alpha1.PoolGroupVersionKind.Kind
+	want := workerclassv1.PoolGroupVersionKind.GroupVersion().String() + "/" + workerclassv1.PoolGroupVersionKind.Kind
 	if len(docs) != 1 {
 		return nil, fmt.Errorf("%s: want exactly one %s document, found %d", path, want, len(docs))
 	}

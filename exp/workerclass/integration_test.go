@@ -21,8 +21,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cozystack/cluster-api-workers/internal/sshkeys/sshkeystest"
-
 	. "github.com/onsi/gomega"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -30,8 +28,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/cozystack/cluster-api-workers/exp/workerclass/admission"
-	"github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
+	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/exp/workerclass/controllers"
+	"github.com/cozystack/cluster-api-workers/internal/sshkeys/sshkeystest"
 	"github.com/cozystack/cluster-api-workers/test/envtest"
 )
 
@@ -39,27 +38,27 @@ import (
 // is talos at first, and the controller never overwrites the platform.
 func TestBuiltinsAndPlatform(t *testing.T) {
 	g := NewWithT(t)
-	for name, family := range map[string]v1alpha1.BootstrapFamily{"talos": v1alpha1.BootstrapTalos, "kairos": v1alpha1.BootstrapKairos} {
-		class := &v1alpha1.WorkerClass{}
+	for name, family := range map[string]workerclassv1.BootstrapFamily{"talos": workerclassv1.BootstrapTalos, "kairos": workerclassv1.BootstrapKairos} {
+		class := &workerclassv1.WorkerClass{}
 		g.Eventually(func() error { return env.Client.Get(ctx, types.NamespacedName{Name: name}, class) }).Should(Succeed())
 		g.Expect(class.Spec.Bootstrap).To(Equal(family))
 		g.Eventually(func() []string {
 			_ = env.Client.Get(ctx, types.NamespacedName{Name: name}, class)
 			return class.Finalizers
-		}).Should(ContainElement(v1alpha1.WorkerClassInUseFinalizer))
+		}).Should(ContainElement(workerclassv1.WorkerClassInUseFinalizer))
 	}
 
-	platform := &v1alpha1.WorkerPlatform{}
-	g.Expect(env.Client.Get(ctx, types.NamespacedName{Name: v1alpha1.PlatformName}, platform)).To(Succeed())
-	g.Expect(platform.Spec.DefaultClass).To(Equal(v1alpha1.TalosClassName))
+	platform := &workerclassv1.WorkerPlatform{}
+	g.Expect(env.Client.Get(ctx, types.NamespacedName{Name: workerclassv1.PlatformName}, platform)).To(Succeed())
+	g.Expect(platform.Spec.DefaultClass).To(Equal(workerclassv1.TalosClassName))
 
 	t.Run("a deleted, unused built-in comes back", func(t *testing.T) {
 		g := NewWithT(t)
-		kairos := &v1alpha1.WorkerClass{}
+		kairos := &workerclassv1.WorkerClass{}
 		g.Expect(env.Client.Get(ctx, types.NamespacedName{Name: "kairos"}, kairos)).To(Succeed())
 		g.Expect(env.Client.Delete(ctx, kairos)).To(Succeed())
 		g.Eventually(func() types.UID {
-			again := &v1alpha1.WorkerClass{}
+			again := &workerclassv1.WorkerClass{}
 			_ = env.Client.Get(ctx, types.NamespacedName{Name: "kairos"}, again)
 			return again.UID
 		}).ShouldNot(Or(BeEmpty(), Equal(kairos.UID)))
@@ -67,23 +66,23 @@ func TestBuiltinsAndPlatform(t *testing.T) {
 
 	t.Run("a deleted platform configuration comes back, an existing one is never overwritten", func(t *testing.T) {
 		g := NewWithT(t)
-		current := &v1alpha1.WorkerPlatform{}
-		g.Expect(env.Client.Get(ctx, types.NamespacedName{Name: v1alpha1.PlatformName}, current)).To(Succeed())
+		current := &workerclassv1.WorkerPlatform{}
+		g.Expect(env.Client.Get(ctx, types.NamespacedName{Name: workerclassv1.PlatformName}, current)).To(Succeed())
 		saved := current.Spec.DeepCopy()
 		g.Expect(env.Client.Delete(ctx, current)).To(Succeed())
-		recreated := &v1alpha1.WorkerPlatform{}
+		recreated := &workerclassv1.WorkerPlatform{}
 		g.Eventually(func() types.UID {
-			_ = env.Client.Get(ctx, types.NamespacedName{Name: v1alpha1.PlatformName}, recreated)
+			_ = env.Client.Get(ctx, types.NamespacedName{Name: workerclassv1.PlatformName}, recreated)
 			return recreated.UID
 		}).ShouldNot(Or(BeEmpty(), Equal(current.UID)))
-		g.Expect(recreated.Spec.DefaultClass).To(Equal(v1alpha1.TalosClassName))
+		g.Expect(recreated.Spec.DefaultClass).To(Equal(workerclassv1.TalosClassName))
 		recreated.Spec = *saved
 		g.Expect(env.Client.Update(ctx, recreated)).To(Succeed())
 		// Ensuring the defaults again, as the controller does on start,
 		// leaves the hoster's configuration alone.
 		g.Expect(controllers.EnsureDefaults(ctx, env.Client)).To(Succeed())
-		got := &v1alpha1.WorkerPlatform{}
-		g.Expect(env.Client.Get(ctx, types.NamespacedName{Name: v1alpha1.PlatformName}, got)).To(Succeed())
+		got := &workerclassv1.WorkerPlatform{}
+		g.Expect(env.Client.Get(ctx, types.NamespacedName{Name: workerclassv1.PlatformName}, got)).To(Succeed())
 		g.Expect(got.Spec).To(Equal(*saved))
 		g.Expect(got.ResourceVersion).To(Equal(recreated.ResourceVersion), "the configuration was rewritten")
 	})
@@ -153,7 +152,7 @@ func TestPoolAPITable(t *testing.T) {
 		got := getPool(g, legacy)
 		_, found = classOf(g, got)
 		g.Expect(found).To(BeFalse(), "an omitted class stays omitted")
-		g.Expect(got.GetLabels()).NotTo(HaveKey(v1alpha1.WorkerClassLabel))
+		g.Expect(got.GetLabels()).NotTo(HaveKey(workerclassv1.WorkerClassLabel))
 
 		g.Expect(replaceSpec(legacy, spec("", "minReplicas", int64(4)))).To(Succeed())
 		name, _ := classOf(g, getPool(g, legacy))
@@ -252,18 +251,18 @@ func TestPoolSSHKeys(t *testing.T) {
 // a value, not an absence.
 func TestEmptyValuesRoundTrip(t *testing.T) {
 	g := NewWithT(t)
-	class := &v1alpha1.WorkerClass{ObjectMeta: metav1.ObjectMeta{Name: "talos-empty-lists"}, Spec: v1alpha1.WorkerClassSpec{
-		Bootstrap: v1alpha1.BootstrapTalos,
-		Talos: &v1alpha1.TalosBaseline{
-			TalosScalars:    v1alpha1.TalosScalars{InstallerRepository: ptr("")},
-			KernelModules:   []v1alpha1.KernelModule{},
-			RegistryMirrors: map[string]v1alpha1.RegistryMirror{},
+	class := &workerclassv1.WorkerClass{ObjectMeta: metav1.ObjectMeta{Name: "talos-empty-lists"}, Spec: workerclassv1.WorkerClassSpec{
+		Bootstrap: workerclassv1.BootstrapTalos,
+		Talos: &workerclassv1.TalosBaseline{
+			TalosScalars:    workerclassv1.TalosScalars{InstallerRepository: ptr("")},
+			KernelModules:   []workerclassv1.KernelModule{},
+			RegistryMirrors: map[string]workerclassv1.RegistryMirror{},
 		},
-		Proxmox: &v1alpha1.ProxmoxTemplateSource{TemplateTags: []string{}},
+		Proxmox: &workerclassv1.ProxmoxTemplateSource{TemplateTags: []string{}},
 	}}
 	g.Expect(env.Client.Create(ctx, class, client.FieldValidation(metav1.FieldValidationStrict))).To(Succeed())
 	t.Cleanup(func() { g.Expect(env.Client.Delete(ctx, class)).To(Succeed()) })
-	got := &v1alpha1.WorkerClass{}
+	got := &workerclassv1.WorkerClass{}
 	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(class), got)).To(Succeed())
 	g.Expect(got.Spec.Talos.KernelModules).NotTo(BeNil())
 	g.Expect(got.Spec.Talos.KernelModules).To(BeEmpty())
@@ -291,7 +290,7 @@ func TestEmptyValuesRoundTrip(t *testing.T) {
 // platform configurations are rejected.
 func TestClassAndPlatformValidation(t *testing.T) {
 	g := NewWithT(t)
-	class := &v1alpha1.WorkerClass{}
+	class := &workerclassv1.WorkerClass{}
 	g.Expect(env.Client.Get(ctx, types.NamespacedName{Name: talosR1}, class)).To(Succeed())
 
 	// Merge patches carry no resourceVersion, so the controller's status
@@ -308,35 +307,35 @@ func TestClassAndPlatformValidation(t *testing.T) {
 
 	ref := "registry.example.com/workers/kairos-worker@" + diskDigest
 	for name, tc := range map[string]struct {
-		spec v1alpha1.WorkerClassSpec
+		spec workerclassv1.WorkerClassSpec
 		want string
 	}{
-		"fixed image reference without digest": {v1alpha1.WorkerClassSpec{Bootstrap: v1alpha1.BootstrapKairos,
-			Image: &v1alpha1.FixedImage{KubernetesVersion: "v1.35.6", Reference: "registry.example.com/w:v1.35.6"}}, "pinned by digest"},
-		"fixed image without reference": {v1alpha1.WorkerClassSpec{Bootstrap: v1alpha1.BootstrapKairos,
-			Image: &v1alpha1.FixedImage{KubernetesVersion: "v1.35.6"}}, "spec.image.reference"},
-		"fixed image with a minor only": {v1alpha1.WorkerClassSpec{Bootstrap: v1alpha1.BootstrapKairos,
-			Image: &v1alpha1.FixedImage{KubernetesVersion: "v1.35", Reference: ref}}, "spec.image.kubernetesVersion"},
-		"fixed image on Talos": {v1alpha1.WorkerClassSpec{Bootstrap: v1alpha1.BootstrapTalos,
-			Image: &v1alpha1.FixedImage{KubernetesVersion: "v1.35.6", Reference: ref}}, "a fixed image is a Kairos artifact"},
-		"builtin and factory": {v1alpha1.WorkerClassSpec{Bootstrap: v1alpha1.BootstrapTalos,
-			KubeVirt: &v1alpha1.KubeVirtClassSource{OSImage: &v1alpha1.OSImageSource{
-				Builtin: &v1alpha1.BuiltinImageSource{}, Factory: &v1alpha1.FactoryImageSource{}}}}, "builtin and factory cannot both be set"},
-		"Talos settings on Kairos": {v1alpha1.WorkerClassSpec{Bootstrap: v1alpha1.BootstrapKairos,
-			Talos: &v1alpha1.TalosBaseline{TalosScalars: v1alpha1.TalosScalars{Version: ptr("v1.13.6")}}}, "Talos settings are not Kairos configuration"},
+		"fixed image reference without digest": {workerclassv1.WorkerClassSpec{Bootstrap: workerclassv1.BootstrapKairos,
+			Image: &workerclassv1.FixedImage{KubernetesVersion: "v1.35.6", Reference: "registry.example.com/w:v1.35.6"}}, "pinned by digest"},
+		"fixed image without reference": {workerclassv1.WorkerClassSpec{Bootstrap: workerclassv1.BootstrapKairos,
+			Image: &workerclassv1.FixedImage{KubernetesVersion: "v1.35.6"}}, "spec.image.reference"},
+		"fixed image with a minor only": {workerclassv1.WorkerClassSpec{Bootstrap: workerclassv1.BootstrapKairos,
+			Image: &workerclassv1.FixedImage{KubernetesVersion: "v1.35", Reference: ref}}, "spec.image.kubernetesVersion"},
+		"fixed image on Talos": {workerclassv1.WorkerClassSpec{Bootstrap: workerclassv1.BootstrapTalos,
+			Image: &workerclassv1.FixedImage{KubernetesVersion: "v1.35.6", Reference: ref}}, "a fixed image is a Kairos artifact"},
+		"builtin and factory": {workerclassv1.WorkerClassSpec{Bootstrap: workerclassv1.BootstrapTalos,
+			KubeVirt: &workerclassv1.KubeVirtClassSource{OSImage: &workerclassv1.OSImageSource{
+				Builtin: &workerclassv1.BuiltinImageSource{}, Factory: &workerclassv1.FactoryImageSource{}}}}, "builtin and factory cannot both be set"},
+		"Talos settings on Kairos": {workerclassv1.WorkerClassSpec{Bootstrap: workerclassv1.BootstrapKairos,
+			Talos: &workerclassv1.TalosBaseline{TalosScalars: workerclassv1.TalosScalars{Version: ptr("v1.13.6")}}}, "Talos settings are not Kairos configuration"},
 	} {
-		bad := &v1alpha1.WorkerClass{ObjectMeta: metav1.ObjectMeta{Name: "invalid-" + strings.ReplaceAll(strings.ToLower(name), " ", "-")}, Spec: tc.spec}
+		bad := &workerclassv1.WorkerClass{ObjectMeta: metav1.ObjectMeta{Name: "invalid-" + strings.ReplaceAll(strings.ToLower(name), " ", "-")}, Spec: tc.spec}
 		err := env.Client.Create(ctx, bad)
 		g.Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%s: got %v", name, err)
 		g.Expect(err.Error()).To(ContainSubstring(tc.want), name)
 	}
 
-	other := &v1alpha1.WorkerPlatform{ObjectMeta: metav1.ObjectMeta{Name: "other"}, Spec: v1alpha1.WorkerPlatformSpec{DefaultClass: "talos"}}
+	other := &workerclassv1.WorkerPlatform{ObjectMeta: metav1.ObjectMeta{Name: "other"}, Spec: workerclassv1.WorkerPlatformSpec{DefaultClass: "talos"}}
 	g.Expect(env.Client.Create(ctx, other)).To(MatchError(ContainSubstring("singleton named default")))
 
-	platform := &v1alpha1.WorkerPlatform{}
-	g.Expect(env.Client.Get(ctx, types.NamespacedName{Name: v1alpha1.PlatformName}, platform)).To(Succeed())
-	platform.Spec.KubernetesVersions = append(platform.Spec.KubernetesVersions, v1alpha1.KubernetesVersion{Minor: "v1.33", Patch: "v1.34.1"})
+	platform := &workerclassv1.WorkerPlatform{}
+	g.Expect(env.Client.Get(ctx, types.NamespacedName{Name: workerclassv1.PlatformName}, platform)).To(Succeed())
+	platform.Spec.KubernetesVersions = append(platform.Spec.KubernetesVersions, workerclassv1.KubernetesVersion{Minor: "v1.33", Patch: "v1.34.1"})
 	g.Expect(env.Client.Update(ctx, platform)).To(MatchError(ContainSubstring("the patch must belong to minor v1.33")))
 }
 
@@ -345,7 +344,7 @@ func TestClassAndPlatformValidation(t *testing.T) {
 func TestDeletionProtection(t *testing.T) {
 	g := NewWithT(t)
 	ns := newNamespace(t)
-	class := &v1alpha1.WorkerClass{ObjectMeta: metav1.ObjectMeta{Name: "talos-protected"}, Spec: v1alpha1.WorkerClassSpec{Bootstrap: v1alpha1.BootstrapTalos}}
+	class := &workerclassv1.WorkerClass{ObjectMeta: metav1.ObjectMeta{Name: "talos-protected"}, Spec: workerclassv1.WorkerClassSpec{Bootstrap: workerclassv1.BootstrapTalos}}
 	g.Expect(env.Client.Create(ctx, class)).To(Succeed())
 	pool, err := createPool(t, ns, "user", map[string]any{"cluster": "c", "workerClassName": class.Name, "version": "v1.35"})
 	g.Expect(err).NotTo(HaveOccurred())
@@ -354,7 +353,7 @@ func TestDeletionProtection(t *testing.T) {
 		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(class), class)).To(Succeed())
 		g.Expect(class.Status.PoolCount).To(BeEquivalentTo(1))
 		g.Expect(class.Status.NamespaceCount).To(BeEquivalentTo(1))
-		g.Expect(class.Finalizers).To(ContainElement(v1alpha1.WorkerClassInUseFinalizer))
+		g.Expect(class.Finalizers).To(ContainElement(workerclassv1.WorkerClassInUseFinalizer))
 	}).Should(Succeed())
 
 	g.Expect(env.Client.Delete(ctx, class)).To(Succeed())
@@ -369,7 +368,7 @@ func TestDeletionProtection(t *testing.T) {
 
 	deletePool(t, pool)
 	g.Eventually(func() bool {
-		return apierrors.IsNotFound(env.Client.Get(ctx, client.ObjectKeyFromObject(class), &v1alpha1.WorkerClass{}))
+		return apierrors.IsNotFound(env.Client.Get(ctx, client.ObjectKeyFromObject(class), &workerclassv1.WorkerClass{}))
 	}).Should(BeTrue(), "the finalizer is released once unused")
 }
 
@@ -387,12 +386,12 @@ func TestClassStatusNamesNoTenant(t *testing.T) {
 		_, err := createPool(t, ns, "pool-"+string(rune('a'+i/26))+string(rune('a'+i%26)), map[string]any{"cluster": "c", "workerClassName": talosR1, "version": "v1.35"})
 		g.Expect(err).NotTo(HaveOccurred())
 	}
-	class := &v1alpha1.WorkerClass{}
+	class := &workerclassv1.WorkerClass{}
 	g.Eventually(func(g Gomega) {
 		g.Expect(env.Client.Get(ctx, types.NamespacedName{Name: talosR1}, class)).To(Succeed())
 		g.Expect(class.Status.PoolCount).To(BeNumerically(">=", pools))
 		g.Expect(class.Status.NamespaceCount).To(BeNumerically(">=", 2))
-		inUse := metaCondition(class, v1alpha1.InUseCondition)
+		inUse := metaCondition(class, workerclassv1.InUseCondition)
 		g.Expect(inUse).NotTo(BeNil())
 		g.Expect(inUse.Status).To(Equal(metav1.ConditionTrue))
 		g.Expect(inUse.Message).To(MatchRegexp(`^Used by \d+ pool\(s\) and \d+ template\(s\)$`))
@@ -404,7 +403,7 @@ func TestClassStatusNamesNoTenant(t *testing.T) {
 	}
 }
 
-func metaCondition(class *v1alpha1.WorkerClass, t string) *metav1.Condition {
+func metaCondition(class *workerclassv1.WorkerClass, t string) *metav1.Condition {
 	for i := range class.Status.Conditions {
 		if class.Status.Conditions[i].Type == t {
 			return &class.Status.Conditions[i]

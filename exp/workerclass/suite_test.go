@@ -37,7 +37,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
+	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/test/envtest"
 )
 
@@ -83,28 +83,28 @@ func TestMain(m *testing.M) {
 // hoster's part of the platform configuration and publishes the seed's
 // example classes.
 func configurePlatform() error {
-	platform := &v1alpha1.WorkerPlatform{}
+	platform := &workerclassv1.WorkerPlatform{}
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		return env.Client.Get(ctx, types.NamespacedName{Name: v1alpha1.PlatformName}, platform) == nil, nil
+		return env.Client.Get(ctx, types.NamespacedName{Name: workerclassv1.PlatformName}, platform) == nil, nil
 	})
 	if err != nil {
 		return fmt.Errorf("the controller did not create the platform configuration: %w", err)
 	}
-	platform.Spec.KubernetesVersions = []v1alpha1.KubernetesVersion{{Minor: "v1.34", Patch: "v1.34.9"}, {Minor: "v1.35", Patch: "v1.35.6"}}
+	platform.Spec.KubernetesVersions = []workerclassv1.KubernetesVersion{{Minor: "v1.34", Patch: "v1.34.9"}, {Minor: "v1.35", Patch: "v1.35.6"}}
 	platform.Spec.TalosFactory.Version = "v1.13.6"
 	platform.Spec.TalosFactory.SchematicID = schematic
-	platform.Spec.KairosImages = []v1alpha1.KairosImage{{Minor: "v1.35", Reference: "ghcr.io/cozystack/kairos-worker@" + diskDigest}}
+	platform.Spec.KairosImages = []workerclassv1.KairosImage{{Minor: "v1.35", Reference: "ghcr.io/cozystack/kairos-worker@" + diskDigest}}
 	if err := env.Client.Update(ctx, platform); err != nil {
 		return fmt.Errorf("configuring the platform: %w", err)
 	}
-	for _, c := range []*v1alpha1.WorkerClass{
-		{ObjectMeta: metav1.ObjectMeta{Name: talosR1}, Spec: v1alpha1.WorkerClassSpec{
-			Bootstrap: v1alpha1.BootstrapTalos,
-			Talos:     &v1alpha1.TalosBaseline{TalosScalars: v1alpha1.TalosScalars{Version: ptr("v1.13.6")}},
+	for _, c := range []*workerclassv1.WorkerClass{
+		{ObjectMeta: metav1.ObjectMeta{Name: talosR1}, Spec: workerclassv1.WorkerClassSpec{
+			Bootstrap: workerclassv1.BootstrapTalos,
+			Talos:     &workerclassv1.TalosBaseline{TalosScalars: workerclassv1.TalosScalars{Version: ptr("v1.13.6")}},
 		}},
-		{ObjectMeta: metav1.ObjectMeta{Name: fixedClass}, Spec: v1alpha1.WorkerClassSpec{
-			Bootstrap: v1alpha1.BootstrapKairos,
-			Image: &v1alpha1.FixedImage{KubernetesVersion: "v1.35.6",
+		{ObjectMeta: metav1.ObjectMeta{Name: fixedClass}, Spec: workerclassv1.WorkerClassSpec{
+			Bootstrap: workerclassv1.BootstrapKairos,
+			Image: &workerclassv1.FixedImage{KubernetesVersion: "v1.35.6",
 				Reference: "registry.example.com/workers/kairos-worker@" + diskDigest},
 		}},
 	} {
@@ -163,7 +163,7 @@ func expectClass(g Gomega, pool *unstructured.Unstructured, class string) {
 	got := getPool(g, pool)
 	name, _ := classOf(g, got)
 	g.ExpectWithOffset(1, name).To(Equal(class), "stored class")
-	g.ExpectWithOffset(1, got.GetLabels()).To(HaveKeyWithValue(v1alpha1.WorkerClassLabel, class), "class label")
+	g.ExpectWithOffset(1, got.GetLabels()).To(HaveKeyWithValue(workerclassv1.WorkerClassLabel, class), "class label")
 }
 
 // replaceSpec updates a pool with a whole new spec, as a full replace does.
@@ -178,8 +178,8 @@ func replaceSpec(pool *unstructured.Unstructured, spec map[string]any) error {
 
 func setPlatformDefault(g Gomega, class string) {
 	g.Eventually(func() error {
-		platform := &v1alpha1.WorkerPlatform{}
-		if err := env.Client.Get(ctx, types.NamespacedName{Name: v1alpha1.PlatformName}, platform); err != nil {
+		platform := &workerclassv1.WorkerPlatform{}
+		if err := env.Client.Get(ctx, types.NamespacedName{Name: workerclassv1.PlatformName}, platform); err != nil {
 			return err
 		}
 		platform.Spec.DefaultClass = class
@@ -188,7 +188,7 @@ func setPlatformDefault(g Gomega, class string) {
 }
 
 // classEvents returns the reasons of the events about a class.
-func classEvents(g Gomega, class *v1alpha1.WorkerClass) []string {
+func classEvents(g Gomega, class *workerclassv1.WorkerClass) []string {
 	var list eventsv1.EventList
 	g.Expect(env.Client.List(ctx, &list)).To(Succeed())
 	var reasons []string

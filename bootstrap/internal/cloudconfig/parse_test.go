@@ -23,9 +23,8 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
-	sigsyaml "sigs.k8s.io/yaml"
-
 	kubeadmv1beta4 "sigs.k8s.io/cluster-api/bootstrap/kubeadm/pkg/types/upstreamv1beta4"
+	sigsyaml "sigs.k8s.io/yaml"
 )
 
 // parsed is a rendered document read back generically, so that tests see

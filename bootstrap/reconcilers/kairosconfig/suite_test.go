@@ -35,7 +35,7 @@ import (
 	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
-	capisetup "sigs.k8s.io/cluster-api/bootstrap/kubeadm/setup"
+	kubeadmsetup "sigs.k8s.io/cluster-api/bootstrap/kubeadm/setup"
 	"sigs.k8s.io/cluster-api/controllers/clustercache"
 	"sigs.k8s.io/cluster-api/util/conditions"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -147,13 +147,13 @@ func startController(t *testing.T, ttl time.Duration) *controllerManager {
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		Cache:                  managerCacheOptions(name),
-		Client:                 capisetup.ManagerClientOptions(),
+		Client:                 kubeadmsetup.ManagerClientOptions(),
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(suiteCtx)
-	secretCachingClient, err := capisetup.CreateSecretCachingClient(mgr)
+	secretCachingClient, err := kubeadmsetup.CreateSecretCachingClient(mgr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +161,7 @@ func startController(t *testing.T, ttl time.Duration) *controllerManager {
 	cc, err := clustercache.SetupWithManager(ctx, mgr, clustercache.Options{
 		SecretClient: secretCachingClient,
 		Cache:        clusterCacheCacheOptions(),
-		Client:       capisetup.ClusterCacheClientOptions(name, 50, 100),
+		Client:       kubeadmsetup.ClusterCacheClientOptions(name, 50, 100),
 	}, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -195,7 +195,7 @@ func startController(t *testing.T, ttl time.Duration) *controllerManager {
 // provider cache with our Secret selection (setup imports this package, so
 // the suite cannot import it).
 func managerCacheOptions(name string) ctrlcache.Options {
-	opts := capisetup.ManagerCacheOptions(scheme, name, "", 10*time.Minute)
+	opts := kubeadmsetup.ManagerCacheOptions(scheme, name, "", 10*time.Minute)
 	for obj := range opts.ByObject {
 		if _, ok := obj.(*corev1.Secret); ok {
 			delete(opts.ByObject, obj)
@@ -207,7 +207,7 @@ func managerCacheOptions(name string) ctrlcache.Options {
 
 // clusterCacheCacheOptions are bootstrap/setup's workload cache options.
 func clusterCacheCacheOptions() clustercache.CacheOptions {
-	opts := capisetup.ClusterCacheCacheOptions()
+	opts := kubeadmsetup.ClusterCacheCacheOptions()
 	opts.ByObject = map[client.Object]ctrlcache.ByObject{&corev1.Node{}: NodeCacheOptions()}
 	return opts
 }

@@ -26,8 +26,6 @@ import (
 	"strings"
 	"unicode"
 
-	"github.com/cozystack/cluster-api-workers/internal/sshkeys"
-
 	corev1 "k8s.io/api/core/v1"
 	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/util/sets"
@@ -36,6 +34,7 @@ import (
 
 	bootstrapv1 "github.com/cozystack/cluster-api-workers/bootstrap/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/bootstrap/internal/cloudconfig"
+	"github.com/cozystack/cluster-api-workers/internal/sshkeys"
 )
 
 const (

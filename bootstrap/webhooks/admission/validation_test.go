@@ -24,13 +24,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cozystack/cluster-api-workers/internal/sshkeys/sshkeystest"
-
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/ptr"
 
 	bootstrapv1 "github.com/cozystack/cluster-api-workers/bootstrap/api/v1alpha1"
+	"github.com/cozystack/cluster-api-workers/internal/sshkeys/sshkeystest"
 )
 
 func TestValidateSpec(t *testing.T) {

@@ -36,7 +36,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
-	"github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
+	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/exp/workerclass/resolve"
 	"github.com/cozystack/cluster-api-workers/exp/workerclass/validation"
 )
@@ -56,17 +56,17 @@ const ClassNameField = "workerClassName"
 var ErrNotFound = errors.New("not found")
 
 // ClassGetter returns a class by name, or an error wrapping ErrNotFound.
-type ClassGetter func(name string) (*v1alpha1.WorkerClass, error)
+type ClassGetter func(name string) (*workerclassv1.WorkerClass, error)
 
 // PlatformGetter returns the platform configuration, or an error wrapping
 // ErrNotFound.
-type PlatformGetter func() (*v1alpha1.WorkerPlatformSpec, error)
+type PlatformGetter func() (*workerclassv1.WorkerPlatformSpec, error)
 
 // Pool is the class-relevant view of a pool object.
 type Pool struct {
 	// ClassName is spec.workerClassName; "" when omitted or empty.
 	ClassName string
-	Settings  v1alpha1.PoolSettings
+	Settings  workerclassv1.PoolSettings
 }
 
 // Request is one admission request.
@@ -104,7 +104,7 @@ var specPath = field.NewPath("spec")
 func Admit(req Request) (Decision, field.ErrorList) {
 	classPath := specPath.Child(ClassNameField)
 	var d Decision
-	var oldFamily v1alpha1.BootstrapFamily
+	var oldFamily workerclassv1.BootstrapFamily
 	switch req.Operation {
 	case Create:
 		d.ClassName = req.New.ClassName
@@ -135,7 +135,7 @@ func Admit(req Request) (Decision, field.ErrorList) {
 			// never refused because the platform moved on meanwhile.
 			return d, nil
 		}
-		oldFamily = v1alpha1.BootstrapTalos // a legacy pool is Talos
+		oldFamily = workerclassv1.BootstrapTalos // a legacy pool is Talos
 		if req.Old.ClassName != "" && req.Old.ClassName != d.ClassName {
 			oldClass, errs := getClass(req.Classes, req.Old.ClassName, classPath, "the stored class")
 			if len(errs) > 0 {
@@ -181,7 +181,7 @@ func Admit(req Request) (Decision, field.ErrorList) {
 	return d, nil
 }
 
-func getClass(get ClassGetter, name string, path *field.Path, what string) (*v1alpha1.WorkerClass, field.ErrorList) {
+func getClass(get ClassGetter, name string, path *field.Path, what string) (*workerclassv1.WorkerClass, field.ErrorList) {
 	class, err := get(name)
 	switch {
 	case errors.Is(err, ErrNotFound):
@@ -221,7 +221,7 @@ func PoolFromObject(obj map[string]any) (Pool, field.ErrorList) {
 
 // classAndFamily names a pool's class and its bootstrap family for a
 // message; a legacy pool has no class.
-func classAndFamily(class string, family v1alpha1.BootstrapFamily) string {
+func classAndFamily(class string, family workerclassv1.BootstrapFamily) string {
 	if class == "" {
 		return fmt.Sprintf("no class (bootstrap family %s)", family)
 	}

@@ -28,33 +28,33 @@ import (
 	"golang.org/x/crypto/ssh"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
+	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
 )
 
-var testClasses = map[string]*v1alpha1.WorkerClass{
-	"deleting": {ObjectMeta: metav1.ObjectMeta{Name: "deleting", DeletionTimestamp: &metav1.Time{Time: time.Unix(1, 0)}, Finalizers: []string{v1alpha1.WorkerClassInUseFinalizer}},
-		Spec: v1alpha1.WorkerClassSpec{Bootstrap: v1alpha1.BootstrapTalos}},
-	"talos":  {ObjectMeta: metav1.ObjectMeta{Name: "talos"}, Spec: v1alpha1.WorkerClassSpec{Bootstrap: v1alpha1.BootstrapTalos}},
-	"kairos": {ObjectMeta: metav1.ObjectMeta{Name: "kairos"}, Spec: v1alpha1.WorkerClassSpec{Bootstrap: v1alpha1.BootstrapKairos}},
-	"talos-example-r1": {ObjectMeta: metav1.ObjectMeta{Name: "talos-example-r1"}, Spec: v1alpha1.WorkerClassSpec{
-		Bootstrap: v1alpha1.BootstrapTalos,
-		Talos:     &v1alpha1.TalosBaseline{TalosScalars: v1alpha1.TalosScalars{Version: ptr("v1.13.6")}},
+var testClasses = map[string]*workerclassv1.WorkerClass{
+	"deleting": {ObjectMeta: metav1.ObjectMeta{Name: "deleting", DeletionTimestamp: &metav1.Time{Time: time.Unix(1, 0)}, Finalizers: []string{workerclassv1.WorkerClassInUseFinalizer}},
+		Spec: workerclassv1.WorkerClassSpec{Bootstrap: workerclassv1.BootstrapTalos}},
+	"talos":  {ObjectMeta: metav1.ObjectMeta{Name: "talos"}, Spec: workerclassv1.WorkerClassSpec{Bootstrap: workerclassv1.BootstrapTalos}},
+	"kairos": {ObjectMeta: metav1.ObjectMeta{Name: "kairos"}, Spec: workerclassv1.WorkerClassSpec{Bootstrap: workerclassv1.BootstrapKairos}},
+	"talos-example-r1": {ObjectMeta: metav1.ObjectMeta{Name: "talos-example-r1"}, Spec: workerclassv1.WorkerClassSpec{
+		Bootstrap: workerclassv1.BootstrapTalos,
+		Talos:     &workerclassv1.TalosBaseline{TalosScalars: workerclassv1.TalosScalars{Version: ptr("v1.13.6")}},
 	}},
-	"kairos-example-v1-35-6-r1": {ObjectMeta: metav1.ObjectMeta{Name: "kairos-example-v1-35-6-r1"}, Spec: v1alpha1.WorkerClassSpec{
-		Bootstrap: v1alpha1.BootstrapKairos,
-		Image: &v1alpha1.FixedImage{KubernetesVersion: "v1.35.6",
+	"kairos-example-v1-35-6-r1": {ObjectMeta: metav1.ObjectMeta{Name: "kairos-example-v1-35-6-r1"}, Spec: workerclassv1.WorkerClassSpec{
+		Bootstrap: workerclassv1.BootstrapKairos,
+		Image: &workerclassv1.FixedImage{KubernetesVersion: "v1.35.6",
 			Reference: "registry.example.com/workers/kairos-worker@sha256:" + strings.Repeat("1", 64)},
 	}},
 }
 
 func ptr(s string) *string { return &s }
 
-func testPlatform(defaultClass string) *v1alpha1.WorkerPlatformSpec {
-	return &v1alpha1.WorkerPlatformSpec{
+func testPlatform(defaultClass string) *workerclassv1.WorkerPlatformSpec {
+	return &workerclassv1.WorkerPlatformSpec{
 		DefaultClass:       defaultClass,
-		KubernetesVersions: []v1alpha1.KubernetesVersion{{Minor: "v1.34", Patch: "v1.34.9"}, {Minor: "v1.35", Patch: "v1.35.6"}},
-		TalosFactory:       v1alpha1.TalosFactoryDefaults{Version: "v1.13.6", SchematicID: strings.Repeat("a", 64)},
-		KairosImages:       []v1alpha1.KairosImage{{Minor: "v1.35", Reference: "ghcr.io/cozystack/kairos@sha256:" + strings.Repeat("2", 64)}},
+		KubernetesVersions: []workerclassv1.KubernetesVersion{{Minor: "v1.34", Patch: "v1.34.9"}, {Minor: "v1.35", Patch: "v1.35.6"}},
+		TalosFactory:       workerclassv1.TalosFactoryDefaults{Version: "v1.13.6", SchematicID: strings.Repeat("a", 64)},
+		KairosImages:       []workerclassv1.KairosImage{{Minor: "v1.35", Reference: "ghcr.io/cozystack/kairos@sha256:" + strings.Repeat("2", 64)}},
 	}
 }
 
@@ -67,7 +67,7 @@ type lookups struct {
 	defClass string
 }
 
-func (l *lookups) class(name string) (*v1alpha1.WorkerClass, error) {
+func (l *lookups) class(name string) (*workerclassv1.WorkerClass, error) {
 	l.classes = append(l.classes, name)
 	if l.fail != nil {
 		return nil, l.fail
@@ -78,7 +78,7 @@ func (l *lookups) class(name string) (*v1alpha1.WorkerClass, error) {
 	return nil, fmt.Errorf("workerclass %q: %w", name, ErrNotFound)
 }
 
-func (l *lookups) getPlatform() (*v1alpha1.WorkerPlatformSpec, error) {
+func (l *lookups) getPlatform() (*workerclassv1.WorkerPlatformSpec, error) {
 	l.platform++
 	if l.fail != nil {
 		return nil, l.fail
@@ -93,11 +93,11 @@ func (l *lookups) getPlatform() (*v1alpha1.WorkerPlatformSpec, error) {
 	return testPlatform(def), nil
 }
 
-func pool(class string, settings v1alpha1.PoolSettings) *Pool {
+func pool(class string, settings workerclassv1.PoolSettings) *Pool {
 	return &Pool{ClassName: class, Settings: settings}
 }
 
-var v135 = v1alpha1.PoolSettings{Version: "v1.35"}
+var v135 = workerclassv1.PoolSettings{Version: "v1.35"}
 
 // The seed's table "KubernetesNodes application API", row by row.
 func TestPoolAPITable(t *testing.T) {
@@ -118,7 +118,7 @@ func TestPoolAPITable(t *testing.T) {
 		{name: "CREATE with class omitted writes a changed platform default", op: Create,
 			new: pool("", v135), lookups: lookups{defClass: "kairos"}, wantClass: "kairos", wantDefault: true},
 		{name: "CREATE with class omitted validates the written default", op: Create,
-			new:     pool("", v1alpha1.PoolSettings{Version: "v1.35", SSHKeys: []string{"ssh-ed25519 x"}}),
+			new:     pool("", workerclassv1.PoolSettings{Version: "v1.35", SSHKeys: []string{"ssh-ed25519 x"}}),
 			wantErr: "spec.sshKeys: Forbidden: Talos has no SSH server"},
 		{name: "CREATE with class omitted and no platform configuration is refused", op: Create,
 			new: pool("", v135), lookups: lookups{noPlat: true}, wantErr: "spec.workerClassName: Required value"},
@@ -127,27 +127,27 @@ func TestPoolAPITable(t *testing.T) {
 		{name: "CREATE with an explicit class preserves it", op: Create,
 			new: pool("kairos-example-v1-35-6-r1", v135), wantClass: "kairos-example-v1-35-6-r1"},
 		{name: "CREATE with an explicit class validates it", op: Create,
-			new: pool("kairos-example-v1-35-6-r1", v1alpha1.PoolSettings{Version: "v1.34"}), wantErr: "the pool must select minor v1.35"},
+			new: pool("kairos-example-v1-35-6-r1", workerclassv1.PoolSettings{Version: "v1.34"}), wantErr: "the pool must select minor v1.35"},
 		{name: "CREATE with a missing class is refused", op: Create,
 			new: pool("nope", v135), wantErr: `spec.workerClassName: Not found: "nope"`},
 		{name: "UPDATE of a classless pool with class omitted stays legacy without lookups", op: Update,
-			old: pool("", v1alpha1.PoolSettings{}), new: pool("", v1alpha1.PoolSettings{Version: "v1.35", SSHKeys: []string{"anything"}}),
+			old: pool("", workerclassv1.PoolSettings{}), new: pool("", workerclassv1.PoolSettings{Version: "v1.35", SSHKeys: []string{"anything"}}),
 			wantClass: "", wantNoLookup: true},
 		{name: "UPDATE of a classless pool is legacy even when lookups fail", op: Update,
-			old: pool("", v1alpha1.PoolSettings{}), new: pool("", v1alpha1.PoolSettings{}), lookups: lookups{fail: errors.New("apiserver down")},
+			old: pool("", workerclassv1.PoolSettings{}), new: pool("", workerclassv1.PoolSettings{}), lookups: lookups{fail: errors.New("apiserver down")},
 			wantClass: "", wantNoLookup: true},
 		{name: "UPDATE of a classified pool with class omitted restores the stored class", op: Update,
 			old: pool("kairos", v135), new: pool("", v135), wantClass: "kairos", wantRestored: true},
 		{name: "UPDATE of a classified pool restores the class on a full replace with new settings", op: Update,
-			old: pool("talos-example-r1", v135), new: pool("", v1alpha1.PoolSettings{Version: "v1.34"}),
+			old: pool("talos-example-r1", v135), new: pool("", workerclassv1.PoolSettings{Version: "v1.34"}),
 			wantClass: "talos-example-r1", wantRestored: true},
 		{name: "UPDATE of a classified pool: empty is not a request to become legacy, the restored class is validated", op: Update,
-			old: pool("kairos", v135), new: pool("", v1alpha1.PoolSettings{Version: "v1.35", Talos: &v1alpha1.TalosScalars{Version: ptr("v1.13.6")}}),
+			old: pool("kairos", v135), new: pool("", workerclassv1.PoolSettings{Version: "v1.35", Talos: &workerclassv1.TalosScalars{Version: ptr("v1.13.6")}}),
 			wantErr: "spec.talos: Forbidden"},
 		{name: "UPDATE selecting another class of the same family passes the checks", op: Update,
 			old: pool("talos", v135), new: pool("talos-example-r1", v135), wantClass: "talos-example-r1"},
 		{name: "UPDATE selecting another class fails the image/override checks", op: Update,
-			old: pool("kairos", v1alpha1.PoolSettings{Version: "v1.34"}), new: pool("kairos-example-v1-35-6-r1", v1alpha1.PoolSettings{Version: "v1.34"}),
+			old: pool("kairos", workerclassv1.PoolSettings{Version: "v1.34"}), new: pool("kairos-example-v1-35-6-r1", workerclassv1.PoolSettings{Version: "v1.34"}),
 			wantErr: "the pool must select minor v1.35"},
 		{name: "UPDATE switching Talos to Kairos in place is refused", op: Update,
 			old: pool("talos", v135), new: pool("kairos", v135), wantErr: "switching a running pool from class talos (bootstrap family talos) to class kairos (bootstrap family kairos) in place is refused"},
@@ -158,17 +158,17 @@ func TestPoolAPITable(t *testing.T) {
 		{name: "UPDATE moving a legacy pool to a Talos class passes the checks", op: Update,
 			old: pool("", v135), new: pool("talos-example-r1", v135), wantClass: "talos-example-r1"},
 		{name: "UPDATE of a classified pool with unchanged settings does not resolve", op: Update,
-			old: pool("kairos", v1alpha1.PoolSettings{Version: "v1.33"}), new: pool("kairos", v1alpha1.PoolSettings{Version: "v1.33"}),
+			old: pool("kairos", workerclassv1.PoolSettings{Version: "v1.33"}), new: pool("kairos", workerclassv1.PoolSettings{Version: "v1.33"}),
 			wantClass: "kairos", wantNoLookup: true},
 		{name: "UPDATE with changed overrides is validated", op: Update,
-			old: pool("kairos", v135), new: pool("kairos", v1alpha1.PoolSettings{Version: "v1.35", KernelModules: []v1alpha1.KernelModule{{Name: "x"}}}),
+			old: pool("kairos", v135), new: pool("kairos", workerclassv1.PoolSettings{Version: "v1.35", KernelModules: []workerclassv1.KernelModule{{Name: "x"}}}),
 			wantErr: "spec.kernelModules: Forbidden"},
 		{name: "CREATE selecting a class being deleted is refused", op: Create,
 			new: pool("deleting", v135), wantErr: "class deleting is being deleted"},
 		{name: "UPDATE switching to a class being deleted is refused", op: Update,
 			old: pool("talos", v135), new: pool("deleting", v135), wantErr: "class deleting is being deleted"},
 		{name: "UPDATE keeping a class being deleted is allowed", op: Update,
-			old: pool("deleting", v135), new: pool("", v1alpha1.PoolSettings{Version: "v1.34"}), wantClass: "deleting", wantRestored: true},
+			old: pool("deleting", v135), new: pool("", workerclassv1.PoolSettings{Version: "v1.34"}), wantClass: "deleting", wantRestored: true},
 		{name: "a lookup failure is an internal error, not a denial of the pool", op: Create,
 			new: pool("talos", v135), lookups: lookups{fail: errors.New("connection refused")}, wantErr: "Internal error"},
 	}
@@ -223,7 +223,7 @@ func TestPoolSSHKeys(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			var l lookups
-			_, errs := Admit(Request{Operation: Create, New: Pool{ClassName: tc.class, Settings: v1alpha1.PoolSettings{Version: "v1.35", SSHKeys: tc.keys}},
+			_, errs := Admit(Request{Operation: Create, New: Pool{ClassName: tc.class, Settings: workerclassv1.PoolSettings{Version: "v1.35", SSHKeys: tc.keys}},
 				Classes: l.class, Platform: l.getPlatform})
 			if tc.want == "" {
 				if len(errs) > 0 {

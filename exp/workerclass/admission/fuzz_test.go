@@ -20,7 +20,7 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
+	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
 )
 
 // FuzzAdmit drives arbitrary old and new pool objects through admission and
@@ -84,7 +84,7 @@ func FuzzAdmit(f *testing.F) {
 			t.Fatalf("the stored class %q was not restored: %+v", req.Old.ClassName, d)
 		}
 		if !create && d.ClassName != req.Old.ClassName {
-			oldFamily := v1alpha1.BootstrapTalos
+			oldFamily := workerclassv1.BootstrapTalos
 			if req.Old.ClassName != "" {
 				oldFamily = testClasses[req.Old.ClassName].Spec.Bootstrap
 			}

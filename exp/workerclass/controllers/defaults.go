@@ -25,26 +25,26 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
+	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
 )
 
 // BuiltinClasses returns the classes that exist after install.
-func BuiltinClasses() []*v1alpha1.WorkerClass {
-	return []*v1alpha1.WorkerClass{
-		{ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.TalosClassName}, Spec: v1alpha1.WorkerClassSpec{Bootstrap: v1alpha1.BootstrapTalos}},
-		{ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.KairosClassName}, Spec: v1alpha1.WorkerClassSpec{Bootstrap: v1alpha1.BootstrapKairos}},
+func BuiltinClasses() []*workerclassv1.WorkerClass {
+	return []*workerclassv1.WorkerClass{
+		{ObjectMeta: metav1.ObjectMeta{Name: workerclassv1.TalosClassName}, Spec: workerclassv1.WorkerClassSpec{Bootstrap: workerclassv1.BootstrapTalos}},
+		{ObjectMeta: metav1.ObjectMeta{Name: workerclassv1.KairosClassName}, Spec: workerclassv1.WorkerClassSpec{Bootstrap: workerclassv1.BootstrapKairos}},
 	}
 }
 
 // DefaultPlatform returns the platform configuration written when none
 // exists: talos is the default class. The hoster adds versions, Talos
 // defaults and images; until then resolution reports what is missing.
-func DefaultPlatform() *v1alpha1.WorkerPlatform {
-	return &v1alpha1.WorkerPlatform{
-		ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.PlatformName},
-		Spec: v1alpha1.WorkerPlatformSpec{
-			DefaultClass: v1alpha1.TalosClassName,
-			TalosFactory: v1alpha1.TalosFactoryDefaults{URL: v1alpha1.DefaultTalosFactoryURL},
+func DefaultPlatform() *workerclassv1.WorkerPlatform {
+	return &workerclassv1.WorkerPlatform{
+		ObjectMeta: metav1.ObjectMeta{Name: workerclassv1.PlatformName},
+		Spec: workerclassv1.WorkerPlatformSpec{
+			DefaultClass: workerclassv1.TalosClassName,
+			TalosFactory: workerclassv1.TalosFactoryDefaults{URL: workerclassv1.DefaultTalosFactoryURL},
 		},
 	}
 }
@@ -93,16 +93,16 @@ func (r *WorkerPlatformReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Client == nil {
 		r.Client = mgr.GetClient()
 	}
-	return ctrl.NewControllerManagedBy(mgr).For(&v1alpha1.WorkerPlatform{}).Named("workerplatform").Complete(r)
+	return ctrl.NewControllerManagedBy(mgr).For(&workerclassv1.WorkerPlatform{}).Named("workerplatform").Complete(r)
 }
 
 // Reconcile recreates a deleted default configuration; it never changes an
 // existing one.
 func (r *WorkerPlatformReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	if req.Name != v1alpha1.PlatformName {
+	if req.Name != workerclassv1.PlatformName {
 		return ctrl.Result{}, nil
 	}
-	err := r.Client.Get(ctx, req.NamespacedName, &v1alpha1.WorkerPlatform{})
+	err := r.Client.Get(ctx, req.NamespacedName, &workerclassv1.WorkerPlatform{})
 	if apierrors.IsNotFound(err) {
 		return ctrl.Result{}, createIfMissing(ctx, r.Client, DefaultPlatform())
 	}

@@ -20,8 +20,6 @@ limitations under the License.
 package controllers
 
 import (
-	"k8s.io/apimachinery/pkg/util/sets"
-
 	"context"
 	"errors"
 	"fmt"
@@ -32,6 +30,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/cluster-api/util/conditions"
 	"sigs.k8s.io/cluster-api/util/patch"
@@ -41,11 +40,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	"github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
+	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
 )
 
 // UserKinds are the kinds that use classes: pools and templates.
-var UserKinds = []schema.GroupVersionKind{v1alpha1.PoolGroupVersionKind, v1alpha1.KubeVirtMachineTemplateGroupVersionKind}
+var UserKinds = []schema.GroupVersionKind{workerclassv1.PoolGroupVersionKind, workerclassv1.KubeVirtMachineTemplateGroupVersionKind}
 
 // +kubebuilder:rbac:groups=cozystack.io,resources=workerclasses,verbs=get;list;watch;create;update;patch
 // +kubebuilder:rbac:groups=cozystack.io,resources=workerclasses/status;workerclasses/finalizers,verbs=get;update;patch
@@ -77,7 +76,7 @@ func (r *WorkerClassReconciler) SetupWithManager(ctx context.Context, mgr ctrl.M
 	if r.Recorder == nil {
 		r.Recorder = mgr.GetEventRecorder("workerclass-controller")
 	}
-	b := ctrl.NewControllerManagedBy(mgr).For(&v1alpha1.WorkerClass{}).Named("workerclass")
+	b := ctrl.NewControllerManagedBy(mgr).For(&workerclassv1.WorkerClass{}).Named("workerclass")
 	for _, gvk := range UserKinds {
 		if _, err := mgr.GetRESTMapper().RESTMapping(gvk.GroupKind(), gvk.Version); err != nil {
 			if meta.IsNoMatchError(err) {
@@ -97,7 +96,7 @@ func (r *WorkerClassReconciler) SetupWithManager(ctx context.Context, mgr ctrl.M
 
 // classOfUser maps a pool or template to the class its label names.
 func classOfUser(_ context.Context, obj client.Object) []reconcile.Request {
-	if name := obj.GetLabels()[v1alpha1.WorkerClassLabel]; name != "" {
+	if name := obj.GetLabels()[workerclassv1.WorkerClassLabel]; name != "" {
 		return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: name}}}
 	}
 	return nil
@@ -107,7 +106,7 @@ func classOfUser(_ context.Context, obj client.Object) []reconcile.Request {
 // deferred patch.
 func (r *WorkerClassReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, reterr error) {
 	log := ctrl.LoggerFrom(ctx)
-	class := &v1alpha1.WorkerClass{}
+	class := &workerclassv1.WorkerClass{}
 	if err := r.Client.Get(ctx, req.NamespacedName, class); err != nil {
 		if apierrors.IsNotFound(err) {
 			return ctrl.Result{}, ensureBuiltinClass(ctx, r.Client, req.Name)
@@ -120,7 +119,7 @@ func (r *WorkerClassReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	}
 	defer func() {
 		if err := helper.Patch(ctx, class,
-			patch.WithOwnedConditions{Conditions: []string{v1alpha1.InUseCondition, v1alpha1.ReadyCondition}},
+			patch.WithOwnedConditions{Conditions: []string{workerclassv1.InUseCondition, workerclassv1.ReadyCondition}},
 			patch.WithStatusObservedGeneration{}); err != nil {
 			reterr = kerrors.NewAggregate([]error{reterr, err})
 		}
@@ -128,19 +127,19 @@ func (r *WorkerClassReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 
 	users, err := r.listUsers(ctx, class.Name)
 	if err != nil {
-		conditions.Set(class, metav1.Condition{Type: v1alpha1.ReadyCondition, Status: metav1.ConditionFalse,
-			Reason: v1alpha1.UsersUnknownReason, Message: "The pools and templates using this class could not be listed"})
-		conditions.Set(class, metav1.Condition{Type: v1alpha1.InUseCondition, Status: metav1.ConditionUnknown,
-			Reason: v1alpha1.UsersUnknownReason, Message: "The pools and templates using this class could not be listed"})
+		conditions.Set(class, metav1.Condition{Type: workerclassv1.ReadyCondition, Status: metav1.ConditionFalse,
+			Reason: workerclassv1.UsersUnknownReason, Message: "The pools and templates using this class could not be listed"})
+		conditions.Set(class, metav1.Condition{Type: workerclassv1.InUseCondition, Status: metav1.ConditionUnknown,
+			Reason: workerclassv1.UsersUnknownReason, Message: "The pools and templates using this class could not be listed"})
 		return ctrl.Result{}, err
 	}
 	setUsers(class, users)
 
 	if class.DeletionTimestamp.IsZero() {
-		controllerutil.AddFinalizer(class, v1alpha1.WorkerClassInUseFinalizer)
+		controllerutil.AddFinalizer(class, workerclassv1.WorkerClassInUseFinalizer)
 		return ctrl.Result{}, nil
 	}
-	if !controllerutil.ContainsFinalizer(class, v1alpha1.WorkerClassInUseFinalizer) {
+	if !controllerutil.ContainsFinalizer(class, workerclassv1.WorkerClassInUseFinalizer) {
 		return ctrl.Result{}, nil
 	}
 	if users.pools+users.templates > 0 {
@@ -149,7 +148,7 @@ func (r *WorkerClassReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		log.Info("Deletion of the class waits until no pool or template uses it", "pools", users.pools, "templates", users.templates)
 		return ctrl.Result{}, nil
 	}
-	controllerutil.RemoveFinalizer(class, v1alpha1.WorkerClassInUseFinalizer)
+	controllerutil.RemoveFinalizer(class, workerclassv1.WorkerClassInUseFinalizer)
 	r.Recorder.Eventf(class, nil, corev1.EventTypeNormal, "Released", "Delete", "Class is no longer used; deletion proceeds")
 	log.Info("Released the class for deletion: no pool or template uses it")
 	return ctrl.Result{}, nil
@@ -169,7 +168,7 @@ func (r *WorkerClassReconciler) listUsers(ctx context.Context, class string) (cl
 	for _, gvk := range UserKinds {
 		list := &metav1.PartialObjectMetadataList{}
 		list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
-		err := r.UserReader.List(ctx, list, client.MatchingLabels{v1alpha1.WorkerClassLabel: class})
+		err := r.UserReader.List(ctx, list, client.MatchingLabels{workerclassv1.WorkerClassLabel: class})
 		switch {
 		case meta.IsNoMatchError(err) || apierrors.IsNotFound(err):
 			continue
@@ -180,7 +179,7 @@ func (r *WorkerClassReconciler) listUsers(ctx context.Context, class string) (cl
 		for _, item := range list.Items {
 			users.namespaces.Insert(item.Namespace)
 		}
-		if gvk == v1alpha1.PoolGroupVersionKind {
+		if gvk == workerclassv1.PoolGroupVersionKind {
 			users.pools += int32(len(list.Items))
 		} else {
 			users.templates += int32(len(list.Items))
@@ -190,16 +189,16 @@ func (r *WorkerClassReconciler) listUsers(ctx context.Context, class string) (cl
 }
 
 // setUsers writes the counts and the conditions.
-func setUsers(class *v1alpha1.WorkerClass, users classUsers) {
+func setUsers(class *workerclassv1.WorkerClass, users classUsers) {
 	class.Status.PoolCount, class.Status.TemplateCount = users.pools, users.templates
 	class.Status.NamespaceCount = int32(users.namespaces.Len())
 
-	inUse := metav1.Condition{Type: v1alpha1.InUseCondition, Status: metav1.ConditionFalse, Reason: v1alpha1.NotInUseReason,
+	inUse := metav1.Condition{Type: workerclassv1.InUseCondition, Status: metav1.ConditionFalse, Reason: workerclassv1.NotInUseReason,
 		Message: "No pool or template uses this class"}
 	if users.pools+users.templates > 0 {
-		inUse = metav1.Condition{Type: v1alpha1.InUseCondition, Status: metav1.ConditionTrue, Reason: v1alpha1.InUseReason,
+		inUse = metav1.Condition{Type: workerclassv1.InUseCondition, Status: metav1.ConditionTrue, Reason: workerclassv1.InUseReason,
 			Message: fmt.Sprintf("Used by %d pool(s) and %d template(s)", users.pools, users.templates)}
 	}
 	conditions.Set(class, inUse)
-	conditions.Set(class, metav1.Condition{Type: v1alpha1.ReadyCondition, Status: metav1.ConditionTrue, Reason: v1alpha1.ReadyReason})
+	conditions.Set(class, metav1.Condition{Type: workerclassv1.ReadyCondition, Status: metav1.ConditionTrue, Reason: workerclassv1.ReadyReason})
 }

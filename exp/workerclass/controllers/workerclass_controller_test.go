@@ -20,26 +20,25 @@ import (
 	"context"
 	"testing"
 
-	"k8s.io/apimachinery/pkg/util/sets"
-
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
-	"github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
+	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
 )
 
 func labelledPool(namespace, name, class string) *metav1.PartialObjectMetadata {
 	m := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name,
-		Labels: map[string]string{v1alpha1.WorkerClassLabel: class}}}
-	m.SetGroupVersionKind(v1alpha1.PoolGroupVersionKind)
+		Labels: map[string]string{workerclassv1.WorkerClassLabel: class}}}
+	m.SetGroupVersionKind(workerclassv1.PoolGroupVersionKind)
 	return m
 }
 
-func condition(class *v1alpha1.WorkerClass, t string) metav1.Condition {
+func condition(class *workerclassv1.WorkerClass, t string) metav1.Condition {
 	for _, c := range class.Status.Conditions {
 		if c.Type == t {
 			return c
@@ -52,15 +51,15 @@ func condition(class *v1alpha1.WorkerClass, t string) metav1.Condition {
 // is not installed (here KubeVirtMachineTemplate) counts as no users.
 func TestListUsersToleratesMissingKinds(t *testing.T) {
 	scheme := runtime.NewScheme()
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
+	if err := workerclassv1.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
 	}
 	// The fake client stores pools as metadata only, as the controller
 	// reads them.
-	scheme.AddKnownTypeWithName(v1alpha1.PoolGroupVersionKind, &metav1.PartialObjectMetadata{})
-	scheme.AddKnownTypeWithName(v1alpha1.PoolGroupVersionKind.GroupVersion().WithKind("KubernetesNodesList"), &metav1.PartialObjectMetadataList{})
+	scheme.AddKnownTypeWithName(workerclassv1.PoolGroupVersionKind, &metav1.PartialObjectMetadata{})
+	scheme.AddKnownTypeWithName(workerclassv1.PoolGroupVersionKind.GroupVersion().WithKind("KubernetesNodesList"), &metav1.PartialObjectMetadataList{})
 	mapper := meta.NewDefaultRESTMapper(nil)
-	mapper.Add(v1alpha1.PoolGroupVersionKind, meta.RESTScopeNamespace)
+	mapper.Add(workerclassv1.PoolGroupVersionKind, meta.RESTScopeNamespace)
 	c := fake.NewClientBuilder().WithScheme(scheme).WithRESTMapper(mapper).WithObjects(
 		labelledPool("a", "p1", "gold"), labelledPool("b", "p2", "gold"), labelledPool("a", "p3", "silver"),
 	).Build()
@@ -76,15 +75,15 @@ func TestListUsersToleratesMissingKinds(t *testing.T) {
 
 func TestSetUsersCountsWithoutNaming(t *testing.T) {
 	users := classUsers{pools: 37, templates: 1, namespaces: sets.New("tenant-a", "tenant-b")}
-	class := &v1alpha1.WorkerClass{}
+	class := &workerclassv1.WorkerClass{}
 	setUsers(class, users)
 	if class.Status.PoolCount != 37 || class.Status.TemplateCount != 1 || class.Status.NamespaceCount != 2 {
 		t.Errorf("counts %d/%d/%d", class.Status.PoolCount, class.Status.TemplateCount, class.Status.NamespaceCount)
 	}
-	if c := condition(class, v1alpha1.InUseCondition); c.Status != metav1.ConditionTrue || c.Message != "Used by 37 pool(s) and 1 template(s)" {
+	if c := condition(class, workerclassv1.InUseCondition); c.Status != metav1.ConditionTrue || c.Message != "Used by 37 pool(s) and 1 template(s)" {
 		t.Errorf("InUse = %+v", c)
 	}
-	if c := condition(class, v1alpha1.ReadyCondition); c.Status != metav1.ConditionTrue {
+	if c := condition(class, workerclassv1.ReadyCondition); c.Status != metav1.ConditionTrue {
 		t.Errorf("Ready = %+v", c)
 	}
 
@@ -92,7 +91,7 @@ func TestSetUsersCountsWithoutNaming(t *testing.T) {
 	if class.Status.NamespaceCount != 0 || class.Status.PoolCount != 0 {
 		t.Errorf("an unused class still lists users: %+v", class.Status)
 	}
-	if c := condition(class, v1alpha1.InUseCondition); c.Status != metav1.ConditionFalse || c.Reason != v1alpha1.NotInUseReason {
+	if c := condition(class, workerclassv1.InUseCondition); c.Status != metav1.ConditionFalse || c.Reason != workerclassv1.NotInUseReason {
 		t.Errorf("InUse = %+v", c)
 	}
 }

@@ -21,7 +21,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
+	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
 )
 
 var (
@@ -36,46 +36,46 @@ func ptr(s string) *string { return &s }
 
 // testPlatform is a platform with two minors, Talos defaults, one golden
 // image and one platform Kairos image.
-func testPlatform() *v1alpha1.WorkerPlatformSpec {
-	return &v1alpha1.WorkerPlatformSpec{
-		DefaultClass: v1alpha1.TalosClassName,
-		KubernetesVersions: []v1alpha1.KubernetesVersion{
+func testPlatform() *workerclassv1.WorkerPlatformSpec {
+	return &workerclassv1.WorkerPlatformSpec{
+		DefaultClass: workerclassv1.TalosClassName,
+		KubernetesVersions: []workerclassv1.KubernetesVersion{
 			{Minor: "v1.34", Patch: "v1.34.9"},
 			{Minor: "v1.35", Patch: "v1.35.6"},
 		},
-		TalosFactory: v1alpha1.TalosFactoryDefaults{
+		TalosFactory: workerclassv1.TalosFactoryDefaults{
 			URL:         "https://factory.talos.dev",
 			Version:     "v1.13.6",
 			SchematicID: schematicA,
 		},
-		GoldenImages: []v1alpha1.GoldenImage{
-			{Version: "v1.13.6", SchematicID: schematicA, Source: v1alpha1.GoldenImageSource{
-				Kind: v1alpha1.GoldenDataSource, Namespace: "cozy-golden", Name: "talos-v1-13-6-a"}},
-			{Version: "v1.13.5", SchematicID: schematicA, Source: v1alpha1.GoldenImageSource{
-				Kind: v1alpha1.GoldenPersistentVolumeClaim, Namespace: "cozy-golden", Name: "talos-v1-13-5-a"}},
+		GoldenImages: []workerclassv1.GoldenImage{
+			{Version: "v1.13.6", SchematicID: schematicA, Source: workerclassv1.GoldenImageSource{
+				Kind: workerclassv1.GoldenDataSource, Namespace: "cozy-golden", Name: "talos-v1-13-6-a"}},
+			{Version: "v1.13.5", SchematicID: schematicA, Source: workerclassv1.GoldenImageSource{
+				Kind: workerclassv1.GoldenPersistentVolumeClaim, Namespace: "cozy-golden", Name: "talos-v1-13-5-a"}},
 		},
-		KairosImages: []v1alpha1.KairosImage{
+		KairosImages: []workerclassv1.KairosImage{
 			{Minor: "v1.35", Reference: "ghcr.io/cozystack/kairos-worker@" + digestB},
 		},
 	}
 }
 
-func class(name string, spec v1alpha1.WorkerClassSpec) *v1alpha1.WorkerClass {
-	return &v1alpha1.WorkerClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: spec}
+func class(name string, spec workerclassv1.WorkerClassSpec) *workerclassv1.WorkerClass {
+	return &workerclassv1.WorkerClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: spec}
 }
 
-func talosClass(t *v1alpha1.TalosBaseline) *v1alpha1.WorkerClass {
-	return class("talos-example-r1", v1alpha1.WorkerClassSpec{Bootstrap: v1alpha1.BootstrapTalos, Talos: t})
+func talosClass(t *workerclassv1.TalosBaseline) *workerclassv1.WorkerClass {
+	return class("talos-example-r1", workerclassv1.WorkerClassSpec{Bootstrap: workerclassv1.BootstrapTalos, Talos: t})
 }
 
-func kairosClass() *v1alpha1.WorkerClass {
-	return class(v1alpha1.KairosClassName, v1alpha1.WorkerClassSpec{Bootstrap: v1alpha1.BootstrapKairos})
+func kairosClass() *workerclassv1.WorkerClass {
+	return class(workerclassv1.KairosClassName, workerclassv1.WorkerClassSpec{Bootstrap: workerclassv1.BootstrapKairos})
 }
 
-func fixedKairosClass() *v1alpha1.WorkerClass {
-	return class("kairos-example-v1-35-6-r1", v1alpha1.WorkerClassSpec{
-		Bootstrap: v1alpha1.BootstrapKairos,
-		Image:     &v1alpha1.FixedImage{KubernetesVersion: "v1.35.6", Reference: kairosRef},
+func fixedKairosClass() *workerclassv1.WorkerClass {
+	return class("kairos-example-v1-35-6-r1", workerclassv1.WorkerClassSpec{
+		Bootstrap: workerclassv1.BootstrapKairos,
+		Image:     &workerclassv1.FixedImage{KubernetesVersion: "v1.35.6", Reference: kairosRef},
 	})
 }
 

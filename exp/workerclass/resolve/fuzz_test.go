@@ -20,7 +20,7 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
+	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/exp/workerclass/validation"
 )
 
@@ -40,24 +40,24 @@ func mustJSON(tb testing.TB, v any) []byte {
 func FuzzResolve(f *testing.F) {
 	platform := mustJSON(f, testPlatform())
 	seeds := []struct {
-		class *v1alpha1.WorkerClass
-		pool  v1alpha1.PoolSettings
+		class *workerclassv1.WorkerClass
+		pool  workerclassv1.PoolSettings
 	}{
-		{talosClass(nil), v1alpha1.PoolSettings{Version: "v1.35"}},
-		{talosClass(&v1alpha1.TalosBaseline{KernelModules: []v1alpha1.KernelModule{}}), v1alpha1.PoolSettings{Version: "v1.34", GPUs: []v1alpha1.GPU{{Name: "nvidia.com/x"}}}},
-		{talosClass(nil), v1alpha1.PoolSettings{Version: "v1.35", OSImage: &v1alpha1.OSImageSource{Builtin: &v1alpha1.BuiltinImageSource{Version: "v1.13.5"}}}},
-		{talosClass(nil), v1alpha1.PoolSettings{Version: "v1.35", Talos: &v1alpha1.TalosScalars{Version: ptr("")}, RegistryMirrors: map[string]v1alpha1.RegistryMirror{}}},
-		{kairosClass(), v1alpha1.PoolSettings{Version: "v1.35", SSHKeys: []string{}}},
-		{fixedKairosClass(), v1alpha1.PoolSettings{Version: "v1.35"}},
-		{fixedKairosClass(), v1alpha1.PoolSettings{Version: "v1.34", OSImage: &v1alpha1.OSImageSource{}}},
+		{talosClass(nil), workerclassv1.PoolSettings{Version: "v1.35"}},
+		{talosClass(&workerclassv1.TalosBaseline{KernelModules: []workerclassv1.KernelModule{}}), workerclassv1.PoolSettings{Version: "v1.34", GPUs: []workerclassv1.GPU{{Name: "nvidia.com/x"}}}},
+		{talosClass(nil), workerclassv1.PoolSettings{Version: "v1.35", OSImage: &workerclassv1.OSImageSource{Builtin: &workerclassv1.BuiltinImageSource{Version: "v1.13.5"}}}},
+		{talosClass(nil), workerclassv1.PoolSettings{Version: "v1.35", Talos: &workerclassv1.TalosScalars{Version: ptr("")}, RegistryMirrors: map[string]workerclassv1.RegistryMirror{}}},
+		{kairosClass(), workerclassv1.PoolSettings{Version: "v1.35", SSHKeys: []string{}}},
+		{fixedKairosClass(), workerclassv1.PoolSettings{Version: "v1.35"}},
+		{fixedKairosClass(), workerclassv1.PoolSettings{Version: "v1.34", OSImage: &workerclassv1.OSImageSource{}}},
 	}
 	for i, s := range seeds {
 		f.Add(mustJSON(f, s.class), mustJSON(f, s.pool), platform, uint8(i%2))
 	}
 	f.Fuzz(func(t *testing.T, classJSON, poolJSON, platformJSON []byte, substrate uint8) {
-		var class v1alpha1.WorkerClass
-		var pool v1alpha1.PoolSettings
-		var platform v1alpha1.WorkerPlatformSpec
+		var class workerclassv1.WorkerClass
+		var pool workerclassv1.PoolSettings
+		var platform workerclassv1.WorkerPlatformSpec
 		if json.Unmarshal(classJSON, &class) != nil || json.Unmarshal(poolJSON, &pool) != nil || json.Unmarshal(platformJSON, &platform) != nil {
 			t.Skip("not JSON of the API types")
 		}
@@ -87,10 +87,10 @@ func FuzzResolve(f *testing.F) {
 		if !validation.SameMinor(res.KubernetesVersion, pool.Version) {
 			t.Fatalf("version %s is not a patch of the pool's minor %s", res.KubernetesVersion, pool.Version)
 		}
-		if (res.KubernetesVersionMatch == v1alpha1.KubernetesVersionMatchExact) != (class.Spec.Image != nil) {
+		if (res.KubernetesVersionMatch == workerclassv1.KubernetesVersionMatchExact) != (class.Spec.Image != nil) {
 			t.Fatalf("match %s with fixed image %v", res.KubernetesVersionMatch, class.Spec.Image)
 		}
-		if (res.Talos != nil) != (res.Bootstrap == v1alpha1.BootstrapTalos) {
+		if (res.Talos != nil) != (res.Bootstrap == workerclassv1.BootstrapTalos) {
 			t.Fatalf("talos settings %+v for family %s", res.Talos, res.Bootstrap)
 		}
 		if res.Talos != nil && (res.Talos.Version == "" || res.Talos.SchematicID == "" ||
@@ -106,19 +106,19 @@ func FuzzResolve(f *testing.F) {
 // BenchmarkResolve reports the cost of one resolution per class shape.
 // Target: under 20 µs and 50 allocations each (see docs/workerclass.md).
 func BenchmarkResolve(b *testing.B) {
-	mirrors := map[string]v1alpha1.RegistryMirror{
+	mirrors := map[string]workerclassv1.RegistryMirror{
 		"docker.io": {Endpoints: []string{"https://a.example.com"}}, "ghcr.io": {Endpoints: []string{"https://b.example.com"}},
 	}
 	cases := []struct {
 		name  string
-		class *v1alpha1.WorkerClass
-		pool  v1alpha1.PoolSettings
+		class *workerclassv1.WorkerClass
+		pool  workerclassv1.PoolSettings
 	}{
-		{"talos-factory", talosClass(&v1alpha1.TalosBaseline{RegistryMirrors: mirrors}), v1alpha1.PoolSettings{Version: "v1.35", Talos: &v1alpha1.TalosScalars{Version: ptr("v1.13.6")}}},
-		{"talos-builtin", talosClass(nil), v1alpha1.PoolSettings{Version: "v1.35", OSImage: &v1alpha1.OSImageSource{Builtin: &v1alpha1.BuiltinImageSource{}}}},
-		{"talos-nvidia", talosClass(nil), v1alpha1.PoolSettings{Version: "v1.35", GPUs: []v1alpha1.GPU{{Name: "nvidia.com/AD102GL_L40S"}}}},
-		{"kairos-fixed", fixedKairosClass(), v1alpha1.PoolSettings{Version: "v1.35"}},
-		{"kairos-platform", kairosClass(), v1alpha1.PoolSettings{Version: "v1.35"}},
+		{"talos-factory", talosClass(&workerclassv1.TalosBaseline{RegistryMirrors: mirrors}), workerclassv1.PoolSettings{Version: "v1.35", Talos: &workerclassv1.TalosScalars{Version: ptr("v1.13.6")}}},
+		{"talos-builtin", talosClass(nil), workerclassv1.PoolSettings{Version: "v1.35", OSImage: &workerclassv1.OSImageSource{Builtin: &workerclassv1.BuiltinImageSource{}}}},
+		{"talos-nvidia", talosClass(nil), workerclassv1.PoolSettings{Version: "v1.35", GPUs: []workerclassv1.GPU{{Name: "nvidia.com/AD102GL_L40S"}}}},
+		{"kairos-fixed", fixedKairosClass(), workerclassv1.PoolSettings{Version: "v1.35"}},
+		{"kairos-platform", kairosClass(), workerclassv1.PoolSettings{Version: "v1.35"}},
 	}
 	platform := testPlatform()
 	for _, c := range cases {

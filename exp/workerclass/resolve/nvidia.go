@@ -19,7 +19,7 @@ package resolve
 import (
 	"strings"
 
-	"github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
+	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
 )
 
 // nvidiaResourcePrefix is the resource name prefix of NVIDIA GPUs exposed
@@ -28,7 +28,7 @@ const nvidiaResourcePrefix = "nvidia.com/"
 
 // RequestsNVIDIAGPU reports whether a pool requests an NVIDIA GPU: the
 // trigger of the automatic NVIDIA kernel-module rule.
-func RequestsNVIDIAGPU(gpus []v1alpha1.GPU) bool {
+func RequestsNVIDIAGPU(gpus []workerclassv1.GPU) bool {
 	for _, g := range gpus {
 		if strings.HasPrefix(g.Name, nvidiaResourcePrefix) {
 			return true
@@ -41,8 +41,8 @@ func RequestsNVIDIAGPU(gpus []v1alpha1.GPU) bool {
 // driver extensions loads, as Talos documents for NVIDIA GPUs: nvidia,
 // nvidia_uvm, nvidia_drm and nvidia_modeset. The rule only loads modules:
 // the image must already contain the driver extension.
-func NVIDIAKernelModules() []v1alpha1.KernelModule {
-	return []v1alpha1.KernelModule{
+func NVIDIAKernelModules() []workerclassv1.KernelModule {
+	return []workerclassv1.KernelModule{
 		{Name: "nvidia"},
 		{Name: "nvidia_uvm"},
 		{Name: "nvidia_drm"},

@@ -22,7 +22,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
-	"github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
+	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/exp/workerclass/validation"
 )
 
@@ -31,7 +31,7 @@ import (
 func Resolve(in Input) (*Result, field.ErrorList) {
 	r := resolver{in: in, platform: in.Platform}
 	if r.platform == nil {
-		r.platform = &v1alpha1.WorkerPlatformSpec{}
+		r.platform = &workerclassv1.WorkerPlatformSpec{}
 	}
 	if r.in.Path == nil {
 		r.in.Path = field.NewPath("spec")
@@ -48,22 +48,22 @@ func Resolve(in Input) (*Result, field.ErrorList) {
 
 	res := &Result{Bootstrap: r.class.Bootstrap}
 	switch r.class.Bootstrap {
-	case v1alpha1.BootstrapTalos:
+	case workerclassv1.BootstrapTalos:
 		r.resolveTalos(res)
-	case v1alpha1.BootstrapKairos:
+	case workerclassv1.BootstrapKairos:
 		r.resolveKairos(res)
 	default:
 		r.errs = append(r.errs, field.NotSupported(r.classPath().Child("bootstrap"), r.class.Bootstrap,
-			[]v1alpha1.BootstrapFamily{v1alpha1.BootstrapTalos, v1alpha1.BootstrapKairos}))
+			[]workerclassv1.BootstrapFamily{workerclassv1.BootstrapTalos, workerclassv1.BootstrapKairos}))
 	}
 	switch ds := r.class.CloudInitDatasource; ds {
 	case "":
-		res.CloudInitDatasource = v1alpha1.CloudInitNoCloud
-	case v1alpha1.CloudInitNoCloud, v1alpha1.CloudInitConfigDrive:
+		res.CloudInitDatasource = workerclassv1.CloudInitNoCloud
+	case workerclassv1.CloudInitNoCloud, workerclassv1.CloudInitConfigDrive:
 		res.CloudInitDatasource = ds
 	default:
 		r.errs = append(r.errs, field.NotSupported(r.classPath().Child("cloudInitDatasource"), ds,
-			[]v1alpha1.CloudInitDatasource{v1alpha1.CloudInitNoCloud, v1alpha1.CloudInitConfigDrive}))
+			[]workerclassv1.CloudInitDatasource{workerclassv1.CloudInitNoCloud, workerclassv1.CloudInitConfigDrive}))
 	}
 	if len(r.errs) > 0 {
 		return nil, r.errs
@@ -74,8 +74,8 @@ func Resolve(in Input) (*Result, field.ErrorList) {
 
 type resolver struct {
 	in       Input
-	class    *v1alpha1.WorkerClassSpec
-	platform *v1alpha1.WorkerPlatformSpec
+	class    *workerclassv1.WorkerClassSpec
+	platform *workerclassv1.WorkerPlatformSpec
 	errs     field.ErrorList
 	// diskNeedsFactoryURL is set when the factory path found no endpoint.
 	diskNeedsFactoryURL bool
@@ -91,7 +91,7 @@ func (r *resolver) classPath() *field.Path {
 }
 
 func (r *resolver) platformPath() *field.Path {
-	return field.NewPath("workerplatforms").Key(v1alpha1.PlatformName).Child("spec")
+	return field.NewPath("workerplatforms").Key(workerclassv1.PlatformName).Child("spec")
 }
 
 func (r *resolver) fail(err *field.Error) { r.errs = append(r.errs, err) }
@@ -99,7 +99,7 @@ func (r *resolver) fail(err *field.Error) { r.errs = append(r.errs, err) }
 // kubernetesVersion applies "Versions and replacement": the pool picks a
 // minor; a fixed image supplies its exact patch and must match that minor;
 // otherwise the platform map picks the patch.
-func (r *resolver) kubernetesVersion(res *Result, fixed *v1alpha1.FixedImage) {
+func (r *resolver) kubernetesVersion(res *Result, fixed *workerclassv1.FixedImage) {
 	minor := r.in.Pool.Version
 	if minor == "" {
 		r.fail(field.Required(r.poolPath("version"), "select a supported Kubernetes minor such as v1.35"))
@@ -128,7 +128,7 @@ func (r *resolver) kubernetesVersion(res *Result, fixed *v1alpha1.FixedImage) {
 			return
 		}
 		res.KubernetesVersion = fixed.KubernetesVersion
-		res.KubernetesVersionMatch = v1alpha1.KubernetesVersionMatchExact
+		res.KubernetesVersionMatch = workerclassv1.KubernetesVersionMatchExact
 		return
 	}
 	for i := range r.platform.KubernetesVersions {
@@ -142,7 +142,7 @@ func (r *resolver) kubernetesVersion(res *Result, fixed *v1alpha1.FixedImage) {
 			return
 		}
 		res.KubernetesVersion = kv.Patch
-		res.KubernetesVersionMatch = v1alpha1.KubernetesVersionMatchMinor
+		res.KubernetesVersionMatch = workerclassv1.KubernetesVersionMatchMinor
 		return
 	}
 	supported := make([]string, 0, len(r.platform.KubernetesVersions))
@@ -261,7 +261,7 @@ type talosScalars struct {
 }
 
 func (r *resolver) effectiveScalars() talosScalars {
-	var pool, class v1alpha1.TalosScalars
+	var pool, class workerclassv1.TalosScalars
 	if r.in.Pool.Talos != nil {
 		pool = *r.in.Pool.Talos
 	}
@@ -271,7 +271,7 @@ func (r *resolver) effectiveScalars() talosScalars {
 	f := &r.platform.TalosFactory
 	factoryURL := f.URL
 	if factoryURL == "" {
-		factoryURL = v1alpha1.DefaultTalosFactoryURL
+		factoryURL = workerclassv1.DefaultTalosFactoryURL
 	}
 	return talosScalars{
 		version:             pick(pool.Version, class.Version, f.Version),
@@ -379,7 +379,7 @@ func (r *resolver) kubevirtSource(res *Result, eff *talosScalars) {
 		srcPath = func() *field.Path { return r.classPath().Child("kubevirt", "osImage") }
 	}
 	if src == nil {
-		src = &v1alpha1.OSImageSource{}
+		src = &workerclassv1.OSImageSource{}
 	}
 	if src.Builtin != nil && src.Factory != nil {
 		r.fail(field.Forbidden(srcPath(), "builtin and factory cannot both be set"))
@@ -419,10 +419,10 @@ func (r *resolver) kubevirtSource(res *Result, eff *talosScalars) {
 	}
 	platform, arch := r.platform.TalosFactory.ImagePlatform, r.platform.TalosFactory.Architecture
 	if platform == "" {
-		platform = v1alpha1.DefaultTalosImagePlatform
+		platform = workerclassv1.DefaultTalosImagePlatform
 	}
 	if arch == "" {
-		arch = v1alpha1.DefaultTalosArchitecture
+		arch = workerclassv1.DefaultTalosArchitecture
 	}
 	res.Image.HTTPImport = &HTTPImport{
 		URL: strings.TrimRight(endpoint, "/") + "/image/" + eff.schematicID.value + "/" + eff.version.value +

@@ -20,14 +20,14 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
+	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
 )
 
 type resolveCase struct {
 	name      string
-	class     *v1alpha1.WorkerClass
-	pool      v1alpha1.PoolSettings
-	platform  func(*v1alpha1.WorkerPlatformSpec)
+	class     *workerclassv1.WorkerClass
+	pool      workerclassv1.PoolSettings
+	platform  func(*workerclassv1.WorkerPlatformSpec)
 	substrate Substrate
 	// check inspects a successful result.
 	check func(t *testing.T, res *Result)
@@ -113,8 +113,8 @@ func TestTalosScalars(t *testing.T) {
 	runCases(t, []resolveCase{
 		{
 			name:  "pool value replaces the class baseline",
-			class: talosClass(&v1alpha1.TalosBaseline{TalosScalars: v1alpha1.TalosScalars{Version: ptr("v1.13.5")}}),
-			pool:  v1alpha1.PoolSettings{Version: "v1.35", Talos: &v1alpha1.TalosScalars{Version: ptr("v1.13.6")}},
+			class: talosClass(&workerclassv1.TalosBaseline{TalosScalars: workerclassv1.TalosScalars{Version: ptr("v1.13.5")}}),
+			pool:  workerclassv1.PoolSettings{Version: "v1.35", Talos: &workerclassv1.TalosScalars{Version: ptr("v1.13.6")}},
 			check: func(t *testing.T, res *Result) {
 				if res.Talos.Version != "v1.13.6" {
 					t.Errorf("version = %s, want the pool's v1.13.6", res.Talos.Version)
@@ -124,8 +124,8 @@ func TestTalosScalars(t *testing.T) {
 		},
 		{
 			name:  "absent pool value keeps the class baseline",
-			class: talosClass(&v1alpha1.TalosBaseline{TalosScalars: v1alpha1.TalosScalars{Version: ptr("v1.13.5")}}),
-			pool:  v1alpha1.PoolSettings{Version: "v1.35", Talos: &v1alpha1.TalosScalars{}},
+			class: talosClass(&workerclassv1.TalosBaseline{TalosScalars: workerclassv1.TalosScalars{Version: ptr("v1.13.5")}}),
+			pool:  workerclassv1.PoolSettings{Version: "v1.35", Talos: &workerclassv1.TalosScalars{}},
 			check: func(t *testing.T, res *Result) {
 				if res.Talos.Version != "v1.13.5" {
 					t.Errorf("version = %s, want the class's v1.13.5", res.Talos.Version)
@@ -135,7 +135,7 @@ func TestTalosScalars(t *testing.T) {
 		{
 			name:  "absent class and pool values use the platform default",
 			class: talosClass(nil),
-			pool:  v1alpha1.PoolSettings{Version: "v1.35"},
+			pool:  workerclassv1.PoolSettings{Version: "v1.35"},
 			check: func(t *testing.T, res *Result) {
 				if res.Talos.Version != "v1.13.6" || res.Talos.SchematicID != schematicA {
 					t.Errorf("talos = %+v, want the platform's v1.13.6 and schematic", res.Talos)
@@ -144,21 +144,21 @@ func TestTalosScalars(t *testing.T) {
 		},
 		{
 			name:     "explicit empty pool version is not replaced by the baseline",
-			class:    talosClass(&v1alpha1.TalosBaseline{TalosScalars: v1alpha1.TalosScalars{Version: ptr("v1.13.6")}}),
-			pool:     v1alpha1.PoolSettings{Version: "v1.35", Talos: &v1alpha1.TalosScalars{Version: ptr("")}},
+			class:    talosClass(&workerclassv1.TalosBaseline{TalosScalars: workerclassv1.TalosScalars{Version: ptr("v1.13.6")}}),
+			pool:     workerclassv1.PoolSettings{Version: "v1.35", Talos: &workerclassv1.TalosScalars{Version: ptr("")}},
 			wantErrs: []string{`spec.talos.version: Invalid value: ""`, "explicitly empty version is kept, not replaced by the baseline"},
 		},
 		{
 			name:     "explicit empty class schematic is not replaced by the platform default",
-			class:    talosClass(&v1alpha1.TalosBaseline{TalosScalars: v1alpha1.TalosScalars{SchematicID: ptr("")}}),
-			pool:     v1alpha1.PoolSettings{Version: "v1.35"},
+			class:    talosClass(&workerclassv1.TalosBaseline{TalosScalars: workerclassv1.TalosScalars{SchematicID: ptr("")}}),
+			pool:     workerclassv1.PoolSettings{Version: "v1.35"},
 			wantErrs: []string{`workerclasses[talos-example-r1].spec.talos.schematicID: Invalid value: ""`},
 		},
 		{
 			name: "explicit empty installer repository is kept: the installer comes from the factory",
-			class: talosClass(&v1alpha1.TalosBaseline{TalosScalars: v1alpha1.TalosScalars{
+			class: talosClass(&workerclassv1.TalosBaseline{TalosScalars: workerclassv1.TalosScalars{
 				InstallerRepository: ptr("registry.example.com/talos/installer")}}),
-			pool: v1alpha1.PoolSettings{Version: "v1.35", Talos: &v1alpha1.TalosScalars{InstallerRepository: ptr("")}},
+			pool: workerclassv1.PoolSettings{Version: "v1.35", Talos: &workerclassv1.TalosScalars{InstallerRepository: ptr("")}},
 			check: func(t *testing.T, res *Result) {
 				want := "factory.talos.dev/installer/" + schematicA + ":v1.13.6"
 				if res.Talos.InstallerImage != want {
@@ -168,9 +168,9 @@ func TestTalosScalars(t *testing.T) {
 		},
 		{
 			name: "class installer repository is used with the effective version",
-			class: talosClass(&v1alpha1.TalosBaseline{TalosScalars: v1alpha1.TalosScalars{
+			class: talosClass(&workerclassv1.TalosBaseline{TalosScalars: workerclassv1.TalosScalars{
 				InstallerRepository: ptr("registry.example.com/talos/installer")}}),
-			pool: v1alpha1.PoolSettings{Version: "v1.35"},
+			pool: workerclassv1.PoolSettings{Version: "v1.35"},
 			check: func(t *testing.T, res *Result) {
 				if res.Talos.InstallerImage != "registry.example.com/talos/installer:v1.13.6" {
 					t.Errorf("installer = %s", res.Talos.InstallerImage)
@@ -179,8 +179,8 @@ func TestTalosScalars(t *testing.T) {
 		},
 		{
 			name:  "explicit empty pool CA clears the class CA",
-			class: talosClass(&v1alpha1.TalosBaseline{TalosScalars: v1alpha1.TalosScalars{ImageFactoryCA: ptr("class-ca")}}),
-			pool:  v1alpha1.PoolSettings{Version: "v1.35", Talos: &v1alpha1.TalosScalars{ImageFactoryCA: ptr("")}},
+			class: talosClass(&workerclassv1.TalosBaseline{TalosScalars: workerclassv1.TalosScalars{ImageFactoryCA: ptr("class-ca")}}),
+			pool:  workerclassv1.PoolSettings{Version: "v1.35", Talos: &workerclassv1.TalosScalars{ImageFactoryCA: ptr("")}},
 			check: func(t *testing.T, res *Result) {
 				if res.Image.HTTPImport.CABundle != "" || res.Talos.ImageFactoryCA != "" {
 					t.Errorf("CA = %q, want the pool's explicit empty", res.Image.HTTPImport.CABundle)
@@ -189,8 +189,8 @@ func TestTalosScalars(t *testing.T) {
 		},
 		{
 			name:  "class CA reaches the CDI import only",
-			class: talosClass(&v1alpha1.TalosBaseline{TalosScalars: v1alpha1.TalosScalars{ImageFactoryCA: ptr("class-ca")}}),
-			pool:  v1alpha1.PoolSettings{Version: "v1.35"},
+			class: talosClass(&workerclassv1.TalosBaseline{TalosScalars: workerclassv1.TalosScalars{ImageFactoryCA: ptr("class-ca")}}),
+			pool:  workerclassv1.PoolSettings{Version: "v1.35"},
 			check: func(t *testing.T, res *Result) {
 				if res.Image.HTTPImport.CABundle != "class-ca" {
 					t.Errorf("CA = %q, want class-ca", res.Image.HTTPImport.CABundle)
@@ -200,14 +200,14 @@ func TestTalosScalars(t *testing.T) {
 		{
 			name:     "explicit empty factory URL without installer repository fails",
 			class:    talosClass(nil),
-			pool:     v1alpha1.PoolSettings{Version: "v1.35", Talos: &v1alpha1.TalosScalars{ImageFactoryURL: ptr("")}},
+			pool:     workerclassv1.PoolSettings{Version: "v1.35", Talos: &workerclassv1.TalosScalars{ImageFactoryURL: ptr("")}},
 			wantErrs: []string{`spec.talos.imageFactoryURL: Invalid value: ""`},
 		},
 		{
 			name:     "no layer supplies a version",
 			class:    talosClass(nil),
-			pool:     v1alpha1.PoolSettings{Version: "v1.35"},
-			platform: func(p *v1alpha1.WorkerPlatformSpec) { p.TalosFactory.Version = "" },
+			pool:     workerclassv1.PoolSettings{Version: "v1.35"},
+			platform: func(p *workerclassv1.WorkerPlatformSpec) { p.TalosFactory.Version = "" },
 			wantErrs: []string{"spec.talos.version: Required value: no pool, class or platform setting supplies a Talos version"},
 		},
 	})
@@ -216,7 +216,7 @@ func TestTalosScalars(t *testing.T) {
 // Seed row "registryMirrors": a supplied map replaces the baseline map; {}
 // clears it, without deep merging.
 func TestRegistryMirrors(t *testing.T) {
-	baseline := talosClass(&v1alpha1.TalosBaseline{RegistryMirrors: map[string]v1alpha1.RegistryMirror{
+	baseline := talosClass(&workerclassv1.TalosBaseline{RegistryMirrors: map[string]workerclassv1.RegistryMirror{
 		"docker.io": {Endpoints: []string{"https://mirror-a.example.com"}},
 		"ghcr.io":   {Endpoints: []string{"https://mirror-b.example.com"}},
 	}})
@@ -224,11 +224,11 @@ func TestRegistryMirrors(t *testing.T) {
 		{
 			name:  "supplied map replaces the baseline without deep merge",
 			class: baseline,
-			pool: v1alpha1.PoolSettings{Version: "v1.35", RegistryMirrors: map[string]v1alpha1.RegistryMirror{
+			pool: workerclassv1.PoolSettings{Version: "v1.35", RegistryMirrors: map[string]workerclassv1.RegistryMirror{
 				"docker.io": {Endpoints: []string{"https://mirror-c.example.com"}},
 			}},
 			check: func(t *testing.T, res *Result) {
-				want := map[string]v1alpha1.RegistryMirror{"docker.io": {Endpoints: []string{"https://mirror-c.example.com"}}}
+				want := map[string]workerclassv1.RegistryMirror{"docker.io": {Endpoints: []string{"https://mirror-c.example.com"}}}
 				if !reflect.DeepEqual(res.Talos.RegistryMirrors, want) {
 					t.Errorf("mirrors = %v, want exactly %v", res.Talos.RegistryMirrors, want)
 				}
@@ -237,7 +237,7 @@ func TestRegistryMirrors(t *testing.T) {
 		{
 			name:  "{} clears the baseline",
 			class: baseline,
-			pool:  v1alpha1.PoolSettings{Version: "v1.35", RegistryMirrors: map[string]v1alpha1.RegistryMirror{}},
+			pool:  workerclassv1.PoolSettings{Version: "v1.35", RegistryMirrors: map[string]workerclassv1.RegistryMirror{}},
 			check: func(t *testing.T, res *Result) {
 				if len(res.Talos.RegistryMirrors) != 0 {
 					t.Errorf("mirrors = %v, want none", res.Talos.RegistryMirrors)
@@ -247,7 +247,7 @@ func TestRegistryMirrors(t *testing.T) {
 		{
 			name:  "absent map keeps the baseline",
 			class: baseline,
-			pool:  v1alpha1.PoolSettings{Version: "v1.35"},
+			pool:  workerclassv1.PoolSettings{Version: "v1.35"},
 			check: func(t *testing.T, res *Result) {
 				if !reflect.DeepEqual(res.Talos.RegistryMirrors, baseline.Spec.Talos.RegistryMirrors) {
 					t.Errorf("mirrors = %v, want the baseline", res.Talos.RegistryMirrors)
@@ -261,7 +261,7 @@ func TestRegistryMirrors(t *testing.T) {
 // disables loading, and the automatic NVIDIA rule runs only when neither
 // baseline nor pool supplies a list.
 func TestKernelModules(t *testing.T) {
-	nvidia := []v1alpha1.GPU{{Name: "nvidia.com/AD102GL_L40S"}}
+	nvidia := []workerclassv1.GPU{{Name: "nvidia.com/AD102GL_L40S"}}
 	wantModules := func(names ...string) func(*testing.T, *Result) {
 		return func(t *testing.T, res *Result) {
 			t.Helper()
@@ -274,54 +274,54 @@ func TestKernelModules(t *testing.T) {
 			}
 		}
 	}
-	classModules := &v1alpha1.TalosBaseline{KernelModules: []v1alpha1.KernelModule{{Name: "nvme_tcp"}}}
+	classModules := &workerclassv1.TalosBaseline{KernelModules: []workerclassv1.KernelModule{{Name: "nvme_tcp"}}}
 	runCases(t, []resolveCase{
 		{
 			name:  "supplied list replaces the baseline",
 			class: talosClass(classModules),
-			pool:  v1alpha1.PoolSettings{Version: "v1.35", KernelModules: []v1alpha1.KernelModule{{Name: "drbd"}}},
+			pool:  workerclassv1.PoolSettings{Version: "v1.35", KernelModules: []workerclassv1.KernelModule{{Name: "drbd"}}},
 			check: wantModules("drbd"),
 		},
 		{
 			name:  "absent list keeps the baseline",
 			class: talosClass(classModules),
-			pool:  v1alpha1.PoolSettings{Version: "v1.35"},
+			pool:  workerclassv1.PoolSettings{Version: "v1.35"},
 			check: wantModules("nvme_tcp"),
 		},
 		{
 			name:  "[] disables loading, including the NVIDIA rule",
 			class: talosClass(classModules),
-			pool:  v1alpha1.PoolSettings{Version: "v1.35", KernelModules: []v1alpha1.KernelModule{}, GPUs: nvidia},
+			pool:  workerclassv1.PoolSettings{Version: "v1.35", KernelModules: []workerclassv1.KernelModule{}, GPUs: nvidia},
 			check: wantModules(),
 		},
 		{
 			name:  "NVIDIA rule runs when neither baseline nor pool supplies a list",
 			class: talosClass(nil),
-			pool:  v1alpha1.PoolSettings{Version: "v1.35", GPUs: nvidia},
+			pool:  workerclassv1.PoolSettings{Version: "v1.35", GPUs: nvidia},
 			check: wantModules("nvidia", "nvidia_uvm", "nvidia_drm", "nvidia_modeset"),
 		},
 		{
 			name:  "NVIDIA rule does not run when the baseline supplies a list",
 			class: talosClass(classModules),
-			pool:  v1alpha1.PoolSettings{Version: "v1.35", GPUs: nvidia},
+			pool:  workerclassv1.PoolSettings{Version: "v1.35", GPUs: nvidia},
 			check: wantModules("nvme_tcp"),
 		},
 		{
 			name:  "NVIDIA rule does not run when the baseline supplies []",
-			class: talosClass(&v1alpha1.TalosBaseline{KernelModules: []v1alpha1.KernelModule{}}),
-			pool:  v1alpha1.PoolSettings{Version: "v1.35", GPUs: nvidia},
+			class: talosClass(&workerclassv1.TalosBaseline{KernelModules: []workerclassv1.KernelModule{}}),
+			pool:  workerclassv1.PoolSettings{Version: "v1.35", GPUs: nvidia},
 			check: wantModules(),
 		},
 		{
 			name:  "NVIDIA rule does not run when the pool supplies a list",
 			class: talosClass(nil),
-			pool:  v1alpha1.PoolSettings{Version: "v1.35", GPUs: nvidia, KernelModules: []v1alpha1.KernelModule{{Name: "drbd"}}},
+			pool:  workerclassv1.PoolSettings{Version: "v1.35", GPUs: nvidia, KernelModules: []workerclassv1.KernelModule{{Name: "drbd"}}},
 			check: wantModules("drbd"),
 		},
 		{
 			name:  "NVIDIA rule ignores other GPU vendors",
 			class: talosClass(nil),
-			pool:  v1alpha1.PoolSettings{Version: "v1.35", GPUs: []v1alpha1.GPU{{Name: "amd.com/gpu"}}},
+			pool:  workerclassv1.PoolSettings{Version: "v1.35", GPUs: []workerclassv1.GPU{{Name: "amd.com/gpu"}}},
 			check: wantModules(),
 		},
 	})
@@ -329,48 +329,48 @@ func TestKernelModules(t *testing.T) {
 
 // Seed rows "KubeVirt osImage absent" and "KubeVirt osImage supplied".
 func TestOSImageSelection(t *testing.T) {
-	builtinClass := class("talos-builtin", v1alpha1.WorkerClassSpec{
-		Bootstrap: v1alpha1.BootstrapTalos,
-		KubeVirt:  &v1alpha1.KubeVirtClassSource{OSImage: &v1alpha1.OSImageSource{Builtin: &v1alpha1.BuiltinImageSource{}}},
+	builtinClass := class("talos-builtin", workerclassv1.WorkerClassSpec{
+		Bootstrap: workerclassv1.BootstrapTalos,
+		KubeVirt:  &workerclassv1.KubeVirtClassSource{OSImage: &workerclassv1.OSImageSource{Builtin: &workerclassv1.BuiltinImageSource{}}},
 	})
 	runCases(t, []resolveCase{
 		{
 			name:  "absent: the class's KubeVirt source is used",
 			class: builtinClass,
-			pool:  v1alpha1.PoolSettings{Version: "v1.35"},
+			pool:  workerclassv1.PoolSettings{Version: "v1.35"},
 			check: wantClone("talos-v1-13-6-a"),
 		},
 		{
 			name:  "absent without a class source: the default factory path from effective Talos settings",
-			class: talosClass(&v1alpha1.TalosBaseline{TalosScalars: v1alpha1.TalosScalars{SchematicID: ptr(schematicB)}}),
-			pool:  v1alpha1.PoolSettings{Version: "v1.35"},
+			class: talosClass(&workerclassv1.TalosBaseline{TalosScalars: workerclassv1.TalosScalars{SchematicID: ptr(schematicB)}}),
+			pool:  workerclassv1.PoolSettings{Version: "v1.35"},
 			check: wantHTTPImport(factoryURL("v1.13.6", schematicB)),
 		},
 		{
 			name:  "supplied: replaces the class's source selection as a unit",
 			class: builtinClass,
-			pool: v1alpha1.PoolSettings{Version: "v1.35", OSImage: &v1alpha1.OSImageSource{
-				Factory: &v1alpha1.FactoryImageSource{Endpoint: "https://factory.example.com"}}},
+			pool: workerclassv1.PoolSettings{Version: "v1.35", OSImage: &workerclassv1.OSImageSource{
+				Factory: &workerclassv1.FactoryImageSource{Endpoint: "https://factory.example.com"}}},
 			check: wantHTTPImport("https://factory.example.com/image/" + schematicA + "/v1.13.6/nocloud-amd64.raw.xz"),
 		},
 		{
 			name:  "supplied {}: selects the default factory path over the class's builtin",
 			class: builtinClass,
-			pool:  v1alpha1.PoolSettings{Version: "v1.35", OSImage: &v1alpha1.OSImageSource{}},
+			pool:  workerclassv1.PoolSettings{Version: "v1.35", OSImage: &workerclassv1.OSImageSource{}},
 			check: wantHTTPImport(factoryURL("v1.13.6", schematicA)),
 		},
 		{
 			name:  "supplied: builtin and factory cannot both be set",
 			class: talosClass(nil),
-			pool: v1alpha1.PoolSettings{Version: "v1.35", OSImage: &v1alpha1.OSImageSource{
-				Builtin: &v1alpha1.BuiltinImageSource{}, Factory: &v1alpha1.FactoryImageSource{}}},
+			pool: workerclassv1.PoolSettings{Version: "v1.35", OSImage: &workerclassv1.OSImageSource{
+				Builtin: &workerclassv1.BuiltinImageSource{}, Factory: &workerclassv1.FactoryImageSource{}}},
 			wantErrs: []string{"spec.osImage: Forbidden: builtin and factory cannot both be set"},
 		},
 		{
 			name:  "platform image settings shape the factory path",
 			class: talosClass(nil),
-			pool:  v1alpha1.PoolSettings{Version: "v1.35"},
-			platform: func(p *v1alpha1.WorkerPlatformSpec) {
+			pool:  workerclassv1.PoolSettings{Version: "v1.35"},
+			platform: func(p *workerclassv1.WorkerPlatformSpec) {
 				p.TalosFactory.ImagePlatform, p.TalosFactory.Architecture = "openstack", "arm64"
 			},
 			check: wantHTTPImport("https://factory.talos.dev/image/" + schematicA + "/v1.13.6/openstack-arm64.raw.xz"),
@@ -385,8 +385,8 @@ func TestSourceValues(t *testing.T) {
 		{
 			name:  "builtin: nonempty source values take precedence over platform defaults",
 			class: talosClass(nil),
-			pool: v1alpha1.PoolSettings{Version: "v1.35", OSImage: &v1alpha1.OSImageSource{
-				Builtin: &v1alpha1.BuiltinImageSource{Version: "v1.13.5"}}},
+			pool: workerclassv1.PoolSettings{Version: "v1.35", OSImage: &workerclassv1.OSImageSource{
+				Builtin: &workerclassv1.BuiltinImageSource{Version: "v1.13.5"}}},
 			check: func(t *testing.T, res *Result) {
 				wantClone("talos-v1-13-5-a")(t, res)
 				if res.Talos.Version != "v1.13.5" || res.Talos.InstallerImage != "factory.talos.dev/installer/"+schematicA+":v1.13.5" {
@@ -396,21 +396,21 @@ func TestSourceValues(t *testing.T) {
 		},
 		{
 			name:  "builtin: omitted values use effective talos.version and talos.schematicID",
-			class: talosClass(&v1alpha1.TalosBaseline{TalosScalars: v1alpha1.TalosScalars{Version: ptr("v1.13.5")}}),
-			pool:  v1alpha1.PoolSettings{Version: "v1.35", OSImage: &v1alpha1.OSImageSource{Builtin: &v1alpha1.BuiltinImageSource{}}},
+			class: talosClass(&workerclassv1.TalosBaseline{TalosScalars: workerclassv1.TalosScalars{Version: ptr("v1.13.5")}}),
+			pool:  workerclassv1.PoolSettings{Version: "v1.35", OSImage: &workerclassv1.OSImageSource{Builtin: &workerclassv1.BuiltinImageSource{}}},
 			check: wantClone("talos-v1-13-5-a"),
 		},
 		{
 			name:  "builtin: the matching golden must exist",
 			class: talosClass(nil),
-			pool: v1alpha1.PoolSettings{Version: "v1.35", OSImage: &v1alpha1.OSImageSource{
-				Builtin: &v1alpha1.BuiltinImageSource{SchematicID: schematicB}}},
+			pool: workerclassv1.PoolSettings{Version: "v1.35", OSImage: &workerclassv1.OSImageSource{
+				Builtin: &workerclassv1.BuiltinImageSource{SchematicID: schematicB}}},
 			wantErrs: []string{"spec.osImage.builtin: Invalid value: \"v1.13.6/" + schematicB + "\"", "golden catalog has no image"},
 		},
 		{
 			name:  "factory: nonempty source values take precedence",
 			class: talosClass(nil),
-			pool: v1alpha1.PoolSettings{Version: "v1.35", OSImage: &v1alpha1.OSImageSource{Factory: &v1alpha1.FactoryImageSource{
+			pool: workerclassv1.PoolSettings{Version: "v1.35", OSImage: &workerclassv1.OSImageSource{Factory: &workerclassv1.FactoryImageSource{
 				Version: "v1.13.7", SchematicID: schematicB, Endpoint: "https://factory.example.com/"}}},
 			check: func(t *testing.T, res *Result) {
 				wantHTTPImport("https://factory.example.com/image/"+schematicB+"/v1.13.7/nocloud-amd64.raw.xz")(t, res)
@@ -421,9 +421,9 @@ func TestSourceValues(t *testing.T) {
 		},
 		{
 			name: "factory: omitted values use the effective Talos settings",
-			class: talosClass(&v1alpha1.TalosBaseline{TalosScalars: v1alpha1.TalosScalars{
+			class: talosClass(&workerclassv1.TalosBaseline{TalosScalars: workerclassv1.TalosScalars{
 				Version: ptr("v1.13.4"), ImageFactoryURL: ptr("https://factory.internal.example")}}),
-			pool:  v1alpha1.PoolSettings{Version: "v1.35", OSImage: &v1alpha1.OSImageSource{Factory: &v1alpha1.FactoryImageSource{}}},
+			pool:  workerclassv1.PoolSettings{Version: "v1.35", OSImage: &workerclassv1.OSImageSource{Factory: &workerclassv1.FactoryImageSource{}}},
 			check: wantHTTPImport("https://factory.internal.example/image/" + schematicA + "/v1.13.4/nocloud-amd64.raw.xz"),
 		},
 	})
@@ -433,9 +433,9 @@ func TestSourceValues(t *testing.T) {
 // baseline; an empty final list fails; nonempty osImage is not a Proxmox
 // source.
 func TestProxmoxTemplateTags(t *testing.T) {
-	proxmoxClass := class("talos-proxmox", v1alpha1.WorkerClassSpec{
-		Bootstrap: v1alpha1.BootstrapTalos,
-		Proxmox:   &v1alpha1.ProxmoxTemplateSource{TemplateTags: []string{"talos", "v1.13.6"}},
+	proxmoxClass := class("talos-proxmox", workerclassv1.WorkerClassSpec{
+		Bootstrap: workerclassv1.BootstrapTalos,
+		Proxmox:   &workerclassv1.ProxmoxTemplateSource{TemplateTags: []string{"talos", "v1.13.6"}},
 	})
 	wantTags := func(tags ...string) func(*testing.T, *Result) {
 		return func(t *testing.T, res *Result) {
@@ -446,22 +446,22 @@ func TestProxmoxTemplateTags(t *testing.T) {
 	}
 	runCases(t, []resolveCase{
 		{name: "absent pool list keeps the baseline", class: proxmoxClass, substrate: Proxmox,
-			pool: v1alpha1.PoolSettings{Version: "v1.35"}, check: wantTags("talos", "v1.13.6")},
+			pool: workerclassv1.PoolSettings{Version: "v1.35"}, check: wantTags("talos", "v1.13.6")},
 		{name: "supplied pool list replaces the baseline", class: proxmoxClass, substrate: Proxmox,
-			pool:  v1alpha1.PoolSettings{Version: "v1.35", Proxmox: &v1alpha1.ProxmoxOverrides{TemplateTags: []string{"gpu"}}},
+			pool:  workerclassv1.PoolSettings{Version: "v1.35", Proxmox: &workerclassv1.ProxmoxOverrides{TemplateTags: []string{"gpu"}}},
 			check: wantTags("gpu")},
 		{name: "empty final list fails", class: proxmoxClass, substrate: Proxmox,
-			pool:     v1alpha1.PoolSettings{Version: "v1.35", Proxmox: &v1alpha1.ProxmoxOverrides{TemplateTags: []string{}}},
+			pool:     workerclassv1.PoolSettings{Version: "v1.35", Proxmox: &workerclassv1.ProxmoxOverrides{TemplateTags: []string{}}},
 			wantErrs: []string{"spec.proxmox.templateTags: Required value: the final Proxmox template tag list is empty"}},
 		{name: "no tags anywhere fails", class: talosClass(nil), substrate: Proxmox,
-			pool:     v1alpha1.PoolSettings{Version: "v1.35"},
+			pool:     workerclassv1.PoolSettings{Version: "v1.35"},
 			wantErrs: []string{"workerclasses[talos-example-r1].spec.proxmox.templateTags: Required value"}},
 		{name: "nonempty osImage is not a Proxmox source", class: proxmoxClass, substrate: Proxmox,
-			pool: v1alpha1.PoolSettings{Version: "v1.35", OSImage: &v1alpha1.OSImageSource{
-				Factory: &v1alpha1.FactoryImageSource{Version: "v1.13.6"}}},
+			pool: workerclassv1.PoolSettings{Version: "v1.35", OSImage: &workerclassv1.OSImageSource{
+				Factory: &workerclassv1.FactoryImageSource{Version: "v1.13.6"}}},
 			wantErrs: []string{"spec.osImage: Forbidden: osImage is a KubeVirt source, not a Proxmox template"}},
 		{name: "empty osImage is ignored on Proxmox", class: proxmoxClass, substrate: Proxmox,
-			pool:  v1alpha1.PoolSettings{Version: "v1.35", OSImage: &v1alpha1.OSImageSource{}},
+			pool:  workerclassv1.PoolSettings{Version: "v1.35", OSImage: &workerclassv1.OSImageSource{}},
 			check: wantTags("talos", "v1.13.6")},
 	})
 }
@@ -471,75 +471,75 @@ func TestProxmoxTemplateTags(t *testing.T) {
 // override cannot change the bootstrap family, and nonempty Talos settings
 // on a Kairos class are rejected rather than reinterpreted.
 func TestCompatibilityCheck(t *testing.T) {
-	pinned := &v1alpha1.TalosBaseline{TalosScalars: v1alpha1.TalosScalars{Version: ptr("v1.13.6"), SchematicID: ptr(schematicA)}}
+	pinned := &workerclassv1.TalosBaseline{TalosScalars: workerclassv1.TalosScalars{Version: ptr("v1.13.6"), SchematicID: ptr(schematicA)}}
 	runCases(t, []resolveCase{
 		{
 			name:  "conflicting builtin version is rejected",
 			class: talosClass(pinned),
-			pool: v1alpha1.PoolSettings{Version: "v1.35", OSImage: &v1alpha1.OSImageSource{
-				Builtin: &v1alpha1.BuiltinImageSource{Version: "v1.13.5"}}},
+			pool: workerclassv1.PoolSettings{Version: "v1.35", OSImage: &workerclassv1.OSImageSource{
+				Builtin: &workerclassv1.BuiltinImageSource{Version: "v1.13.5"}}},
 			wantErrs: []string{`spec.osImage.builtin.version: Invalid value: "v1.13.5": conflicts with the effective Talos version "v1.13.6"`},
 		},
 		{
 			name:  "conflicting factory schematic is rejected",
 			class: talosClass(pinned),
-			pool: v1alpha1.PoolSettings{Version: "v1.35", OSImage: &v1alpha1.OSImageSource{
-				Factory: &v1alpha1.FactoryImageSource{SchematicID: schematicB}}},
+			pool: workerclassv1.PoolSettings{Version: "v1.35", OSImage: &workerclassv1.OSImageSource{
+				Factory: &workerclassv1.FactoryImageSource{SchematicID: schematicB}}},
 			wantErrs: []string{"spec.osImage.factory.schematicID", "conflicts with the effective Talos schematic"},
 		},
 		{
 			name: "conflicting class source is rejected against a pool version",
-			class: class("talos-builtin-pinned", v1alpha1.WorkerClassSpec{
-				Bootstrap: v1alpha1.BootstrapTalos,
-				KubeVirt: &v1alpha1.KubeVirtClassSource{OSImage: &v1alpha1.OSImageSource{
-					Builtin: &v1alpha1.BuiltinImageSource{Version: "v1.13.6"}}},
+			class: class("talos-builtin-pinned", workerclassv1.WorkerClassSpec{
+				Bootstrap: workerclassv1.BootstrapTalos,
+				KubeVirt: &workerclassv1.KubeVirtClassSource{OSImage: &workerclassv1.OSImageSource{
+					Builtin: &workerclassv1.BuiltinImageSource{Version: "v1.13.6"}}},
 			}),
-			pool:     v1alpha1.PoolSettings{Version: "v1.35", Talos: &v1alpha1.TalosScalars{Version: ptr("v1.13.5")}},
+			pool:     workerclassv1.PoolSettings{Version: "v1.35", Talos: &workerclassv1.TalosScalars{Version: ptr("v1.13.5")}},
 			wantErrs: []string{"workerclasses[talos-builtin-pinned].spec.kubevirt.osImage.builtin.version", "conflicts"},
 		},
 		{
 			name: "another source selection does not waive the check",
-			class: class("talos-builtin-pinned", v1alpha1.WorkerClassSpec{
-				Bootstrap: v1alpha1.BootstrapTalos,
-				KubeVirt: &v1alpha1.KubeVirtClassSource{OSImage: &v1alpha1.OSImageSource{
-					Builtin: &v1alpha1.BuiltinImageSource{Version: "v1.13.6"}}},
+			class: class("talos-builtin-pinned", workerclassv1.WorkerClassSpec{
+				Bootstrap: workerclassv1.BootstrapTalos,
+				KubeVirt: &workerclassv1.KubeVirtClassSource{OSImage: &workerclassv1.OSImageSource{
+					Builtin: &workerclassv1.BuiltinImageSource{Version: "v1.13.6"}}},
 			}),
-			pool: v1alpha1.PoolSettings{Version: "v1.35", Talos: &v1alpha1.TalosScalars{Version: ptr("v1.13.5")},
-				OSImage: &v1alpha1.OSImageSource{Factory: &v1alpha1.FactoryImageSource{Version: "v1.13.6"}}},
+			pool: workerclassv1.PoolSettings{Version: "v1.35", Talos: &workerclassv1.TalosScalars{Version: ptr("v1.13.5")},
+				OSImage: &workerclassv1.OSImageSource{Factory: &workerclassv1.FactoryImageSource{Version: "v1.13.6"}}},
 			wantErrs: []string{"spec.osImage.factory.version", "conflicts"},
 		},
 		{
 			name: "conflicting Proxmox template declaration is rejected",
-			class: class("talos-proxmox", v1alpha1.WorkerClassSpec{
-				Bootstrap: v1alpha1.BootstrapTalos,
+			class: class("talos-proxmox", workerclassv1.WorkerClassSpec{
+				Bootstrap: workerclassv1.BootstrapTalos,
 				Talos:     pinned,
-				Proxmox:   &v1alpha1.ProxmoxTemplateSource{TemplateTags: []string{"talos"}, SchematicID: schematicB},
+				Proxmox:   &workerclassv1.ProxmoxTemplateSource{TemplateTags: []string{"talos"}, SchematicID: schematicB},
 			}),
 			substrate: Proxmox,
-			pool:      v1alpha1.PoolSettings{Version: "v1.35"},
+			pool:      workerclassv1.PoolSettings{Version: "v1.35"},
 			wantErrs:  []string{"workerclasses[talos-proxmox].spec.proxmox.schematicID", "conflicts"},
 		},
 		{
 			name: "a fixed image on a Talos class is a conflicting artifact",
-			class: class("talos-fixed", v1alpha1.WorkerClassSpec{
-				Bootstrap: v1alpha1.BootstrapTalos,
-				Image:     &v1alpha1.FixedImage{KubernetesVersion: "v1.35.6", Reference: kairosRef},
+			class: class("talos-fixed", workerclassv1.WorkerClassSpec{
+				Bootstrap: workerclassv1.BootstrapTalos,
+				Image:     &workerclassv1.FixedImage{KubernetesVersion: "v1.35.6", Reference: kairosRef},
 			}),
-			pool:     v1alpha1.PoolSettings{Version: "v1.35"},
+			pool:     workerclassv1.PoolSettings{Version: "v1.35"},
 			wantErrs: []string{"workerclasses[talos-fixed].spec.image: Forbidden"},
 		},
 		{
 			name:     "an osImage on a fixed Kairos image is a conflicting artifact",
 			class:    fixedKairosClass(),
-			pool:     v1alpha1.PoolSettings{Version: "v1.35", OSImage: &v1alpha1.OSImageSource{Builtin: &v1alpha1.BuiltinImageSource{}}},
+			pool:     workerclassv1.PoolSettings{Version: "v1.35", OSImage: &workerclassv1.OSImageSource{Builtin: &workerclassv1.BuiltinImageSource{}}},
 			wantErrs: []string{"spec.osImage: Forbidden"},
 		},
 		{
 			name:  "an override cannot change the bootstrap family: Talos overrides on Kairos are rejected, not reinterpreted",
 			class: kairosClass(),
-			pool: v1alpha1.PoolSettings{Version: "v1.35", Talos: &v1alpha1.TalosScalars{Version: ptr("v1.13.6")},
-				KernelModules:   []v1alpha1.KernelModule{{Name: "nvme_tcp"}},
-				RegistryMirrors: map[string]v1alpha1.RegistryMirror{"docker.io": {Endpoints: []string{"https://m.example.com"}}}},
+			pool: workerclassv1.PoolSettings{Version: "v1.35", Talos: &workerclassv1.TalosScalars{Version: ptr("v1.13.6")},
+				KernelModules:   []workerclassv1.KernelModule{{Name: "nvme_tcp"}},
+				RegistryMirrors: map[string]workerclassv1.RegistryMirror{"docker.io": {Endpoints: []string{"https://m.example.com"}}}},
 			wantErrs: []string{
 				"spec.talos: Forbidden: Talos settings are not Kairos configuration",
 				"spec.kernelModules: Forbidden", "spec.registryMirrors: Forbidden",
@@ -547,19 +547,19 @@ func TestCompatibilityCheck(t *testing.T) {
 		},
 		{
 			name: "nonempty Talos settings on a Kairos class are rejected",
-			class: class("kairos-with-talos", v1alpha1.WorkerClassSpec{
-				Bootstrap: v1alpha1.BootstrapKairos,
-				Talos:     &v1alpha1.TalosBaseline{KernelModules: []v1alpha1.KernelModule{{Name: "nvme_tcp"}}},
+			class: class("kairos-with-talos", workerclassv1.WorkerClassSpec{
+				Bootstrap: workerclassv1.BootstrapKairos,
+				Talos:     &workerclassv1.TalosBaseline{KernelModules: []workerclassv1.KernelModule{{Name: "nvme_tcp"}}},
 			}),
-			pool:     v1alpha1.PoolSettings{Version: "v1.35"},
+			pool:     workerclassv1.PoolSettings{Version: "v1.35"},
 			wantErrs: []string{"workerclasses[kairos-with-talos].spec.talos: Forbidden"},
 		},
 		{
 			name:  "empty Talos settings on Kairos are not a request for anything",
 			class: kairosClass(),
-			pool: v1alpha1.PoolSettings{Version: "v1.35", Talos: &v1alpha1.TalosScalars{Version: ptr("")},
-				KernelModules: []v1alpha1.KernelModule{}, RegistryMirrors: map[string]v1alpha1.RegistryMirror{},
-				OSImage: &v1alpha1.OSImageSource{}, SSHKeys: []string{}},
+			pool: workerclassv1.PoolSettings{Version: "v1.35", Talos: &workerclassv1.TalosScalars{Version: ptr("")},
+				KernelModules: []workerclassv1.KernelModule{}, RegistryMirrors: map[string]workerclassv1.RegistryMirror{},
+				OSImage: &workerclassv1.OSImageSource{}, SSHKeys: []string{}},
 			check: func(t *testing.T, res *Result) {
 				if res.Talos != nil {
 					t.Errorf("a Kairos result has Talos settings: %+v", res.Talos)
@@ -570,7 +570,7 @@ func TestCompatibilityCheck(t *testing.T) {
 			name:      "Kairos supports KubeVirt only",
 			class:     kairosClass(),
 			substrate: Proxmox,
-			pool:      v1alpha1.PoolSettings{Version: "v1.35"},
+			pool:      workerclassv1.PoolSettings{Version: "v1.35"},
 			wantErrs:  []string{"workerclasses[kairos].spec.bootstrap: Forbidden: Kairos supports KubeVirt only"},
 		},
 	})
@@ -578,7 +578,7 @@ func TestCompatibilityCheck(t *testing.T) {
 
 // Seed section "Versions and replacement".
 func TestVersionsAndReplacement(t *testing.T) {
-	wantVersion := func(v string, match v1alpha1.KubernetesVersionMatch) func(*testing.T, *Result) {
+	wantVersion := func(v string, match workerclassv1.KubernetesVersionMatch) func(*testing.T, *Result) {
 		return func(t *testing.T, res *Result) {
 			if res.KubernetesVersion != v || res.KubernetesVersionMatch != match {
 				t.Errorf("kubernetes = %s (%s), want %s (%s)", res.KubernetesVersion, res.KubernetesVersionMatch, v, match)
@@ -587,51 +587,51 @@ func TestVersionsAndReplacement(t *testing.T) {
 	}
 	runCases(t, []resolveCase{
 		{name: "the pool picks the minor and the platform map the patch (Talos)", class: talosClass(nil),
-			pool: v1alpha1.PoolSettings{Version: "v1.34"}, check: wantVersion("v1.34.9", v1alpha1.KubernetesVersionMatchMinor)},
+			pool: workerclassv1.PoolSettings{Version: "v1.34"}, check: wantVersion("v1.34.9", workerclassv1.KubernetesVersionMatchMinor)},
 		{name: "the pool picks the minor and the platform map the patch (platform Kairos image)", class: kairosClass(),
-			pool: v1alpha1.PoolSettings{Version: "v1.35"},
+			pool: workerclassv1.PoolSettings{Version: "v1.35"},
 			check: func(t *testing.T, res *Result) {
-				wantVersion("v1.35.6", v1alpha1.KubernetesVersionMatchMinor)(t, res)
+				wantVersion("v1.35.6", workerclassv1.KubernetesVersionMatchMinor)(t, res)
 				if res.Image.ContainerDisk.Reference != "ghcr.io/cozystack/kairos-worker@"+digestB {
 					t.Errorf("image = %s", res.Image.ContainerDisk.Reference)
 				}
 			}},
 		{name: "a fixed image supplies its exact patch", class: fixedKairosClass(),
-			pool: v1alpha1.PoolSettings{Version: "v1.35"},
+			pool: workerclassv1.PoolSettings{Version: "v1.35"},
 			check: func(t *testing.T, res *Result) {
-				wantVersion("v1.35.6", v1alpha1.KubernetesVersionMatchExact)(t, res)
+				wantVersion("v1.35.6", workerclassv1.KubernetesVersionMatchExact)(t, res)
 				if res.Image.ContainerDisk.Reference != kairosRef {
 					t.Errorf("image = %s, want %s", res.Image.ContainerDisk.Reference, kairosRef)
 				}
 			}},
 		{name: "the pool must select the fixed image's minor", class: fixedKairosClass(),
-			pool:     v1alpha1.PoolSettings{Version: "v1.34"},
+			pool:     workerclassv1.PoolSettings{Version: "v1.34"},
 			wantErrs: []string{`spec.version: Invalid value: "v1.34": class kairos-example-v1-35-6-r1's fixed image packages Kubernetes v1.35.6; the pool must select minor v1.35`}},
 		{name: "a platform patch change does not rewrite a fixed image's patch", class: fixedKairosClass(),
-			pool:     v1alpha1.PoolSettings{Version: "v1.35"},
-			platform: func(p *v1alpha1.WorkerPlatformSpec) { p.KubernetesVersions[1].Patch = "v1.35.9" },
-			check:    wantVersion("v1.35.6", v1alpha1.KubernetesVersionMatchExact)},
+			pool:     workerclassv1.PoolSettings{Version: "v1.35"},
+			platform: func(p *workerclassv1.WorkerPlatformSpec) { p.KubernetesVersions[1].Patch = "v1.35.9" },
+			check:    wantVersion("v1.35.6", workerclassv1.KubernetesVersionMatchExact)},
 		{name: "a fixed image needs no platform map entry", class: fixedKairosClass(),
-			pool:     v1alpha1.PoolSettings{Version: "v1.35"},
-			platform: func(p *v1alpha1.WorkerPlatformSpec) { p.KubernetesVersions = nil },
-			check:    wantVersion("v1.35.6", v1alpha1.KubernetesVersionMatchExact)},
+			pool:     workerclassv1.PoolSettings{Version: "v1.35"},
+			platform: func(p *workerclassv1.WorkerPlatformSpec) { p.KubernetesVersions = nil },
+			check:    wantVersion("v1.35.6", workerclassv1.KubernetesVersionMatchExact)},
 		{name: "no arbitrary pool patch selector", class: talosClass(nil),
-			pool:     v1alpha1.PoolSettings{Version: "v1.35.6"},
+			pool:     workerclassv1.PoolSettings{Version: "v1.35.6"},
 			wantErrs: []string{`spec.version: Invalid value: "v1.35.6": a pool selects a Kubernetes minor`}},
 		{name: "the pool must choose a minor", class: talosClass(nil),
-			pool:     v1alpha1.PoolSettings{},
+			pool:     workerclassv1.PoolSettings{},
 			wantErrs: []string{"spec.version: Required value"}},
 		{name: "an unsupported minor is rejected", class: talosClass(nil),
-			pool:     v1alpha1.PoolSettings{Version: "v1.36"},
+			pool:     workerclassv1.PoolSettings{Version: "v1.36"},
 			wantErrs: []string{`spec.version: Unsupported value: "v1.36": supported values: "v1.34", "v1.35"`}},
 		{name: "a platform Kairos image must exist for the minor", class: kairosClass(),
-			pool:     v1alpha1.PoolSettings{Version: "v1.34"},
+			pool:     workerclassv1.PoolSettings{Version: "v1.34"},
 			wantErrs: []string{"the platform has no Kairos image for this minor"}},
 	})
 }
 
 func TestPlatformChangesAndHash(t *testing.T) {
-	resolve := func(c *v1alpha1.WorkerClass, pool v1alpha1.PoolSettings, mutate func(*v1alpha1.WorkerPlatformSpec)) *Result {
+	resolve := func(c *workerclassv1.WorkerClass, pool workerclassv1.PoolSettings, mutate func(*workerclassv1.WorkerPlatformSpec)) *Result {
 		t.Helper()
 		p := testPlatform()
 		if mutate != nil {
@@ -643,8 +643,8 @@ func TestPlatformChangesAndHash(t *testing.T) {
 		}
 		return res
 	}
-	pool := v1alpha1.PoolSettings{Version: "v1.35"}
-	patchBump := func(p *v1alpha1.WorkerPlatformSpec) { p.KubernetesVersions[1].Patch = "v1.35.9" }
+	pool := workerclassv1.PoolSettings{Version: "v1.35"}
+	patchBump := func(p *workerclassv1.WorkerPlatformSpec) { p.KubernetesVersions[1].Patch = "v1.35.9" }
 
 	t.Run("a platform patch change leaves a fixed image's hash unchanged", func(t *testing.T) {
 		if a, b := resolve(fixedKairosClass(), pool, nil), resolve(fixedKairosClass(), pool, patchBump); a.Hash != b.Hash {
@@ -659,7 +659,7 @@ func TestPlatformChangesAndHash(t *testing.T) {
 	})
 	t.Run("a platform Kairos rebuild (new digest) enters the hash", func(t *testing.T) {
 		a := resolve(kairosClass(), pool, nil)
-		b := resolve(kairosClass(), pool, func(p *v1alpha1.WorkerPlatformSpec) {
+		b := resolve(kairosClass(), pool, func(p *workerclassv1.WorkerPlatformSpec) {
 			p.KairosImages[0].Reference = "ghcr.io/cozystack/kairos-worker@" + digestA
 		})
 		if a.Hash == b.Hash {
@@ -667,7 +667,7 @@ func TestPlatformChangesAndHash(t *testing.T) {
 		}
 	})
 	t.Run("equal inputs give equal hashes", func(t *testing.T) {
-		c := talosClass(&v1alpha1.TalosBaseline{RegistryMirrors: map[string]v1alpha1.RegistryMirror{
+		c := talosClass(&workerclassv1.TalosBaseline{RegistryMirrors: map[string]workerclassv1.RegistryMirror{
 			"docker.io": {Endpoints: []string{"https://a.example.com"}}, "ghcr.io": {Endpoints: []string{"https://b.example.com"}},
 			"quay.io": {Endpoints: []string{"https://c.example.com"}},
 		}})
@@ -680,18 +680,18 @@ func TestPlatformChangesAndHash(t *testing.T) {
 	})
 	t.Run("the factory CA does not enter the hash", func(t *testing.T) {
 		a := resolve(talosClass(nil), pool, nil)
-		b := resolve(talosClass(nil), v1alpha1.PoolSettings{Version: "v1.35", Talos: &v1alpha1.TalosScalars{ImageFactoryCA: ptr("ca")}}, nil)
+		b := resolve(talosClass(nil), workerclassv1.PoolSettings{Version: "v1.35", Talos: &workerclassv1.TalosScalars{ImageFactoryCA: ptr("ca")}}, nil)
 		if a.Hash != b.Hash {
 			t.Error("the CA changes how bytes are fetched, not which bytes boot")
 		}
 	})
 	t.Run("boot-relevant settings enter the hash", func(t *testing.T) {
 		base := resolve(talosClass(nil), pool, nil).Hash
-		variants := map[string]v1alpha1.PoolSettings{
-			"kernel modules":   {Version: "v1.35", KernelModules: []v1alpha1.KernelModule{{Name: "drbd"}}},
-			"registry mirrors": {Version: "v1.35", RegistryMirrors: map[string]v1alpha1.RegistryMirror{"docker.io": {Endpoints: []string{"https://m.example.com"}}}},
-			"talos version":    {Version: "v1.35", Talos: &v1alpha1.TalosScalars{Version: ptr("v1.13.7")}},
-			"installer":        {Version: "v1.35", Talos: &v1alpha1.TalosScalars{InstallerRepository: ptr("registry.example.com/installer")}},
+		variants := map[string]workerclassv1.PoolSettings{
+			"kernel modules":   {Version: "v1.35", KernelModules: []workerclassv1.KernelModule{{Name: "drbd"}}},
+			"registry mirrors": {Version: "v1.35", RegistryMirrors: map[string]workerclassv1.RegistryMirror{"docker.io": {Endpoints: []string{"https://m.example.com"}}}},
+			"talos version":    {Version: "v1.35", Talos: &workerclassv1.TalosScalars{Version: ptr("v1.13.7")}},
+			"installer":        {Version: "v1.35", Talos: &workerclassv1.TalosScalars{InstallerRepository: ptr("registry.example.com/installer")}},
 			"minor":            {Version: "v1.34"},
 		}
 		for name, p := range variants {
@@ -699,7 +699,7 @@ func TestPlatformChangesAndHash(t *testing.T) {
 				t.Errorf("%s does not change the hash", name)
 			}
 		}
-		cd := class("talos-configdrive", v1alpha1.WorkerClassSpec{Bootstrap: v1alpha1.BootstrapTalos, CloudInitDatasource: v1alpha1.CloudInitConfigDrive})
+		cd := class("talos-configdrive", workerclassv1.WorkerClassSpec{Bootstrap: workerclassv1.BootstrapTalos, CloudInitDatasource: workerclassv1.CloudInitConfigDrive})
 		if resolve(cd, pool, nil).Hash == base {
 			t.Error("the cloud-init datasource does not change the hash")
 		}
@@ -708,19 +708,19 @@ func TestPlatformChangesAndHash(t *testing.T) {
 
 func TestResolveInputs(t *testing.T) {
 	t.Run("a classless input is refused, not guessed", func(t *testing.T) {
-		if _, errs := Resolve(Input{Pool: v1alpha1.PoolSettings{Version: "v1.35"}}); len(errs) == 0 {
+		if _, errs := Resolve(Input{Pool: workerclassv1.PoolSettings{Version: "v1.35"}}); len(errs) == 0 {
 			t.Fatal("expected an error")
 		}
 	})
 	t.Run("a nil platform reads as empty", func(t *testing.T) {
-		res, errs := Resolve(Input{Class: fixedKairosClass(), Pool: v1alpha1.PoolSettings{Version: "v1.35"}})
+		res, errs := Resolve(Input{Class: fixedKairosClass(), Pool: workerclassv1.PoolSettings{Version: "v1.35"}})
 		if len(errs) > 0 || res.KubernetesVersion != "v1.35.6" {
 			t.Fatalf("res %+v, errs %v", res, errs)
 		}
 	})
 	t.Run("the cloud-init datasource defaults to NoCloud", func(t *testing.T) {
-		res, _ := Resolve(Input{Class: fixedKairosClass(), Pool: v1alpha1.PoolSettings{Version: "v1.35"}})
-		if res.CloudInitDatasource != v1alpha1.CloudInitNoCloud {
+		res, _ := Resolve(Input{Class: fixedKairosClass(), Pool: workerclassv1.PoolSettings{Version: "v1.35"}})
+		if res.CloudInitDatasource != workerclassv1.CloudInitNoCloud {
 			t.Errorf("datasource = %s", res.CloudInitDatasource)
 		}
 	})
@@ -731,11 +731,11 @@ func TestResolveInputs(t *testing.T) {
 		}
 	})
 	t.Run("resolution does not modify its input", func(t *testing.T) {
-		c := talosClass(&v1alpha1.TalosBaseline{KernelModules: []v1alpha1.KernelModule{{Name: "nvme_tcp"}}})
+		c := talosClass(&workerclassv1.TalosBaseline{KernelModules: []workerclassv1.KernelModule{{Name: "nvme_tcp"}}})
 		before := c.DeepCopy()
 		p := testPlatform()
 		pBefore := p.DeepCopy()
-		pool := v1alpha1.PoolSettings{Version: "v1.35", GPUs: []v1alpha1.GPU{{Name: "nvidia.com/x"}}}
+		pool := workerclassv1.PoolSettings{Version: "v1.35", GPUs: []workerclassv1.GPU{{Name: "nvidia.com/x"}}}
 		Resolve(Input{Class: c, Pool: pool, Platform: p})
 		if !reflect.DeepEqual(c, before) || !reflect.DeepEqual(p, pBefore) {
 			t.Error("input changed")

@@ -28,7 +28,7 @@ package resolve
 import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
-	"github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
+	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
 )
 
 // Substrate is where the pool's workers run.
@@ -45,11 +45,11 @@ const (
 // Input is everything resolution reads.
 type Input struct {
 	// Class is the pool's class; required.
-	Class *v1alpha1.WorkerClass
+	Class *workerclassv1.WorkerClass
 	// Pool holds the pool's Kubernetes minor and overrides.
-	Pool v1alpha1.PoolSettings
+	Pool workerclassv1.PoolSettings
 	// Platform is the platform configuration; nil reads as empty.
-	Platform *v1alpha1.WorkerPlatformSpec
+	Platform *workerclassv1.WorkerPlatformSpec
 	// Substrate defaults to KubeVirt.
 	Substrate Substrate
 	// Path is the path of the pool's settings in error messages; defaults
@@ -61,18 +61,18 @@ type Input struct {
 // memory with the Input: treat them as read-only.
 type Result struct {
 	// Bootstrap is the class's family; overrides never change it.
-	Bootstrap v1alpha1.BootstrapFamily
+	Bootstrap workerclassv1.BootstrapFamily
 	// KubernetesVersion is the exact patch, for example v1.35.6.
 	KubernetesVersion string
 	// KubernetesVersionMatch is Exact for a fixed image and Minor for
 	// platform images.
-	KubernetesVersionMatch v1alpha1.KubernetesVersionMatch
+	KubernetesVersionMatch workerclassv1.KubernetesVersionMatch
 	// Talos is nil for Kairos.
 	Talos *TalosSettings
 	// Image holds exactly one source.
 	Image Image
 	// CloudInitDatasource is the class's choice, NoCloud by default.
-	CloudInitDatasource v1alpha1.CloudInitDatasource
+	CloudInitDatasource workerclassv1.CloudInitDatasource
 	// Hash is a stable hex SHA-256 of everything that changes the
 	// machine's bytes or boot.
 	Hash string
@@ -87,8 +87,8 @@ type TalosSettings struct {
 	InstallerRepository string
 	// InstallerImage is the in-guest installer, <repository>:<version>.
 	InstallerImage  string
-	RegistryMirrors map[string]v1alpha1.RegistryMirror
-	KernelModules   []v1alpha1.KernelModule
+	RegistryMirrors map[string]workerclassv1.RegistryMirror
+	KernelModules   []workerclassv1.KernelModule
 }
 
 // Image is the resolved disk source; exactly one field is set.
@@ -115,7 +115,7 @@ type HTTPImport struct {
 }
 
 // CloneSourceKind is the kind of a golden disk source.
-type CloneSourceKind = v1alpha1.GoldenImageSourceKind
+type CloneSourceKind = workerclassv1.GoldenImageSourceKind
 
 // Clone clones a golden disk from the platform catalog.
 type Clone struct {

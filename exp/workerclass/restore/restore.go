@@ -35,7 +35,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/cozystack/cluster-api-workers/exp/workerclass/admission"
-	"github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
+	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/exp/workerclass/resolve"
 )
 
@@ -46,8 +46,8 @@ var ErrKairos = errors.New("a Kairos pool has no legacy (classless) layout: an o
 // name or class label, and every effective Talos setting of res written
 // into the pool's own fields. platform and substrate are those res was
 // resolved with; they are used to verify the conversion.
-func LegacyPool(pool *unstructured.Unstructured, res *resolve.Result, platform *v1alpha1.WorkerPlatformSpec, substrate resolve.Substrate) (*unstructured.Unstructured, error) {
-	if res.Bootstrap != v1alpha1.BootstrapTalos || res.Talos == nil {
+func LegacyPool(pool *unstructured.Unstructured, res *resolve.Result, platform *workerclassv1.WorkerPlatformSpec, substrate resolve.Substrate) (*unstructured.Unstructured, error) {
+	if res.Bootstrap != workerclassv1.BootstrapTalos || res.Talos == nil {
 		return nil, ErrKairos
 	}
 	out := pool.DeepCopy()
@@ -56,7 +56,7 @@ func LegacyPool(pool *unstructured.Unstructured, res *resolve.Result, platform *
 		unstructured.RemoveNestedField(out.Object, f...)
 	}
 	if labels := out.GetLabels(); labels != nil {
-		delete(labels, v1alpha1.WorkerClassLabel)
+		delete(labels, workerclassv1.WorkerClassLabel)
 		if len(labels) == 0 {
 			labels = nil
 		}
@@ -94,10 +94,10 @@ func LegacyPool(pool *unstructured.Unstructured, res *resolve.Result, platform *
 
 // legacySettings writes every effective value explicitly, [] and {}
 // included, so the legacy render depends on no class or rule.
-func legacySettings(res *resolve.Result) (v1alpha1.PoolSettings, error) {
+func legacySettings(res *resolve.Result) (workerclassv1.PoolSettings, error) {
 	t := res.Talos
-	s := v1alpha1.PoolSettings{
-		Talos: &v1alpha1.TalosScalars{
+	s := workerclassv1.PoolSettings{
+		Talos: &workerclassv1.TalosScalars{
 			Version:             &t.Version,
 			SchematicID:         &t.SchematicID,
 			ImageFactoryURL:     &t.ImageFactoryURL,
@@ -108,19 +108,19 @@ func legacySettings(res *resolve.Result) (v1alpha1.PoolSettings, error) {
 		RegistryMirrors: t.RegistryMirrors,
 	}
 	if s.KernelModules == nil {
-		s.KernelModules = []v1alpha1.KernelModule{}
+		s.KernelModules = []workerclassv1.KernelModule{}
 	}
 	if s.RegistryMirrors == nil {
-		s.RegistryMirrors = map[string]v1alpha1.RegistryMirror{}
+		s.RegistryMirrors = map[string]workerclassv1.RegistryMirror{}
 	}
 	switch img := res.Image; {
 	case img.Clone != nil:
-		s.OSImage = &v1alpha1.OSImageSource{Builtin: &v1alpha1.BuiltinImageSource{Version: t.Version, SchematicID: t.SchematicID}}
+		s.OSImage = &workerclassv1.OSImageSource{Builtin: &workerclassv1.BuiltinImageSource{Version: t.Version, SchematicID: t.SchematicID}}
 	case img.HTTPImport != nil:
-		s.OSImage = &v1alpha1.OSImageSource{Factory: &v1alpha1.FactoryImageSource{Version: t.Version, SchematicID: t.SchematicID,
+		s.OSImage = &workerclassv1.OSImageSource{Factory: &workerclassv1.FactoryImageSource{Version: t.Version, SchematicID: t.SchematicID,
 			Endpoint: factoryEndpoint(img.HTTPImport.URL)}}
 	case img.ProxmoxTemplate != nil:
-		s.Proxmox = &v1alpha1.ProxmoxOverrides{TemplateTags: img.ProxmoxTemplate.Tags}
+		s.Proxmox = &workerclassv1.ProxmoxOverrides{TemplateTags: img.ProxmoxTemplate.Tags}
 	default:
 		return s, fmt.Errorf("the resolved image has no source the legacy layout can name")
 	}
@@ -138,13 +138,13 @@ func factoryEndpoint(url string) string {
 // verify resolves the legacy layout as a classless Talos pool (the
 // built-in talos class, which has an empty baseline) and requires the same
 // content hash.
-func verify(legacy *unstructured.Unstructured, res *resolve.Result, platform *v1alpha1.WorkerPlatformSpec, substrate resolve.Substrate) error {
+func verify(legacy *unstructured.Unstructured, res *resolve.Result, platform *workerclassv1.WorkerPlatformSpec, substrate resolve.Substrate) error {
 	pool, errs := admission.PoolFromObject(legacy.Object)
 	if len(errs) > 0 {
 		return fmt.Errorf("reading the legacy layout back: %w", errs.ToAggregate())
 	}
-	bare := &v1alpha1.WorkerClass{Spec: v1alpha1.WorkerClassSpec{Bootstrap: v1alpha1.BootstrapTalos}}
-	bare.Name = v1alpha1.TalosClassName
+	bare := &workerclassv1.WorkerClass{Spec: workerclassv1.WorkerClassSpec{Bootstrap: workerclassv1.BootstrapTalos}}
+	bare.Name = workerclassv1.TalosClassName
 	again, errs := resolve.Resolve(resolve.Input{Class: bare, Pool: pool.Settings, Platform: platform, Substrate: substrate})
 	if len(errs) > 0 {
 		return fmt.Errorf("the legacy layout does not resolve: %w", errs.ToAggregate())

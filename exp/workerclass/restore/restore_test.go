@@ -26,34 +26,34 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/cozystack/cluster-api-workers/exp/workerclass/admission"
-	"github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
+	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/exp/workerclass/resolve"
 )
 
 var schematic = strings.Repeat("c", 64)
 
-func platform() *v1alpha1.WorkerPlatformSpec {
-	return &v1alpha1.WorkerPlatformSpec{
+func platform() *workerclassv1.WorkerPlatformSpec {
+	return &workerclassv1.WorkerPlatformSpec{
 		DefaultClass:       "talos",
-		KubernetesVersions: []v1alpha1.KubernetesVersion{{Minor: "v1.35", Patch: "v1.35.6"}},
-		TalosFactory:       v1alpha1.TalosFactoryDefaults{URL: "https://factory.talos.dev", Version: "v1.13.6", SchematicID: schematic},
-		GoldenImages: []v1alpha1.GoldenImage{{Version: "v1.13.6", SchematicID: schematic,
-			Source: v1alpha1.GoldenImageSource{Kind: v1alpha1.GoldenDataSource, Namespace: "golden", Name: "talos"}}},
-		KairosImages: []v1alpha1.KairosImage{{Minor: "v1.35", Reference: "ghcr.io/x/kairos@sha256:" + strings.Repeat("1", 64)}},
+		KubernetesVersions: []workerclassv1.KubernetesVersion{{Minor: "v1.35", Patch: "v1.35.6"}},
+		TalosFactory:       workerclassv1.TalosFactoryDefaults{URL: "https://factory.talos.dev", Version: "v1.13.6", SchematicID: schematic},
+		GoldenImages: []workerclassv1.GoldenImage{{Version: "v1.13.6", SchematicID: schematic,
+			Source: workerclassv1.GoldenImageSource{Kind: workerclassv1.GoldenDataSource, Namespace: "golden", Name: "talos"}}},
+		KairosImages: []workerclassv1.KairosImage{{Minor: "v1.35", Reference: "ghcr.io/x/kairos@sha256:" + strings.Repeat("1", 64)}},
 	}
 }
 
 func poolObject(spec map[string]any) *unstructured.Unstructured {
 	u := &unstructured.Unstructured{Object: map[string]any{"spec": spec}}
-	u.SetGroupVersionKind(v1alpha1.PoolGroupVersionKind)
+	u.SetGroupVersionKind(workerclassv1.PoolGroupVersionKind)
 	u.SetNamespace("tenant")
 	u.SetName("example")
-	u.SetLabels(map[string]string{v1alpha1.WorkerClassLabel: "x", "team": "a"})
+	u.SetLabels(map[string]string{workerclassv1.WorkerClassLabel: "x", "team": "a"})
 	u.SetResourceVersion("42")
 	return u
 }
 
-func resolvePool(t *testing.T, class *v1alpha1.WorkerClass, obj *unstructured.Unstructured, substrate resolve.Substrate) *resolve.Result {
+func resolvePool(t *testing.T, class *workerclassv1.WorkerClass, obj *unstructured.Unstructured, substrate resolve.Substrate) *resolve.Result {
 	t.Helper()
 	pool, errs := admission.PoolFromObject(obj.Object)
 	if len(errs) > 0 {
@@ -66,14 +66,14 @@ func resolvePool(t *testing.T, class *v1alpha1.WorkerClass, obj *unstructured.Un
 	return res
 }
 
-func class(name string, spec v1alpha1.WorkerClassSpec) *v1alpha1.WorkerClass {
-	return &v1alpha1.WorkerClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: spec}
+func class(name string, spec workerclassv1.WorkerClassSpec) *workerclassv1.WorkerClass {
+	return &workerclassv1.WorkerClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: spec}
 }
 
 func TestLegacyPool(t *testing.T) {
-	baseline := class("talos-example-r1", v1alpha1.WorkerClassSpec{Bootstrap: v1alpha1.BootstrapTalos, Talos: &v1alpha1.TalosBaseline{
-		TalosScalars:    v1alpha1.TalosScalars{Version: ptr("v1.13.6"), ImageFactoryCA: ptr("ca")},
-		RegistryMirrors: map[string]v1alpha1.RegistryMirror{"docker.io": {Endpoints: []string{"https://mirror.example.com"}}},
+	baseline := class("talos-example-r1", workerclassv1.WorkerClassSpec{Bootstrap: workerclassv1.BootstrapTalos, Talos: &workerclassv1.TalosBaseline{
+		TalosScalars:    workerclassv1.TalosScalars{Version: ptr("v1.13.6"), ImageFactoryCA: ptr("ca")},
+		RegistryMirrors: map[string]workerclassv1.RegistryMirror{"docker.io": {Endpoints: []string{"https://mirror.example.com"}}},
 	}})
 
 	t.Run("a classified Talos pool's effective settings land in the pool's own fields", func(t *testing.T) {
@@ -88,7 +88,7 @@ func TestLegacyPool(t *testing.T) {
 		if _, ok := spec["workerClassName"]; ok {
 			t.Error("the class name must go")
 		}
-		if _, ok := legacy.GetLabels()[v1alpha1.WorkerClassLabel]; ok || legacy.GetLabels()["team"] != "a" {
+		if _, ok := legacy.GetLabels()[workerclassv1.WorkerClassLabel]; ok || legacy.GetLabels()["team"] != "a" {
 			t.Errorf("labels %v: the class label must go, others stay", legacy.GetLabels())
 		}
 		if legacy.GetResourceVersion() != "" {
@@ -110,13 +110,13 @@ func TestLegacyPool(t *testing.T) {
 		if !reflect.DeepEqual(spec["osImage"], map[string]any{"factory": map[string]any{"version": "v1.13.6", "schematicID": schematic, "endpoint": "https://factory.talos.dev"}}) {
 			t.Errorf("osImage = %v", spec["osImage"])
 		}
-		if obj.GetLabels()[v1alpha1.WorkerClassLabel] != "x" {
+		if obj.GetLabels()[workerclassv1.WorkerClassLabel] != "x" {
 			t.Error("the input pool was modified")
 		}
 	})
 	t.Run("[] and {} are written out, not dropped", func(t *testing.T) {
 		obj := poolObject(map[string]any{"cluster": "c", "workerClassName": "talos", "version": "v1.35"})
-		res := resolvePool(t, class("talos", v1alpha1.WorkerClassSpec{Bootstrap: v1alpha1.BootstrapTalos}), obj, resolve.KubeVirt)
+		res := resolvePool(t, class("talos", workerclassv1.WorkerClassSpec{Bootstrap: workerclassv1.BootstrapTalos}), obj, resolve.KubeVirt)
 		legacy, err := LegacyPool(obj, res, platform(), resolve.KubeVirt)
 		if err != nil {
 			t.Fatal(err)
@@ -130,8 +130,8 @@ func TestLegacyPool(t *testing.T) {
 		}
 	})
 	t.Run("a builtin golden source becomes an explicit builtin selection", func(t *testing.T) {
-		builtin := class("talos-golden", v1alpha1.WorkerClassSpec{Bootstrap: v1alpha1.BootstrapTalos,
-			KubeVirt: &v1alpha1.KubeVirtClassSource{OSImage: &v1alpha1.OSImageSource{Builtin: &v1alpha1.BuiltinImageSource{}}}})
+		builtin := class("talos-golden", workerclassv1.WorkerClassSpec{Bootstrap: workerclassv1.BootstrapTalos,
+			KubeVirt: &workerclassv1.KubeVirtClassSource{OSImage: &workerclassv1.OSImageSource{Builtin: &workerclassv1.BuiltinImageSource{}}}})
 		obj := poolObject(map[string]any{"cluster": "c", "workerClassName": "talos-golden", "version": "v1.35"})
 		legacy, err := LegacyPool(obj, resolvePool(t, builtin, obj, resolve.KubeVirt), platform(), resolve.KubeVirt)
 		if err != nil {
@@ -143,8 +143,8 @@ func TestLegacyPool(t *testing.T) {
 		}
 	})
 	t.Run("a Proxmox pool keeps its template tags", func(t *testing.T) {
-		px := class("talos-px", v1alpha1.WorkerClassSpec{Bootstrap: v1alpha1.BootstrapTalos,
-			Proxmox: &v1alpha1.ProxmoxTemplateSource{TemplateTags: []string{"talos"}}})
+		px := class("talos-px", workerclassv1.WorkerClassSpec{Bootstrap: workerclassv1.BootstrapTalos,
+			Proxmox: &workerclassv1.ProxmoxTemplateSource{TemplateTags: []string{"talos"}}})
 		obj := poolObject(map[string]any{"cluster": "c", "workerClassName": "talos-px", "version": "v1.35"})
 		legacy, err := LegacyPool(obj, resolvePool(t, px, obj, resolve.Proxmox), platform(), resolve.Proxmox)
 		if err != nil {
@@ -156,13 +156,13 @@ func TestLegacyPool(t *testing.T) {
 	})
 	t.Run("a Kairos pool has no legacy layout", func(t *testing.T) {
 		obj := poolObject(map[string]any{"cluster": "c", "workerClassName": "kairos", "version": "v1.35"})
-		res := resolvePool(t, class("kairos", v1alpha1.WorkerClassSpec{Bootstrap: v1alpha1.BootstrapKairos}), obj, resolve.KubeVirt)
+		res := resolvePool(t, class("kairos", workerclassv1.WorkerClassSpec{Bootstrap: workerclassv1.BootstrapKairos}), obj, resolve.KubeVirt)
 		if _, err := LegacyPool(obj, res, platform(), resolve.KubeVirt); !errors.Is(err, ErrKairos) {
 			t.Errorf("err = %v", err)
 		}
 	})
 	t.Run("a class setting with no pool field is refused, not dropped", func(t *testing.T) {
-		cd := class("talos-cd", v1alpha1.WorkerClassSpec{Bootstrap: v1alpha1.BootstrapTalos, CloudInitDatasource: v1alpha1.CloudInitConfigDrive})
+		cd := class("talos-cd", workerclassv1.WorkerClassSpec{Bootstrap: workerclassv1.BootstrapTalos, CloudInitDatasource: workerclassv1.CloudInitConfigDrive})
 		obj := poolObject(map[string]any{"cluster": "c", "workerClassName": "talos-cd", "version": "v1.35"})
 		_, err := LegacyPool(obj, resolvePool(t, cd, obj, resolve.KubeVirt), platform(), resolve.KubeVirt)
 		if err == nil || !strings.Contains(err.Error(), "ConfigDrive") {

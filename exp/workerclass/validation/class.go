@@ -21,24 +21,24 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
-	"github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
+	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
 )
 
 // ValidateClassSpec checks a WorkerClass spec on its own: field syntax,
 // the fixed image, and that a Kairos class carries no Talos settings.
-func ValidateClassSpec(spec *v1alpha1.WorkerClassSpec, path *field.Path) field.ErrorList {
+func ValidateClassSpec(spec *workerclassv1.WorkerClassSpec, path *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	switch spec.Bootstrap {
-	case v1alpha1.BootstrapTalos:
+	case workerclassv1.BootstrapTalos:
 		if spec.Image != nil {
 			errs = append(errs, field.Forbidden(path.Child("image"), "a fixed image is a Kairos artifact; a Talos class selects a builtin or factory source"))
 		}
-	case v1alpha1.BootstrapKairos:
+	case workerclassv1.BootstrapKairos:
 		errs = append(errs, kairosClassForbidden(spec, path)...)
 	case "":
 		errs = append(errs, field.Required(path.Child("bootstrap"), "choose talos or kairos"))
 	default:
-		errs = append(errs, field.NotSupported(path.Child("bootstrap"), spec.Bootstrap, []v1alpha1.BootstrapFamily{v1alpha1.BootstrapTalos, v1alpha1.BootstrapKairos}))
+		errs = append(errs, field.NotSupported(path.Child("bootstrap"), spec.Bootstrap, []workerclassv1.BootstrapFamily{workerclassv1.BootstrapTalos, workerclassv1.BootstrapKairos}))
 	}
 	if t := spec.Talos; t != nil {
 		p := path.Child("talos")
@@ -63,17 +63,17 @@ func ValidateClassSpec(spec *v1alpha1.WorkerClassSpec, path *field.Path) field.E
 		errs = append(errs, ValidateFixedImage(img, path.Child("image"))...)
 	}
 	switch spec.CloudInitDatasource {
-	case "", v1alpha1.CloudInitNoCloud, v1alpha1.CloudInitConfigDrive:
+	case "", workerclassv1.CloudInitNoCloud, workerclassv1.CloudInitConfigDrive:
 	default:
 		errs = append(errs, field.NotSupported(path.Child("cloudInitDatasource"), spec.CloudInitDatasource,
-			[]v1alpha1.CloudInitDatasource{v1alpha1.CloudInitNoCloud, v1alpha1.CloudInitConfigDrive}))
+			[]workerclassv1.CloudInitDatasource{workerclassv1.CloudInitNoCloud, workerclassv1.CloudInitConfigDrive}))
 	}
 	return errs
 }
 
 // kairosClassForbidden rejects Talos settings, Talos disk sources and
 // Proxmox templates on a Kairos class instead of reinterpreting them.
-func kairosClassForbidden(spec *v1alpha1.WorkerClassSpec, path *field.Path) field.ErrorList {
+func kairosClassForbidden(spec *workerclassv1.WorkerClassSpec, path *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	if t := spec.Talos; t != nil {
 		if !TalosScalarsEmpty(&t.TalosScalars) || len(t.RegistryMirrors) > 0 || len(t.KernelModules) > 0 {
@@ -91,7 +91,7 @@ func kairosClassForbidden(spec *v1alpha1.WorkerClassSpec, path *field.Path) fiel
 
 // ValidateFixedImage checks that both fixed-image fields are present, the
 // Kubernetes version is exact and the reference is pinned by digest.
-func ValidateFixedImage(img *v1alpha1.FixedImage, path *field.Path) field.ErrorList {
+func ValidateFixedImage(img *workerclassv1.FixedImage, path *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	if img.KubernetesVersion == "" {
 		errs = append(errs, field.Required(path.Child("kubernetesVersion"), "a fixed image needs both kubernetesVersion and reference"))
@@ -107,7 +107,7 @@ func ValidateFixedImage(img *v1alpha1.FixedImage, path *field.Path) field.ErrorL
 }
 
 // ValidateClassUpdate rejects any change of the spec.
-func ValidateClassUpdate(oldSpec, newSpec *v1alpha1.WorkerClassSpec, path *field.Path) field.ErrorList {
+func ValidateClassUpdate(oldSpec, newSpec *workerclassv1.WorkerClassSpec, path *field.Path) field.ErrorList {
 	if !reflect.DeepEqual(oldSpec, newSpec) {
 		return field.ErrorList{field.Forbidden(path, "the spec is immutable; publish another class for another baseline or image")}
 	}

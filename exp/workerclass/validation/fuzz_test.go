@@ -21,12 +21,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cozystack/cluster-api-workers/internal/sshkeys"
-
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apimachinery/pkg/util/version"
 
-	"github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
+	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
+	"github.com/cozystack/cluster-api-workers/internal/sshkeys"
 )
 
 // FuzzParseVersions checks the version parsers against apimachinery's
@@ -70,9 +69,9 @@ func FuzzSSHKeys(f *testing.F) {
 		f.Add(s, true)
 	}
 	f.Fuzz(func(t *testing.T, key string, kairos bool) {
-		family := v1alpha1.BootstrapTalos
+		family := workerclassv1.BootstrapTalos
 		if kairos {
-			family = v1alpha1.BootstrapKairos
+			family = workerclassv1.BootstrapKairos
 		}
 		errs := ValidateSSHKeys(family, []string{key}, field.NewPath("spec", "sshKeys"))
 		if sshkeys.LooksLikePrivateKey(key) {

@@ -137,7 +137,7 @@ func ValidateRegistryHost(host string, path *field.Path) field.ErrorList {
 
 func atoi(s string) int {
 	n := 0
-	for i := 0; i < len(s); i++ {
+	for i := range len(s) {
 		if s[i] < '0' || s[i] > '9' || n > 65535 {
 			return -1
 		}

@@ -20,21 +20,21 @@ import (
 	utilvalidation "k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
-	"github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
+	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
 )
 
 // ValidatePlatform checks the platform configuration singleton.
-func ValidatePlatform(p *v1alpha1.WorkerPlatform) field.ErrorList {
+func ValidatePlatform(p *workerclassv1.WorkerPlatform) field.ErrorList {
 	var errs field.ErrorList
-	if p.Name != v1alpha1.PlatformName {
-		errs = append(errs, field.Invalid(field.NewPath("metadata", "name"), p.Name, "the platform configuration is a singleton named "+v1alpha1.PlatformName))
+	if p.Name != workerclassv1.PlatformName {
+		errs = append(errs, field.Invalid(field.NewPath("metadata", "name"), p.Name, "the platform configuration is a singleton named "+workerclassv1.PlatformName))
 	}
 	return append(errs, ValidatePlatformSpec(&p.Spec, field.NewPath("spec"))...)
 }
 
 // ValidatePlatformSpec checks the default class, the version map, the
 // Talos factory defaults, the golden catalog and the Kairos images.
-func ValidatePlatformSpec(spec *v1alpha1.WorkerPlatformSpec, path *field.Path) field.ErrorList {
+func ValidatePlatformSpec(spec *workerclassv1.WorkerPlatformSpec, path *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	if spec.DefaultClass == "" {
 		errs = append(errs, field.Required(path.Child("defaultClass"), "name the class new pools receive"))
@@ -96,10 +96,10 @@ func ValidatePlatformSpec(spec *v1alpha1.WorkerPlatformSpec, path *field.Path) f
 		goldens[key] = struct{}{}
 		sp := p.Child("source")
 		switch g.Source.Kind {
-		case v1alpha1.GoldenDataSource, v1alpha1.GoldenPersistentVolumeClaim:
+		case workerclassv1.GoldenDataSource, workerclassv1.GoldenPersistentVolumeClaim:
 		default:
 			errs = append(errs, field.NotSupported(sp.Child("kind"), g.Source.Kind,
-				[]v1alpha1.GoldenImageSourceKind{v1alpha1.GoldenDataSource, v1alpha1.GoldenPersistentVolumeClaim}))
+				[]workerclassv1.GoldenImageSourceKind{workerclassv1.GoldenDataSource, workerclassv1.GoldenPersistentVolumeClaim}))
 		}
 		if msgs := utilvalidation.IsDNS1123Label(g.Source.Namespace); len(msgs) > 0 {
 			errs = append(errs, field.Invalid(sp.Child("namespace"), g.Source.Namespace, "must be a namespace name"))

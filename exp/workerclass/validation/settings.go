@@ -22,7 +22,7 @@ import (
 	utilvalidation "k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
-	"github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
+	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
 )
 
 // ValidateTalosVersion checks a Talos release such as v1.13.6.
@@ -44,7 +44,7 @@ func ValidateSchematicID(s string, path *field.Path) field.ErrorList {
 // ValidateTalosScalars checks the syntax of nonempty Talos scalars. Empty
 // values are allowed here: whether an empty value can resolve is decided
 // by resolution.
-func ValidateTalosScalars(t *v1alpha1.TalosScalars, path *field.Path) field.ErrorList {
+func ValidateTalosScalars(t *workerclassv1.TalosScalars, path *field.Path) field.ErrorList {
 	if t == nil {
 		return nil
 	}
@@ -68,7 +68,7 @@ func ValidateTalosScalars(t *v1alpha1.TalosScalars, path *field.Path) field.Erro
 }
 
 // ValidateKernelModules checks module names (unique) and parameters.
-func ValidateKernelModules(modules []v1alpha1.KernelModule, path *field.Path) field.ErrorList {
+func ValidateKernelModules(modules []workerclassv1.KernelModule, path *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	seen := make(map[string]struct{}, len(modules))
 	for i, m := range modules {
@@ -93,7 +93,7 @@ func isModuleName(s string) bool {
 	if s == "" || len(s) > 64 {
 		return false
 	}
-	for i := 0; i < len(s); i++ {
+	for i := range len(s) {
 		c := s[i]
 		if (c < 'a' || c > 'z') && (c < 'A' || c > 'Z') && (c < '0' || c > '9') && c != '_' && c != '-' {
 			return false
@@ -103,7 +103,7 @@ func isModuleName(s string) bool {
 }
 
 // ValidateRegistryMirrors checks mirror keys and endpoints.
-func ValidateRegistryMirrors(mirrors map[string]v1alpha1.RegistryMirror, path *field.Path) field.ErrorList {
+func ValidateRegistryMirrors(mirrors map[string]workerclassv1.RegistryMirror, path *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	for host, mirror := range mirrors {
 		p := path.Key(host)
@@ -120,7 +120,7 @@ func ValidateRegistryMirrors(mirrors map[string]v1alpha1.RegistryMirror, path *f
 
 // ValidateOSImage checks a KubeVirt disk source: builtin or factory, never
 // both, with well-formed values.
-func ValidateOSImage(src *v1alpha1.OSImageSource, path *field.Path) field.ErrorList {
+func ValidateOSImage(src *workerclassv1.OSImageSource, path *field.Path) field.ErrorList {
 	if src == nil {
 		return nil
 	}
@@ -167,7 +167,7 @@ func isTag(s string) bool {
 	if s == "" || len(s) > 128 {
 		return false
 	}
-	for i := 0; i < len(s); i++ {
+	for i := range len(s) {
 		c := s[i]
 		if (c < 'a' || c > 'z') && (c < 'A' || c > 'Z') && (c < '0' || c > '9') && !strings.ContainsRune("_+.-", rune(c)) {
 			return false
@@ -178,7 +178,7 @@ func isTag(s string) bool {
 
 // ValidatePoolSettings checks the syntax of a pool's class-relevant
 // fields. SSH keys depend on the bootstrap family; see ValidateSSHKeys.
-func ValidatePoolSettings(p *v1alpha1.PoolSettings, path *field.Path) field.ErrorList {
+func ValidatePoolSettings(p *workerclassv1.PoolSettings, path *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	if p.Version != "" {
 		if _, _, ok := ParseMinor(p.Version); !ok {
@@ -205,14 +205,14 @@ func ValidatePoolSettings(p *v1alpha1.PoolSettings, path *field.Path) field.Erro
 }
 
 // TalosScalarsEmpty reports whether no Talos scalar carries a value.
-func TalosScalarsEmpty(t *v1alpha1.TalosScalars) bool {
+func TalosScalarsEmpty(t *workerclassv1.TalosScalars) bool {
 	return t == nil || deref(t.Version) == "" && deref(t.SchematicID) == "" && deref(t.ImageFactoryURL) == "" &&
 		deref(t.ImageFactoryCA) == "" && deref(t.InstallerRepository) == ""
 }
 
 // OSImageEmpty reports whether a source selects nothing beyond the default
 // factory path.
-func OSImageEmpty(src *v1alpha1.OSImageSource) bool {
+func OSImageEmpty(src *workerclassv1.OSImageSource) bool {
 	return src == nil || src.Builtin == nil && src.Factory == nil
 }
 

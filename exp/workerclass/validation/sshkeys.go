@@ -19,7 +19,7 @@ package validation
 import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
-	"github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
+	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/internal/sshkeys"
 )
 
@@ -29,7 +29,7 @@ const MaxKairosSSHKeys = 1
 // ValidateSSHKeys applies the pool's sshKeys rules: Kairos takes zero or
 // one valid public key, Talos only an empty list, and anything that looks
 // like a private key is rejected. No message ever contains a key.
-func ValidateSSHKeys(family v1alpha1.BootstrapFamily, keys []string, path *field.Path) field.ErrorList {
+func ValidateSSHKeys(family workerclassv1.BootstrapFamily, keys []string, path *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	for i, key := range keys {
 		if sshkeys.LooksLikePrivateKey(key) {
@@ -40,11 +40,11 @@ func ValidateSSHKeys(family v1alpha1.BootstrapFamily, keys []string, path *field
 		return errs
 	}
 	switch family {
-	case v1alpha1.BootstrapTalos:
+	case workerclassv1.BootstrapTalos:
 		if len(keys) > 0 {
 			errs = append(errs, field.Forbidden(path, "Talos has no SSH server; only an empty list is allowed"))
 		}
-	case v1alpha1.BootstrapKairos:
+	case workerclassv1.BootstrapKairos:
 		if len(keys) > MaxKairosSSHKeys {
 			errs = append(errs, field.TooMany(path, len(keys), MaxKairosSSHKeys))
 		}

@@ -32,7 +32,7 @@ import (
 	"golang.org/x/crypto/ssh"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
-	"github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
+	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
 )
 
 func ptr(s string) *string { return &s }
@@ -150,53 +150,53 @@ func TestValidateClassSpec(t *testing.T) {
 	ref := "registry.example.com/workers/kairos-worker@" + digest
 	cases := []struct {
 		name string
-		spec v1alpha1.WorkerClassSpec
+		spec workerclassv1.WorkerClassSpec
 		want []string
 	}{
-		{"built-in talos", v1alpha1.WorkerClassSpec{Bootstrap: v1alpha1.BootstrapTalos}, nil},
-		{"built-in kairos", v1alpha1.WorkerClassSpec{Bootstrap: v1alpha1.BootstrapKairos}, nil},
-		{"seed example: Talos baseline", v1alpha1.WorkerClassSpec{Bootstrap: v1alpha1.BootstrapTalos,
-			Talos: &v1alpha1.TalosBaseline{TalosScalars: v1alpha1.TalosScalars{Version: ptr("v1.13.6")}}}, nil},
-		{"seed example: fixed custom Kairos image", v1alpha1.WorkerClassSpec{Bootstrap: v1alpha1.BootstrapKairos,
-			Image: &v1alpha1.FixedImage{KubernetesVersion: "v1.35.6", Reference: ref}}, nil},
-		{"bootstrap is required", v1alpha1.WorkerClassSpec{}, []string{"spec.bootstrap: Required value"}},
-		{"unknown bootstrap", v1alpha1.WorkerClassSpec{Bootstrap: "flatcar"}, []string{"spec.bootstrap: Unsupported value"}},
-		{"fixed image needs a reference too", v1alpha1.WorkerClassSpec{Bootstrap: v1alpha1.BootstrapKairos,
-			Image: &v1alpha1.FixedImage{KubernetesVersion: "v1.35.6"}}, []string{"spec.image.reference: Required value: a fixed image needs both"}},
-		{"fixed image needs a Kubernetes version too", v1alpha1.WorkerClassSpec{Bootstrap: v1alpha1.BootstrapKairos,
-			Image: &v1alpha1.FixedImage{Reference: ref}}, []string{"spec.image.kubernetesVersion: Required value: a fixed image needs both"}},
-		{"fixed image reference must be pinned by digest", v1alpha1.WorkerClassSpec{Bootstrap: v1alpha1.BootstrapKairos,
-			Image: &v1alpha1.FixedImage{KubernetesVersion: "v1.35.6", Reference: "registry.example.com/w:v1.35.6"}},
+		{"built-in talos", workerclassv1.WorkerClassSpec{Bootstrap: workerclassv1.BootstrapTalos}, nil},
+		{"built-in kairos", workerclassv1.WorkerClassSpec{Bootstrap: workerclassv1.BootstrapKairos}, nil},
+		{"seed example: Talos baseline", workerclassv1.WorkerClassSpec{Bootstrap: workerclassv1.BootstrapTalos,
+			Talos: &workerclassv1.TalosBaseline{TalosScalars: workerclassv1.TalosScalars{Version: ptr("v1.13.6")}}}, nil},
+		{"seed example: fixed custom Kairos image", workerclassv1.WorkerClassSpec{Bootstrap: workerclassv1.BootstrapKairos,
+			Image: &workerclassv1.FixedImage{KubernetesVersion: "v1.35.6", Reference: ref}}, nil},
+		{"bootstrap is required", workerclassv1.WorkerClassSpec{}, []string{"spec.bootstrap: Required value"}},
+		{"unknown bootstrap", workerclassv1.WorkerClassSpec{Bootstrap: "flatcar"}, []string{"spec.bootstrap: Unsupported value"}},
+		{"fixed image needs a reference too", workerclassv1.WorkerClassSpec{Bootstrap: workerclassv1.BootstrapKairos,
+			Image: &workerclassv1.FixedImage{KubernetesVersion: "v1.35.6"}}, []string{"spec.image.reference: Required value: a fixed image needs both"}},
+		{"fixed image needs a Kubernetes version too", workerclassv1.WorkerClassSpec{Bootstrap: workerclassv1.BootstrapKairos,
+			Image: &workerclassv1.FixedImage{Reference: ref}}, []string{"spec.image.kubernetesVersion: Required value: a fixed image needs both"}},
+		{"fixed image reference must be pinned by digest", workerclassv1.WorkerClassSpec{Bootstrap: workerclassv1.BootstrapKairos,
+			Image: &workerclassv1.FixedImage{KubernetesVersion: "v1.35.6", Reference: "registry.example.com/w:v1.35.6"}},
 			[]string{"spec.image.reference", "pinned by digest"}},
-		{"fixed image Kubernetes version must be exact semver", v1alpha1.WorkerClassSpec{Bootstrap: v1alpha1.BootstrapKairos,
-			Image: &v1alpha1.FixedImage{KubernetesVersion: "v1.35", Reference: ref}}, []string{"spec.image.kubernetesVersion: Invalid value"}},
-		{"fixed image on a Talos class", v1alpha1.WorkerClassSpec{Bootstrap: v1alpha1.BootstrapTalos,
-			Image: &v1alpha1.FixedImage{KubernetesVersion: "v1.35.6", Reference: ref}}, []string{"spec.image: Forbidden"}},
-		{"nonempty Talos settings on a Kairos class", v1alpha1.WorkerClassSpec{Bootstrap: v1alpha1.BootstrapKairos,
-			Talos: &v1alpha1.TalosBaseline{TalosScalars: v1alpha1.TalosScalars{Version: ptr("v1.13.6")}}},
+		{"fixed image Kubernetes version must be exact semver", workerclassv1.WorkerClassSpec{Bootstrap: workerclassv1.BootstrapKairos,
+			Image: &workerclassv1.FixedImage{KubernetesVersion: "v1.35", Reference: ref}}, []string{"spec.image.kubernetesVersion: Invalid value"}},
+		{"fixed image on a Talos class", workerclassv1.WorkerClassSpec{Bootstrap: workerclassv1.BootstrapTalos,
+			Image: &workerclassv1.FixedImage{KubernetesVersion: "v1.35.6", Reference: ref}}, []string{"spec.image: Forbidden"}},
+		{"nonempty Talos settings on a Kairos class", workerclassv1.WorkerClassSpec{Bootstrap: workerclassv1.BootstrapKairos,
+			Talos: &workerclassv1.TalosBaseline{TalosScalars: workerclassv1.TalosScalars{Version: ptr("v1.13.6")}}},
 			[]string{"spec.talos: Forbidden: Talos settings are not Kairos configuration"}},
-		{"empty Talos settings on a Kairos class", v1alpha1.WorkerClassSpec{Bootstrap: v1alpha1.BootstrapKairos,
-			Talos: &v1alpha1.TalosBaseline{KernelModules: []v1alpha1.KernelModule{}}}, nil},
-		{"Talos disk source on a Kairos class", v1alpha1.WorkerClassSpec{Bootstrap: v1alpha1.BootstrapKairos,
-			KubeVirt: &v1alpha1.KubeVirtClassSource{OSImage: &v1alpha1.OSImageSource{Factory: &v1alpha1.FactoryImageSource{}}}},
+		{"empty Talos settings on a Kairos class", workerclassv1.WorkerClassSpec{Bootstrap: workerclassv1.BootstrapKairos,
+			Talos: &workerclassv1.TalosBaseline{KernelModules: []workerclassv1.KernelModule{}}}, nil},
+		{"Talos disk source on a Kairos class", workerclassv1.WorkerClassSpec{Bootstrap: workerclassv1.BootstrapKairos,
+			KubeVirt: &workerclassv1.KubeVirtClassSource{OSImage: &workerclassv1.OSImageSource{Factory: &workerclassv1.FactoryImageSource{}}}},
 			[]string{"spec.kubevirt.osImage: Forbidden"}},
-		{"Proxmox on a Kairos class", v1alpha1.WorkerClassSpec{Bootstrap: v1alpha1.BootstrapKairos,
-			Proxmox: &v1alpha1.ProxmoxTemplateSource{TemplateTags: []string{"kairos"}}}, []string{"spec.proxmox: Forbidden: Kairos supports KubeVirt only"}},
-		{"builtin and factory never both", v1alpha1.WorkerClassSpec{Bootstrap: v1alpha1.BootstrapTalos,
-			KubeVirt: &v1alpha1.KubeVirtClassSource{OSImage: &v1alpha1.OSImageSource{
-				Builtin: &v1alpha1.BuiltinImageSource{}, Factory: &v1alpha1.FactoryImageSource{}}}},
+		{"Proxmox on a Kairos class", workerclassv1.WorkerClassSpec{Bootstrap: workerclassv1.BootstrapKairos,
+			Proxmox: &workerclassv1.ProxmoxTemplateSource{TemplateTags: []string{"kairos"}}}, []string{"spec.proxmox: Forbidden: Kairos supports KubeVirt only"}},
+		{"builtin and factory never both", workerclassv1.WorkerClassSpec{Bootstrap: workerclassv1.BootstrapTalos,
+			KubeVirt: &workerclassv1.KubeVirtClassSource{OSImage: &workerclassv1.OSImageSource{
+				Builtin: &workerclassv1.BuiltinImageSource{}, Factory: &workerclassv1.FactoryImageSource{}}}},
 			[]string{"spec.kubevirt.osImage: Forbidden: builtin and factory cannot both be set"}},
-		{"malformed Talos settings", v1alpha1.WorkerClassSpec{Bootstrap: v1alpha1.BootstrapTalos,
-			Talos: &v1alpha1.TalosBaseline{
-				TalosScalars: v1alpha1.TalosScalars{Version: ptr("1.13"), SchematicID: ptr("abc"), ImageFactoryURL: ptr("factory"),
+		{"malformed Talos settings", workerclassv1.WorkerClassSpec{Bootstrap: workerclassv1.BootstrapTalos,
+			Talos: &workerclassv1.TalosBaseline{
+				TalosScalars: workerclassv1.TalosScalars{Version: ptr("1.13"), SchematicID: ptr("abc"), ImageFactoryURL: ptr("factory"),
 					InstallerRepository: ptr("ghcr.io/siderolabs/installer:v1.13.6")},
-				RegistryMirrors: map[string]v1alpha1.RegistryMirror{"docker.io": {}, "bad host!": {Endpoints: []string{"https://m"}}},
-				KernelModules:   []v1alpha1.KernelModule{{Name: "nvme_tcp"}, {Name: "nvme_tcp"}, {Name: "bad name", Parameters: []string{"=1"}}},
+				RegistryMirrors: map[string]workerclassv1.RegistryMirror{"docker.io": {}, "bad host!": {Endpoints: []string{"https://m"}}},
+				KernelModules:   []workerclassv1.KernelModule{{Name: "nvme_tcp"}, {Name: "nvme_tcp"}, {Name: "bad name", Parameters: []string{"=1"}}},
 			}},
 			[]string{"spec.talos.version", "spec.talos.schematicID", "spec.talos.imageFactoryURL", "spec.talos.installerRepository",
 				"spec.talos.registryMirrors[docker.io].endpoints: Required", "spec.talos.registryMirrors[bad host!]",
 				"spec.talos.kernelModules[1].name: Duplicate", "spec.talos.kernelModules[2].name", "spec.talos.kernelModules[2].parameters[0]"}},
-		{"unknown cloud-init datasource", v1alpha1.WorkerClassSpec{Bootstrap: v1alpha1.BootstrapTalos, CloudInitDatasource: "Ignition"},
+		{"unknown cloud-init datasource", workerclassv1.WorkerClassSpec{Bootstrap: workerclassv1.BootstrapTalos, CloudInitDatasource: "Ignition"},
 			[]string{"spec.cloudInitDatasource: Unsupported value"}},
 	}
 	for _, tc := range cases {
@@ -222,25 +222,25 @@ func TestValidateClassSpec(t *testing.T) {
 }
 
 func TestValidateClassUpdate(t *testing.T) {
-	old := v1alpha1.WorkerClassSpec{Bootstrap: v1alpha1.BootstrapTalos}
+	old := workerclassv1.WorkerClassSpec{Bootstrap: workerclassv1.BootstrapTalos}
 	if errs := ValidateClassUpdate(&old, old.DeepCopy(), field.NewPath("spec")); len(errs) > 0 {
 		t.Errorf("an unchanged spec is rejected: %v", errs)
 	}
 	changed := old.DeepCopy()
-	changed.Talos = &v1alpha1.TalosBaseline{KernelModules: []v1alpha1.KernelModule{}}
+	changed.Talos = &workerclassv1.TalosBaseline{KernelModules: []workerclassv1.KernelModule{}}
 	if errs := ValidateClassUpdate(&old, changed, field.NewPath("spec")); len(errs) == 0 {
 		t.Error("the spec is immutable, even for a [] added")
 	}
 }
 
 func TestValidatePlatform(t *testing.T) {
-	valid := v1alpha1.WorkerPlatform{Spec: v1alpha1.WorkerPlatformSpec{
+	valid := workerclassv1.WorkerPlatform{Spec: workerclassv1.WorkerPlatformSpec{
 		DefaultClass:       "talos",
-		KubernetesVersions: []v1alpha1.KubernetesVersion{{Minor: "v1.35", Patch: "v1.35.6"}},
-		TalosFactory:       v1alpha1.TalosFactoryDefaults{URL: "https://factory.talos.dev", Version: "v1.13.6", SchematicID: strings.Repeat("a", 64)},
-		GoldenImages: []v1alpha1.GoldenImage{{Version: "v1.13.6", SchematicID: strings.Repeat("a", 64),
-			Source: v1alpha1.GoldenImageSource{Kind: v1alpha1.GoldenDataSource, Namespace: "cozy-golden", Name: "talos"}}},
-		KairosImages: []v1alpha1.KairosImage{{Minor: "v1.35", Reference: "ghcr.io/cozystack/kairos@" + digest}},
+		KubernetesVersions: []workerclassv1.KubernetesVersion{{Minor: "v1.35", Patch: "v1.35.6"}},
+		TalosFactory:       workerclassv1.TalosFactoryDefaults{URL: "https://factory.talos.dev", Version: "v1.13.6", SchematicID: strings.Repeat("a", 64)},
+		GoldenImages: []workerclassv1.GoldenImage{{Version: "v1.13.6", SchematicID: strings.Repeat("a", 64),
+			Source: workerclassv1.GoldenImageSource{Kind: workerclassv1.GoldenDataSource, Namespace: "cozy-golden", Name: "talos"}}},
+		KairosImages: []workerclassv1.KairosImage{{Minor: "v1.35", Reference: "ghcr.io/cozystack/kairos@" + digest}},
 	}}
 	valid.Name = "default"
 	if errs := ValidatePlatform(&valid); len(errs) > 0 {
@@ -250,12 +250,12 @@ func TestValidatePlatform(t *testing.T) {
 	bad.Name = "other"
 	bad.Spec.DefaultClass = ""
 	bad.Spec.KubernetesVersions = append(bad.Spec.KubernetesVersions,
-		v1alpha1.KubernetesVersion{Minor: "v1.35", Patch: "v1.35.7"}, v1alpha1.KubernetesVersion{Minor: "v1.34", Patch: "v1.35.1"},
-		v1alpha1.KubernetesVersion{Minor: "1.33", Patch: "latest"})
-	bad.Spec.TalosFactory = v1alpha1.TalosFactoryDefaults{URL: "factory", Architecture: "riscv64", ImagePlatform: "No Cloud"}
-	bad.Spec.GoldenImages = append(bad.Spec.GoldenImages, bad.Spec.GoldenImages[0], v1alpha1.GoldenImage{Version: "x", SchematicID: "y",
-		Source: v1alpha1.GoldenImageSource{Kind: "Volume", Namespace: "Bad_NS", Name: ""}})
-	bad.Spec.KairosImages = append(bad.Spec.KairosImages, v1alpha1.KairosImage{Minor: "v1.35", Reference: "ghcr.io/cozystack/kairos:v1.35"})
+		workerclassv1.KubernetesVersion{Minor: "v1.35", Patch: "v1.35.7"}, workerclassv1.KubernetesVersion{Minor: "v1.34", Patch: "v1.35.1"},
+		workerclassv1.KubernetesVersion{Minor: "1.33", Patch: "latest"})
+	bad.Spec.TalosFactory = workerclassv1.TalosFactoryDefaults{URL: "factory", Architecture: "riscv64", ImagePlatform: "No Cloud"}
+	bad.Spec.GoldenImages = append(bad.Spec.GoldenImages, bad.Spec.GoldenImages[0], workerclassv1.GoldenImage{Version: "x", SchematicID: "y",
+		Source: workerclassv1.GoldenImageSource{Kind: "Volume", Namespace: "Bad_NS", Name: ""}})
+	bad.Spec.KairosImages = append(bad.Spec.KairosImages, workerclassv1.KairosImage{Minor: "v1.35", Reference: "ghcr.io/cozystack/kairos:v1.35"})
 	got := ValidatePlatform(bad).ToAggregate().Error()
 	for _, want := range []string{
 		"metadata.name", "spec.defaultClass: Required", "spec.kubernetesVersions[1].minor: Duplicate",
@@ -272,14 +272,14 @@ func TestValidatePlatform(t *testing.T) {
 }
 
 func TestValidatePoolSettings(t *testing.T) {
-	ok := v1alpha1.PoolSettings{Version: "v1.35", Talos: &v1alpha1.TalosScalars{Version: ptr("")},
-		KernelModules: []v1alpha1.KernelModule{{Name: "nvme_tcp"}}, GPUs: []v1alpha1.GPU{{Name: "nvidia.com/AD102GL_L40S"}},
-		Proxmox: &v1alpha1.ProxmoxOverrides{TemplateTags: []string{"talos-1.13"}}}
+	ok := workerclassv1.PoolSettings{Version: "v1.35", Talos: &workerclassv1.TalosScalars{Version: ptr("")},
+		KernelModules: []workerclassv1.KernelModule{{Name: "nvme_tcp"}}, GPUs: []workerclassv1.GPU{{Name: "nvidia.com/AD102GL_L40S"}},
+		Proxmox: &workerclassv1.ProxmoxOverrides{TemplateTags: []string{"talos-1.13"}}}
 	if errs := ValidatePoolSettings(&ok, field.NewPath("spec")); len(errs) > 0 {
 		t.Fatalf("valid pool rejected: %v", errs.ToAggregate())
 	}
-	bad := v1alpha1.PoolSettings{Version: "v1.35.6", OSImage: &v1alpha1.OSImageSource{Builtin: &v1alpha1.BuiltinImageSource{}, Factory: &v1alpha1.FactoryImageSource{Endpoint: "x"}},
-		Proxmox: &v1alpha1.ProxmoxOverrides{TemplateTags: []string{"a,b"}}, GPUs: []v1alpha1.GPU{{Name: "not a gpu"}}}
+	bad := workerclassv1.PoolSettings{Version: "v1.35.6", OSImage: &workerclassv1.OSImageSource{Builtin: &workerclassv1.BuiltinImageSource{}, Factory: &workerclassv1.FactoryImageSource{Endpoint: "x"}},
+		Proxmox: &workerclassv1.ProxmoxOverrides{TemplateTags: []string{"a,b"}}, GPUs: []workerclassv1.GPU{{Name: "not a gpu"}}}
 	got := ValidatePoolSettings(&bad, field.NewPath("spec")).ToAggregate().Error()
 	for _, want := range []string{"spec.version", "the platform or the class's fixed image supplies the patch", "spec.osImage: Forbidden",
 		"spec.osImage.factory.endpoint", "spec.proxmox.templateTags[0]", "spec.gpus[0].name"} {
@@ -336,26 +336,26 @@ func TestValidateSSHKeys(t *testing.T) {
 	path := field.NewPath("spec", "sshKeys")
 	cases := []struct {
 		name   string
-		family v1alpha1.BootstrapFamily
+		family workerclassv1.BootstrapFamily
 		keys   []string
 		want   string
 	}{
-		{"Kairos: no keys", v1alpha1.BootstrapKairos, nil, ""},
-		{"Kairos: empty list", v1alpha1.BootstrapKairos, []string{}, ""},
-		{"Kairos: one public key", v1alpha1.BootstrapKairos, []string{k.public}, ""},
-		{"Kairos: more than one key is rejected", v1alpha1.BootstrapKairos, []string{k.public, k.public2}, "spec.sshKeys: Too many: 2: must have at most 1 item"},
-		{"Kairos: garbage is rejected", v1alpha1.BootstrapKairos, []string{"<SSH_PUBLIC_KEY>"}, "spec.sshKeys[0]: Invalid value"},
-		{"Kairos: two keys in one string are rejected", v1alpha1.BootstrapKairos, []string{k.public + "\n" + k.public2}, "single public key on one line"},
-		{"Kairos: authorized_keys options are rejected", v1alpha1.BootstrapKairos, []string{k.withOptions}, "without authorized_keys options"},
-		{"Talos: empty list is allowed", v1alpha1.BootstrapTalos, []string{}, ""},
-		{"Talos: no keys", v1alpha1.BootstrapTalos, nil, ""},
-		{"Talos: a nonempty list is rejected", v1alpha1.BootstrapTalos, []string{k.public}, "spec.sshKeys: Forbidden: Talos has no SSH server"},
-		{"private key (OpenSSH) is rejected", v1alpha1.BootstrapKairos, []string{k.opensshPrivate}, "spec.sshKeys[0]: Forbidden: this looks like a private key"},
-		{"private key (PKCS#1) is rejected", v1alpha1.BootstrapKairos, []string{k.rsaPrivate}, "looks like a private key"},
-		{"encrypted private key is rejected", v1alpha1.BootstrapKairos, []string{k.encryptedPrivate}, "looks like a private key"},
-		{"private key on Talos is named as a private key", v1alpha1.BootstrapTalos, []string{k.opensshPrivate}, "looks like a private key"},
-		{"private key with mangled line breaks is rejected", v1alpha1.BootstrapKairos, []string{strings.ReplaceAll(k.rsaPrivate, "\n", " ")}, "looks like a private key"},
-		{"OpenSSH private key body without armour is rejected", v1alpha1.BootstrapKairos, []string{opensshBody(k.opensshPrivate)}, "looks like a private key"},
+		{"Kairos: no keys", workerclassv1.BootstrapKairos, nil, ""},
+		{"Kairos: empty list", workerclassv1.BootstrapKairos, []string{}, ""},
+		{"Kairos: one public key", workerclassv1.BootstrapKairos, []string{k.public}, ""},
+		{"Kairos: more than one key is rejected", workerclassv1.BootstrapKairos, []string{k.public, k.public2}, "spec.sshKeys: Too many: 2: must have at most 1 item"},
+		{"Kairos: garbage is rejected", workerclassv1.BootstrapKairos, []string{"<SSH_PUBLIC_KEY>"}, "spec.sshKeys[0]: Invalid value"},
+		{"Kairos: two keys in one string are rejected", workerclassv1.BootstrapKairos, []string{k.public + "\n" + k.public2}, "single public key on one line"},
+		{"Kairos: authorized_keys options are rejected", workerclassv1.BootstrapKairos, []string{k.withOptions}, "without authorized_keys options"},
+		{"Talos: empty list is allowed", workerclassv1.BootstrapTalos, []string{}, ""},
+		{"Talos: no keys", workerclassv1.BootstrapTalos, nil, ""},
+		{"Talos: a nonempty list is rejected", workerclassv1.BootstrapTalos, []string{k.public}, "spec.sshKeys: Forbidden: Talos has no SSH server"},
+		{"private key (OpenSSH) is rejected", workerclassv1.BootstrapKairos, []string{k.opensshPrivate}, "spec.sshKeys[0]: Forbidden: this looks like a private key"},
+		{"private key (PKCS#1) is rejected", workerclassv1.BootstrapKairos, []string{k.rsaPrivate}, "looks like a private key"},
+		{"encrypted private key is rejected", workerclassv1.BootstrapKairos, []string{k.encryptedPrivate}, "looks like a private key"},
+		{"private key on Talos is named as a private key", workerclassv1.BootstrapTalos, []string{k.opensshPrivate}, "looks like a private key"},
+		{"private key with mangled line breaks is rejected", workerclassv1.BootstrapKairos, []string{strings.ReplaceAll(k.rsaPrivate, "\n", " ")}, "looks like a private key"},
+		{"OpenSSH private key body without armour is rejected", workerclassv1.BootstrapKairos, []string{opensshBody(k.opensshPrivate)}, "looks like a private key"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -89,7 +89,7 @@ func parseNumber(s string) (uint64, bool) {
 	if s == "" || (len(s) > 1 && s[0] == '0') {
 		return 0, false
 	}
-	for i := 0; i < len(s); i++ {
+	for i := range len(s) {
 		if s[i] < '0' || s[i] > '9' {
 			return 0, false
 		}
@@ -118,7 +118,7 @@ func validIdentifier(id string, prerelease bool) bool {
 		return false
 	}
 	numeric := true
-	for i := 0; i < len(id); i++ {
+	for i := range len(id) {
 		c := id[i]
 		switch {
 		case c >= '0' && c <= '9':
@@ -148,7 +148,7 @@ func IsSchematicID(s string) bool {
 	if len(s) != 64 {
 		return false
 	}
-	for i := 0; i < len(s); i++ {
+	for i := range len(s) {
 		c := s[i]
 		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
 			return false

@@ -29,7 +29,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
-	"github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
+	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/exp/workerclass/validation"
 )
 
@@ -39,22 +39,22 @@ import (
 // Deletion is allowed; the in-use finalizer protects classes in use.
 type WorkerClass struct{}
 
-var _ admission.Validator[*v1alpha1.WorkerClass] = &WorkerClass{}
+var _ admission.Validator[*workerclassv1.WorkerClass] = &WorkerClass{}
 
 // SetupWebhookWithManager registers the class webhook.
 func (w *WorkerClass) SetupWebhookWithManager(mgr ctrl.Manager) error {
-	return ctrl.NewWebhookManagedBy(mgr, &v1alpha1.WorkerClass{}).WithValidator(w).Complete()
+	return ctrl.NewWebhookManagedBy(mgr, &workerclassv1.WorkerClass{}).WithValidator(w).Complete()
 }
 
 // ValidateCreate checks a new class.
-func (w *WorkerClass) ValidateCreate(_ context.Context, c *v1alpha1.WorkerClass) (admission.Warnings, error) {
+func (w *WorkerClass) ValidateCreate(_ context.Context, c *workerclassv1.WorkerClass) (admission.Warnings, error) {
 	return nil, classInvalid(c, validateClass(c))
 }
 
 // ValidateUpdate refuses any spec change. An unchanged spec is not
 // validated again: a rule tightened since the class was stored must not
 // block removing its in-use finalizer or a label.
-func (w *WorkerClass) ValidateUpdate(_ context.Context, oldClass, newClass *v1alpha1.WorkerClass) (admission.Warnings, error) {
+func (w *WorkerClass) ValidateUpdate(_ context.Context, oldClass, newClass *workerclassv1.WorkerClass) (admission.Warnings, error) {
 	if reflect.DeepEqual(oldClass.Spec, newClass.Spec) {
 		return nil, nil
 	}
@@ -66,18 +66,18 @@ func (w *WorkerClass) ValidateUpdate(_ context.Context, oldClass, newClass *v1al
 }
 
 // ValidateDelete allows deletion.
-func (w *WorkerClass) ValidateDelete(context.Context, *v1alpha1.WorkerClass) (admission.Warnings, error) {
+func (w *WorkerClass) ValidateDelete(context.Context, *workerclassv1.WorkerClass) (admission.Warnings, error) {
 	return nil, nil
 }
 
 // builtinFamilies pins the built-in names to their families, so "talos"
 // and "kairos" always mean what the documentation says.
-var builtinFamilies = map[string]v1alpha1.BootstrapFamily{
-	v1alpha1.TalosClassName:  v1alpha1.BootstrapTalos,
-	v1alpha1.KairosClassName: v1alpha1.BootstrapKairos,
+var builtinFamilies = map[string]workerclassv1.BootstrapFamily{
+	workerclassv1.TalosClassName:  workerclassv1.BootstrapTalos,
+	workerclassv1.KairosClassName: workerclassv1.BootstrapKairos,
 }
 
-func validateClass(c *v1alpha1.WorkerClass) field.ErrorList {
+func validateClass(c *workerclassv1.WorkerClass) field.ErrorList {
 	errs := validation.ValidateClassSpec(&c.Spec, field.NewPath("spec"))
 	if family, builtin := builtinFamilies[c.Name]; builtin && c.Spec.Bootstrap != family {
 		errs = append(errs, field.Invalid(field.NewPath("spec", "bootstrap"), c.Spec.Bootstrap,
@@ -86,11 +86,11 @@ func validateClass(c *v1alpha1.WorkerClass) field.ErrorList {
 	return errs
 }
 
-func classInvalid(c *v1alpha1.WorkerClass, errs field.ErrorList) error {
+func classInvalid(c *workerclassv1.WorkerClass, errs field.ErrorList) error {
 	if len(errs) == 0 {
 		return nil
 	}
-	return apierrors.NewInvalid(v1alpha1.GroupVersion.WithKind("WorkerClass").GroupKind(), c.Name, errs)
+	return apierrors.NewInvalid(workerclassv1.GroupVersion.WithKind("WorkerClass").GroupKind(), c.Name, errs)
 }
 
 // +kubebuilder:webhook:path=/validate-cozystack-io-v1alpha1-workerplatform,mutating=false,failurePolicy=fail,sideEffects=None,groups=cozystack.io,resources=workerplatforms,verbs=create;update,versions=v1alpha1,name=validation.workerplatform.cozystack.io,timeoutSeconds=10,admissionReviewVersions=v1
@@ -98,21 +98,21 @@ func classInvalid(c *v1alpha1.WorkerClass, errs field.ErrorList) error {
 // WorkerPlatform validates the platform configuration.
 type WorkerPlatform struct{}
 
-var _ admission.Validator[*v1alpha1.WorkerPlatform] = &WorkerPlatform{}
+var _ admission.Validator[*workerclassv1.WorkerPlatform] = &WorkerPlatform{}
 
 // SetupWebhookWithManager registers the platform webhook.
 func (w *WorkerPlatform) SetupWebhookWithManager(mgr ctrl.Manager) error {
-	return ctrl.NewWebhookManagedBy(mgr, &v1alpha1.WorkerPlatform{}).WithValidator(w).Complete()
+	return ctrl.NewWebhookManagedBy(mgr, &workerclassv1.WorkerPlatform{}).WithValidator(w).Complete()
 }
 
 // ValidateCreate checks a new platform configuration.
-func (w *WorkerPlatform) ValidateCreate(_ context.Context, p *v1alpha1.WorkerPlatform) (admission.Warnings, error) {
+func (w *WorkerPlatform) ValidateCreate(_ context.Context, p *workerclassv1.WorkerPlatform) (admission.Warnings, error) {
 	return nil, platformInvalid(p, validation.ValidatePlatform(p))
 }
 
 // ValidateUpdate checks a changed platform configuration; an unchanged one
 // is not validated again (see WorkerClass.ValidateUpdate).
-func (w *WorkerPlatform) ValidateUpdate(_ context.Context, old, p *v1alpha1.WorkerPlatform) (admission.Warnings, error) {
+func (w *WorkerPlatform) ValidateUpdate(_ context.Context, old, p *workerclassv1.WorkerPlatform) (admission.Warnings, error) {
 	if reflect.DeepEqual(old.Spec, p.Spec) {
 		return nil, nil
 	}
@@ -121,13 +121,13 @@ func (w *WorkerPlatform) ValidateUpdate(_ context.Context, old, p *v1alpha1.Work
 
 // ValidateDelete allows deletion; the class controller recreates the
 // default configuration.
-func (w *WorkerPlatform) ValidateDelete(context.Context, *v1alpha1.WorkerPlatform) (admission.Warnings, error) {
+func (w *WorkerPlatform) ValidateDelete(context.Context, *workerclassv1.WorkerPlatform) (admission.Warnings, error) {
 	return nil, nil
 }
 
-func platformInvalid(p *v1alpha1.WorkerPlatform, errs field.ErrorList) error {
+func platformInvalid(p *workerclassv1.WorkerPlatform, errs field.ErrorList) error {
 	if len(errs) == 0 {
 		return nil
 	}
-	return apierrors.NewInvalid(v1alpha1.GroupVersion.WithKind("WorkerPlatform").GroupKind(), p.Name, errs)
+	return apierrors.NewInvalid(workerclassv1.GroupVersion.WithKind("WorkerPlatform").GroupKind(), p.Name, errs)
 }

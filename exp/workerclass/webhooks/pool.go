@@ -34,7 +34,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	pooladmission "github.com/cozystack/cluster-api-workers/exp/workerclass/admission"
-	"github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
+	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/exp/workerclass/resolve"
 )
 
@@ -83,7 +83,7 @@ func (p *Pool) mutate(ctx context.Context, req admission.Request) admission.Resp
 	if labels == nil {
 		labels = map[string]string{}
 	}
-	labels[v1alpha1.WorkerClassLabel] = decision.ClassName
+	labels[workerclassv1.WorkerClassLabel] = decision.ClassName
 	obj.SetLabels(labels)
 	mutated, err := json.Marshal(obj.Object)
 	if err != nil {
@@ -107,8 +107,8 @@ func (p *Pool) validate(ctx context.Context, req admission.Request) admission.Re
 		errs = append(errs, field.Required(field.NewPath("spec", pooladmission.ClassNameField),
 			fmt.Sprintf("the pool must store class %s; the pool's mutating webhook did not run", decision.ClassName)))
 	}
-	if got := obj.GetLabels()[v1alpha1.WorkerClassLabel]; got != decision.ClassName {
-		errs = append(errs, field.Invalid(field.NewPath("metadata", "labels").Key(v1alpha1.WorkerClassLabel), got,
+	if got := obj.GetLabels()[workerclassv1.WorkerClassLabel]; got != decision.ClassName {
+		errs = append(errs, field.Invalid(field.NewPath("metadata", "labels").Key(workerclassv1.WorkerClassLabel), got,
 			"must name the pool's class "+decision.ClassName))
 	}
 	if len(errs) > 0 {
@@ -141,8 +141,8 @@ func (p *Pool) admit(ctx context.Context, req admission.Request) (obj *unstructu
 		Operation: op,
 		New:       newPool,
 		Substrate: p.Substrate,
-		Classes:   func(name string) (*v1alpha1.WorkerClass, error) { return p.getClass(ctx, name) },
-		Platform:  func() (*v1alpha1.WorkerPlatformSpec, error) { return p.getPlatform(ctx) },
+		Classes:   func(name string) (*workerclassv1.WorkerClass, error) { return p.getClass(ctx, name) },
+		Platform:  func() (*workerclassv1.WorkerPlatformSpec, error) { return p.getPlatform(ctx) },
 	}
 	if op == pooladmission.Update {
 		old := &unstructured.Unstructured{}
@@ -167,8 +167,8 @@ func (p *Pool) admit(ctx context.Context, req admission.Request) (obj *unstructu
 	return obj, d, admission.Response{}, false
 }
 
-func (p *Pool) getClass(ctx context.Context, name string) (*v1alpha1.WorkerClass, error) {
-	c := &v1alpha1.WorkerClass{}
+func (p *Pool) getClass(ctx context.Context, name string) (*workerclassv1.WorkerClass, error) {
+	c := &workerclassv1.WorkerClass{}
 	if err := p.Reader.Get(ctx, types.NamespacedName{Name: name}, c); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil, errors.Join(pooladmission.ErrNotFound, err)
@@ -178,9 +178,9 @@ func (p *Pool) getClass(ctx context.Context, name string) (*v1alpha1.WorkerClass
 	return c, nil
 }
 
-func (p *Pool) getPlatform(ctx context.Context) (*v1alpha1.WorkerPlatformSpec, error) {
-	wp := &v1alpha1.WorkerPlatform{}
-	if err := p.Reader.Get(ctx, types.NamespacedName{Name: v1alpha1.PlatformName}, wp); err != nil {
+func (p *Pool) getPlatform(ctx context.Context) (*workerclassv1.WorkerPlatformSpec, error) {
+	wp := &workerclassv1.WorkerPlatform{}
+	if err := p.Reader.Get(ctx, types.NamespacedName{Name: workerclassv1.PlatformName}, wp); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil, errors.Join(pooladmission.ErrNotFound, err)
 		}
@@ -191,6 +191,6 @@ func (p *Pool) getPlatform(ctx context.Context) (*v1alpha1.WorkerPlatformSpec, e
 
 // denied answers like the apiserver's own validation: 422 with causes.
 func denied(name string, errs field.ErrorList) admission.Response {
-	status := apierrors.NewInvalid(v1alpha1.PoolGroupVersionKind.GroupKind(), name, errs).ErrStatus
+	status := apierrors.NewInvalid(workerclassv1.PoolGroupVersionKind.GroupKind(), name, errs).ErrStatus
 	return admission.Response{AdmissionResponse: admissionv1.AdmissionResponse{Allowed: false, Result: &status}}
 }

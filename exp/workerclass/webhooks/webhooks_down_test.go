@@ -30,7 +30,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
+	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/internal/sshkeys/sshkeystest"
 	"github.com/cozystack/cluster-api-workers/test/envtest"
 )
@@ -49,13 +49,13 @@ func TestPoolWebhooksDown(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	t.Cleanup(func() { g.Expect(env.Stop()).To(Succeed()) })
 
-	g.Expect(env.Client.Create(ctx, &v1alpha1.WorkerClass{ObjectMeta: metav1.ObjectMeta{Name: "talos"},
-		Spec: v1alpha1.WorkerClassSpec{Bootstrap: v1alpha1.BootstrapTalos}})).To(Succeed())
-	g.Expect(env.Client.Create(ctx, &v1alpha1.WorkerPlatform{ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.PlatformName},
-		Spec: v1alpha1.WorkerPlatformSpec{
+	g.Expect(env.Client.Create(ctx, &workerclassv1.WorkerClass{ObjectMeta: metav1.ObjectMeta{Name: "talos"},
+		Spec: workerclassv1.WorkerClassSpec{Bootstrap: workerclassv1.BootstrapTalos}})).To(Succeed())
+	g.Expect(env.Client.Create(ctx, &workerclassv1.WorkerPlatform{ObjectMeta: metav1.ObjectMeta{Name: workerclassv1.PlatformName},
+		Spec: workerclassv1.WorkerPlatformSpec{
 			DefaultClass:       "talos",
-			KubernetesVersions: []v1alpha1.KubernetesVersion{{Minor: "v1.35", Patch: "v1.35.6"}},
-			TalosFactory:       v1alpha1.TalosFactoryDefaults{Version: "v1.13.6", SchematicID: strings.Repeat("a", 64)},
+			KubernetesVersions: []workerclassv1.KubernetesVersion{{Minor: "v1.35", Patch: "v1.35.6"}},
+			TalosFactory:       workerclassv1.TalosFactoryDefaults{Version: "v1.13.6", SchematicID: strings.Repeat("a", 64)},
 		}})).To(Succeed())
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "tenant"}}
 	g.Expect(env.Client.Create(ctx, ns)).To(Succeed())
@@ -64,7 +64,7 @@ func TestPoolWebhooksDown(t *testing.T) {
 	g.Expect(env.CreateLegacyPools(ctx, legacy)).To(Succeed())
 	classified := envtest.NewPool(ns.Name, "classified", map[string]any{"cluster": "c", "version": "v1.35"})
 	g.Expect(env.Client.Create(ctx, classified)).To(Succeed())
-	g.Expect(classified.GetLabels()).To(HaveKeyWithValue(v1alpha1.WorkerClassLabel, "talos"), "the webhooks are up")
+	g.Expect(classified.GetLabels()).To(HaveKeyWithValue(workerclassv1.WorkerClassLabel, "talos"), "the webhooks are up")
 
 	env.StopManager()
 

@@ -37,7 +37,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 	"sigs.k8s.io/yaml"
 
-	"github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
+	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
 )
 
 func ptr(s string) *string { return &s }
@@ -45,21 +45,21 @@ func ptr(s string) *string { return &s }
 func TestWorkerClassWebhook(t *testing.T) {
 	w := &WorkerClass{}
 	ctx := context.Background()
-	valid := &v1alpha1.WorkerClass{ObjectMeta: metav1.ObjectMeta{Name: "talos-example-r1"}, Spec: v1alpha1.WorkerClassSpec{
-		Bootstrap: v1alpha1.BootstrapTalos, Talos: &v1alpha1.TalosBaseline{TalosScalars: v1alpha1.TalosScalars{Version: ptr("v1.13.6")}}}}
+	valid := &workerclassv1.WorkerClass{ObjectMeta: metav1.ObjectMeta{Name: "talos-example-r1"}, Spec: workerclassv1.WorkerClassSpec{
+		Bootstrap: workerclassv1.BootstrapTalos, Talos: &workerclassv1.TalosBaseline{TalosScalars: workerclassv1.TalosScalars{Version: ptr("v1.13.6")}}}}
 
 	if _, err := w.ValidateCreate(ctx, valid); err != nil {
 		t.Errorf("valid class rejected: %v", err)
 	}
 	invalid := valid.DeepCopy()
-	invalid.Spec.Bootstrap = v1alpha1.BootstrapKairos
+	invalid.Spec.Bootstrap = workerclassv1.BootstrapKairos
 	if _, err := w.ValidateCreate(ctx, invalid); err == nil || !strings.Contains(err.Error(), "Talos settings are not Kairos configuration") {
 		t.Errorf("Kairos class with Talos settings: %v", err)
 	}
 
 	t.Run("the webhook refuses any spec change", func(t *testing.T) {
 		changed := valid.DeepCopy()
-		changed.Spec.CloudInitDatasource = v1alpha1.CloudInitConfigDrive
+		changed.Spec.CloudInitDatasource = workerclassv1.CloudInitConfigDrive
 		_, err := w.ValidateUpdate(ctx, valid, changed)
 		if err == nil || !strings.Contains(err.Error(), "spec: Forbidden: the spec is immutable") {
 			t.Errorf("spec change: %v", err)
@@ -85,8 +85,8 @@ func TestWorkerClassWebhook(t *testing.T) {
 		}
 	})
 	t.Run("built-in names keep their family", func(t *testing.T) {
-		for name, family := range map[string]v1alpha1.BootstrapFamily{"talos": v1alpha1.BootstrapKairos, "kairos": v1alpha1.BootstrapTalos} {
-			c := &v1alpha1.WorkerClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1alpha1.WorkerClassSpec{Bootstrap: family}}
+		for name, family := range map[string]workerclassv1.BootstrapFamily{"talos": workerclassv1.BootstrapKairos, "kairos": workerclassv1.BootstrapTalos} {
+			c := &workerclassv1.WorkerClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: workerclassv1.WorkerClassSpec{Bootstrap: family}}
 			if _, err := w.ValidateCreate(ctx, c); err == nil || !strings.Contains(err.Error(), "built-in class") {
 				t.Errorf("%s with %s: %v", name, family, err)
 			}
@@ -97,12 +97,12 @@ func TestWorkerClassWebhook(t *testing.T) {
 func TestWorkerPlatformWebhook(t *testing.T) {
 	w := &WorkerPlatform{}
 	ctx := context.Background()
-	p := &v1alpha1.WorkerPlatform{ObjectMeta: metav1.ObjectMeta{Name: "default"}, Spec: v1alpha1.WorkerPlatformSpec{DefaultClass: "talos"}}
+	p := &workerclassv1.WorkerPlatform{ObjectMeta: metav1.ObjectMeta{Name: "default"}, Spec: workerclassv1.WorkerPlatformSpec{DefaultClass: "talos"}}
 	if _, err := w.ValidateCreate(ctx, p); err != nil {
 		t.Errorf("valid platform rejected: %v", err)
 	}
 	bad := p.DeepCopy()
-	bad.Spec.KubernetesVersions = []v1alpha1.KubernetesVersion{{Minor: "v1.35", Patch: "v1.34.2"}}
+	bad.Spec.KubernetesVersions = []workerclassv1.KubernetesVersion{{Minor: "v1.35", Patch: "v1.34.2"}}
 	if _, err := w.ValidateUpdate(ctx, p, bad); err == nil || !strings.Contains(err.Error(), "the patch must belong to minor v1.35") {
 		t.Errorf("bad patch: %v", err)
 	}
@@ -120,7 +120,7 @@ func TestWorkerPlatformWebhook(t *testing.T) {
 
 func testScheme(t *testing.T) *runtime.Scheme {
 	s := runtime.NewScheme()
-	if err := v1alpha1.AddToScheme(s); err != nil {
+	if err := workerclassv1.AddToScheme(s); err != nil {
 		t.Fatal(err)
 	}
 	return s
@@ -128,13 +128,13 @@ func testScheme(t *testing.T) *runtime.Scheme {
 
 func testReader(t *testing.T, funcs *interceptor.Funcs) client.Client {
 	b := fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(
-		&v1alpha1.WorkerClass{ObjectMeta: metav1.ObjectMeta{Name: "talos"}, Spec: v1alpha1.WorkerClassSpec{Bootstrap: v1alpha1.BootstrapTalos}},
-		&v1alpha1.WorkerClass{ObjectMeta: metav1.ObjectMeta{Name: "kairos"}, Spec: v1alpha1.WorkerClassSpec{Bootstrap: v1alpha1.BootstrapKairos}},
-		&v1alpha1.WorkerPlatform{ObjectMeta: metav1.ObjectMeta{Name: "default"}, Spec: v1alpha1.WorkerPlatformSpec{
+		&workerclassv1.WorkerClass{ObjectMeta: metav1.ObjectMeta{Name: "talos"}, Spec: workerclassv1.WorkerClassSpec{Bootstrap: workerclassv1.BootstrapTalos}},
+		&workerclassv1.WorkerClass{ObjectMeta: metav1.ObjectMeta{Name: "kairos"}, Spec: workerclassv1.WorkerClassSpec{Bootstrap: workerclassv1.BootstrapKairos}},
+		&workerclassv1.WorkerPlatform{ObjectMeta: metav1.ObjectMeta{Name: "default"}, Spec: workerclassv1.WorkerPlatformSpec{
 			DefaultClass:       "talos",
-			KubernetesVersions: []v1alpha1.KubernetesVersion{{Minor: "v1.35", Patch: "v1.35.6"}},
-			TalosFactory:       v1alpha1.TalosFactoryDefaults{Version: "v1.13.6", SchematicID: strings.Repeat("a", 64)},
-			KairosImages:       []v1alpha1.KairosImage{{Minor: "v1.35", Reference: "ghcr.io/x/kairos@sha256:" + strings.Repeat("1", 64)}},
+			KubernetesVersions: []workerclassv1.KubernetesVersion{{Minor: "v1.35", Patch: "v1.35.6"}},
+			TalosFactory:       workerclassv1.TalosFactoryDefaults{Version: "v1.13.6", SchematicID: strings.Repeat("a", 64)},
+			KairosImages:       []workerclassv1.KairosImage{{Minor: "v1.35", Reference: "ghcr.io/x/kairos@sha256:" + strings.Repeat("1", 64)}},
 		}},
 	)
 	if funcs != nil {
@@ -205,7 +205,7 @@ func TestPoolMutatingWebhook(t *testing.T) {
 		doc := applyPatches(t, obj, resp)
 		spec := doc["spec"].(map[string]any)
 		labels := doc["metadata"].(map[string]any)["labels"].(map[string]any)
-		if spec["workerClassName"] != "talos" || labels[v1alpha1.WorkerClassLabel] != "talos" {
+		if spec["workerClassName"] != "talos" || labels[workerclassv1.WorkerClassLabel] != "talos" {
 			t.Errorf("patched object %v", doc)
 		}
 	})
@@ -297,7 +297,7 @@ func TestPoolTestCRDCoversPoolSettings(t *testing.T) {
 		t.Fatal(err)
 	}
 	spec := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"]
-	for _, missing := range missingFields(reflect.TypeFor[v1alpha1.PoolSettings](), spec, "spec") {
+	for _, missing := range missingFields(reflect.TypeFor[workerclassv1.PoolSettings](), spec, "spec") {
 		t.Errorf("the pool test CRD lacks %s", missing)
 	}
 }

@@ -28,7 +28,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
-	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
+	kubeadmv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	"sigs.k8s.io/cluster-api/bootstrap/kubeadm/pkg/cloudinit"
 	kubeadmtypes "sigs.k8s.io/cluster-api/bootstrap/kubeadm/pkg/types"
 )
@@ -43,16 +43,16 @@ var (
 // cabpkJoin is a worker JoinConfiguration as a KubeadmConfig gives it to
 // Cluster API's kubeadm bootstrap provider (CABPK), with the node name
 // left to cloud-init's jinja as CAPK's templates do.
-func cabpkJoin(endpoint, token, pin string) *bootstrapv1.JoinConfiguration {
-	return &bootstrapv1.JoinConfiguration{
-		NodeRegistration: bootstrapv1.NodeRegistrationOptions{
+func cabpkJoin(endpoint, token, pin string) *kubeadmv1.JoinConfiguration {
+	return &kubeadmv1.JoinConfiguration{
+		NodeRegistration: kubeadmv1.NodeRegistrationOptions{
 			Name: "{{ ds.meta_data.local_hostname }}",
-			KubeletExtraArgs: []bootstrapv1.Arg{
+			KubeletExtraArgs: []kubeadmv1.Arg{
 				{Name: "provider-id", Value: ptr.To("kubevirt://{{ ds.meta_data.local_hostname }}")},
 				{Name: "node-labels", Value: ptr.To("pool=kubeadm-peer")},
 			},
 		},
-		Discovery: bootstrapv1.Discovery{BootstrapToken: bootstrapv1.BootstrapTokenDiscovery{
+		Discovery: kubeadmv1.Discovery{BootstrapToken: kubeadmv1.BootstrapTokenDiscovery{
 			Token: token, APIServerEndpoint: endpoint, CACertHashes: []string{pin},
 		}},
 	}
@@ -62,7 +62,7 @@ func cabpkJoin(endpoint, token, pin string) *bootstrapv1.JoinConfiguration {
 // renderer (bootstrap/kubeadm/pkg/cloudinit) and JoinConfiguration
 // marshaller, called with what its KubeadmConfig reconciler passes for a
 // worker (which also adds the uninitialized taint first).
-func cabpkUserData(t testing.TB, join *bootstrapv1.JoinConfiguration, input cloudinit.BaseUserData) []byte {
+func cabpkUserData(t testing.TB, join *kubeadmv1.JoinConfiguration, input cloudinit.BaseUserData) []byte {
 	t.Helper()
 	join = join.DeepCopy()
 	join.NodeRegistration.Taints = ptr.To(append(ptr.Deref(join.NodeRegistration.Taints, nil),
@@ -416,11 +416,11 @@ runcmd:
 func TestCloudInitRecordsUsersKeysAndHostname(t *testing.T) {
 	g := NewWithT(t)
 	data := cabpkUserData(t, cabpkJoin("192.0.2.10:6443", "abcdef.0123456789abcdef", "sha256:"+strings.Repeat("ab", 32)), cloudinit.BaseUserData{
-		Users:               []bootstrapv1.User{{Name: "capk", SSHAuthorizedKeys: []string{"ssh-ed25519 AAAAC3Nza capk@example"}}},
+		Users:               []kubeadmv1.User{{Name: "capk", SSHAuthorizedKeys: []string{"ssh-ed25519 AAAAC3Nza capk@example"}}},
 		PreKubeadmCommands:  []string{`echo "pre kubeadm" > /run/pre`},
 		PostKubeadmCommands: []string{"touch /run/post"},
-		AdditionalFiles: []bootstrapv1.File{
-			{Path: "/etc/containerd/conf.d/extra.toml", Owner: "root:root", Permissions: "0600", Encoding: bootstrapv1.GzipBase64, Content: base64.StdEncoding.EncodeToString(gzipped(t, "[plugins]\n"))},
+		AdditionalFiles: []kubeadmv1.File{
+			{Path: "/etc/containerd/conf.d/extra.toml", Owner: "root:root", Permissions: "0600", Encoding: kubeadmv1.GzipBase64, Content: base64.StdEncoding.EncodeToString(gzipped(t, "[plugins]\n"))},
 			{Path: "/etc/hosts", Append: ptr.To(true), Content: "192.0.2.10 api"},
 		},
 		KubeadmVerbosity: "--v 5",
@@ -455,7 +455,7 @@ func TestCloudInitRecordsUsersKeysAndHostname(t *testing.T) {
 func FuzzCloudInitParser(f *testing.F) {
 	f.Add(cabpkUserData(f, cabpkJoin("192.0.2.10:6443", "abcdef.0123456789abcdef", "sha256:"+strings.Repeat("ab", 32)), cloudinit.BaseUserData{
 		PreKubeadmCommands: []string{"mkdir -p /etc/x"},
-		AdditionalFiles:    []bootstrapv1.File{{Path: "/etc/x/y", Encoding: bootstrapv1.Base64, Content: "eA=="}},
+		AdditionalFiles:    []kubeadmv1.File{{Path: "/etc/x/y", Encoding: kubeadmv1.Base64, Content: "eA=="}},
 	}))
 	f.Add([]byte("## template: jinja\n#cloud-config\nhostname: {{ ds.meta_data.local_hostname }}\nruncmd: [[touch, /a]]\n"))
 	f.Add([]byte("## template: jinja\n#cloud-config\n{% if x %}{# c #}{{ v1.nope }}\n"))

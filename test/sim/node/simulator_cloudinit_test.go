@@ -26,7 +26,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	kubevirtv1 "kubevirt.io/api/core/v1"
-	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
+	kubeadmv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	"sigs.k8s.io/cluster-api/bootstrap/kubeadm/pkg/cloudinit"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -64,7 +64,7 @@ func TestCloudInitImageJoinsWithCABPKUserData(t *testing.T) {
 			data := cabpkUserData(t, cabpkJoin(workload.Endpoint, newToken(t, time.Hour), caPin(t)), cloudinit.BaseUserData{
 				PreKubeadmCommands:  []string{"mkdir -p /etc/kubernetes/manifests"},
 				PostKubeadmCommands: []string{"echo joined > /run/joined"},
-				Users:               []bootstrapv1.User{{Name: "capk", SSHAuthorizedKeys: []string{"ssh-ed25519 AAAAC3Nza capk@example"}}},
+				Users:               []kubeadmv1.User{{Name: "capk", SSHAuthorizedKeys: []string{"ssh-ed25519 AAAAC3Nza capk@example"}}},
 				KubeadmVerbosity:    "--v 5",
 			})
 			vm := machineWith(t, ns, tc.name, containerDisk(cloudInitImage), data, tc.mutate)
