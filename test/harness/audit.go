@@ -448,12 +448,12 @@ func (u *RoleUsage) Check(justified []Unexercised) (report string, problems []st
 			status, note := "", ""
 			switch {
 			case len(g.Used) == 0 && ok:
-				status, note = "unused, justified", entry.Reason
+				status, note = "unused, justified", brief(entry.Reason)
 			case len(g.Used) == 0:
 				status = "UNUSED"
 				problems = append(problems, fmt.Sprintf("%s grants %s to %s, which no scenario used and no justification covers", role.File, g.Grant, role.Component))
 			case ok && entry.Occasional:
-				status, note = "used, justified as occasional", entry.Reason
+				status, note = "used, justified as occasional", brief(entry.Reason)
 			case ok:
 				status, note = "USED, justified", "stale justification"
 				problems = append(problems, fmt.Sprintf("the justification of %s in %s is stale: %s used it (%s)", g.Grant, role.File, role.Component, strings.Join(g.Used, ", ")))
@@ -493,4 +493,14 @@ func (u *RoleUsage) Check(justified []Unexercised) (report string, problems []st
 	sort.Strings(stale)
 	problems = append(problems, stale...)
 	return b.String(), problems
+}
+
+// brief shortens a justification's reason for the report, whose lines
+// would otherwise run to hundreds of characters; the file has it whole.
+func brief(reason string) string {
+	const limit = 60
+	if r := []rune(reason); len(r) > limit {
+		return strings.TrimRight(string(r[:limit]), " ") + "…"
+	}
+	return reason
 }

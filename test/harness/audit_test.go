@@ -248,6 +248,13 @@ func TestCheck(t *testing.T) {
 	}
 }
 
+func TestBriefShortensLongReasons(t *testing.T) {
+	g := NewWithT(t)
+	g.Expect(brief("A race.")).To(Equal("A race."))
+	long := "kubevirtmachine_controller.go: bootstrapData reads the bootstrap data Secret uncached"
+	g.Expect(brief(long)).To(Equal("kubevirtmachine_controller.go: bootstrapData reads the boots…"))
+}
+
 func TestAuditArgs(t *testing.T) {
 	g := NewWithT(t)
 	args, err := auditArgs("")
