@@ -68,8 +68,14 @@ const (
 	waitForWorkloadInterval       = 15 * time.Second
 )
 
-// +kubebuilder:rbac:groups=bootstrap.cozystack.io,resources=kairosconfigs;kairosconfigs/status;kairosconfigs/finalizers,verbs=get;list;watch;update;patch
-// +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=clusters;clusters/status;machines;machines/status,verbs=get;list;watch
+// Writes go through Cluster API's patch helper, which patches and never
+// updates; finalizers/update is what our Secrets' owner references
+// (blockOwnerDeletion) need where OwnerReferencesPermissionEnforcement
+// admits them.
+// +kubebuilder:rbac:groups=bootstrap.cozystack.io,resources=kairosconfigs,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=bootstrap.cozystack.io,resources=kairosconfigs/status,verbs=patch
+// +kubebuilder:rbac:groups=bootstrap.cozystack.io,resources=kairosconfigs/finalizers,verbs=update
+// +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=clusters;machines,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions,verbs=get;list;watch
 // +kubebuilder:rbac:groups=infrastructure.cozystack.io,resources=kubevirtmachines;kubevirtmachinetemplates,verbs=get;list;watch

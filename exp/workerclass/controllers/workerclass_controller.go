@@ -46,11 +46,14 @@ import (
 // UserKinds are the kinds that use classes: pools and templates.
 var UserKinds = []schema.GroupVersionKind{workerclassv1.PoolGroupVersionKind, workerclassv1.KubeVirtMachineTemplateGroupVersionKind}
 
-// +kubebuilder:rbac:groups=cozystack.io,resources=workerclasses,verbs=get;list;watch;create;update;patch
-// +kubebuilder:rbac:groups=cozystack.io,resources=workerclasses/status;workerclasses/finalizers,verbs=get;update;patch
+// Classes are written through Cluster API's patch helper, which patches
+// and never updates; nothing is owned by a class. Users (pools, templates)
+// are only watched and listed, as metadata.
+// +kubebuilder:rbac:groups=cozystack.io,resources=workerclasses,verbs=get;list;watch;create;patch
+// +kubebuilder:rbac:groups=cozystack.io,resources=workerclasses/status,verbs=patch
 // +kubebuilder:rbac:groups=cozystack.io,resources=workerplatforms,verbs=get;list;watch;create
-// +kubebuilder:rbac:groups=apps.cozystack.io,resources=kubernetesnodes,verbs=get;list;watch
-// +kubebuilder:rbac:groups=infrastructure.cozystack.io,resources=kubevirtmachinetemplates,verbs=get;list;watch
+// +kubebuilder:rbac:groups=apps.cozystack.io,resources=kubernetesnodes,verbs=list;watch
+// +kubebuilder:rbac:groups=infrastructure.cozystack.io,resources=kubevirtmachinetemplates,verbs=list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // WorkerClassReconciler reports a class's users and holds the in-use

@@ -44,7 +44,9 @@ import (
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
 )
 
-// +kubebuilder:rbac:groups=infrastructure.cozystack.io,resources=kubevirtclusters;kubevirtclusters/status,verbs=get;list;watch;update;patch
+// Only the status is written (Cluster API's patch helper patches it).
+// +kubebuilder:rbac:groups=infrastructure.cozystack.io,resources=kubevirtclusters,verbs=get;list;watch
+// +kubebuilder:rbac:groups=infrastructure.cozystack.io,resources=kubevirtclusters/status,verbs=patch
 // +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=clusters,verbs=get;list;watch
 
 // Reconciler reconciles KubeVirtClusters.

@@ -76,7 +76,13 @@ const clonedFromTemplateIndex = "infrastructure.cozystack.io/cloned-from-templat
 
 var templateGroupKind = infrav1.GroupVersion.WithKind("KubeVirtMachineTemplate").GroupKind().String()
 
-// +kubebuilder:rbac:groups=infrastructure.cozystack.io,resources=kubevirtmachines;kubevirtmachines/status;kubevirtmachines/finalizers,verbs=get;list;watch;update;patch
+// Writes go through Cluster API's patch helper, which patches and never
+// updates; finalizers/update is what the owner references
+// (blockOwnerDeletion) of the machine's VM, disks and Secrets need where
+// OwnerReferencesPermissionEnforcement admits them.
+// +kubebuilder:rbac:groups=infrastructure.cozystack.io,resources=kubevirtmachines,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=infrastructure.cozystack.io,resources=kubevirtmachines/status,verbs=patch
+// +kubebuilder:rbac:groups=infrastructure.cozystack.io,resources=kubevirtmachines/finalizers,verbs=update
 // +kubebuilder:rbac:groups=infrastructure.cozystack.io,resources=kubevirtmachinetemplates,verbs=get;list;watch
 // +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=clusters;machines,verbs=get;list;watch
 // +kubebuilder:rbac:groups=kubevirt.io,resources=virtualmachines,verbs=get;list;watch;create;delete

@@ -63,7 +63,9 @@ const (
 	instancetypeIndex = "infrastructure.cozystack.io/instancetype-and-preference"
 )
 
-// +kubebuilder:rbac:groups=infrastructure.cozystack.io,resources=kubevirtmachinetemplates;kubevirtmachinetemplates/status,verbs=get;list;watch;update;patch
+// Only the status is written (Cluster API's patch helper patches it).
+// +kubebuilder:rbac:groups=infrastructure.cozystack.io,resources=kubevirtmachinetemplates,verbs=get;list;watch
+// +kubebuilder:rbac:groups=infrastructure.cozystack.io,resources=kubevirtmachinetemplates/status,verbs=patch
 // +kubebuilder:rbac:groups=cozystack.io,resources=workerclasses;workerplatforms,verbs=get;list;watch
 // +kubebuilder:rbac:groups=instancetype.kubevirt.io,resources=virtualmachineclusterinstancetypes;virtualmachineinstancetypes;virtualmachineclusterpreferences;virtualmachinepreferences,verbs=get;list;watch
 
