@@ -393,10 +393,10 @@ func deployment(t *testing.T, objs []*unstructured.Unstructured) *appsv1.Deploym
 	return dep
 }
 
-func convert(t testing.TB, u *unstructured.Unstructured, into any) {
-	t.Helper()
+func convert(tb testing.TB, u *unstructured.Unstructured, into any) {
+	tb.Helper()
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(u.Object, into, true); err != nil {
-		t.Fatalf("%s %s does not match its type: %v", u.GetKind(), u.GetName(), err)
+		tb.Fatalf("%s %s does not match its type: %v", u.GetKind(), u.GetName(), err)
 	}
 }
 

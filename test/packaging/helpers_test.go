@@ -85,8 +85,8 @@ var repoRoot = envtest.RepoRoot()
 
 // tool returns the path of a pinned tool that hack/tool.sh installs (and
 // builds on first use); $<NAME>_BIN overrides it.
-func tool(t testing.TB, name string) string {
-	t.Helper()
+func tool(tb testing.TB, name string) string {
+	tb.Helper()
 	if bin := os.Getenv(strings.ToUpper(name) + "_BIN"); bin != "" {
 		return bin
 	}
@@ -97,7 +97,7 @@ func tool(t testing.TB, name string) string {
 	}
 	out, err := command(nil, "", "bash", filepath.Join(repoRoot, "hack", "tool.sh"), name)
 	if err != nil {
-		t.Fatalf("installing %s: %v", name, err)
+		tb.Fatalf("installing %s: %v", name, err)
 	}
 	tools[name] = strings.TrimSpace(out)
 	return tools[name]
@@ -143,19 +143,19 @@ func commandWithStderr(stderr io.Writer, name string, args ...string) (string, e
 }
 
 // run is command for steps that must succeed.
-func run(t testing.TB, env []string, dir, name string, args ...string) string {
-	t.Helper()
+func run(tb testing.TB, env []string, dir, name string, args ...string) string {
+	tb.Helper()
 	out, err := command(env, dir, name, args...)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	return out
 }
 
 // decode splits a multi-document YAML stream into objects, skipping empty
 // documents.
-func decode(t testing.TB, data []byte) []*unstructured.Unstructured {
-	t.Helper()
+func decode(tb testing.TB, data []byte) []*unstructured.Unstructured {
+	tb.Helper()
 	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
 	var objs []*unstructured.Unstructured
 	for {
@@ -165,7 +165,7 @@ func decode(t testing.TB, data []byte) []*unstructured.Unstructured {
 			return objs
 		}
 		if err != nil {
-			t.Fatalf("decoding YAML: %v", err)
+			tb.Fatalf("decoding YAML: %v", err)
 		}
 		if len(u.Object) > 0 {
 			objs = append(objs, u)
@@ -173,13 +173,13 @@ func decode(t testing.TB, data []byte) []*unstructured.Unstructured {
 	}
 }
 
-func readObjects(t testing.TB, path string) []*unstructured.Unstructured {
-	t.Helper()
+func readObjects(tb testing.TB, path string) []*unstructured.Unstructured {
+	tb.Helper()
 	data, err := os.ReadFile(path)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	return decode(t, data)
+	return decode(tb, data)
 }
 
 // releases caches hack/release-manifests.sh output per availability level:
@@ -193,8 +193,8 @@ var releases = struct {
 // release runs hack/release-manifests.sh (make release-manifests) for an
 // availability level ("" for the script's default) and returns its output
 // folder. The folder lives until the test binary exits.
-func release(t testing.TB, level string) string {
-	t.Helper()
+func release(tb testing.TB, level string) string {
+	tb.Helper()
 	releases.Lock()
 	defer releases.Unlock()
 	if dir, ok := releases.dirs[level]; ok {
@@ -203,12 +203,12 @@ func release(t testing.TB, level string) string {
 	if releases.base == "" {
 		base, err := os.MkdirTemp("", "packaging-release-")
 		if err != nil {
-			t.Fatal(err)
+			tb.Fatal(err)
 		}
 		releases.base = base
 	}
 	dir := filepath.Join(releases.base, cmp.Or(level, "default"))
-	run(t, []string{"RELEASE_DIR=" + dir, "AVAILABILITY=" + level, "KUSTOMIZE_BIN=" + tool(t, "kustomize")},
+	run(tb, []string{"RELEASE_DIR=" + dir, "AVAILABILITY=" + level, "KUSTOMIZE_BIN=" + tool(tb, "kustomize")},
 		repoRoot, "bash", filepath.Join(repoRoot, "hack", "release-manifests.sh"))
 	releases.dirs[level] = dir
 	return dir

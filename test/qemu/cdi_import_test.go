@@ -36,31 +36,31 @@ import (
 
 // testDisk makes a worker disk stand-in: an 8 MiB raw image holding data
 // in two places and holes everywhere else.
-func testDisk(t testing.TB) Disk {
-	t.Helper()
-	dir := t.TempDir()
+func testDisk(tb testing.TB) Disk {
+	tb.Helper()
+	dir := tb.TempDir()
 	f, err := os.Create(filepath.Join(dir, "disk.img"))
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	defer func() { _ = f.Close() }()
 	for _, off := range []int64{0, 3 << 20} {
 		if _, err := f.WriteAt(bytes.Repeat([]byte("rootfs"), 1000), off); err != nil {
-			t.Fatal(err)
+			tb.Fatal(err)
 		}
 	}
 	if err := f.Truncate(8 << 20); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	return Disk{Dir: dir}
 }
 
 // allocated is how many bytes of a file are on disk.
-func allocated(t testing.TB, path string) int64 {
-	t.Helper()
+func allocated(tb testing.TB, path string) int64 {
+	tb.Helper()
 	var st syscall.Stat_t
 	if err := syscall.Stat(path, &st); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	return st.Blocks * 512
 }

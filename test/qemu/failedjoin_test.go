@@ -213,6 +213,7 @@ func (tp *tamperings) changed(vm client.ObjectKey) bool {
 // one way each, in start order; later guests (the replacements) boot the
 // data unchanged.
 func tamperFirstGuests(t *testing.T, p pool, ways []brokenJoin) *tamperings {
+	t.Helper()
 	tp := &tamperings{broken: map[client.ObjectKey]brokenJoin{}, hit: map[client.ObjectKey]bool{}}
 	runner.Tamper(func(vm client.ObjectKey, userData []byte) []byte {
 		if vm.Namespace != p.deployment().Namespace || !strings.HasPrefix(vm.Name, p.deployment().Name+"-") {

@@ -484,6 +484,7 @@ func (l *timingLog) addDiskBus(s string) {
 
 // scenario records the test's wall time when it ends.
 func (l *timingLog) scenario(t *testing.T) {
+	t.Helper()
 	start := time.Now()
 	t.Cleanup(func() {
 		l.mu.Lock()

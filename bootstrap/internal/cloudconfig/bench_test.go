@@ -46,6 +46,7 @@ func BenchmarkRenderClusterProvider(b *testing.B) {
 }
 
 func benchmarkRender(b *testing.B, in Input) {
+	b.Helper()
 	b.ReportAllocs()
 	start := cpuTime(b)
 	n := 0
@@ -59,6 +60,7 @@ func benchmarkRender(b *testing.B, in Input) {
 }
 
 func cpuTime(b *testing.B) time.Duration {
+	b.Helper()
 	var u syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &u); err != nil {
 		b.Fatal(err)

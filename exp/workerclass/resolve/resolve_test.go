@@ -116,6 +116,7 @@ func TestTalosScalars(t *testing.T) {
 			class: talosClass(&workerclassv1.TalosBaseline{TalosScalars: workerclassv1.TalosScalars{Version: ptr("v1.13.5")}}),
 			pool:  workerclassv1.PoolSettings{Version: "v1.35", Talos: &workerclassv1.TalosScalars{Version: ptr("v1.13.6")}},
 			check: func(t *testing.T, res *Result) {
+				t.Helper()
 				if res.Talos.Version != "v1.13.6" {
 					t.Errorf("version = %s, want the pool's v1.13.6", res.Talos.Version)
 				}
@@ -127,6 +128,7 @@ func TestTalosScalars(t *testing.T) {
 			class: talosClass(&workerclassv1.TalosBaseline{TalosScalars: workerclassv1.TalosScalars{Version: ptr("v1.13.5")}}),
 			pool:  workerclassv1.PoolSettings{Version: "v1.35", Talos: &workerclassv1.TalosScalars{}},
 			check: func(t *testing.T, res *Result) {
+				t.Helper()
 				if res.Talos.Version != "v1.13.5" {
 					t.Errorf("version = %s, want the class's v1.13.5", res.Talos.Version)
 				}
@@ -137,6 +139,7 @@ func TestTalosScalars(t *testing.T) {
 			class: talosClass(nil),
 			pool:  workerclassv1.PoolSettings{Version: "v1.35"},
 			check: func(t *testing.T, res *Result) {
+				t.Helper()
 				if res.Talos.Version != "v1.13.6" || res.Talos.SchematicID != schematicA {
 					t.Errorf("talos = %+v, want the platform's v1.13.6 and schematic", res.Talos)
 				}
@@ -160,6 +163,7 @@ func TestTalosScalars(t *testing.T) {
 				InstallerRepository: ptr("registry.example.com/talos/installer")}}),
 			pool: workerclassv1.PoolSettings{Version: "v1.35", Talos: &workerclassv1.TalosScalars{InstallerRepository: ptr("")}},
 			check: func(t *testing.T, res *Result) {
+				t.Helper()
 				want := "factory.talos.dev/installer/" + schematicA + ":v1.13.6"
 				if res.Talos.InstallerImage != want {
 					t.Errorf("installer = %s, want %s", res.Talos.InstallerImage, want)
@@ -172,6 +176,7 @@ func TestTalosScalars(t *testing.T) {
 				InstallerRepository: ptr("registry.example.com/talos/installer")}}),
 			pool: workerclassv1.PoolSettings{Version: "v1.35"},
 			check: func(t *testing.T, res *Result) {
+				t.Helper()
 				if res.Talos.InstallerImage != "registry.example.com/talos/installer:v1.13.6" {
 					t.Errorf("installer = %s", res.Talos.InstallerImage)
 				}
@@ -182,6 +187,7 @@ func TestTalosScalars(t *testing.T) {
 			class: talosClass(&workerclassv1.TalosBaseline{TalosScalars: workerclassv1.TalosScalars{ImageFactoryCA: ptr("class-ca")}}),
 			pool:  workerclassv1.PoolSettings{Version: "v1.35", Talos: &workerclassv1.TalosScalars{ImageFactoryCA: ptr("")}},
 			check: func(t *testing.T, res *Result) {
+				t.Helper()
 				if res.Image.HTTPImport.CABundle != "" || res.Talos.ImageFactoryCA != "" {
 					t.Errorf("CA = %q, want the pool's explicit empty", res.Image.HTTPImport.CABundle)
 				}
@@ -192,6 +198,7 @@ func TestTalosScalars(t *testing.T) {
 			class: talosClass(&workerclassv1.TalosBaseline{TalosScalars: workerclassv1.TalosScalars{ImageFactoryCA: ptr("class-ca")}}),
 			pool:  workerclassv1.PoolSettings{Version: "v1.35"},
 			check: func(t *testing.T, res *Result) {
+				t.Helper()
 				if res.Image.HTTPImport.CABundle != "class-ca" {
 					t.Errorf("CA = %q, want class-ca", res.Image.HTTPImport.CABundle)
 				}
@@ -228,6 +235,7 @@ func TestRegistryMirrors(t *testing.T) {
 				"docker.io": {Endpoints: []string{"https://mirror-c.example.com"}},
 			}},
 			check: func(t *testing.T, res *Result) {
+				t.Helper()
 				want := map[string]workerclassv1.RegistryMirror{"docker.io": {Endpoints: []string{"https://mirror-c.example.com"}}}
 				if !reflect.DeepEqual(res.Talos.RegistryMirrors, want) {
 					t.Errorf("mirrors = %v, want exactly %v", res.Talos.RegistryMirrors, want)
@@ -239,6 +247,7 @@ func TestRegistryMirrors(t *testing.T) {
 			class: baseline,
 			pool:  workerclassv1.PoolSettings{Version: "v1.35", RegistryMirrors: map[string]workerclassv1.RegistryMirror{}},
 			check: func(t *testing.T, res *Result) {
+				t.Helper()
 				if len(res.Talos.RegistryMirrors) != 0 {
 					t.Errorf("mirrors = %v, want none", res.Talos.RegistryMirrors)
 				}
@@ -249,6 +258,7 @@ func TestRegistryMirrors(t *testing.T) {
 			class: baseline,
 			pool:  workerclassv1.PoolSettings{Version: "v1.35"},
 			check: func(t *testing.T, res *Result) {
+				t.Helper()
 				if !reflect.DeepEqual(res.Talos.RegistryMirrors, baseline.Spec.Talos.RegistryMirrors) {
 					t.Errorf("mirrors = %v, want the baseline", res.Talos.RegistryMirrors)
 				}
@@ -388,6 +398,7 @@ func TestSourceValues(t *testing.T) {
 			pool: workerclassv1.PoolSettings{Version: "v1.35", OSImage: &workerclassv1.OSImageSource{
 				Builtin: &workerclassv1.BuiltinImageSource{Version: "v1.13.5"}}},
 			check: func(t *testing.T, res *Result) {
+				t.Helper()
 				wantClone("talos-v1-13-5-a")(t, res)
 				if res.Talos.Version != "v1.13.5" || res.Talos.InstallerImage != "factory.talos.dev/installer/"+schematicA+":v1.13.5" {
 					t.Errorf("installer does not follow the disk: %+v", res.Talos)
@@ -413,6 +424,7 @@ func TestSourceValues(t *testing.T) {
 			pool: workerclassv1.PoolSettings{Version: "v1.35", OSImage: &workerclassv1.OSImageSource{Factory: &workerclassv1.FactoryImageSource{
 				Version: "v1.13.7", SchematicID: schematicB, Endpoint: "https://factory.example.com/"}}},
 			check: func(t *testing.T, res *Result) {
+				t.Helper()
 				wantHTTPImport("https://factory.example.com/image/"+schematicB+"/v1.13.7/nocloud-amd64.raw.xz")(t, res)
 				if res.Talos.Version != "v1.13.7" || res.Talos.SchematicID != schematicB {
 					t.Errorf("installer does not follow the disk: %+v", res.Talos)
@@ -439,6 +451,7 @@ func TestProxmoxTemplateTags(t *testing.T) {
 	})
 	wantTags := func(tags ...string) func(*testing.T, *Result) {
 		return func(t *testing.T, res *Result) {
+			t.Helper()
 			if res.Image.ProxmoxTemplate == nil || !reflect.DeepEqual(res.Image.ProxmoxTemplate.Tags, tags) {
 				t.Errorf("image = %+v, want template tags %v", res.Image, tags)
 			}
@@ -561,6 +574,7 @@ func TestCompatibilityCheck(t *testing.T) {
 				KernelModules: []workerclassv1.KernelModule{}, RegistryMirrors: map[string]workerclassv1.RegistryMirror{},
 				OSImage: &workerclassv1.OSImageSource{}, SSHKeys: []string{}},
 			check: func(t *testing.T, res *Result) {
+				t.Helper()
 				if res.Talos != nil {
 					t.Errorf("a Kairos result has Talos settings: %+v", res.Talos)
 				}
@@ -580,6 +594,7 @@ func TestCompatibilityCheck(t *testing.T) {
 func TestVersionsAndReplacement(t *testing.T) {
 	wantVersion := func(v string, match workerclassv1.KubernetesVersionMatch) func(*testing.T, *Result) {
 		return func(t *testing.T, res *Result) {
+			t.Helper()
 			if res.KubernetesVersion != v || res.KubernetesVersionMatch != match {
 				t.Errorf("kubernetes = %s (%s), want %s (%s)", res.KubernetesVersion, res.KubernetesVersionMatch, v, match)
 			}
@@ -591,6 +606,7 @@ func TestVersionsAndReplacement(t *testing.T) {
 		{name: "the pool picks the minor and the platform map the patch (platform Kairos image)", class: kairosClass(),
 			pool: workerclassv1.PoolSettings{Version: "v1.35"},
 			check: func(t *testing.T, res *Result) {
+				t.Helper()
 				wantVersion("v1.35.6", workerclassv1.KubernetesVersionMatchMinor)(t, res)
 				if res.Image.ContainerDisk.Reference != "ghcr.io/cozystack/kairos-worker@"+digestB {
 					t.Errorf("image = %s", res.Image.ContainerDisk.Reference)
@@ -599,6 +615,7 @@ func TestVersionsAndReplacement(t *testing.T) {
 		{name: "a fixed image supplies its exact patch", class: fixedKairosClass(),
 			pool: workerclassv1.PoolSettings{Version: "v1.35"},
 			check: func(t *testing.T, res *Result) {
+				t.Helper()
 				wantVersion("v1.35.6", workerclassv1.KubernetesVersionMatchExact)(t, res)
 				if res.Image.ContainerDisk.Reference != kairosRef {
 					t.Errorf("image = %s, want %s", res.Image.ContainerDisk.Reference, kairosRef)

@@ -119,6 +119,7 @@ func TestWorkerPlatformWebhook(t *testing.T) {
 }
 
 func testScheme(t *testing.T) *runtime.Scheme {
+	t.Helper()
 	s := runtime.NewScheme()
 	if err := workerclassv1.AddToScheme(s); err != nil {
 		t.Fatal(err)
@@ -127,6 +128,7 @@ func testScheme(t *testing.T) *runtime.Scheme {
 }
 
 func testReader(t *testing.T, funcs *interceptor.Funcs) client.Client {
+	t.Helper()
 	b := fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(
 		&workerclassv1.WorkerClass{ObjectMeta: metav1.ObjectMeta{Name: "talos"}, Spec: workerclassv1.WorkerClassSpec{Bootstrap: workerclassv1.BootstrapTalos}},
 		&workerclassv1.WorkerClass{ObjectMeta: metav1.ObjectMeta{Name: "kairos"}, Spec: workerclassv1.WorkerClassSpec{Bootstrap: workerclassv1.BootstrapKairos}},

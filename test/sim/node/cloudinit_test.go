@@ -62,32 +62,33 @@ func cabpkJoin(endpoint, token, pin string) *kubeadmv1.JoinConfiguration {
 // renderer (bootstrap/kubeadm/pkg/cloudinit) and JoinConfiguration
 // marshaller, called with what its KubeadmConfig reconciler passes for a
 // worker (which also adds the uninitialized taint first).
-func cabpkUserData(t testing.TB, join *kubeadmv1.JoinConfiguration, input cloudinit.BaseUserData) []byte {
-	t.Helper()
+func cabpkUserData(tb testing.TB, join *kubeadmv1.JoinConfiguration, input cloudinit.BaseUserData) []byte {
+	tb.Helper()
 	join = join.DeepCopy()
 	join.NodeRegistration.Taints = ptr.To(append(ptr.Deref(join.NodeRegistration.Taints, nil),
 		corev1.Taint{Key: "node.cluster.x-k8s.io/uninitialized", Effect: corev1.TaintEffectNoSchedule}))
 	version := semver.MustParse("1.36.3")
 	joinData, err := kubeadmtypes.MarshalJoinConfigurationForVersion(join, version)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	input.KubernetesVersion = version
 	data, err := cloudinit.NewNode(&cloudinit.NodeInput{BaseUserData: input, JoinConfiguration: joinData})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	return data
 }
 
-func gzipped(t testing.TB, s string) []byte {
+func gzipped(tb testing.TB, s string) []byte {
+	tb.Helper()
 	var b bytes.Buffer
 	w := gzip.NewWriter(&b)
 	if _, err := w.Write([]byte(s)); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	if err := w.Close(); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	return b.Bytes()
 }

@@ -27,6 +27,8 @@ import (
 	"testing"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+
 	"github.com/go-logr/logr"
 	. "github.com/onsi/gomega"
 	"go.yaml.in/yaml/v3"
@@ -161,6 +163,7 @@ func run(m *testing.M) int {
 
 // caPin is the kubeadm pin of the workload CA.
 func caPin(t *testing.T) string {
+	t.Helper()
 	block, _ := pem.Decode(workload.CACert)
 	cert, err := x509.ParseCertificate(block.Bytes)
 	if err != nil {
@@ -197,6 +200,7 @@ func newToken(t *testing.T, ttl time.Duration) string {
 }
 
 func revoke(t *testing.T, token string) {
+	t.Helper()
 	id, _, _ := strings.Cut(token, ".")
 	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceSystem, Name: bootstraputil.BootstrapTokenSecretName(id)}}
 	if err := workload.Client.Delete(context.Background(), s); err != nil {
@@ -226,6 +230,7 @@ func joinConfiguration(name, token, pin string) *kubeadmv1beta4.JoinConfiguratio
 // stagesConfig renders the Stages join mode: the JoinConfiguration written
 // by one stage, `kubeadm join --config` run by the next, the sentinel last.
 func stagesConfig(t *testing.T, hostname string, join *kubeadmv1beta4.JoinConfiguration) []byte {
+	t.Helper()
 	data, err := sigsyaml.Marshal(join)
 	if err != nil {
 		t.Fatal(err)
@@ -244,6 +249,7 @@ func stagesConfig(t *testing.T, hostname string, join *kubeadmv1beta4.JoinConfig
 
 // providerConfig renders the ClusterProvider join mode.
 func providerConfig(t *testing.T, hostname, role string, join *kubeadmv1beta4.JoinConfiguration) []byte {
+	t.Helper()
 	join.TypeMeta = metav1.TypeMeta{}
 	data, err := sigsyaml.Marshal(map[string]any{"joinConfiguration": join})
 	if err != nil {
@@ -267,6 +273,7 @@ func successStage() stage {
 }
 
 func document(t *testing.T, c cloudConfig) []byte {
+	t.Helper()
 	data, err := yaml.Marshal(c)
 	if err != nil {
 		t.Fatal(err)
@@ -574,5 +581,64 @@ func TestPersistentDiskNodeRejoinsWithItsCredentials(t *testing.T) {
 		n := getNode(g, "persistent-0")
 		g.Expect(readyStatus(n)).To(Equal(corev1.ConditionTrue))
 		g.Expect(n.Spec.Taints).NotTo(ContainElement(HaveField("Key", corev1.TaintNodeUnreachable)))
+	}, timeout, poll).Should(Succeed())
+}
+
+// TestKubeletThatCannotReportRetriesWithItsCredentials: the join is done
+// and the Node registered, but its status cannot be written (here an
+// admission policy refuses it, as an apiserver going down would fail it).
+// The kubelet retries with its own credentials, as a real one does: the
+// token revoked meanwhile does not matter.
+func TestKubeletThatCannotReportRetriesWithItsCredentials(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := namespace(t)
+	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "refuse-node-status-" + ns},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
+			MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
+				RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Update},
+					Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"nodes/status"}},
+				},
+			}}},
+			Validations: []admissionregistrationv1.Validation{{Expression: "object.metadata.name != 'stuck-0'", Message: "refused by the test"}},
+		},
+	}
+	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: policy.Name},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
+			PolicyName:        policy.Name,
+			ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
+		},
+	}
+	g.Expect(workload.Client.Create(ctx, policy)).To(Succeed())
+	g.Expect(workload.Client.Create(ctx, binding)).To(Succeed())
+	lifted := false
+	lift := func() {
+		if !lifted {
+			lifted = true
+			g.Expect(workload.Client.Delete(ctx, binding)).To(Succeed())
+			g.Expect(workload.Client.Delete(ctx, policy)).To(Succeed())
+		}
+	}
+	t.Cleanup(lift)
+
+	token := newToken(t, time.Hour)
+	vm := machine(t, ns, "stuck-0", containerDisk(image), stagesConfig(t, "stuck-0", joinConfiguration("stuck-0", token, caPin(t))))
+	g.Eventually(func(g Gomega) {
+		r := boot(g, vm)
+		g.Expect(r.Phase).To(Equal(PhaseJoining))
+		g.Expect(r.Error).To(ContainSubstring("refused by the test"))
+	}, timeout, poll).Should(Succeed())
+	g.Expect(workload.Client.Get(ctx, client.ObjectKey{Name: "stuck-0"}, &corev1.Node{})).To(Succeed(), "the Node was registered")
+	// The provider revokes a token once the Node exists.
+	revoke(t, token)
+	lift()
+
+	g.Eventually(func(g Gomega) {
+		r := boot(g, vm)
+		g.Expect(r.Phase).To(Equal(PhaseJoined), "boot: %+v", r)
+		g.Expect(readyStatus(getNode(g, "stuck-0"))).To(Equal(corev1.ConditionTrue))
 	}, timeout, poll).Should(Succeed())
 }
