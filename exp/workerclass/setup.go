@@ -49,7 +49,7 @@ func SetupWithManager(ctx context.Context, mgr ctrl.Manager, opts Options) error
 	if err := (&controllers.WorkerClassReconciler{}).SetupWithManager(ctx, mgr); err != nil {
 		return fmt.Errorf("setting up the WorkerClass controller: %w", err)
 	}
-	if err := (&controllers.WorkerPlatformReconciler{}).SetupWithManager(mgr); err != nil {
+	if err := (&controllers.WorkerPlatformReconciler{}).SetupWithManager(ctx, mgr); err != nil {
 		return fmt.Errorf("setting up the WorkerPlatform controller: %w", err)
 	}
 	backoff := opts.EnsureDefaultsBackoff

@@ -39,6 +39,7 @@ import (
 	"sigs.k8s.io/cluster-api/util/annotations"
 	"sigs.k8s.io/cluster-api/util/certs"
 	"sigs.k8s.io/cluster-api/util/conditions"
+	capicontrollerutil "sigs.k8s.io/cluster-api/util/controller"
 	"sigs.k8s.io/cluster-api/util/finalizers"
 	"sigs.k8s.io/cluster-api/util/patch"
 	"sigs.k8s.io/cluster-api/util/paused"
@@ -126,7 +127,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 		return fmt.Errorf("setting up the kairosconfig controller: %w", err)
 	}
 	log := ctrl.LoggerFrom(ctx).WithValues("controller", "kairosconfig")
-	c, err := ctrl.NewControllerManagedBy(mgr).
+	c, err := capicontrollerutil.NewControllerManagedBy(mgr, log).
 		For(&bootstrapv1.KairosConfig{}).
 		Named("kairosconfig").
 		WithOptions(options).
@@ -135,7 +136,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.secretToKairosConfigs)).
 		WatchesRawSource(r.ClusterCache.GetClusterSource("kairosconfig", r.clusterToKairosConfigs)).
 		WithEventFilter(predicates.ResourceHasFilterLabel(mgr.GetScheme(), log, r.WatchFilterValue)).
-		Build(r)
+		Build(ctx, r)
 	if err != nil {
 		return fmt.Errorf("setting up the kairosconfig controller: %w", err)
 	}

@@ -22,6 +22,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	capicontrollerutil "sigs.k8s.io/cluster-api/util/controller"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -89,11 +90,12 @@ type WorkerPlatformReconciler struct {
 }
 
 // SetupWithManager watches the platform configuration.
-func (r *WorkerPlatformReconciler) SetupWithManager(mgr ctrl.Manager) error {
+func (r *WorkerPlatformReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
 	if r.Client == nil {
 		r.Client = mgr.GetClient()
 	}
-	return ctrl.NewControllerManagedBy(mgr).For(&workerclassv1.WorkerPlatform{}).Named("workerplatform").Complete(r)
+	predicateLog := ctrl.LoggerFrom(ctx).WithValues("controller", "workerplatform")
+	return capicontrollerutil.NewControllerManagedBy(mgr, predicateLog).For(&workerclassv1.WorkerPlatform{}).Named("workerplatform").Complete(ctx, r)
 }
 
 // Reconcile recreates a deleted default configuration; it never changes an

@@ -33,6 +33,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/cluster-api/util/conditions"
+	capicontrollerutil "sigs.k8s.io/cluster-api/util/controller"
 	"sigs.k8s.io/cluster-api/util/patch"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -79,7 +80,8 @@ func (r *WorkerClassReconciler) SetupWithManager(ctx context.Context, mgr ctrl.M
 	if r.Recorder == nil {
 		r.Recorder = mgr.GetEventRecorder("workerclass-controller")
 	}
-	b := ctrl.NewControllerManagedBy(mgr).For(&workerclassv1.WorkerClass{}).Named("workerclass")
+	predicateLog := ctrl.LoggerFrom(ctx).WithValues("controller", "workerclass")
+	b := capicontrollerutil.NewControllerManagedBy(mgr, predicateLog).For(&workerclassv1.WorkerClass{}).Named("workerclass")
 	for _, gvk := range UserKinds {
 		if _, err := mgr.GetRESTMapper().RESTMapping(gvk.GroupKind(), gvk.Version); err != nil {
 			if meta.IsNoMatchError(err) {
@@ -94,7 +96,7 @@ func (r *WorkerClassReconciler) SetupWithManager(ctx context.Context, mgr ctrl.M
 		user.SetGroupVersionKind(gvk)
 		b = b.WatchesMetadata(user, handler.EnqueueRequestsFromMapFunc(classOfUser))
 	}
-	return b.Complete(r)
+	return b.Complete(ctx, r)
 }
 
 // classOfUser maps a pool or template to the class its label names.
