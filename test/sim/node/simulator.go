@@ -221,6 +221,17 @@ type bootState struct {
 	record   *BootRecord
 	deadline time.Time
 	done     bool
+	// booted is set once the boot ran but its kubelet could not start;
+	// only the kubelet is retried.
+	booted *bootedGuest
+}
+
+// bootedGuest is a guest whose boot ran, with what its kubelet needs.
+type bootedGuest struct {
+	guest   *guest
+	image   Image
+	storage resource.Quantity
+	diskKey string
 }
 
 // New returns a node simulator; register workload clusters with
@@ -402,38 +413,51 @@ func (s *Simulator) reconcile(ctx context.Context, req reconcile.Request) (recon
 // bootInstance boots the instance once: it returns the resulting phase, or
 // an error that is retried while the join may still succeed.
 func (s *Simulator) bootInstance(ctx context.Context, vmi *kubevirtv1.VirtualMachineInstance, st *bootState) (Phase, string, error) {
-	data, datasource, err := s.userData(ctx, vmi)
-	if err != nil {
-		return PhaseRefused, "", err
-	}
-	source, diskKey, storage, err := s.rootDisk(ctx, vmi)
-	if err != nil {
-		return PhaseRefused, "", err
-	}
 	s.mu.Lock()
-	st.record.Image = source
-	image, known := s.opts.Images[source]
-	base := s.disks[diskKey]
+	b := st.booted
 	s.mu.Unlock()
-	if !known {
-		return PhaseRefused, "", refuse("the simulator does not know what the root disk %q boots; declare it in Options.Images", source)
+	if b == nil {
+		data, datasource, err := s.userData(ctx, vmi)
+		if err != nil {
+			return PhaseRefused, "", err
+		}
+		source, diskKey, storage, err := s.rootDisk(ctx, vmi)
+		if err != nil {
+			return PhaseRefused, "", err
+		}
+		s.mu.Lock()
+		st.record.Image = source
+		image, known := s.opts.Images[source]
+		base := s.disks[diskKey]
+		s.mu.Unlock()
+		if !known {
+			return PhaseRefused, "", refuse("the simulator does not know what the root disk %q boots; declare it in Options.Images", source)
+		}
+		if base == nil {
+			base = newFilesystem()
+		}
+		g, phase, reason, err := s.bootDisk(ctx, image, data, metadataFor(vmi, datasource), base.clone())
+		if g == nil {
+			return phase, reason, err
+		}
+		b = &bootedGuest{guest: g, image: image, storage: storage, diskKey: diskKey}
 	}
-	if base == nil {
-		base = newFilesystem()
-	}
-	g, phase, reason, err := s.bootDisk(ctx, image, data, metadataFor(vmi, datasource), base.clone())
-	if g == nil {
-		return phase, reason, err
-	}
+	g := b.guest
 	kubeletRuns := g.fs.kubelet != nil && g.fs.exists(KubeletKubeconfigPath) &&
 		(g.kubeletStarted || g.fs.exists(kubeletUnitLink))
 	if kubeletRuns {
-		if err := s.startKubelet(ctx, vmi, g.fs.kubelet, image, storage); err != nil {
+		if err := s.startKubelet(ctx, vmi, g.fs.kubelet, b.image, b.storage); err != nil {
+			// The join is done and the kubelet holds its own credentials:
+			// a real one restarts and tries again with them, it does not
+			// join again (its bootstrap token may be revoked by now).
+			s.mu.Lock()
+			st.booted = b
+			s.mu.Unlock()
 			return PhaseJoining, "", err
 		}
 	}
 	s.mu.Lock()
-	s.disks[diskKey] = g.fs
+	s.disks[b.diskKey] = g.fs
 	st.record.SentinelWritten = g.fs.exists(SentinelPath)
 	st.record.Warnings = g.warnings
 	st.record.SSHAuthorizedKeys = g.sshKeys
