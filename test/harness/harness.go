@@ -122,8 +122,11 @@ type Options struct {
 	Bootstrap Bootstrap
 	// Processes runs the bootstrap and infrastructure providers each as its
 	// own OS process (test/harness/cmd/component, built on Start) instead
-	// of in this process, so their CPU and memory can be measured alone.
-	// Their webhooks are still served in this process.
+	// of in this process, so their CPU and memory can be measured alone
+	// and they can be killed and restarted (ComponentProcess.Kill,
+	// Restart). They run as the same users bound to their ClusterRoles as
+	// in-process providers do; their webhooks are still served in this
+	// process.
 	Processes bool
 	// ProcessLogDir, when set, keeps the provider processes' logs there
 	// (<component>.log); they are removed with the harness otherwise.

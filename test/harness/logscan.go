@@ -54,7 +54,7 @@ var bootstrapDataMarkers = []string{"#cloud-config", "kubeadm join ", "discovery
 func NewLogScanner(delegate logr.Logger) (*LogScanner, logr.Logger) {
 	s := &LogScanner{}
 	scan := funcr.New(func(prefix, args string) {
-		s.scan(prefix, args)
+		s.scan(prefix, args, true)
 		if delegate.GetSink() != nil {
 			delegate.WithName(prefix).Info(args)
 		}
@@ -62,7 +62,17 @@ func NewLogScanner(delegate logr.Logger) (*LogScanner, logr.Logger) {
 	return s, scan
 }
 
-func (s *LogScanner) scan(prefix, line string) {
+// Scan reads one line a logger (prefix) wrote; components whose lines do
+// not pass through the scanner's logger, such as processes, are fed here.
+func (s *LogScanner) Scan(prefix, line string) { s.scan(prefix, line, true) }
+
+// ScanDuringRestart reads a line logged while the management apiserver
+// restarted: a fresh kube-apiserver refuses requests until its RBAC
+// authorizer has synced, so a Forbidden there says nothing of the roles.
+// Everything else is checked as Scan checks it.
+func (s *LogScanner) ScanDuringRestart(prefix, line string) { s.scan(prefix, line, false) }
+
+func (s *LogScanner) scan(prefix, line string, forbiddenIsFinding bool) {
 	var found []string
 	if bootstrapTokenPattern.MatchString(line) {
 		found = append(found, "a bootstrap token with its secret")
@@ -70,7 +80,7 @@ func (s *LogScanner) scan(prefix, line string) {
 	if sshkeys.LooksLikePrivateKey(line) {
 		found = append(found, "a private key")
 	}
-	if strings.Contains(line, "is forbidden: User ") && strings.Contains(line, providerUserPrefix) {
+	if forbiddenIsFinding && strings.Contains(line, "is forbidden: User ") && strings.Contains(line, providerUserPrefix) {
 		found = append(found, "a request its ClusterRole does not allow")
 	}
 	for _, m := range bootstrapDataMarkers {

@@ -232,15 +232,15 @@ func (h *Harness) setupManagers(ctx context.Context, caches *lazyClusterCache) (
 	// in-process or each in its own process.
 	for _, name := range h.componentNames() {
 		controllerName := named(name.ControllerName())
-		if h.opts.Processes {
-			if err := h.startProcess(ctx, name, controllerName); err != nil {
-				return nil, err
-			}
-			continue
-		}
 		providerCfg, err := h.providerConfig(ctx, cfg, name, int64(instance))
 		if err != nil {
 			return nil, err
+		}
+		if h.opts.Processes {
+			if err := h.startProcess(ctx, name, controllerName, providerCfg); err != nil {
+				return nil, err
+			}
+			continue
 		}
 		c, err := components.New(ctx, providerCfg, name, components.Options{
 			Manager:               h.managerOptions(name.Role()),

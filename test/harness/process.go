@@ -26,10 +26,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
 
 	"github.com/cozystack/cluster-api-workers/test/envtest"
 	"github.com/cozystack/cluster-api-workers/test/harness/components"
@@ -46,9 +48,16 @@ type ComponentProcess struct {
 	// LogPath holds its log.
 	LogPath string
 
+	// args are its flags but the address file.
+	args []string
+	h    *Harness
+
+	mu     sync.Mutex
 	cmd    *exec.Cmd
 	exited chan struct{}
 	err    error
+	// killed is set by Kill, so that the exit is not reported as a failure.
+	killed bool
 }
 
 // Processes returns the components running as processes (Options.Processes).
@@ -74,9 +83,9 @@ func (h *Harness) limits(name components.Name) components.Limits {
 // processStartTimeout bounds a component's start up to its caches' sync.
 const processStartTimeout = 2 * time.Minute
 
-// startProcess builds the component command once per harness and starts the
-// component with a kubeconfig of the management apiserver.
-func (h *Harness) startProcess(ctx context.Context, name components.Name, controllerName string) error {
+// startProcess builds the component command once per harness, writes the
+// component's kubeconfig (cfg: the identity it runs as) and starts it.
+func (h *Harness) startProcess(ctx context.Context, name components.Name, controllerName string, cfg *rest.Config) error {
 	if h.workDir == "" {
 		dir, err := os.MkdirTemp("", "harness-components-")
 		if err != nil {
@@ -86,16 +95,15 @@ func (h *Harness) startProcess(ctx context.Context, name components.Name, contro
 		if err := buildComponentCommand(ctx, filepath.Join(dir, "component")); err != nil {
 			return err
 		}
-		if err := envtest.WriteKubeconfig(filepath.Join(dir, "kubeconfig"), "management", h.Config()); err != nil {
-			return err
-		}
+	}
+	kubeconfig := filepath.Join(h.workDir, string(name)+".kubeconfig")
+	if err := envtest.WriteKubeconfig(kubeconfig, "management", cfg); err != nil {
+		return err
 	}
 	limits := h.limits(name)
-	addressFile := filepath.Join(h.workDir, string(name)+".address")
 	args := []string{
 		"-component", string(name),
-		"-kubeconfig", filepath.Join(h.workDir, "kubeconfig"),
-		"-address-file", addressFile,
+		"-kubeconfig", kubeconfig,
 		"-controller-name", controllerName,
 		"-kube-api-qps", strconv.FormatFloat(float64(limits.QPS), 'f', -1, 32),
 		"-kube-api-burst", strconv.Itoa(limits.Burst),
@@ -112,48 +120,105 @@ func (h *Harness) startProcess(ctx context.Context, name components.Name, contro
 	if err := os.MkdirAll(logDir, 0o755); err != nil {
 		return err
 	}
-	logPath := filepath.Join(logDir, string(name)+".log")
-	logFile, err := os.Create(logPath)
+	p := &ComponentProcess{Name: name, LogPath: filepath.Join(logDir, string(name)+".log"), args: args, h: h}
+	if err := p.start(ctx); err != nil {
+		return err
+	}
+	h.processes = append(h.processes, p)
+	return nil
+}
+
+// start starts the process and waits until its caches synced. The log is
+// appended to, so a restarted component's log follows its earlier lives.
+func (p *ComponentProcess) start(ctx context.Context) error {
+	addressFile := filepath.Join(p.h.workDir, string(p.Name)+".address")
+	if err := os.Remove(addressFile); err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	logFile, err := os.OpenFile(p.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = logFile.Close() }()
-	cmd := exec.Command(filepath.Join(h.workDir, "component"), args...)
+	cmd := exec.Command(filepath.Join(p.h.workDir, "component"), append(p.args, "-address-file", addressFile)...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	// The component dies with this process, however it ends.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("starting the %s component: %w", name, err)
+		return fmt.Errorf("starting the %s component: %w", p.Name, err)
 	}
-	p := &ComponentProcess{Name: name, PID: cmd.Process.Pid, LogPath: logPath, cmd: cmd, exited: make(chan struct{})}
-	h.processes = append(h.processes, p)
+	exited := make(chan struct{})
+	p.mu.Lock()
+	p.cmd, p.exited, p.PID, p.killed = cmd, exited, cmd.Process.Pid, false
+	p.mu.Unlock()
 	go func() {
-		p.err = cmd.Wait()
-		close(p.exited)
-		if h.releaseCtx.Err() == nil {
+		err := cmd.Wait()
+		p.mu.Lock()
+		p.err = err
+		killed := p.killed
+		p.mu.Unlock()
+		close(exited)
+		if !killed && p.h.releaseCtx.Err() == nil {
 			select {
-			case h.errs <- fmt.Errorf("the %s component exited: %v; its log: %s", name, p.err, p.LogPath):
+			case p.h.errs <- fmt.Errorf("the %s component exited: %v; its log: %s", p.Name, err, p.LogPath):
 			default:
 			}
 		}
 	}()
 	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, processStartTimeout, true, func(context.Context) (bool, error) {
 		select {
-		case <-p.exited:
-			return false, fmt.Errorf("the %s component exited at start: %v: %s", name, p.err, tail(logPath))
+		case <-exited:
+			return false, fmt.Errorf("the %s component exited at start: %v: %s", p.Name, p.exitErr(), tail(p.LogPath))
 		default:
 		}
 		raw, err := os.ReadFile(addressFile)
 		if err != nil {
 			return false, nil
 		}
+		p.mu.Lock()
 		p.Requests = requests.Remote{URL: string(raw)}
+		p.mu.Unlock()
 		return true, nil
 	})
 	if err != nil {
-		return fmt.Errorf("waiting for the %s component: %w", name, err)
+		return fmt.Errorf("waiting for the %s component: %w", p.Name, err)
 	}
 	return nil
+}
+
+func (p *ComponentProcess) exitErr() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.err
+}
+
+// Kill kills the component with SIGKILL, as a node failure or the OOM
+// killer would, and waits until it is gone. The harness does not report
+// its exit as an error.
+func (p *ComponentProcess) Kill() error {
+	p.mu.Lock()
+	cmd, exited := p.cmd, p.exited
+	p.killed = true
+	p.mu.Unlock()
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("killing the %s component: %w", p.Name, err)
+	}
+	<-exited
+	return nil
+}
+
+// Restart starts a killed component again with the same flags and
+// identity, returning once its caches synced.
+func (p *ComponentProcess) Restart(ctx context.Context) error {
+	p.mu.Lock()
+	exited := p.exited
+	p.mu.Unlock()
+	select {
+	case <-exited:
+	default:
+		return fmt.Errorf("the %s component is running", p.Name)
+	}
+	return p.start(ctx)
 }
 
 // stopProcesses stops the components with SIGTERM, and kills those that
@@ -161,14 +226,19 @@ func (h *Harness) startProcess(ctx context.Context, name components.Name, contro
 func (h *Harness) stopProcesses() error {
 	var errs []error
 	for _, p := range h.processes {
+		p.mu.Lock()
 		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		p.mu.Unlock()
 	}
 	for _, p := range h.processes {
+		p.mu.Lock()
+		cmd, exited := p.cmd, p.exited
+		p.mu.Unlock()
 		select {
-		case <-p.exited:
+		case <-exited:
 		case <-time.After(30 * time.Second):
-			_ = p.cmd.Process.Kill()
-			<-p.exited
+			_ = cmd.Process.Kill()
+			<-exited
 			errs = append(errs, fmt.Errorf("the %s component did not stop within 30s of SIGTERM", p.Name))
 		}
 	}

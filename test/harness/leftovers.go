@@ -1,0 +1,147 @@
+/*
+Copyright 2026 The Cozystack Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package harness
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	bootstrapv1 "github.com/cozystack/cluster-api-workers/bootstrap/api/v1alpha1"
+	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
+)
+
+// Leftovers lists what a Cluster's machines created that belongs to no
+// current Machine: KairosConfigs, KubeVirtMachines, VirtualMachines,
+// instances, DataVolumes, claims, Secrets and ConfigMaps in the Cluster's
+// namespace, and Nodes in its workload cluster. Empty is the "nothing left
+// behind" half of every scenario.
+func (h *Harness) Leftovers(ctx context.Context, key client.ObjectKey) ([]string, error) {
+	s, err := h.State(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	in := client.InNamespace(key.Namespace)
+	vms, configs, providerIDs, dataSecrets := map[string]bool{}, map[string]bool{}, map[string]bool{}, map[string]bool{}
+	for _, m := range s.Machines {
+		vms[m.Spec.InfrastructureRef.Name] = true
+		configs[m.Spec.Bootstrap.ConfigRef.Name] = true
+		providerIDs["kubevirt://"+m.Spec.InfrastructureRef.Name] = true
+		if m.Spec.Bootstrap.DataSecretName != nil {
+			dataSecrets[*m.Spec.Bootstrap.DataSecretName] = true
+		}
+	}
+	var left []string
+	check := func(kind string, list client.ObjectList, owned func(name string) bool) error {
+		if err := h.Client.List(ctx, list, in); err != nil {
+			return err
+		}
+		items, err := meta.ExtractList(list)
+		if err != nil {
+			return err
+		}
+		for _, item := range items {
+			o := item.(client.Object)
+			if !owned(o.GetName()) {
+				left = append(left, kind+" "+o.GetName())
+			}
+		}
+		return nil
+	}
+	isVM := func(name string) bool { return vms[name] }
+	isRootDisk := func(n string) bool { return vms[strings.TrimSuffix(n, "-root")] && strings.HasSuffix(n, "-root") }
+	for _, c := range []struct {
+		kind  string
+		list  client.ObjectList
+		owned func(string) bool
+	}{
+		{"KairosConfig", &bootstrapv1.KairosConfigList{}, func(n string) bool { return configs[n] }},
+		{"KubeVirtMachine", &infrav1.KubeVirtMachineList{}, isVM},
+		{"VirtualMachine", &kubevirtv1.VirtualMachineList{}, isVM},
+		{"VirtualMachineInstance", &kubevirtv1.VirtualMachineInstanceList{}, isVM},
+		{"DataVolume", &cdiv1.DataVolumeList{}, isRootDisk},
+		{"PersistentVolumeClaim", &corev1.PersistentVolumeClaimList{}, isRootDisk},
+		{"Secret", &corev1.SecretList{}, func(n string) bool {
+			switch {
+			case n == key.Name+"-kubeconfig", n == key.Name+"-ca", dataSecrets[n]:
+				return true
+			case strings.HasSuffix(n, "-userdata"):
+				return vms[strings.TrimSuffix(n, "-userdata")]
+			case strings.HasSuffix(n, "-bootstrap-token"):
+				// Kept only until the Machine's node joins.
+				return configs[strings.TrimSuffix(n, "-bootstrap-token")]
+			}
+			return false
+		}},
+		{"ConfigMap", &corev1.ConfigMapList{}, func(n string) bool {
+			return n == "kube-root-ca.crt" || (strings.HasSuffix(n, "-import-ca") && vms[strings.TrimSuffix(n, "-import-ca")])
+		}},
+	} {
+		if err := check(c.kind, c.list, c.owned); err != nil {
+			return nil, err
+		}
+	}
+	for _, n := range s.Nodes {
+		if !providerIDs[n.Spec.ProviderID] {
+			left = append(left, "Node "+n.Name)
+		}
+	}
+	return left, nil
+}
+
+// JoinTokens maps each KairosConfig that has bootstrap tokens in the
+// workload cluster to their Secrets' names; the Kairos bootstrap provider
+// names the KairosConfig in a token's description.
+func (h *Harness) JoinTokens(ctx context.Context, key client.ObjectKey) (map[string][]string, error) {
+	w := h.Workload(key)
+	if w == nil {
+		return nil, fmt.Errorf("no workload cluster %s", key)
+	}
+	list := &corev1.SecretList{}
+	if err := w.API.Client.List(ctx, list, client.InNamespace(metav1.NamespaceSystem)); err != nil {
+		return nil, err
+	}
+	tokens := map[string][]string{}
+	for _, s := range list.Items {
+		if s.Type != bootstrapapi.SecretTypeBootstrapToken {
+			continue
+		}
+		owner := "(no KairosConfig)"
+		d := string(s.Data[bootstrapapi.BootstrapTokenDescriptionKey])
+		if f := strings.Fields(strings.TrimPrefix(d, joinTokenDescriptionPrefix)); strings.HasPrefix(d, joinTokenDescriptionPrefix) && len(f) > 0 {
+			owner = strings.TrimSuffix(f[0], ",")
+		}
+		tokens[owner] = append(tokens[owner], s.Name)
+	}
+	for _, names := range tokens {
+		sort.Strings(names)
+	}
+	return tokens, nil
+}
+
+// joinTokenDescriptionPrefix starts the description the Kairos bootstrap
+// provider gives its tokens, followed by the KairosConfig's namespace/name.
+const joinTokenDescriptionPrefix = "Join token of KairosConfig "
