@@ -25,6 +25,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -112,9 +113,55 @@ func run(m *testing.M) (code int) {
 		}
 	}()
 	klog.SetLogger(log)
-	var err error
+	// The management apiserver's audit log says what our providers called;
+	// every verb their roles grant that no scenario used fails the suite,
+	// unless testdata/unexercised-rbac.yaml says why the role keeps it.
+	// Read once the harness stopped (deferred before its Stop): clusters
+	// released in the background call until then.
+	auditDir, err := os.MkdirTemp("", "integration-audit-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "creating the audit log's directory:", err)
+		return 1
+	}
+	defer func() { _ = os.RemoveAll(auditDir) }()
+	defer func() {
+		if h == nil {
+			return
+		}
+		usage, err := h.RoleUsage()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "FAIL: reading what our providers called:", err)
+			code = 1
+			return
+		}
+		justified, err := harness.ReadUnexercised("testdata/unexercised-rbac.yaml")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "FAIL:", err)
+			code = 1
+			return
+		}
+		report, problems := usage.Check(justified)
+		fmt.Fprint(os.Stderr, report)
+		// A partial or failed run uses less than the roles need.
+		whole := code == 0 && !testing.Short()
+		for _, f := range []string{"test.run", "test.skip", "test.list"} {
+			if fl := flag.Lookup(f); fl != nil && fl.Value.String() != "" {
+				whole = false
+			}
+		}
+		switch {
+		case len(problems) == 0:
+			fmt.Fprintln(os.Stderr, "RBAC use: every grant was used or is justified")
+		case !whole:
+			fmt.Fprintf(os.Stderr, "RBAC use: not checked, since not every scenario ran and passed (%d findings)\n", len(problems))
+		default:
+			fmt.Fprintf(os.Stderr, "FAIL: %d findings on our providers' roles (justify in test/integration/testdata/unexercised-rbac.yaml or drop the +kubebuilder:rbac marker):\n%s\n", len(problems), strings.Join(problems, "\n"))
+			code = 1
+		}
+	}()
 	h, err = harness.Start(ctx, harness.Options{
 		Logger:        log,
+		AuditLog:      filepath.Join(auditDir, "audit.log"),
 		WorkerClasses: true,
 		Images: map[string]nodesim.Image{
 			platformImage: {KubernetesVersion: "v1.36.3", OSImage: "Kairos v3.5.3 (Ubuntu 24.04)"},
