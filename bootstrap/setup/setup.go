@@ -174,7 +174,7 @@ func ValidateTokenTTL(ttl time.Duration) error {
 // and registers the KairosConfig controller. The ClusterCache's workload
 // connections are closed when the manager stops, so several managers can
 // come and go in one process.
-func SetupReconcilers(ctx context.Context, mgr ctrl.Manager, opts Options) error {
+func SetupReconcilers(ctx context.Context, mgr ctrl.Manager, opts Options) error { //nolint:revive // Named after Cluster API's main.go setupReconcilers, which it is.
 	if opts.ControllerName == "" {
 		return errors.New("bootstrap setup: Options.ControllerName is required")
 	}
@@ -229,7 +229,7 @@ var _ manager.LeaderElectionRunnable = shutdownOnStop(nil)
 
 // SetupWebhooks registers the KairosConfig and KairosConfigTemplate
 // admission webhooks.
-func SetupWebhooks(mgr ctrl.Manager) error {
+func SetupWebhooks(mgr ctrl.Manager) error { //nolint:revive // Named after Cluster API's main.go setupWebhooks, which it is.
 	if err := admission.SetupWebhooksWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the webhooks: %w", err)
 	}

@@ -130,7 +130,7 @@ type Options struct {
 // KubeVirtCluster controllers. Their writes use strict field validation, so
 // a field the installed KubeVirt or CDI does not know is an error, not a
 // silently dropped setting.
-func SetupReconcilers(ctx context.Context, mgr ctrl.Manager, opts Options) error {
+func SetupReconcilers(ctx context.Context, mgr ctrl.Manager, opts Options) error { //nolint:revive // Named after Cluster API's main.go setupReconcilers, which it is.
 	strict := client.WithFieldValidation(mgr.GetClient(), metav1.FieldValidationStrict)
 	if err := (&kubevirtmachine.Reconciler{
 		Client:                strict,
@@ -158,7 +158,7 @@ func SetupReconcilers(ctx context.Context, mgr ctrl.Manager, opts Options) error
 }
 
 // SetupWebhooks registers the provider's admission webhooks.
-func SetupWebhooks(mgr ctrl.Manager) error {
+func SetupWebhooks(mgr ctrl.Manager) error { //nolint:revive // Named after Cluster API's main.go setupWebhooks, which it is.
 	clones := &cloneauth.Authorizer{Client: mgr.GetClient(), Reader: mgr.GetAPIReader()}
 	for name, setup := range map[string]func(ctrl.Manager) error{
 		"KubeVirtMachine":         (&admission.KubeVirtMachine{Clones: clones, Templates: mgr.GetAPIReader()}).SetupWebhookWithManager,

@@ -96,17 +96,17 @@ func TestClusterctl(t *testing.T) {
 		}
 	})
 
-	env := startManagementCluster(t, ctx, cc.releaseDir)
+	env := startManagementCluster(ctx, t, cc.releaseDir)
 	c, warnings := warningClient(t, env)
 
 	t.Run("components pass a strict dry run", func(t *testing.T) {
-		checkPodSecurityIsEnforced(t, ctx, c)
+		checkPodSecurityIsEnforced(ctx, t, c)
 		for _, p := range providers {
 			t.Run(p.name, func(t *testing.T) {
 				g := NewWithT(t)
 				objs := components[p.name]
 				g.Expect(objs).NotTo(BeEmpty(), "generate provider ran")
-				createNamespaces(t, ctx, c, objs)
+				createNamespaces(ctx, t, c, objs)
 				warnings.reset()
 				for _, o := range objs {
 					g.Expect(dryRun(ctx, c, o)).To(Succeed(), "%s %s", o.GetKind(), o.GetName())
@@ -415,7 +415,7 @@ func fileURL(path string) string {
 // objects need (ours, Cluster API's, KubeVirt and CDI, cert-manager, the
 // Kamaji control plane and the Talos bootstrap provider) and serves our
 // webhooks in-process behind the webhook configurations of the release.
-func startManagementCluster(t *testing.T, ctx context.Context, releaseDir string) *envtest.Environment {
+func startManagementCluster(ctx context.Context, t *testing.T, releaseDir string) *envtest.Environment {
 	t.Helper()
 	g := NewWithT(t)
 	scheme := envtest.DefaultScheme()
@@ -537,7 +537,7 @@ func dryRun(ctx context.Context, c client.Client, o *unstructured.Unstructured) 
 
 // createNamespaces creates the Namespaces among the objects for real, so
 // the namespaced objects can be dry-run into them.
-func createNamespaces(t *testing.T, ctx context.Context, c client.Client, objs []*unstructured.Unstructured) {
+func createNamespaces(ctx context.Context, t *testing.T, c client.Client, objs []*unstructured.Unstructured) {
 	t.Helper()
 	for _, ns := range byKind(objs, "Namespace") {
 		if err := c.Create(ctx, ns.DeepCopy(), strict); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -559,7 +559,7 @@ func dryRunPod(ctx context.Context, c client.Client, dep *appsv1.Deployment) err
 // checkPodSecurityIsEnforced proves that envtest's apiserver enforces pod
 // security, so dryRunPod succeeding means something: a privileged pod in a
 // restricted namespace is refused.
-func checkPodSecurityIsEnforced(t *testing.T, ctx context.Context, c client.Client) {
+func checkPodSecurityIsEnforced(ctx context.Context, t *testing.T, c client.Client) {
 	t.Helper()
 	g := NewWithT(t)
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "pod-security-control", Labels: map[string]string{"pod-security.kubernetes.io/enforce": "restricted"}}}

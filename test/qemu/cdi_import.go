@@ -139,7 +139,7 @@ func fillVolume(path string, r io.Reader, all, limit int64, progress func(writte
 // contextReader stops reading once its context is done, so a cancelled
 // clone ends as a cancelled download does.
 type contextReader struct {
-	ctx context.Context
+	ctx context.Context //nolint:containedctx // io.Reader's Read takes no context.
 	r   io.Reader
 }
 

@@ -192,13 +192,13 @@ func (vm *VM) Journal() string { return tailFile(vm.DebugLog, 16<<10) }
 // Console returns the end of the guest's console (first serial port).
 func (vm *VM) Console() string { return tailFile(vm.ConsoleLog, 8<<10) }
 
-func tailFile(path string, max int) string {
+func tailFile(path string, limit int) string {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return err.Error()
 	}
-	if len(b) > max {
-		b = b[len(b)-max:]
+	if len(b) > limit {
+		b = b[len(b)-limit:]
 	}
 	return string(b)
 }

@@ -13,6 +13,7 @@ WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 See the License for the specific language governing permissions and
 limitations under the License.
 */
+
 // Package admission decides what the KubernetesNodes pool API stores and
 // whether it accepts a request, as pure functions over the new and old pool,
 // a class getter and a platform getter. It implements the seed's table
@@ -45,7 +46,9 @@ import (
 type Operation string
 
 const (
+	// Create is a pool's creation.
 	Create Operation = "CREATE"
+	// Update is a change of an existing pool.
 	Update Operation = "UPDATE"
 )
 

@@ -100,9 +100,10 @@ func decide(res cdiv1.CloneAuthResponse, err error) (Decision, error) {
 	return Decision{Allowed: res.Allowed, Reason: res.Reason}, nil
 }
 
-// proxy is CDI's window on the API server for one authorization.
+// proxy is CDI's window on the API server for one authorization. CDI's
+// proxy interface takes no context, so the authorization's is kept here.
 type proxy struct {
-	ctx context.Context
+	ctx context.Context //nolint:containedctx // CDI's AuthorizationHelperProxy methods take no context.
 	a   *Authorizer
 }
 

@@ -155,7 +155,8 @@ type CDI struct {
 	podEvents chan event.GenericEvent
 	dvEvents  chan event.GenericEvent
 	stopped   chan struct{}
-	ctx       context.Context
+	// ctx is the manager's run context, the parent of the importer jobs.
+	ctx context.Context //nolint:containedctx // The jobs outlive the reconcile that starts them.
 }
 
 // fate is what injected faults decided for a DataVolume.
@@ -231,7 +232,7 @@ func (c *CDI) fateOf(dv *cdiv1.DataVolume) fate {
 
 // SetupWithManager registers the DataVolume controller, the storage
 // provisioner and the importer Pods' kubelet.
-func (c *CDI) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
+func (c *CDI) SetupWithManager(_ context.Context, mgr ctrl.Manager) error {
 	c.client = mgr.GetClient()
 	opts := controller.Options{MaxConcurrentReconciles: 4, SkipNameValidation: ptr.To(true)}
 	name := func(n string) string { return c.opts.ControllerNamePrefix + n }

@@ -263,7 +263,7 @@ func (h *Hosts) runContainers(p *corev1.Pod, st *podState) {
 	p.Status.Phase = corev1.PodRunning
 	p.Status.StartTime = &started
 	if p.Status.PodIP == "" {
-		ip := h.podIP(p.UID, st)
+		ip := h.podIP(st)
 		p.Status.PodIP, p.Status.PodIPs = ip, []corev1.PodIP{{IP: ip}}
 		p.Status.HostIP = h.nodeAddress(p.Spec.NodeName)
 		p.Status.HostIPs = []corev1.HostIP{{IP: p.Status.HostIP}}
@@ -340,7 +340,7 @@ func terminated(p *corev1.Pod, g *guest) {
 }
 
 // podIP hands out a Pod address, kept for the Pod.
-func (h *Hosts) podIP(uid types.UID, st *podState) string {
+func (h *Hosts) podIP(st *podState) string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if st != nil && st.ip != "" {

@@ -278,7 +278,7 @@ func FuzzBootInterpreter(f *testing.F) {
 	f.Add([]byte("#cloud-config\nstages:\n  boot:\n  - commands: ['kubeadm join --config /missing']\n"))
 	f.Add([]byte("#cloud-config\nstages:\n  boot:\n  - files: [{path: /x, encoding: b64, content: '{{ \"{{\" }}'}]\n"))
 	f.Add([]byte("not a cloud config"))
-	f.Fuzz(func(t *testing.T, data []byte) {
+	f.Fuzz(func(_ *testing.T, data []byte) {
 		cfg, err := parseCloudConfig(data)
 		if err != nil {
 			return

@@ -463,7 +463,7 @@ func FuzzCloudInitParser(f *testing.F) {
 	f.Add([]byte("#cloud-config\nwrite_files:\n- {path: /a, encoding: gz+b64, permissions: 0o755, append: true, content: H4sI}\nbootcmd: ['echo \"a\" >> /b && rm -f /b']\n"))
 	f.Add([]byte("#cloud-config\nusers: [default, {name: a, ssh_authorized_keys: [k]}]\nruncmd: ['kubeadm join --config /missing --v 2']\n"))
 	f.Add([]byte("#!/bin/sh\n"))
-	f.Fuzz(func(t *testing.T, data []byte) {
+	f.Fuzz(func(_ *testing.T, data []byte) {
 		for _, md := range []instanceMetadata{noCloud, configDrive} {
 			cfg, err := parseCloudInit(data, md)
 			if err != nil {

@@ -107,7 +107,7 @@ func TestUserDataForAnotherBootJoinsNoNode(t *testing.T) {
 	}{
 		{
 			name: "kairos-given-cabpk-0", root: image,
-			data: func(n string) []byte {
+			data: func(_ string) []byte {
 				return cabpkUserData(t, cabpkJoin(workload.Endpoint, newToken(t, time.Hour), caPin(t)), cloudinit.BaseUserData{})
 			},
 			phase: PhaseIgnored, reason: "not a #cloud-config, so Kairos does not read it",

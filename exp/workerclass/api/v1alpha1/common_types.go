@@ -231,9 +231,10 @@ type GPU struct {
 type KubernetesVersionMatch string
 
 const (
-	// KubernetesVersionMatchExact: the image packages exactly this patch.
+	// KubernetesVersionMatchExact means the image packages exactly this
+	// patch.
 	KubernetesVersionMatchExact KubernetesVersionMatch = "Exact"
-	// KubernetesVersionMatchMinor: the image serves the minor; the patch
-	// comes from the platform's version map.
+	// KubernetesVersionMatchMinor means the image serves the minor; the
+	// patch comes from the platform's version map.
 	KubernetesVersionMatchMinor KubernetesVersionMatch = "Minor"
 )

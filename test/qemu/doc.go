@@ -1,0 +1,22 @@
+/*
+Copyright 2026 The Cozystack Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package qemu boots real guests under QEMU for the pools the two providers
+// make: the worker disk, the guests' cloud-init seeds, the VMs, the
+// workload control plane on the host, and the suite (build tag qemu, make
+// test-qemu) that proves the pools join, are replaced and scale from zero.
+// docs/real-guests.md describes it.
+package qemu
