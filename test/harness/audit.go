@@ -306,9 +306,6 @@ func (h *Harness) RoleUsage() (*RoleUsage, error) {
 	if h.opts.AuditLog == "" {
 		return nil, errors.New("the harness kept no audit log (Options.AuditLog)")
 	}
-	if h.opts.Processes {
-		return nil, errors.New("the providers ran as processes, with the management apiserver's admin credentials, not their roles")
-	}
 	bound := map[components.Name]map[string]*rbacv1.ClusterRole{}
 	for _, name := range h.componentNames() {
 		for _, file := range providerRoles(name, h.opts.WorkerClasses) {
