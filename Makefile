@@ -84,6 +84,12 @@ sandbox: ## Run the local sandbox: embedded control planes, Cluster API, both pr
 test: ## Run unit, fuzz-seed, envtest and real-consumer tests (builds what they need).
 	hack/test.sh $(TEST_FLAGS)
 
+FAULT_SEEDS ?= 1,2,3,4,5
+
+.PHONY: faults
+faults: ## Fault scenarios (provider kills, apiserver restarts, webhooks down) over FAULT_SEEDS (default "1,2,3,4,5"); FAULT_REPORT=<file> writes the figures.
+	TEST_PACKAGES=./test/faults FAULT_SEEDS="$(FAULT_SEEDS)" FAULT_REPORT="$(FAULT_REPORT)" hack/test.sh -run TestFaults -v -timeout 120m
+
 .PHONY: fuzz
 fuzz: ## Run every fuzz target for FUZZ_TIME each (default 60s).
 	hack/fuzz.sh $(FUZZ_TIME)

@@ -198,13 +198,14 @@ func between(rng *rand.Rand, lo, hi time.Duration) time.Duration {
 func sleepUntil(at time.Time) { time.Sleep(time.Until(at)) }
 
 // killProviders kills a provider with SIGKILL three to five times at random
-// points of the scale-up, each time the bootstrap or the infrastructure
+// points of the scale-up (its first 20 s: an undisturbed pool of ten joins
+// in about 20 to 60 s here), each time the bootstrap or the infrastructure
 // provider, and starts it again after a random downtime.
 func killProviders(ctx context.Context, t *testing.T, rng *rand.Rand, _ *harness.WorkloadCluster, start time.Time) []string {
 	kills := 3 + rng.IntN(3)
 	offsets := make([]time.Duration, kills)
 	for i := range offsets {
-		offsets[i] = between(rng, 0, 40*time.Second)
+		offsets[i] = between(rng, 0, 20*time.Second)
 	}
 	sort.Slice(offsets, func(i, j int) bool { return offsets[i] < offsets[j] })
 	var done []string

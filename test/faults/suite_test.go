@@ -64,8 +64,8 @@ const tokenTTL = time.Minute
 var (
 	h       *harness.Harness
 	verbose = flag.Bool("harness.log", false, "print the in-process controllers' logs")
-	seeds   = flag.String("faults.seeds", "1", "comma-separated seeds; every fault runs once per seed")
-	report  = flag.String("faults.report", "", "write the figures as a Markdown table to this file")
+	seeds   = flag.String("faults.seeds", envOr("FAULT_SEEDS", "1"), "comma-separated seeds; every fault runs once per seed (FAULT_SEEDS)")
+	report  = flag.String("faults.report", os.Getenv("FAULT_REPORT"), "write the figures as a Markdown table to this file (FAULT_REPORT)")
 	keepLog = flag.String("faults.logs", "", "keep the provider processes' logs in this directory")
 	logDir  string
 
@@ -146,6 +146,13 @@ func run(m *testing.M) (code int) {
 		}
 	}
 	return code
+}
+
+func envOr(name, fallback string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return fallback
 }
 
 // scanFile feeds a provider process's log to the scanner, line by line.

@@ -19,6 +19,7 @@ package harness
 import (
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -74,26 +75,57 @@ func (s *LogScanner) ScanDuringRestart(prefix, line string) { s.scan(prefix, lin
 
 func (s *LogScanner) scan(prefix, line string, forbiddenIsFinding bool) {
 	var found []string
-	if bootstrapTokenPattern.MatchString(line) {
+	// Where the line says what it says, for the finding: a token's place
+	// with its secret masked, or the refusal. A line with a key or
+	// bootstrap data gets no excerpt at all.
+	var at []int
+	if loc := bootstrapTokenPattern.FindStringIndex(line); loc != nil {
 		found = append(found, "a bootstrap token with its secret")
+		at = loc
 	}
+	quotable := true
 	if sshkeys.LooksLikePrivateKey(line) {
 		found = append(found, "a private key")
+		quotable = false
 	}
-	if forbiddenIsFinding && strings.Contains(line, "is forbidden: User ") && strings.Contains(line, providerUserPrefix) {
+	if i := strings.Index(line, "is forbidden: User "); forbiddenIsFinding && i >= 0 && strings.Contains(line, providerUserPrefix) {
 		found = append(found, "a request its ClusterRole does not allow")
+		if at == nil {
+			at = []int{i, i}
+		}
 	}
 	for _, m := range bootstrapDataMarkers {
 		if strings.Contains(line, m) {
 			found = append(found, fmt.Sprintf("bootstrap data (%q)", m))
+			quotable = false
 		}
+	}
+	excerpt := ""
+	if quotable && at != nil {
+		excerpt = ": " + strconv.Quote(maskTokens(window(line, at[0], 300)))
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.lines++
 	for _, f := range found {
-		s.findings = append(s.findings, fmt.Sprintf("logger %q logged %s", prefix, f))
+		s.findings = append(s.findings, fmt.Sprintf("logger %q logged %s%s", prefix, f, excerpt))
 	}
+}
+
+// maskTokens replaces the secret half of every bootstrap token; the ID is
+// public.
+func maskTokens(s string) string {
+	return bootstrapTokenPattern.ReplaceAllStringFunc(s, func(m string) string {
+		i := strings.IndexByte(m, '.')
+		return m[:i+1] + strings.Repeat("*", 16) + m[i+17:]
+	})
+}
+
+// window is up to n bytes of s from a little before at.
+func window(s string, at, n int) string {
+	from := max(at-60, 0)
+	to := min(from+n, len(s))
+	return s[from:to]
 }
 
 // Lines is how many lines were scanned.
