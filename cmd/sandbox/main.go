@@ -39,11 +39,15 @@ import (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout); err != nil {
+	if err := runUntilSignal(); err != nil {
 		fmt.Fprintln(os.Stderr, "sandbox:", err)
-		stop()
 		os.Exit(1)
 	}
+}
+
+// runUntilSignal runs the sandbox until SIGINT or SIGTERM.
+func runUntilSignal() error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return run(ctx, os.Args[1:], os.Stdout)
 }

@@ -115,7 +115,7 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 func run(ctx context.Context, args []string, out io.Writer) error {
 	err := sandbox(ctx, args, out)
 	if ctx.Err() != nil {
-		return nil
+		return nil //nolint:nilerr // An interruption is a clean stop, whatever it cut short.
 	}
 	return err
 }

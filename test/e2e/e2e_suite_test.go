@@ -86,7 +86,7 @@ func loadConfig() config {
 }
 
 // skipReason says why the suite cannot run here, or "".
-func skipReason(c config) string {
+func skipReason(ctx context.Context, c config) string {
 	if os.Getenv("E2E") != "1" {
 		return "the kind + KubeVirt suite is opt-in: set E2E=1 (see docs/testing.md)"
 	}
@@ -95,12 +95,16 @@ func skipReason(c config) string {
 			return fmt.Sprintf("%s is not installed; the suite needs Docker, kind and kubectl", tool)
 		}
 	}
-	if out, err := exec.Command("docker", "info", "--format", "{{.ServerVersion}}").CombinedOutput(); err != nil {
+	if out, err := exec.CommandContext(ctx, "docker", "info", "--format", "{{.ServerVersion}}").CombinedOutput(); err != nil {
 		return fmt.Sprintf("the Docker daemon is not reachable (docker info: %s)", strings.TrimSpace(string(out)))
 	}
 	client := &http.Client{Timeout: 5 * time.Second}
 	for _, url := range []string{"https://github.com", "https://registry.k8s.io", "https://quay.io"} {
-		resp, err := client.Head(url)
+		req, err := http.NewRequestWithContext(ctx, http.MethodHead, url, http.NoBody)
+		if err != nil {
+			return fmt.Sprintf("checking network access to %s: %v", url, err)
+		}
+		resp, err := client.Do(req)
 		if err != nil {
 			return fmt.Sprintf("no network access to %s (%v); the suite downloads KubeVirt, CDI, Cluster API and images", url, err)
 		}
@@ -114,7 +118,7 @@ func skipReason(c config) string {
 
 func TestE2E(t *testing.T) {
 	cfg = loadConfig()
-	if reason := skipReason(cfg); reason != "" {
+	if reason := skipReason(t.Context(), cfg); reason != "" {
 		t.Skip(reason)
 	}
 	RegisterFailHandler(Fail)

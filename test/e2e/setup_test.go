@@ -141,8 +141,8 @@ func runErr(dir string, env []string, name string, args ...string) (string, erro
 	return out.String(), err
 }
 
-func kubectl(kubeconfig string, args ...string) string {
-	return run(repoRoot, nil, "kubectl", append([]string{"--kubeconfig", kubeconfig}, args...)...)
+func kubectl(kubeconfig string, args ...string) {
+	run(repoRoot, nil, "kubectl", append([]string{"--kubeconfig", kubeconfig}, args...)...)
 }
 
 func clusterctl(args ...string) string {

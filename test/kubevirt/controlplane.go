@@ -144,7 +144,7 @@ func Start(ctx context.Context, env *envtest.Environment, opts Options) (_ *Cont
 	if err := c.registerWebhooks(ctx, caPEM); err != nil {
 		return nil, err
 	}
-	if err := c.startController(env, filepath.Join(bins, "virt-controller"), opts.RestartDelay); err != nil {
+	if err := c.startController(ctx, env, filepath.Join(bins, "virt-controller"), opts.RestartDelay); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -238,7 +238,7 @@ func (c *ControlPlane) startAPI(ctx context.Context, env *envtest.Environment, b
 	if err != nil {
 		return nil, err
 	}
-	port, err := freePort()
+	port, err := freePort(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -251,8 +251,8 @@ func (c *ControlPlane) startAPI(ctx context.Context, env *envtest.Environment, b
 		// Not an aggregated API here; its webhooks are what the tests need.
 		"--subresources-only=false",
 	}, filepath.Join(c.dir, "virt-api.log"), restartDelay)
-	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
-		return c.APIServing(), nil
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		return c.APIServing(ctx), nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("waiting for virt-api to serve on %s: %w; its log: %s", c.apiAddr, err, c.API.Tail())
@@ -261,8 +261,9 @@ func (c *ControlPlane) startAPI(ctx context.Context, env *envtest.Environment, b
 }
 
 // APIServing reports whether virt-api completes a TLS handshake.
-func (c *ControlPlane) APIServing() bool {
-	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: time.Second}, "tcp", c.apiAddr, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // a liveness probe; the webhooks verify the CA.
+func (c *ControlPlane) APIServing(ctx context.Context) bool {
+	d := &tls.Dialer{NetDialer: &net.Dialer{Timeout: time.Second}, Config: &tls.Config{InsecureSkipVerify: true}} //nolint:gosec // a liveness probe; the webhooks verify the CA.
+	conn, err := d.DialContext(ctx, "tcp", c.apiAddr)
 	if err != nil {
 		return false
 	}
@@ -318,12 +319,12 @@ func (c *ControlPlane) registerWebhooks(ctx context.Context, caPEM []byte) error
 // loaded test machine causes (it exits when it loses the lease); a
 // restarted process takes the lease over at once, since its identity is
 // the host name.
-func (c *ControlPlane) startController(env *envtest.Environment, bin string, restartDelay time.Duration) error {
+func (c *ControlPlane) startController(ctx context.Context, env *envtest.Environment, bin string, restartDelay time.Duration) error {
 	kubeconfig, err := c.kubeconfig(env, "virt-controller", ControllerUser)
 	if err != nil {
 		return err
 	}
-	port, err := freePort()
+	port, err := freePort(ctx)
 	if err != nil {
 		return err
 	}
@@ -384,8 +385,9 @@ func readManifest(file string) ([]unstructured.Unstructured, error) {
 	return objs, nil
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+func freePort(ctx context.Context) (int, error) {
+	var lc net.ListenConfig
+	l, err := lc.Listen(ctx, "tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
 	}

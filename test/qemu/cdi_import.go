@@ -68,7 +68,7 @@ func (importer) Populate(ctx context.Context, job cdisim.Job) error {
 // progress is called as bytes are written, with the image's size (-1 when
 // the server does not say). The file appears at path only when complete.
 func importHTTP(ctx context.Context, url, path string, limit int64, progress func(written, all int64)) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, http.NoBody)
 	if err != nil {
 		return newCDIError("Unable to connect to http data source: %v", err)
 	}

@@ -106,7 +106,7 @@ func StartControlPlane(ctx context.Context, opts ControlPlaneOptions) (_ *Contro
 			return nil, err
 		}
 	}
-	ports, err := freePorts(3)
+	ports, err := freePorts(ctx, 3)
 	if err != nil {
 		return nil, err
 	}
@@ -367,7 +367,7 @@ func runKubeadm(ctx context.Context, kubeadm string, args []string) error {
 	return nil
 }
 
-func freePorts(n int) ([]int, error) {
+func freePorts(ctx context.Context, n int) ([]int, error) {
 	var ports []int
 	var listeners []net.Listener
 	defer func() {
@@ -375,8 +375,9 @@ func freePorts(n int) ([]int, error) {
 			_ = l.Close()
 		}
 	}()
+	var lc net.ListenConfig
 	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		l, err := lc.Listen(ctx, "tcp", "127.0.0.1:0")
 		if err != nil {
 			return nil, err
 		}

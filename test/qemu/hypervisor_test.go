@@ -133,9 +133,9 @@ func TestContainerDiskMapping(t *testing.T) {
 
 func TestNewRunnerRejectsAnInvalidContainerDiskReference(t *testing.T) {
 	g := NewWithT(t)
-	_, err := NewRunner(RunnerOptions{Disk: testDisk(t), ContainerDisks: map[string]Disk{"not a reference": {}}})
+	_, err := NewRunner(t.Context(), RunnerOptions{Disk: testDisk(t), ContainerDisks: map[string]Disk{"not a reference": {}}})
 	g.Expect(err).To(MatchError(ContainSubstring("RunnerOptions.ContainerDisks")))
-	_, err = NewRunner(RunnerOptions{})
+	_, err = NewRunner(t.Context(), RunnerOptions{})
 	g.Expect(err).To(MatchError(ContainSubstring("RunnerOptions.Disk")))
 }
 
@@ -145,7 +145,7 @@ func TestNewRunnerRejectsAnInvalidContainerDiskReference(t *testing.T) {
 // first in name order, takes CDI's Pods and no launcher Pod.
 func TestConfigure(t *testing.T) {
 	g := NewWithT(t)
-	r, err := NewRunner(RunnerOptions{Disk: testDisk(t), MaxGuests: 3, Dir: t.TempDir()})
+	r, err := NewRunner(t.Context(), RunnerOptions{Disk: testDisk(t), MaxGuests: 3, Dir: t.TempDir()})
 	g.Expect(err).NotTo(HaveOccurred())
 	defer r.Stop()
 	opts := infra.Options{Hosts: kubevirtsim.Options{Nodes: []kubevirtsim.InfraNode{{Name: "elsewhere"}}}}
@@ -389,7 +389,7 @@ func TestPlanBoot(t *testing.T) {
 func TestHypervisorStartsAndStopsGuests(t *testing.T) {
 	g := NewWithT(t)
 	disk := testDisk(t)
-	r, err := NewRunner(RunnerOptions{Disk: disk, ContainerDisks: map[string]Disk{workerDiskRef: disk}, Dir: t.TempDir()})
+	r, err := NewRunner(t.Context(), RunnerOptions{Disk: disk, ContainerDisks: map[string]Disk{workerDiskRef: disk}, Dir: t.TempDir()})
 	g.Expect(err).NotTo(HaveOccurred())
 	defer r.Stop()
 	guests := &fakeGuests{}

@@ -125,7 +125,7 @@ type Guest struct {
 // (ControlPlanes):
 //
 //	disk, _ := qemu.BuildDisk(ctx)
-//	runner, _ := qemu.NewRunner(qemu.RunnerOptions{Disk: disk, ContainerDisks: map[string]qemu.Disk{ref: disk}})
+//	runner, _ := qemu.NewRunner(ctx, qemu.RunnerOptions{Disk: disk, ContainerDisks: map[string]qemu.Disk{ref: disk}})
 //	h, _ := harness.Start(ctx, harness.Options{VMs: runner})
 //	w, _ := h.CreateCluster(ctx, key, harness.ClusterOptions{ControlPlanes: &qemu.ControlPlanes{KubernetesVersion: "v1.36.3"}})
 //
@@ -154,7 +154,7 @@ type Runner struct {
 
 // NewRunner checks the options and starts the HTTP server that serves the
 // worker disk. Stop releases everything.
-func NewRunner(opts RunnerOptions) (*Runner, error) {
+func NewRunner(ctx context.Context, opts RunnerOptions) (*Runner, error) {
 	if opts.Disk.Dir == "" {
 		return nil, errors.New("the runner needs the worker disk (RunnerOptions.Disk)")
 	}
@@ -185,7 +185,8 @@ func NewRunner(opts RunnerOptions) (*Runner, error) {
 	} else if err := os.MkdirAll(r.opts.Dir, 0o755); err != nil {
 		return nil, err
 	}
-	listener, err := net.Listen("tcp", "127.0.0.1:0")
+	var lc net.ListenConfig
+	listener, err := lc.Listen(ctx, "tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("listening for the disk image server: %w", err)
 	}

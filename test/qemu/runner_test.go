@@ -66,7 +66,7 @@ func TestRunnerBootsWhatKubeVirtCreates(t *testing.T) {
 	scheme := envtest.DefaultScheme()
 	g.Expect(infra.AddToScheme(scheme)).To(Succeed())
 	disk := testDisk(t)
-	runner, err := NewRunner(RunnerOptions{Disk: disk, ContainerDisks: map[string]Disk{workerDiskRef: disk}, Dir: t.TempDir()})
+	runner, err := NewRunner(t.Context(), RunnerOptions{Disk: disk, ContainerDisks: map[string]Disk{workerDiskRef: disk}, Dir: t.TempDir()})
 	g.Expect(err).NotTo(HaveOccurred())
 	defer runner.Stop()
 	guests := &fakeGuests{}

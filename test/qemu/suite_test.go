@@ -100,7 +100,7 @@ func runSuite(m *testing.M) int {
 	// With QEMU_ARTIFACTS, every guest's seed, serial logs and QEMU output
 	// are kept there (guests/<n>-<namespace>-<vm>/), and virt-api's and
 	// virt-controller's logs (kubevirt/).
-	if runner, err = NewRunner(RunnerOptions{Disk: disk, ContainerDisks: map[string]Disk{workerImage: disk}, Dir: artifacts}); err != nil {
+	if runner, err = NewRunner(ctx, RunnerOptions{Disk: disk, ContainerDisks: map[string]Disk{workerImage: disk}, Dir: artifacts}); err != nil {
 		fmt.Fprintf(os.Stderr, "starting the QEMU runner: %v\n", err)
 		return 1
 	}

@@ -22,6 +22,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -123,7 +124,7 @@ func StartVM(ctx context.Context, opts VMOptions) (*VM, error) {
 	if err != nil {
 		return nil, err
 	}
-	args := []string{
+	args := slices.Concat([]string{
 		"-name", opts.Name,
 		"-machine", "q35,accel=" + Accelerator(),
 		"-cpu", "max",
@@ -133,16 +134,14 @@ func StartVM(ctx context.Context, opts VMOptions) (*VM, error) {
 		"-kernel", opts.Disk.Kernel(),
 		"-initrd", opts.Disk.Initrd(),
 		"-append", strings.Join(append([]string{"root=" + rootDevice, "rw", "console=ttyS0", "panic=-1"}, opts.KernelArgs...), " "),
-	}
-	args = append(args, rootArgs...)
-	args = append(args,
+	}, rootArgs, []string{
 		// The seed's file system is found by its label, on any bus.
-		"-drive", "file="+seed+",format=raw,if=virtio,readonly=on",
+		"-drive", "file=" + seed + ",format=raw,if=virtio,readonly=on",
 		"-netdev", "user,id=net0",
 		"-device", "virtio-net-pci,netdev=net0",
-		"-serial", "file:"+vm.ConsoleLog,
-		"-serial", "file:"+vm.DebugLog,
-	)
+		"-serial", "file:" + vm.ConsoleLog,
+		"-serial", "file:" + vm.DebugLog,
+	})
 	vm.cmd = exec.Command(qemu, args...)
 	// Killed with the test binary, so no guest outlives a timed-out test.
 	vm.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}

@@ -206,7 +206,7 @@ func TestYipWritesExtraFilesUnchanged(t *testing.T) {
 	in := minimalInput()
 	in.Files = []File{
 		{Path: filepath.Join(dir, "template.conf"), Permissions: 0o644, Content: []byte("url = \"{{ .Values.url }}\"\n{{{{ raw }}}}\n}} {{- trim -}}\n")},
-		{Path: filepath.Join(dir, "secret/token"), Permissions: 0o600, Content: []byte("s3cr3t-{{\n")},
+		{Path: filepath.Join(dir, "secret", "token"), Permissions: 0o600, Content: []byte("s3cr3t-{{\n")},
 		{Path: filepath.Join(dir, "blob.bin"), Permissions: 0o640, Content: []byte{0, 1, 2, 0xfe, 0xff, '{', '{', '\n'}},
 		{Path: filepath.Join(dir, "tabs.tsv"), Content: []byte("\na\tb\n")},
 		{Path: filepath.Join(dir, "empty")},

@@ -17,6 +17,7 @@ limitations under the License.
 package cloudconfig
 
 import (
+	"bytes"
 	"flag"
 	"os"
 	"path/filepath"
@@ -108,7 +109,7 @@ func TestRenderGolden(t *testing.T) {
 			if err != nil {
 				t.Fatalf("reading %s (run with -update to create it): %v", path, err)
 			}
-			if string(got) != string(want) {
+			if !bytes.Equal(got, want) {
 				t.Errorf("rendering differs from %s (run with -update after checking the change):\n--- got\n%s\n--- want\n%s", path, got, want)
 			}
 		})
@@ -126,7 +127,7 @@ func TestRenderIsDeterministic(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if string(again) != string(first) {
+		if !bytes.Equal(again, first) {
 			t.Fatal("two renders of the same input differ")
 		}
 	}

@@ -139,10 +139,7 @@ func Render(in Input) ([]byte, error) {
 	if errs := validate(in); len(errs) > 0 {
 		return nil, errs.ToAggregate()
 	}
-	join, err := joinConfiguration(in)
-	if err != nil {
-		return nil, err
-	}
+	join := joinConfiguration(in)
 	doc := document{Stages: map[string][]stage{}}
 	doc.Stages["initramfs"] = initramfsStages(in)
 
@@ -210,10 +207,7 @@ func JoinConfiguration(in Input) ([]byte, error) {
 	if errs := validate(in); len(errs) > 0 {
 		return nil, errs.ToAggregate()
 	}
-	join, err := joinConfiguration(in)
-	if err != nil {
-		return nil, err
-	}
+	join := joinConfiguration(in)
 	join.TypeMeta = metav1.TypeMeta{APIVersion: kubeadmv1beta4.GroupVersion.String(), Kind: "JoinConfiguration"}
 	return kubeadmYAML(join)
 }
@@ -319,7 +313,7 @@ func IsText(s string) bool {
 	return true
 }
 
-func joinConfiguration(in Input) (*kubeadmv1beta4.JoinConfiguration, error) {
+func joinConfiguration(in Input) *kubeadmv1beta4.JoinConfiguration {
 	args := []kubeadmv1beta4.Arg{{Name: "provider-id", Value: in.ProviderID}}
 	if len(in.NodeLabels) > 0 {
 		keys := make([]string, 0, len(in.NodeLabels))
@@ -363,7 +357,7 @@ func joinConfiguration(in Input) (*kubeadmv1beta4.JoinConfiguration, error) {
 			KubernetesAPICall:  duration(t.KubernetesAPICall),
 		}
 	}
-	return join, nil
+	return join
 }
 
 func duration(d time.Duration) *metav1.Duration {

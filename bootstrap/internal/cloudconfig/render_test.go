@@ -17,6 +17,7 @@ limitations under the License.
 package cloudconfig
 
 import (
+	"bytes"
 	"reflect"
 	"sort"
 	"strings"
@@ -105,7 +106,7 @@ func checkStructure(t *testing.T, in Input, out []byte) {
 		}
 		for i, f := range files {
 			w := in.Files[i]
-			if f.Path != w.Path || f.Owner != w.Owner || string(f.Content) != string(w.Content) {
+			if f.Path != w.Path || f.Owner != w.Owner || !bytes.Equal(f.Content, w.Content) {
 				t.Errorf("file %d = %q owner %q content %q, want %q owner %q content %q", i, f.Path, f.Owner, f.Content, w.Path, w.Owner, w.Content)
 			}
 			for _, k := range f.Keys {

@@ -373,8 +373,8 @@ func (r *Reconciler) render(ctx context.Context, s *scope) (ctrl.Result, error) 
 		return ctrl.Result{}, err
 	}
 	if template != nil {
-		if res, blocked, err := r.checkTemplate(ctx, s, template); blocked || err != nil {
-			return res, err
+		if blocked, err := r.checkTemplate(ctx, s, template); blocked || err != nil {
+			return ctrl.Result{}, err
 		}
 	}
 	files, err := r.resolveFiles(ctx, config, cluster.Name)
@@ -586,52 +586,52 @@ func filePermissions(s string, fromSecret bool) (uint32, error) {
 // means the condition says why nothing is rendered. A template's
 // resolution is frozen once written, so a refusal is final: it is not
 // requeued (a new template means new Machines with new configs).
-func (r *Reconciler) checkTemplate(ctx context.Context, s *scope, template *unstructured.Unstructured) (_ ctrl.Result, blocked bool, _ error) {
+func (r *Reconciler) checkTemplate(ctx context.Context, s *scope, template *unstructured.Unstructured) (blocked bool, _ error) {
 	log := ctrl.LoggerFrom(ctx)
 	config, machine := s.config, s.machine
 	class, err := templateClassFrom(template)
 	if err != nil {
 		markInternalError(config)
-		return ctrl.Result{}, true, err
+		return true, err
 	}
 	if class.awaitingResolution() {
 		// The template's resolution reconciles the config again.
 		if err := r.watchTemplates(ctx, template); err != nil {
 			markInternalError(config)
-			return ctrl.Result{}, true, err
+			return true, err
 		}
 		markWaiting(config, bootstrapv1.WaitingForInfrastructureTemplateReason, class.waitingMessage())
-		return ctrl.Result{}, true, nil
+		return true, nil
 	}
 	if mismatch := class.familyMismatch(); mismatch != "" {
 		log.Info("Not rendering bootstrap data: the infrastructure template's WorkerClass does not boot Kairos",
 			"template", class.Source, "workerClass", class.WorkerClass, "bootstrap", class.Bootstrap)
 		markWaiting(config, bootstrapv1.BootstrapFamilyMismatchReason, mismatch)
-		return ctrl.Result{}, true, nil
+		return true, nil
 	}
 
 	if machine.Spec.Version == "" {
-		return ctrl.Result{}, false, nil
+		return false, nil
 	}
 	image, err := imageVersionFrom(template)
 	if err != nil {
 		markInternalError(config)
-		return ctrl.Result{}, true, err
+		return true, err
 	}
 	if image == nil {
-		return ctrl.Result{}, false, nil
+		return false, nil
 	}
 	mismatch, err := checkVersion(machine.Spec.Version, *image)
 	if err != nil {
 		markWaiting(config, bootstrapv1.KubernetesVersionMismatchReason, err.Error())
-		return ctrl.Result{}, true, nil
+		return true, nil
 	}
 	if mismatch != "" {
 		log.Info("Not rendering bootstrap data: Kubernetes version mismatch", "machineVersion", machine.Spec.Version, "imageVersion", image.Version, "match", image.Match)
 		markWaiting(config, bootstrapv1.KubernetesVersionMismatchReason, mismatch)
-		return ctrl.Result{}, true, nil
+		return true, nil
 	}
-	return ctrl.Result{}, false, nil
+	return false, nil
 }
 
 // storedToken reads the token kept in our management Secret, from the

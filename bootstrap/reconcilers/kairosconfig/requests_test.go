@@ -158,9 +158,10 @@ func record(ctx context.Context, verb string, key client.ObjectKey, obj client.O
 		return
 	}
 	kind := "object"
-	if _, ok := obj.(*corev1.Secret); ok {
+	switch obj.(type) {
+	case *corev1.Secret:
 		kind = "secrets"
-	} else if _, ok := obj.(*corev1.Node); ok {
+	case *corev1.Node:
 		kind = "nodes"
 	}
 	log.add(request{cluster: "workload", verb: verb, resource: kind, namespace: key.Namespace, name: key.Name})

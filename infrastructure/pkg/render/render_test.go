@@ -17,6 +17,7 @@ limitations under the License.
 package render
 
 import (
+	"bytes"
 	"encoding/json"
 	"reflect"
 	"strings"
@@ -503,7 +504,7 @@ func FuzzRender(f *testing.F) {
 			}
 			return
 		}
-		if string(out.UserData.Data[UserDataKey]) != string(data) {
+		if !bytes.Equal(out.UserData.Data[UserDataKey], data) {
 			t.Fatal("bootstrap data changed")
 		}
 		vm := out.VirtualMachine

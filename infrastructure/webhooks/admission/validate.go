@@ -132,8 +132,12 @@ func ValidateDigestReference(ref string, path *field.Path) field.ErrorList {
 }
 
 func validateResourceName(name string, path *field.Path) field.ErrorList {
-	var errs field.ErrorList
-	for _, msg := range validation.IsQualifiedName(name) {
+	msgs := validation.IsQualifiedName(name)
+	if len(msgs) == 0 {
+		return nil
+	}
+	errs := make(field.ErrorList, 0, len(msgs))
+	for _, msg := range msgs {
 		errs = append(errs, field.Invalid(path, name, msg))
 	}
 	return errs

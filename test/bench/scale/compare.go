@@ -64,7 +64,7 @@ func RunSideBySide(ctx context.Context, cfg Config, done func(*Comparison)) (*Co
 	done(c)
 	if !cfg.SkipFloor {
 		cfg.defaults()
-		cfg.progress("measuring the floor of %d objects", len(objs))
+		cfg.progressf("measuring the floor of %d objects", len(objs))
 		if c.Floor, err = measureFloor(ctx, objs, cfg.FloorWorkers); err != nil {
 			return c, err
 		}
@@ -83,7 +83,7 @@ func RunSideBySide(ctx context.Context, cfg Config, done func(*Comparison)) (*Co
 	c.Peer.Floor = c.Floor
 	done(c)
 	if !cfg.SkipUpstream {
-		cfg.progress("measuring Cluster API alone: %d Machines created with the providers stopped", cfg.Machines)
+		cfg.progressf("measuring Cluster API alone: %d Machines created with the providers stopped", cfg.Machines)
 		if c.Upstream, err = runUpstream(ctx, cfg); err != nil {
 			return c, fmt.Errorf("cluster API alone: %w", err)
 		}

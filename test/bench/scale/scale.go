@@ -245,7 +245,7 @@ func run(ctx context.Context, cfg Config) (*Report, []*unstructured.Unstructured
 	if err != nil {
 		return nil, nil, err
 	}
-	cfg.progress("harness started; creating the pool")
+	cfg.progressf("harness started; creating the pool")
 	pool, err := createPool(dctx, h, w, cfg)
 	if err != nil {
 		return nil, nil, err
@@ -281,12 +281,12 @@ func run(ctx context.Context, cfg Config) (*Report, []*unstructured.Unstructured
 	if err := h.Client.Patch(dctx, md, patch); err != nil {
 		return nil, nil, fmt.Errorf("scaling MachineDeployment %s to %d: %w", pool.machineDeployment, cfg.Machines, err)
 	}
-	cfg.progress("scaling to %d", cfg.Machines)
+	cfg.progressf("scaling to %d", cfg.Machines)
 	if cfg.upstreamOnly {
 		if err := watcher.waitCreated(dctx, cfg, start); err != nil {
 			return nil, nil, err
 		}
-		cfg.progress("Cluster API alone created %d Machines in %s", cfg.Machines, round(watcher.lastCreated().Sub(start)))
+		cfg.progressf("Cluster API alone created %d Machines in %s", cfg.Machines, round(watcher.lastCreated().Sub(start)))
 		return &Report{Bootstrap: cfg.Bootstrap, Machines: cfg.Machines, AllCreated: watcher.lastCreated().Sub(start)}, nil, nil
 	}
 	if err := watcher.waitAll(dctx, cfg, start); err != nil {
@@ -303,7 +303,7 @@ func run(ctx context.Context, cfg Config) (*Report, []*unstructured.Unstructured
 		return nil, nil, err
 	}
 
-	cfg.progress("all %d Running after %s; waiting for the controllers to settle", cfg.Machines, round(report.AllRunning))
+	cfg.progressf("all %d Running after %s; waiting for the controllers to settle", cfg.Machines, round(report.AllRunning))
 	runningAt := time.Now()
 	state, settled, err := waitQuiet(dctx, counts, cfg.Quiet, cfg.SettleTimeout)
 	if err != nil {
@@ -318,9 +318,9 @@ func run(ctx context.Context, cfg Config) (*Report, []*unstructured.Unstructured
 	report.LogErrors = state.LogErrors
 
 	if report.NotSettled {
-		cfg.progress("the controllers still wrote %s after all Running; idle window of %s", cfg.SettleTimeout, cfg.IdleWindow)
+		cfg.progressf("the controllers still wrote %s after all Running; idle window of %s", cfg.SettleTimeout, cfg.IdleWindow)
 	} else {
-		cfg.progress("settled; idle window of %s", cfg.IdleWindow)
+		cfg.progressf("settled; idle window of %s", cfg.IdleWindow)
 	}
 	if report.Idle, err = idleWindow(dctx, h, w, cfg.Bootstrap, counts, cfg.IdleWindow); err != nil {
 		return nil, nil, err
@@ -343,8 +343,8 @@ func run(ctx context.Context, cfg Config) (*Report, []*unstructured.Unstructured
 	return report, floorObjects, nil
 }
 
-// progress reports a stage.
-func (c Config) progress(format string, args ...any) {
+// progressf reports a stage.
+func (c Config) progressf(format string, args ...any) {
 	if c.Progress != nil {
 		fmt.Fprintf(c.Progress, "%s %s: %s\n", time.Now().UTC().Format("15:04:05"), c.Bootstrap, fmt.Sprintf(format, args...))
 	}
@@ -605,7 +605,7 @@ func (mw *machineWatcher) waitAll(ctx context.Context, cfg Config, start time.Ti
 		}
 		if time.Since(lastReport) >= 30*time.Second {
 			lastReport = time.Now()
-			cfg.progress("%s into the scale-up: %d Machines exist, %d have bootstrap data, %d Running", round(time.Since(start)), seen, bootstrapped, running)
+			cfg.progressf("%s into the scale-up: %d Machines exist, %d have bootstrap data, %d Running", round(time.Since(start)), seen, bootstrapped, running)
 		}
 		return seen == n && running == n, nil
 	})

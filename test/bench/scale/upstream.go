@@ -100,7 +100,7 @@ func (mw *machineWatcher) waitCreated(ctx context.Context, cfg Config, start tim
 		seen = len(mw.machines)
 		if time.Since(lastReport) >= 30*time.Second {
 			lastReport = time.Now()
-			cfg.progress("%s into the scale-up: %d Machines exist", round(time.Since(start)), seen)
+			cfg.progressf("%s into the scale-up: %d Machines exist", round(time.Since(start)), seen)
 		}
 		return seen >= n, nil
 	})

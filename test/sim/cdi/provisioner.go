@@ -85,7 +85,7 @@ func (c *CDI) deleteWorkerPodsOf(ctx context.Context, pvc *corev1.PersistentVolu
 	for i := range pods.Items {
 		p := &pods.Items[i]
 		if metav1.IsControlledBy(p, pvc) && p.DeletionTimestamp.IsZero() {
-			if err := c.client.Delete(ctx, p); client.IgnoreNotFound(err) != nil {
+			if err := client.IgnoreNotFound(c.client.Delete(ctx, p)); err != nil {
 				return fmt.Errorf("deleting worker Pod %s of claim %s: %w", p.Name, pvc.Name, err)
 			}
 		}
@@ -156,7 +156,7 @@ func (c *CDI) releaseVolumes(ctx context.Context, claim client.ObjectKey) error 
 		if ref == nil || ref.Namespace != claim.Namespace || ref.Name != claim.Name {
 			continue
 		}
-		if err := c.client.Delete(ctx, pv); client.IgnoreNotFound(err) != nil {
+		if err := client.IgnoreNotFound(c.client.Delete(ctx, pv)); err != nil {
 			return err
 		}
 		if hp := pv.Spec.HostPath; hp != nil && strings.HasPrefix(hp.Path, c.opts.VolumeDir+string(filepath.Separator)) {

@@ -94,7 +94,7 @@ func (h *Hosts) reconcileInstance(ctx context.Context, req reconcile.Request) (r
 	// but not patch it.
 	if err := h.handlers[vmi.Status.NodeName].Update(ctx, updated); err != nil {
 		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-			return reconcile.Result{Requeue: true}, nil
+			return reconcile.Result{Requeue: true}, nil //nolint:staticcheck // A conflict retries with the queue's backoff, which RequeueAfter cannot ask for.
 		}
 		return reconcile.Result{}, fmt.Errorf("updating VirtualMachineInstance %s as virt-handler: %w", vmi.Name, err)
 	}

@@ -265,7 +265,7 @@ func (h *Hosts) LoseDisk(ctx context.Context, vm client.ObjectKey) error {
 	g.guest.Kill("the node lost the instance and its ephemeral disks")
 	for i := range pods.Items {
 		p := &pods.Items[i]
-		if err := h.client.Delete(ctx, p, client.GracePeriodSeconds(0), client.Preconditions{UID: &p.UID}); client.IgnoreNotFound(err) != nil {
+		if err := client.IgnoreNotFound(h.client.Delete(ctx, p, client.GracePeriodSeconds(0), client.Preconditions{UID: &p.UID})); err != nil {
 			return fmt.Errorf("deleting launcher Pod %s: %w", p.Name, err)
 		}
 	}

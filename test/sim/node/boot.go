@@ -333,9 +333,9 @@ func parseShell(line string) ([]simpleCommand, error) {
 	var cur simpleCommand
 	var word strings.Builder
 	inWord, redirectNext := false, false
-	endWord := func() error {
+	endWord := func() {
 		if !inWord {
-			return nil
+			return
 		}
 		if redirectNext {
 			cur.redirect, redirectNext = word.String(), false
@@ -344,7 +344,6 @@ func parseShell(line string) ([]simpleCommand, error) {
 		}
 		word.Reset()
 		inWord = false
-		return nil
 	}
 	endCommand := func() error {
 		if redirectNext {
@@ -361,9 +360,7 @@ func parseShell(line string) ([]simpleCommand, error) {
 		ch := line[i]
 		switch {
 		case ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r':
-			if err := endWord(); err != nil {
-				return nil, err
-			}
+			endWord()
 		case ch == '#' && !inWord:
 			i = len(line)
 		case ch == '\'':
@@ -402,9 +399,7 @@ func parseShell(line string) ([]simpleCommand, error) {
 				inWord = true
 			}
 		case ch == '&' && i+1 < len(line) && line[i+1] == '&':
-			if err := endWord(); err != nil {
-				return nil, err
-			}
+			endWord()
 			if err := endCommand(); err != nil {
 				return nil, err
 			}
@@ -413,9 +408,7 @@ func parseShell(line string) ([]simpleCommand, error) {
 			if inWord && isFileDescriptor(word.String()) {
 				return nil, unsupported(word.String() + ">")
 			}
-			if err := endWord(); err != nil {
-				return nil, err
-			}
+			endWord()
 			if redirectNext || cur.redirect != "" {
 				return nil, unsupported(">")
 			}
@@ -431,9 +424,7 @@ func parseShell(line string) ([]simpleCommand, error) {
 			inWord = true
 		}
 	}
-	if err := endWord(); err != nil {
-		return nil, err
-	}
+	endWord()
 	if len(cur.args) == 0 && cur.redirect == "" && !redirectNext {
 		if len(commands) > 0 {
 			return nil, fmt.Errorf("sh: syntax error: the command line ends with && in %q", line)

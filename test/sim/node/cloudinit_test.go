@@ -402,7 +402,7 @@ runcmd:
 	// per-instance modules do not.
 	delete(vm.fs.files, "/run/after join")
 	g.Expect(vm.cloudInitBoot(context.Background(), cfg, noCloud)).To(Succeed())
-	g.Expect(string(vm.fs.files["/run/boots"].content)).To(Equal("boot\nboot\n"))
+	g.Expect(string(vm.fs.files["/run/boots"].content)).To(Equal(strings.Repeat("boot\n", 2)))
 	g.Expect(vm.fs.exists("/run/after join")).To(BeFalse())
 	g.Expect(string(vm.fs.files["/etc/deferred"].content)).To(Equal("late"))
 

@@ -157,20 +157,20 @@ func (o *Options) defaults() {
 type Phase string
 
 const (
-	// PhaseJoining: the join is retried (discovery or TLS bootstrap did not
-	// succeed yet); Error says why.
+	// PhaseJoining means the join is retried (discovery or TLS bootstrap
+	// did not succeed yet); Error says why.
 	PhaseJoining Phase = "Joining"
-	// PhaseJoined: the kubelet runs and its Node is registered.
+	// PhaseJoined means the kubelet runs and its Node is registered.
 	PhaseJoined Phase = "Joined"
-	// PhaseBooted: the boot finished without starting a kubelet.
+	// PhaseBooted means the boot finished without starting a kubelet.
 	PhaseBooted Phase = "Booted"
-	// PhaseRefused: the node gave up; Error says why.
+	// PhaseRefused means the node gave up; Error says why.
 	PhaseRefused Phase = "Refused"
-	// PhaseIgnored: the user data is not configuration the image's boot
+	// PhaseIgnored means the user data is not configuration the image's boot
 	// reads (a Kairos image reads only a #cloud-config; a cloud-init image
 	// a #cloud-config, optionally a jinja template of one).
 	PhaseIgnored Phase = "Ignored"
-	// PhaseStopped: the instance stopped; its kubelet no longer runs.
+	// PhaseStopped means the instance stopped; its kubelet no longer runs.
 	PhaseStopped Phase = "Stopped"
 )
 
@@ -333,7 +333,7 @@ func copyRecord(r *BootRecord) BootRecord {
 
 // SetupWithManager registers the instance controller and the kubelets'
 // heartbeat loop.
-func (s *Simulator) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
+func (s *Simulator) SetupWithManager(_ context.Context, mgr ctrl.Manager) error {
 	s.client = mgr.GetClient()
 	if err := builder.ControllerManagedBy(mgr).
 		Named(s.opts.ControllerNamePrefix + "sim-node").

@@ -48,22 +48,31 @@ func main() {
 	jsonOut := flag.String("json", "", "also write the report as JSON to this file (after each stage)")
 	partialOut := flag.String("partial", "", "write the Markdown of the stages done so far to this file after each stage")
 	flag.Parse()
+	if err := run(cfg, *jsonOut, *partialOut); err != nil {
+		fmt.Fprintln(os.Stderr, "bench-scale:", err)
+		os.Exit(1)
+	}
+}
 
+// run runs the benchmark until it ends or SIGINT or SIGTERM, and prints its
+// report.
+func run(cfg scale.Config, jsonOut, partialOut string) error {
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
 	cfg.Progress = os.Stderr
 	// Each stage's results are written as soon as they exist, so a run cut
 	// short (a closing time window, a timeout) keeps them.
 	save := func(c *scale.Comparison) {
-		if *partialOut != "" {
-			if err := os.WriteFile(*partialOut, []byte(c.Markdown()), 0o644); err != nil {
+		if partialOut != "" {
+			//nolint:gosec // A report for people to read and share.
+			if err := os.WriteFile(partialOut, []byte(c.Markdown()), 0o644); err != nil {
 				fmt.Fprintln(os.Stderr, "bench-scale:", err)
 			}
 		}
-		if *jsonOut != "" {
+		if jsonOut != "" {
 			raw, err := json.MarshalIndent(c, "", "  ")
 			if err == nil {
-				err = os.WriteFile(*jsonOut, raw, 0o644)
+				err = os.WriteFile(jsonOut, raw, 0o644) //nolint:gosec // A report for people to read and share.
 			}
 			if err != nil {
 				fmt.Fprintln(os.Stderr, "bench-scale:", err)
@@ -72,8 +81,8 @@ func main() {
 	}
 	report, err := scale.RunSideBySide(ctx, cfg, save)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench-scale:", err)
-		os.Exit(1)
+		return err
 	}
 	fmt.Print(report.Markdown())
+	return nil
 }
