@@ -166,14 +166,33 @@ func scanFile(s *harness.LogScanner, name, path string) error {
 	defer func() { _ = f.Close() }()
 	lines := bufio.NewScanner(f)
 	lines.Buffer(make([]byte, 1<<20), 16<<20)
+	// A message of several lines has klog's header on its first only.
+	var at time.Time
 	for lines.Scan() {
-		if line := lines.Text(); duringRestart(line) {
+		line := lines.Text()
+		if t, ok := klogTime(line); ok {
+			at = t
+		}
+		if duringRestart(at) {
 			s.ScanDuringRestart(name, line)
 		} else {
 			s.Scan(name, line)
 		}
 	}
 	return lines.Err()
+}
+
+// klogTime reads the time of a klog header ("E1202 01:54:39.996687 ...");
+// the header has no year: this one's is taken.
+func klogTime(line string) (time.Time, bool) {
+	if len(line) < 21 || !strings.ContainsRune("IWEF", rune(line[0])) {
+		return time.Time{}, false
+	}
+	at, err := time.ParseInLocation("0102 15:04:05.000000", line[1:21], time.Local)
+	if err != nil {
+		return time.Time{}, false
+	}
+	return at.AddDate(time.Now().Year(), 0, 0), true
 }
 
 // restarts are when the management apiserver was down or had just come
@@ -193,21 +212,12 @@ func recordRestart(from, ready time.Time) {
 	restarts = append(restarts, [2]time.Time{from, ready.Add(restartGrace)})
 }
 
-// duringRestart reports whether a klog line ("E1202 01:54:39.996687 ...")
-// was written during a management apiserver restart.
-func duringRestart(line string) bool {
-	if len(line) < 21 {
-		return false
-	}
-	at, err := time.ParseInLocation("0102 15:04:05.000000", line[1:21], time.Local)
-	if err != nil {
-		return false
-	}
+// duringRestart reports whether a line logged at this time was written
+// during a management apiserver restart.
+func duringRestart(at time.Time) bool {
 	restartsMu.Lock()
 	defer restartsMu.Unlock()
 	for _, r := range restarts {
-		// klog's header has no year.
-		at := at.AddDate(r[0].Year(), 0, 0)
 		if !at.Before(r[0]) && !at.After(r[1]) {
 			return true
 		}

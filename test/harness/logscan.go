@@ -45,7 +45,9 @@ type LogScanner struct {
 
 // bootstrapTokenPattern is a bootstrap token with its secret part
 // (<6>.<16>, kubeadm's format); the token ID alone is public.
-var bootstrapTokenPattern = regexp.MustCompile(`(^|[^a-z0-9])[a-z0-9]{6}\.[a-z0-9]{16}([^a-z0-9]|$)`)
+// An ID that continues a longer name ("tenant-kairos.18a2b3c4d5e6f7a8",
+// an Event's name) is not a token.
+var bootstrapTokenPattern = regexp.MustCompile(`(^|[^a-z0-9._-])[a-z0-9]{6}\.[a-z0-9]{16}([^a-z0-9]|$)`)
 
 // bootstrapDataMarkers open rendered bootstrap data.
 var bootstrapDataMarkers = []string{"#cloud-config", "kubeadm join ", "discovery-token-unsafe-skip"}
