@@ -34,21 +34,16 @@ import (
 	"github.com/go-logr/logr/funcr"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
 	"k8s.io/klog/v2"
-	kubevirtv1 "kubevirt.io/api/core/v1"
-	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util/conditions"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	bootstrapv1 "github.com/cozystack/cluster-api-workers/bootstrap/api/v1alpha1"
 	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
-	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/test/harness"
 	"github.com/cozystack/cluster-api-workers/test/infra"
 	cdisim "github.com/cozystack/cluster-api-workers/test/sim/cdi"
@@ -341,68 +336,15 @@ func describe(w *harness.WorkloadCluster) string {
 }
 
 // expectNoOrphans checks that everything the pool's machines created
-// belongs to a current Machine: KairosConfigs, KubeVirtMachines,
-// VirtualMachines, instances, DataVolumes, claims, Secrets and ConfigMaps in
-// the management cluster, and Nodes and bootstrap tokens in the workload
-// cluster. It is the "nothing left behind" half of every scenario.
+// belongs to a current Machine (harness.Leftovers: KairosConfigs,
+// KubeVirtMachines, VirtualMachines, instances, DataVolumes, claims, Secrets
+// and ConfigMaps in the management cluster, and Nodes in the workload
+// cluster). It is the "nothing left behind" half of every scenario.
 func expectNoOrphans(t *testing.T, w *harness.WorkloadCluster) {
 	t.Helper()
 	NewWithT(t).Eventually(func(g Gomega) {
-		g.Expect(orphans(g, w)).To(BeEmpty())
-	}, timeout, poll).Should(Succeed(), func() string { return describe(w) })
-}
-
-func orphans(g Gomega, w *harness.WorkloadCluster) []string {
-	ctx := context.Background()
-	in := client.InNamespace(w.Key.Namespace)
-	vms, configs, providerIDs, dataSecrets := map[string]bool{}, map[string]bool{}, map[string]bool{}, map[string]bool{}
-	for _, m := range machines(g, w) {
-		vms[m.Spec.InfrastructureRef.Name] = true
-		configs[m.Spec.Bootstrap.ConfigRef.Name] = true
-		providerIDs["kubevirt://"+m.Spec.InfrastructureRef.Name] = true
-		if m.Spec.Bootstrap.DataSecretName != nil {
-			dataSecrets[*m.Spec.Bootstrap.DataSecretName] = true
-		}
-	}
-	var left []string
-	check := func(kind string, list client.ObjectList, owned func(name string) bool) {
-		g.Expect(h.Client.List(ctx, list, in)).To(Succeed())
-		items, err := meta.ExtractList(list)
+		left, err := h.Leftovers(context.Background(), w.Key)
 		g.Expect(err).NotTo(HaveOccurred())
-		for _, item := range items {
-			o := item.(client.Object)
-			if !owned(o.GetName()) {
-				left = append(left, kind+" "+o.GetName())
-			}
-		}
-	}
-	isVM := func(name string) bool { return vms[name] }
-	check("KairosConfig", &bootstrapv1.KairosConfigList{}, func(n string) bool { return configs[n] })
-	check("KubeVirtMachine", &infrav1.KubeVirtMachineList{}, isVM)
-	check("VirtualMachine", &kubevirtv1.VirtualMachineList{}, isVM)
-	check("VirtualMachineInstance", &kubevirtv1.VirtualMachineInstanceList{}, isVM)
-	isRootDisk := func(n string) bool { return vms[strings.TrimSuffix(n, "-root")] && strings.HasSuffix(n, "-root") }
-	check("DataVolume", &cdiv1.DataVolumeList{}, isRootDisk)
-	check("PersistentVolumeClaim", &corev1.PersistentVolumeClaimList{}, isRootDisk)
-	check("Secret", &corev1.SecretList{}, func(n string) bool {
-		switch {
-		case n == w.Key.Name+"-kubeconfig", n == w.Key.Name+"-ca", dataSecrets[n]:
-			return true
-		case strings.HasSuffix(n, "-userdata"):
-			return vms[strings.TrimSuffix(n, "-userdata")]
-		case strings.HasSuffix(n, "-bootstrap-token"):
-			// Kept only until the Machine's node joins.
-			return configs[strings.TrimSuffix(n, "-bootstrap-token")]
-		}
-		return false
-	})
-	check("ConfigMap", &corev1.ConfigMapList{}, func(n string) bool {
-		return n == "kube-root-ca.crt" || (strings.HasSuffix(n, "-import-ca") && vms[strings.TrimSuffix(n, "-import-ca")])
-	})
-	for _, n := range nodes(g, w) {
-		if !providerIDs[n.Spec.ProviderID] {
-			left = append(left, "Node "+n.Name)
-		}
-	}
-	return left
+		g.Expect(left).To(BeEmpty())
+	}, timeout, poll).Should(Succeed(), func() string { return describe(w) })
 }
