@@ -132,7 +132,7 @@ func sandbox(ctx context.Context, args []string, out io.Writer) (rerr error) {
 		return err
 	}
 	logPath := filepath.Join(c.dir, "controllers.log")
-	logFile, err := os.Create(logPath)
+	logFile, err := os.Create(logPath) //nolint:gosec // The log in the sandbox's own directory.
 	if err != nil {
 		return err
 	}

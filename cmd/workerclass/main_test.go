@@ -64,12 +64,12 @@ func TestGolden(t *testing.T) {
 			got := fmt.Sprintf("exit: %d\n--- stdout\n%s--- stderr\n%s", code, stdout.String(), stderr.String())
 			path := filepath.Join("testdata", "golden", tc.name+".golden")
 			if *update {
-				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+				if err := os.WriteFile(path, []byte(got), 0o644); err != nil { //nolint:gosec // A golden file in the repository, as readable as its neighbours.
 					t.Fatal(err)
 				}
 				return
 			}
-			want, err := os.ReadFile(path)
+			want, err := os.ReadFile(path) //nolint:gosec // The test's own golden file.
 			if err != nil {
 				t.Fatalf("%v (run with -update to create it)", err)
 			}

@@ -132,6 +132,7 @@ func run(dir string, env []string, name string, args ...string) string {
 
 func runErr(dir string, env []string, name string, args ...string) (string, error) {
 	fmt.Fprintf(GinkgoWriter, "$ %s %s\n", name, strings.Join(args, " "))
+	//nolint:gosec,noctx // The suite's own commands (bash, docker, kind, kubectl, clusterctl); each ends on its own or with go test's timeout.
 	cmd := exec.Command(name, args...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), env...)
@@ -209,15 +210,15 @@ func writeClusterctlRepository(dir string) {
 	repo := filepath.Join(dir, "repository")
 	copyInto := func(provider string, files ...string) string {
 		to := filepath.Join(repo, provider, releaseVersion)
-		Expect(os.MkdirAll(to, 0o755)).To(Succeed())
+		Expect(os.MkdirAll(to, 0o750)).To(Succeed())
 		for _, f := range files {
 			matches, err := filepath.Glob(filepath.Join(release, f))
 			Expect(err).NotTo(HaveOccurred())
 			Expect(matches).NotTo(BeEmpty(), "the release has no %s", f)
 			for _, m := range matches {
-				data, err := os.ReadFile(m)
+				data, err := os.ReadFile(m) //nolint:gosec // A file of the release the suite just built.
 				Expect(err).NotTo(HaveOccurred())
-				Expect(os.WriteFile(filepath.Join(to, filepath.Base(m)), data, 0o644)).To(Succeed())
+				Expect(os.WriteFile(filepath.Join(to, filepath.Base(m)), data, 0o600)).To(Succeed()) //nolint:gosec // Into the suite's own repository directory.
 			}
 		}
 		return to

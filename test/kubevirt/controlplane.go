@@ -125,7 +125,7 @@ func Start(ctx context.Context, env *envtest.Environment, opts Options) (_ *Cont
 		c.ownDir = true
 	} else {
 		c.dir = opts.LogDir
-		if err := os.MkdirAll(c.dir, 0o755); err != nil {
+		if err := os.MkdirAll(c.dir, 0o750); err != nil {
 			return nil, err
 		}
 	}
@@ -374,7 +374,7 @@ func (c *ControlPlane) Stop() error {
 
 // readManifest reads one of the generated install manifests.
 func readManifest(file string) ([]unstructured.Unstructured, error) {
-	raw, err := os.ReadFile(filepath.Join(ManifestsDir(), file))
+	raw, err := os.ReadFile(filepath.Join(ManifestsDir(), file)) //nolint:gosec // One of the generated manifests in the repository.
 	if err != nil {
 		return nil, err
 	}
@@ -397,7 +397,7 @@ func freePort(ctx context.Context) (int, error) {
 
 // logTail returns the end of a log for an error message.
 func logTail(path string) string {
-	raw, err := os.ReadFile(path)
+	raw, err := os.ReadFile(path) //nolint:gosec // A log this package writes.
 	if err != nil {
 		return err.Error()
 	}

@@ -86,11 +86,12 @@ func (p *Process) supervise() {
 
 // startLocked starts one run; p.mu is held.
 func (p *Process) startLocked() (chan struct{}, error) {
-	log, err := os.OpenFile(p.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	log, err := os.OpenFile(p.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, err
 	}
 	defer func() { _ = log.Close() }()
+	//nolint:gosec,noctx // virt-api or virt-controller, built into the cache; it runs until Stop, not until a context ends.
 	cmd := exec.Command(p.bin, p.args...)
 	cmd.Stdout, cmd.Stderr = log, log
 	// The component dies with the test process, however it ends.
@@ -110,7 +111,7 @@ func (p *Process) startLocked() (chan struct{}, error) {
 }
 
 func (p *Process) appendLog(line string) {
-	f, err := os.OpenFile(p.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	f, err := os.OpenFile(p.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return
 	}

@@ -267,11 +267,11 @@ func newClusterctl(t *testing.T) *clusterctl {
 	repo := t.TempDir()
 
 	copyInto := func(dst string, files ...string) {
-		g.Expect(os.MkdirAll(dst, 0o755)).To(Succeed())
+		g.Expect(os.MkdirAll(dst, 0o750)).To(Succeed())
 		for _, f := range files {
-			data, err := os.ReadFile(f)
+			data, err := os.ReadFile(f) //nolint:gosec // A file of the release or of Cluster API's module.
 			g.Expect(err).NotTo(HaveOccurred())
-			g.Expect(os.WriteFile(filepath.Join(dst, filepath.Base(f)), data, 0o644)).To(Succeed())
+			g.Expect(os.WriteFile(filepath.Join(dst, filepath.Base(f)), data, 0o600)).To(Succeed()) //nolint:gosec // Into the test's own repository directory.
 		}
 	}
 	bootstrapDir := filepath.Join(repo, "bootstrap-kairos-kubeadm", version)
@@ -284,8 +284,8 @@ func newClusterctl(t *testing.T) *clusterctl {
 	coreDir := filepath.Join(repo, "cluster-api", clusterAPIVersion)
 	capi, err := envtest.ModuleDir("sigs.k8s.io/cluster-api")
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(os.MkdirAll(coreDir, 0o755)).To(Succeed())
-	g.Expect(os.WriteFile(filepath.Join(coreDir, "core-components.yaml"), []byte(coreComponents(t, capi)), 0o644)).To(Succeed())
+	g.Expect(os.MkdirAll(coreDir, 0o750)).To(Succeed())
+	g.Expect(os.WriteFile(filepath.Join(coreDir, "core-components.yaml"), []byte(coreComponents(t, capi)), 0o600)).To(Succeed())
 	copyInto(coreDir, filepath.Join(capi, "metadata.yaml"))
 
 	config := map[string]any{
@@ -299,7 +299,7 @@ func newClusterctl(t *testing.T) *clusterctl {
 	g.Expect(err).NotTo(HaveOccurred())
 	home := t.TempDir()
 	configFile := filepath.Join(home, "clusterctl.yaml")
-	g.Expect(os.WriteFile(configFile, data, 0o644)).To(Succeed())
+	g.Expect(os.WriteFile(configFile, data, 0o600)).To(Succeed())
 	return &clusterctl{
 		bin:        tool(t, "clusterctl"),
 		config:     configFile,
@@ -353,7 +353,7 @@ func (cc *clusterctl) requiredVariables(t *testing.T, args []string) []string {
 // releaseVersion is the first release of the newest series in metadata.yaml.
 func releaseVersion(t *testing.T, metadata string) string {
 	t.Helper()
-	data, err := os.ReadFile(metadata)
+	data, err := os.ReadFile(metadata) //nolint:gosec // The release's metadata.yaml.
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -400,7 +400,7 @@ images:
   newName: registry.k8s.io/cluster-api/cluster-api-controller
   newTag: %s
 `, rel, clusterAPIVersion)
-	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(kustomization), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(kustomization), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	out, _ := buildKustomization(t, dir)
@@ -433,7 +433,7 @@ func startManagementCluster(ctx context.Context, t *testing.T, releaseDir string
 			}
 		}
 	}
-	g.Expect(os.WriteFile(filepath.Join(webhooks, "webhooks.yaml"), []byte(strings.Join(configs, "---\n")), 0o644)).To(Succeed())
+	g.Expect(os.WriteFile(filepath.Join(webhooks, "webhooks.yaml"), []byte(strings.Join(configs, "---\n")), 0o600)).To(Succeed())
 
 	env, err := envtest.Start(ctx, envtest.Options{
 		Scheme:       scheme,

@@ -50,9 +50,9 @@ func TestDefaultAvailabilityIsPod(t *testing.T) {
 	g := NewWithT(t)
 	byDefault, pod := release(t, ""), release(t, "pod")
 	for _, p := range providers {
-		want, err := os.ReadFile(filepath.Join(pod, p.components))
+		want, err := os.ReadFile(filepath.Join(pod, p.components)) //nolint:gosec // A file of a release the test built.
 		g.Expect(err).NotTo(HaveOccurred())
-		got, err := os.ReadFile(filepath.Join(byDefault, p.components))
+		got, err := os.ReadFile(filepath.Join(byDefault, p.components)) //nolint:gosec // A file of a release the test built.
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(string(got)).To(Equal(string(want)), "%s without AVAILABILITY", p.components)
 	}

@@ -121,7 +121,7 @@ func commandContext(ctx context.Context, env []string, name string, args ...stri
 }
 
 func commandIn(ctx context.Context, env []string, dir, name string, args ...string) (string, error) {
-	cmd := exec.CommandContext(ctx, name, args...)
+	cmd := exec.CommandContext(ctx, name, args...) //nolint:gosec // The tests' own commands (go, bash, kustomize, clusterctl).
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), env...)
 	var stdout, stderr bytes.Buffer
@@ -134,8 +134,8 @@ func commandIn(ctx context.Context, env []string, dir, name string, args ...stri
 
 // commandWithStderr runs a program and returns its standard output, writing
 // its standard error to stderr.
-func commandWithStderr(stderr io.Writer, name string, args ...string) (string, error) {
-	cmd := exec.Command(name, args...)
+func commandWithStderr(ctx context.Context, stderr io.Writer, name string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, name, args...) //nolint:gosec // The tests' own commands (go, bash, kustomize, clusterctl).
 	var stdout bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, stderr
 	err := cmd.Run()
@@ -175,7 +175,7 @@ func decode(tb testing.TB, data []byte) []*unstructured.Unstructured {
 
 func readObjects(tb testing.TB, path string) []*unstructured.Unstructured {
 	tb.Helper()
-	data, err := os.ReadFile(path)
+	data, err := os.ReadFile(path) //nolint:gosec // A manifest in the repository or in a release the test built.
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -67,7 +67,7 @@ func TestKustomizationsUseNoDeprecatedKeys(t *testing.T) {
 		rel, _ := filepath.Rel(repoRoot, f)
 		t.Run(rel, func(t *testing.T) {
 			g := NewWithT(t)
-			data, err := os.ReadFile(f)
+			data, err := os.ReadFile(f) //nolint:gosec // A kustomization in the repository.
 			g.Expect(err).NotTo(HaveOccurred())
 			var k map[string]any
 			g.Expect(yaml.Unmarshal(data, &k)).To(Succeed())
@@ -112,7 +112,7 @@ func TestCRDKustomizationsListEveryCRD(t *testing.T) {
 			generated, err := filepath.Glob(filepath.Join(dir, "bases", "*.yaml"))
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(generated).NotTo(BeEmpty())
-			data, err := os.ReadFile(filepath.Join(dir, "kustomization.yaml"))
+			data, err := os.ReadFile(filepath.Join(dir, "kustomization.yaml")) //nolint:gosec // A kustomization in the repository.
 			g.Expect(err).NotTo(HaveOccurred())
 			var k struct {
 				Resources []string `json:"resources"`
@@ -132,7 +132,7 @@ func TestCRDKustomizationsListEveryCRD(t *testing.T) {
 func buildKustomization(t *testing.T, dir string) (string, string) {
 	t.Helper()
 	var stderr strings.Builder
-	out, err := commandWithStderr(&stderr, tool(t, "kustomize"), "build", dir)
+	out, err := commandWithStderr(t.Context(), &stderr, tool(t, "kustomize"), "build", dir)
 	if err != nil {
 		t.Fatalf("kustomize build %s: %v\n%s", dir, err, stderr.String())
 	}

@@ -57,7 +57,7 @@ func TestTemplatesDocumentEveryVariable(t *testing.T) {
 	for flavor, file := range flavors {
 		t.Run(filepath.Base(file), func(t *testing.T) {
 			g := NewWithT(t)
-			data, err := os.ReadFile(file)
+			data, err := os.ReadFile(file) //nolint:gosec // A cluster template in the repository.
 			g.Expect(err).NotTo(HaveOccurred())
 			var header []string
 			for _, line := range strings.Split(string(data), "\n") {

@@ -47,7 +47,7 @@ func (importer) Populate(ctx context.Context, job cdisim.Job) error {
 	if progress == nil {
 		progress = func(int64, int64) {}
 	}
-	if err := os.MkdirAll(filepath.Dir(job.Path), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(job.Path), 0o750); err != nil {
 		return err
 	}
 	source := job.DataVolume.Spec.Source
@@ -91,7 +91,7 @@ func importHTTP(ctx context.Context, url, path string, limit int64, progress fun
 // path, sparse, as CDI's clone copies a claim into another. A target
 // smaller than its source is refused as CDI refuses it.
 func cloneVolume(ctx context.Context, source, path string, limit int64, progress func(written, all int64)) error {
-	f, err := os.Open(source)
+	f, err := os.Open(source) //nolint:gosec // A volume file under the runner's volume directory.
 	if err != nil {
 		return newCDIError("Unable to process data: the source volume is not readable: %v", err)
 	}
@@ -111,7 +111,7 @@ func cloneVolume(ctx context.Context, source, path string, limit int64, progress
 func fillVolume(path string, r io.Reader, all, limit int64, progress func(written, all int64)) (rerr error) {
 	progress(0, all)
 	part := path + ".part"
-	f, err := os.OpenFile(part, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	f, err := os.OpenFile(part, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644) //nolint:gosec // A volume file under the runner's volume directory.
 	if err != nil {
 		return err
 	}

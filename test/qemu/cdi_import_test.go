@@ -39,7 +39,7 @@ import (
 func testDisk(tb testing.TB) Disk {
 	tb.Helper()
 	dir := tb.TempDir()
-	f, err := os.Create(filepath.Join(dir, "disk.img"))
+	f, err := os.Create(filepath.Join(dir, "disk.img")) //nolint:gosec // A file in the test's temporary directory.
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -81,7 +81,7 @@ func TestImportIsSparseAndExact(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	want, err := os.ReadFile(disk.Image())
 	g.Expect(err).NotTo(HaveOccurred())
-	got, err := os.ReadFile(path)
+	got, err := os.ReadFile(path) //nolint:gosec // A file in the test's temporary directory.
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(bytes.Equal(got, want)).To(BeTrue(), "the volume holds the image byte for byte")
 	g.Expect(size).To(Equal(int64(8 << 20)))
@@ -186,7 +186,7 @@ func TestImporterPopulatesVolumes(t *testing.T) {
 				return
 			}
 			g.Expect(err).NotTo(HaveOccurred())
-			got, err := os.ReadFile(path)
+			got, err := os.ReadFile(path) //nolint:gosec // A file in the test's temporary directory.
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(bytes.Equal(got, want)).To(BeTrue(), "the volume holds the image byte for byte")
 			g.Expect(allocated(t, path)).To(BeNumerically("<", 4*importBlockSize), "zero blocks are holes")
@@ -248,7 +248,7 @@ func FuzzWriteSparse(f *testing.F) {
 func BenchmarkImportHTTP(b *testing.B) {
 	dir := b.TempDir()
 	image := filepath.Join(dir, "disk.img")
-	f, err := os.Create(image)
+	f, err := os.Create(image) //nolint:gosec // A file in the benchmark's temporary directory.
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -187,10 +187,10 @@ func StartControlPlane(ctx context.Context, opts ControlPlaneOptions) (_ *Contro
 	}
 	cp.procs = append(cp.procs, apiserver)
 
-	if cp.AdminKubeconfig, err = os.ReadFile(superAdmin); err != nil {
+	if cp.AdminKubeconfig, err = os.ReadFile(superAdmin); err != nil { //nolint:gosec // kubeadm's output in the control plane's directory.
 		return nil, err
 	}
-	if cp.CACert, err = os.ReadFile(filepath.Join(pki, "ca.crt")); err != nil {
+	if cp.CACert, err = os.ReadFile(filepath.Join(pki, "ca.crt")); err != nil { //nolint:gosec // kubeadm's output in the control plane's directory.
 		return nil, err
 	}
 	if cp.Config, err = clientcmd.RESTConfigFromKubeConfig(cp.AdminKubeconfig); err != nil {
@@ -360,7 +360,7 @@ func setKubeconfigServer(path, server string) error {
 func runKubeadm(ctx context.Context, kubeadm string, args []string) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, kubeadm, args...).CombinedOutput()
+	out, err := exec.CommandContext(ctx, kubeadm, args...).CombinedOutput() //nolint:gosec // kubeadm from the test cache.
 	if err != nil {
 		return fmt.Errorf("kubeadm %s: %w: %s", strings.Join(args, " "), err, out)
 	}
@@ -397,10 +397,11 @@ type process struct {
 
 func startProcess(dir, name, bin string, args ...string) (*process, error) {
 	logPath := filepath.Join(dir, name+".log")
-	f, err := os.Create(logPath)
+	f, err := os.Create(logPath) //nolint:gosec // A log in the control plane's directory.
 	if err != nil {
 		return nil, err
 	}
+	//nolint:gosec,noctx // kube-apiserver, etcd or kube-controller-manager from the test cache; it runs until Stop, not until a context ends.
 	p := &process{name: name, cmd: exec.Command(bin, args...), log: logPath, done: make(chan struct{})}
 	p.cmd.Stdout, p.cmd.Stderr = f, f
 	// Killed with the test binary, so nothing outlives a timed-out test.

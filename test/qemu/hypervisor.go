@@ -80,7 +80,7 @@ func (h *hypervisor) Start(ctx context.Context, req kubevirtsim.StartRequest) (k
 		data = tamper(key, append([]byte(nil), data...))
 	}
 	dir := filepath.Join(r.opts.Dir, "guests", fmt.Sprintf("%03d-%s-%s", n, vmi.Namespace, vmi.Name))
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, err
 	}
 	vm, err := r.startGuest(ctx, VMOptions{

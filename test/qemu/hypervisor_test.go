@@ -80,7 +80,7 @@ func (f *fakeGuests) booted(name string) []VMOptions {
 func sleepVM(name, dir, duration string) (*VM, error) {
 	vm := &VM{
 		Name: name, ConsoleLog: filepath.Join(dir, "console.log"), DebugLog: filepath.Join(dir, "journal.log"),
-		cmd: exec.Command("sleep", duration), done: make(chan struct{}),
+		cmd: exec.Command("sleep", duration), done: make(chan struct{}), //nolint:gosec,noctx // sleep, standing in for QEMU, which runs until Kill.
 	}
 	vm.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	vm.Started = time.Now()
@@ -272,7 +272,7 @@ func fakeReader(t *testing.T, objs ...client.Object) client.Reader {
 func TestPlanBoot(t *testing.T) {
 	worker := testDisk(t)
 	volume := filepath.Join(t.TempDir(), "volume.img")
-	if err := os.WriteFile(volume, []byte("imported"), 0o644); err != nil {
+	if err := os.WriteFile(volume, []byte("imported"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	r := &Runner{opts: RunnerOptions{Disk: Disk{Dir: "/disks/default"}, ContainerDisks: map[string]Disk{workerDiskRef: worker}}}

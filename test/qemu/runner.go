@@ -182,7 +182,7 @@ func NewRunner(ctx context.Context, opts RunnerOptions) (*Runner, error) {
 			return nil, err
 		}
 		r.opts.Dir, r.ownDir = dir, true
-	} else if err := os.MkdirAll(r.opts.Dir, 0o755); err != nil {
+	} else if err := os.MkdirAll(r.opts.Dir, 0o750); err != nil {
 		return nil, err
 	}
 	var lc net.ListenConfig
@@ -233,7 +233,7 @@ func (r *Runner) volumeDir() string { return filepath.Join(r.opts.Dir, "volumes"
 func diskServer(image string) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+imagePath, func(w http.ResponseWriter, req *http.Request) {
-		f, err := os.Open(image)
+		f, err := os.Open(image) //nolint:gosec // The worker disk the runner serves.
 		if err != nil {
 			http.Error(w, "the worker disk is not readable", http.StatusInternalServerError)
 			return

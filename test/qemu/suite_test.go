@@ -151,10 +151,10 @@ func suiteLogger(artifacts string) (logr.Logger, func(), error) {
 		sinks = append(sinks, func(line string) { fmt.Fprintln(os.Stderr, line) })
 	}
 	if artifacts != "" {
-		if err := os.MkdirAll(artifacts, 0o755); err != nil {
+		if err := os.MkdirAll(artifacts, 0o750); err != nil { //nolint:gosec // The artifacts directory the user names.
 			return logr.Logger{}, nil, err
 		}
-		f, err := os.Create(filepath.Join(artifacts, "harness.log"))
+		f, err := os.Create(filepath.Join(artifacts, "harness.log")) //nolint:gosec // The log in the artifacts directory the user names.
 		if err != nil {
 			return logr.Logger{}, nil, err
 		}

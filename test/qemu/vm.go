@@ -142,6 +142,7 @@ func StartVM(ctx context.Context, opts VMOptions) (*VM, error) {
 		"-serial", "file:" + vm.ConsoleLog,
 		"-serial", "file:" + vm.DebugLog,
 	})
+	//nolint:gosec,noctx // QEMU from PATH, with the guest's arguments; the guest runs until Kill, not until a context ends.
 	vm.cmd = exec.Command(qemu, args...)
 	// Killed with the test binary, so no guest outlives a timed-out test.
 	vm.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -192,7 +193,7 @@ func (vm *VM) Journal() string { return tailFile(vm.DebugLog, 16<<10) }
 func (vm *VM) Console() string { return tailFile(vm.ConsoleLog, 8<<10) }
 
 func tailFile(path string, limit int) string {
-	b, err := os.ReadFile(path)
+	b, err := os.ReadFile(path) //nolint:gosec // A guest's log in its directory.
 	if err != nil {
 		return err.Error()
 	}

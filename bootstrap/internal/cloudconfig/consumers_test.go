@@ -87,7 +87,7 @@ func TestKubeadmValidatesRenderedJoinConfigurations(t *testing.T) {
 			if err := os.WriteFile(path, doc, 0o600); err != nil {
 				t.Fatal(err)
 			}
-			res, err := exec.Command(bin, "config", "validate", "--config", path).CombinedOutput()
+			res, err := exec.CommandContext(t.Context(), bin, "config", "validate", "--config", path).CombinedOutput() //nolint:gosec // kubeadm from the test cache, on the test's file.
 			if err != nil {
 				t.Fatalf("kubeadm config validate rejected the rendered JoinConfiguration: %v\n%s\n%s", err, res, doc)
 			}
@@ -115,7 +115,7 @@ func TestKubeadmRejectsABrokenJoinConfiguration(t *testing.T) {
 			if err := os.WriteFile(path, []byte(broken), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			if res, err := exec.Command(kubeadm(t), "config", "validate", "--config", path).CombinedOutput(); err == nil {
+			if res, err := exec.CommandContext(t.Context(), kubeadm(t), "config", "validate", "--config", path).CombinedOutput(); err == nil { //nolint:gosec // kubeadm from the test cache, on the test's file.
 				t.Fatalf("kubeadm accepted it:\n%s\n%s", res, broken)
 			}
 		})
@@ -128,7 +128,7 @@ var yipOp = regexp.MustCompile(`<([^>]*)>`)
 // steps it would run from file, in order.
 func yipPlan(t *testing.T, bin, file, stage string) []string {
 	t.Helper()
-	res, err := exec.Command(bin, "--analyze", "--stage", stage, file).CombinedOutput()
+	res, err := exec.CommandContext(t.Context(), bin, "--analyze", "--stage", stage, file).CombinedOutput() //nolint:gosec // yip from the test cache, on the test's file.
 	if err != nil {
 		t.Fatalf("yip --analyze -s %s: %v\n%s", stage, err, res)
 	}
@@ -248,7 +248,7 @@ func TestYipWritesExtraFilesUnchanged(t *testing.T) {
 	if err := os.WriteFile(file, only, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if res, err := exec.Command(yip(t), "--stage", "roundtrip", file).CombinedOutput(); err != nil {
+	if res, err := exec.CommandContext(t.Context(), yip(t), "--stage", "roundtrip", file).CombinedOutput(); err != nil { //nolint:gosec // yip from the test cache, on the test's file.
 		t.Fatalf("yip: %v\n%s", err, res)
 	}
 	for _, f := range in.Files {

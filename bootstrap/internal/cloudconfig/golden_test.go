@@ -101,11 +101,11 @@ func TestRenderGolden(t *testing.T) {
 			}
 			path := filepath.Join("testdata", name+".golden")
 			if *update {
-				if err := os.WriteFile(path, got, 0o644); err != nil {
+				if err := os.WriteFile(path, got, 0o644); err != nil { //nolint:gosec // A golden file in the repository, as readable as its neighbours.
 					t.Fatal(err)
 				}
 			}
-			want, err := os.ReadFile(path)
+			want, err := os.ReadFile(path) //nolint:gosec // The test's own golden file.
 			if err != nil {
 				t.Fatalf("reading %s (run with -update to create it): %v", path, err)
 			}

@@ -86,7 +86,7 @@ func (r *Reconciler) secretToKairosConfigs(ctx context.Context, o client.Object)
 
 // configFileSecretsField indexes KairosConfigs by the Secrets their files
 // read.
-const configFileSecretsField = "kairosconfig.spec.files.contentFrom.secret.name"
+const configFileSecretsField = "kairosconfig.spec.files.contentFrom.secret.name" //nolint:gosec // An index name, not a credential.
 
 func configFileSecrets(o client.Object) []string {
 	c, ok := o.(*bootstrapv1.KairosConfig)

@@ -82,7 +82,7 @@ func children(pid int) []int {
 	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
 	var pids []int
 	for _, f := range tasks {
-		raw, err := os.ReadFile(f)
+		raw, err := os.ReadFile(f) //nolint:gosec // A /proc children file of a process the benchmark started.
 		if err != nil {
 			continue
 		}

@@ -276,7 +276,7 @@ func kubeletMaySetLabel(key string) bool {
 
 // validateWithKubeadm runs the real kubeadm's configuration validation on
 // the JoinConfiguration.
-func validateWithKubeadm(kubeadmBin string, c *kubeadmv1beta4.JoinConfiguration) error {
+func validateWithKubeadm(ctx context.Context, kubeadmBin string, c *kubeadmv1beta4.JoinConfiguration) error {
 	data, err := sigsyaml.Marshal(c)
 	if err != nil {
 		return err
@@ -290,7 +290,7 @@ func validateWithKubeadm(kubeadmBin string, c *kubeadmv1beta4.JoinConfiguration)
 	if err := os.WriteFile(p, data, 0o600); err != nil {
 		return err
 	}
-	out, err := exec.Command(kubeadmBin, "config", "validate", "--config", p).CombinedOutput()
+	out, err := exec.CommandContext(ctx, kubeadmBin, "config", "validate", "--config", p).CombinedOutput() //nolint:gosec // The kubeadm Options.KubeadmBinary names, on the simulator's file.
 	if err != nil {
 		return refuse("kubeadm config validate: %s", strings.TrimSpace(string(out)))
 	}
@@ -307,7 +307,7 @@ func (s *Simulator) join(ctx context.Context, req joinRequest) (*joinResult, err
 		return nil, err
 	}
 	if s.opts.KubeadmBinary != "" {
-		if err := validateWithKubeadm(s.opts.KubeadmBinary, req.config); err != nil {
+		if err := validateWithKubeadm(ctx, s.opts.KubeadmBinary, req.config); err != nil {
 			return nil, err
 		}
 	}
