@@ -17,12 +17,32 @@ limitations under the License.
 package validation
 
 import (
+	"fmt"
 	"reflect"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
 )
+
+// builtinFamilies pins the built-in names to their families, so "talos"
+// and "kairos" always mean what the documentation says.
+var builtinFamilies = map[string]workerclassv1.BootstrapFamily{
+	workerclassv1.TalosClassName:  workerclassv1.BootstrapTalos,
+	workerclassv1.KairosClassName: workerclassv1.BootstrapKairos,
+}
+
+// ValidateClass checks a WorkerClass: its spec (ValidateClassSpec) and
+// that the built-in names keep their family. The class webhook and the
+// workerclass command both apply it.
+func ValidateClass(c *workerclassv1.WorkerClass) field.ErrorList {
+	errs := ValidateClassSpec(&c.Spec, field.NewPath("spec"))
+	if family, builtin := builtinFamilies[c.Name]; builtin && c.Spec.Bootstrap != family {
+		errs = append(errs, field.Invalid(field.NewPath("spec", "bootstrap"), c.Spec.Bootstrap,
+			fmt.Sprintf("the built-in class %s must use bootstrap %s", c.Name, family)))
+	}
+	return errs
+}
 
 // ValidateClassSpec checks a WorkerClass spec on its own: field syntax,
 // the fixed image, and that a Kairos class carries no Talos settings.

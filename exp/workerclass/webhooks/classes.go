@@ -21,7 +21,6 @@ package webhooks
 
 import (
 	"context"
-	"fmt"
 	"reflect"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -48,7 +47,7 @@ func (w *WorkerClass) SetupWebhookWithManager(mgr ctrl.Manager) error {
 
 // ValidateCreate checks a new class.
 func (w *WorkerClass) ValidateCreate(_ context.Context, c *workerclassv1.WorkerClass) (admission.Warnings, error) {
-	return nil, classInvalid(c, validateClass(c))
+	return nil, classInvalid(c, validation.ValidateClass(c))
 }
 
 // ValidateUpdate refuses any spec change. An unchanged spec is not
@@ -60,7 +59,7 @@ func (w *WorkerClass) ValidateUpdate(_ context.Context, oldClass, newClass *work
 	}
 	errs := validation.ValidateClassUpdate(&oldClass.Spec, &newClass.Spec, field.NewPath("spec"))
 	if len(errs) == 0 {
-		errs = validateClass(newClass)
+		errs = validation.ValidateClass(newClass)
 	}
 	return nil, classInvalid(newClass, errs)
 }
@@ -68,22 +67,6 @@ func (w *WorkerClass) ValidateUpdate(_ context.Context, oldClass, newClass *work
 // ValidateDelete allows deletion.
 func (w *WorkerClass) ValidateDelete(context.Context, *workerclassv1.WorkerClass) (admission.Warnings, error) {
 	return nil, nil
-}
-
-// builtinFamilies pins the built-in names to their families, so "talos"
-// and "kairos" always mean what the documentation says.
-var builtinFamilies = map[string]workerclassv1.BootstrapFamily{
-	workerclassv1.TalosClassName:  workerclassv1.BootstrapTalos,
-	workerclassv1.KairosClassName: workerclassv1.BootstrapKairos,
-}
-
-func validateClass(c *workerclassv1.WorkerClass) field.ErrorList {
-	errs := validation.ValidateClassSpec(&c.Spec, field.NewPath("spec"))
-	if family, builtin := builtinFamilies[c.Name]; builtin && c.Spec.Bootstrap != family {
-		errs = append(errs, field.Invalid(field.NewPath("spec", "bootstrap"), c.Spec.Bootstrap,
-			fmt.Sprintf("the built-in class %s must use bootstrap %s", c.Name, family)))
-	}
-	return errs
 }
 
 func classInvalid(c *workerclassv1.WorkerClass, errs field.ErrorList) error {
