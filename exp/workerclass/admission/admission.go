@@ -27,6 +27,13 @@ limitations under the License.
 //     (a full replace included); empty is not a request to become legacy.
 //   - UPDATE selecting another class must keep the bootstrap family and
 //     pass resolution.
+//
+// Where it validates a pool it also refuses class-relevant fields it
+// cannot read as written, resolves on the substrate the pool names, and
+// refuses a Kubernetes minor newer than the parent cluster's control
+// plane where that version is known ("upgrade the parent control-plane
+// minor first"). AdmitObjects is the entry point for pool objects, shared
+// by the webhooks and the workerclass command.
 package admission
 
 import (
@@ -34,7 +41,6 @@ import (
 	"fmt"
 	"reflect"
 
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
@@ -55,8 +61,14 @@ const (
 // ClassNameField is the pool field that names the class.
 const ClassNameField = "workerClassName"
 
-// ErrNotFound is returned by getters for a missing class or platform.
+// ErrNotFound is returned by getters for a missing class, platform or
+// parent cluster.
 var ErrNotFound = errors.New("not found")
+
+// ErrVersionUnknown is returned by a ControlPlaneVersionGetter when the
+// parent cluster exists but its control plane's version cannot be told;
+// Admit reports it as a warning and does not check the pool's minor.
+var ErrVersionUnknown = errors.New("the control plane's Kubernetes version is not known")
 
 // ClassGetter returns a class by name, or an error wrapping ErrNotFound.
 type ClassGetter func(name string) (*workerclassv1.WorkerClass, error)
@@ -65,21 +77,45 @@ type ClassGetter func(name string) (*workerclassv1.WorkerClass, error)
 // ErrNotFound.
 type PlatformGetter func() (*workerclassv1.WorkerPlatformSpec, error)
 
+// ControlPlaneVersionGetter returns the Kubernetes version (such as
+// v1.35.6) of the control plane of the pool's parent cluster, named by
+// spec.cluster; an error wrapping ErrNotFound when there is no such
+// cluster, or wrapping ErrVersionUnknown, saying why, when the cluster
+// exists but its control plane's version cannot be told.
+type ControlPlaneVersionGetter func(cluster string) (string, error)
+
 // Pool is the class-relevant view of a pool object.
 type Pool struct {
 	// ClassName is spec.workerClassName; "" when omitted or empty.
 	ClassName string
+	// Cluster is spec.cluster, the parent cluster; "" when omitted.
+	Cluster string
+	// Substrate is the substrate spec.substrate names; "" when the pool
+	// names none.
+	Substrate resolve.Substrate
 	Settings  workerclassv1.PoolSettings
+
+	// shape holds, by top-level field, what PoolFromObject could not read
+	// as written: unknown fields and values of the wrong type.
+	shape map[string]field.ErrorList
+	// written holds the fields PoolFromObject read, as written, so an
+	// UPDATE that changes only what Settings cannot hold is noticed.
+	written map[string]any
 }
 
 // Request is one admission request.
 type Request struct {
 	Operation Operation
 	// Old is the stored pool on UPDATE, nil on CREATE.
-	Old       *Pool
-	New       Pool
-	Classes   ClassGetter
-	Platform  PlatformGetter
+	Old      *Pool
+	New      Pool
+	Classes  ClassGetter
+	Platform PlatformGetter
+	// ControlPlaneVersion tells the parent cluster's control-plane
+	// version; nil where it is not known, and the pool's minor is not
+	// checked against it.
+	ControlPlaneVersion ControlPlaneVersionGetter
+	// Substrate is the substrate of pools that name none; "" is KubeVirt.
 	Substrate resolve.Substrate
 }
 
@@ -94,6 +130,10 @@ type Decision struct {
 	// Result is the resolution of a classified pool whose class-relevant
 	// settings were validated; nil when nothing needed resolving.
 	Result *resolve.Result
+	// Substrate is the substrate the pool was resolved on.
+	Substrate resolve.Substrate
+	// Warnings are checks that could not run, for the requester.
+	Warnings []string
 }
 
 // Legacy reports whether the pool stays on the classless Talos path.
@@ -133,7 +173,7 @@ func Admit(req Request) (Decision, field.ErrorList) {
 		if d.ClassName == "" {
 			d.ClassName, d.Restored = req.Old.ClassName, true
 		}
-		if d.ClassName == req.Old.ClassName && reflect.DeepEqual(req.Old.Settings, req.New.Settings) {
+		if d.ClassName == req.Old.ClassName && unchanged(req.Old, &req.New) {
 			// Nothing class-relevant changed, so a scale or relabel is
 			// never refused because the platform moved on meanwhile.
 			return d, nil
@@ -150,6 +190,16 @@ func Admit(req Request) (Decision, field.ErrorList) {
 		return d, field.ErrorList{field.NotSupported(field.NewPath("operation"), req.Operation, []Operation{Create, Update})}
 	}
 
+	if errs := req.New.shapeErrors(req.Old); len(errs) > 0 {
+		return d, errs
+	}
+	d.Substrate = req.New.Substrate
+	if d.Substrate == "" {
+		d.Substrate = req.Substrate
+	}
+	if d.Substrate == "" {
+		d.Substrate = resolve.KubeVirt
+	}
 	class, errs := getClass(req.Classes, d.ClassName, classPath, "the class")
 	if len(errs) > 0 {
 		return d, errs
@@ -176,12 +226,79 @@ func Admit(req Request) (Decision, field.ErrorList) {
 	case err != nil:
 		return d, field.ErrorList{field.InternalError(specPath, fmt.Errorf("reading the platform configuration: %w", err))}
 	}
-	res, errs := resolve.Resolve(resolve.Input{Class: class, Pool: req.New.Settings, Platform: platform, Substrate: req.Substrate, Path: specPath})
+	res, errs := resolve.Resolve(resolve.Input{Class: class, Pool: req.New.Settings, Platform: platform, Substrate: d.Substrate, Path: specPath})
 	if len(errs) > 0 {
+		return d, errs
+	}
+	if errs := checkControlPlane(req, &d); len(errs) > 0 {
 		return d, errs
 	}
 	d.Result = res
 	return d, nil
+}
+
+// AdmitObjects is Admit over pool objects' content (unstructured maps), as
+// the pool webhooks receive them and the workerclass command reads them:
+// obj is the pool as written, old the stored pool on UPDATE. req's getters
+// and default substrate are used; its Old and New are read from the
+// objects with PoolFromObject.
+func AdmitObjects(req Request, obj, old map[string]any) (Decision, field.ErrorList) {
+	newPool, errs := PoolFromObject(obj)
+	if len(errs) > 0 {
+		return Decision{}, errs
+	}
+	req.New, req.Old = newPool, nil
+	if req.Operation == Update {
+		oldPool, errs := PoolFromObject(old)
+		if len(errs) > 0 {
+			return Decision{}, errs
+		}
+		req.Old = &oldPool
+	}
+	return Admit(req)
+}
+
+// unchanged reports whether an UPDATE leaves every class-relevant field as
+// stored.
+func unchanged(old, p *Pool) bool {
+	return old.Cluster == p.Cluster && old.Substrate == p.Substrate &&
+		reflect.DeepEqual(old.Settings, p.Settings) && reflect.DeepEqual(old.written, p.written)
+}
+
+// checkControlPlane applies "Upgrade the parent control-plane minor
+// first": a pool that selects a minor (a CREATE, or an UPDATE changing its
+// version or cluster) may not select one newer than the control plane of
+// its cluster, where that version is known.
+func checkControlPlane(req Request, d *Decision) field.ErrorList {
+	if req.ControlPlaneVersion == nil || req.New.Cluster == "" {
+		return nil
+	}
+	if req.Operation == Update && req.Old.Settings.Version == req.New.Settings.Version && req.Old.Cluster == req.New.Cluster {
+		return nil
+	}
+	version, err := req.ControlPlaneVersion(req.New.Cluster)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return nil
+	case errors.Is(err, ErrVersionUnknown):
+		d.Warnings = append(d.Warnings, fmt.Sprintf("spec.version was not checked against cluster %s's control plane: %v", req.New.Cluster, err))
+		return nil
+	case err != nil:
+		return field.ErrorList{field.InternalError(specPath.Child(ClusterField), fmt.Errorf("reading cluster %s's control plane: %w", req.New.Cluster, err))}
+	}
+	cpMajor, cpMinor, ok := validation.ParseSemver(version)
+	if !ok {
+		d.Warnings = append(d.Warnings, fmt.Sprintf("spec.version was not checked against cluster %s's control plane: its version %q is not a Kubernetes release", req.New.Cluster, version))
+		return nil
+	}
+	// Resolution accepted the pool's version, so it parses.
+	major, minor, _ := validation.ParseMinor(req.New.Settings.Version)
+	if major > cpMajor || major == cpMajor && minor > cpMinor {
+		return field.ErrorList{field.Invalid(specPath.Child("version"), req.New.Settings.Version, fmt.Sprintf(
+			"upgrade the parent control-plane minor first: cluster %s's control plane runs Kubernetes %s, so a pool may select v%d.%d or an older minor",
+			req.New.Cluster, version, cpMajor, cpMinor))}
+	}
+	return nil
 }
 
 func getClass(get ClassGetter, name string, path *field.Path, what string) (*workerclassv1.WorkerClass, field.ErrorList) {
@@ -195,31 +312,6 @@ func getClass(get ClassGetter, name string, path *field.Path, what string) (*wor
 		return nil, field.ErrorList{field.NotFound(path, name)}
 	}
 	return class, nil
-}
-
-// PoolFromObject reads the class name and settings from a pool object's
-// content (an unstructured map). Fields the pool API has but resolution
-// does not read are ignored.
-func PoolFromObject(obj map[string]any) (Pool, field.ErrorList) {
-	var p Pool
-	spec, ok := obj["spec"].(map[string]any)
-	if !ok {
-		if _, present := obj["spec"]; present {
-			return p, field.ErrorList{field.Invalid(specPath, field.OmitValueType{}, "spec must be an object")}
-		}
-		return p, nil
-	}
-	if raw, present := spec[ClassNameField]; present && raw != nil {
-		name, ok := raw.(string)
-		if !ok {
-			return p, field.ErrorList{field.Invalid(specPath.Child(ClassNameField), raw, "must be a string")}
-		}
-		p.ClassName = name
-	}
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(spec, &p.Settings); err != nil {
-		return p, field.ErrorList{field.Invalid(specPath, field.OmitValueType{}, "the pool's class-relevant fields do not match their schema: "+err.Error())}
-	}
-	return p, nil
 }
 
 // classAndFamily names a pool's class and its bootstrap family for a

@@ -40,6 +40,10 @@ var testClasses = map[string]*workerclassv1.WorkerClass{
 		Bootstrap: workerclassv1.BootstrapTalos,
 		Talos:     &workerclassv1.TalosBaseline{TalosScalars: workerclassv1.TalosScalars{Version: ptr("v1.13.6")}},
 	}},
+	"talos-proxmox": {ObjectMeta: metav1.ObjectMeta{Name: "talos-proxmox"}, Spec: workerclassv1.WorkerClassSpec{
+		Bootstrap: workerclassv1.BootstrapTalos,
+		Proxmox:   &workerclassv1.ProxmoxTemplateSource{TemplateTags: []string{"talos", "v1.13.6"}},
+	}},
 	"kairos-example-v1-35-6-r1": {ObjectMeta: metav1.ObjectMeta{Name: "kairos-example-v1-35-6-r1"}, Spec: workerclassv1.WorkerClassSpec{
 		Bootstrap: workerclassv1.BootstrapKairos,
 		Image: &workerclassv1.FixedImage{KubernetesVersion: "v1.35.6",
@@ -249,8 +253,8 @@ func TestPoolFromObject(t *testing.T) {
 		"talos": map[string]any{"version": ""},
 	}}
 	p, errs := PoolFromObject(obj)
-	if len(errs) > 0 {
-		t.Fatal(errs.ToAggregate())
+	if len(errs) > 0 || len(p.shape) > 0 {
+		t.Fatal(errs.ToAggregate(), p.shape)
 	}
 	s := p.Settings
 	if p.ClassName != "kairos" || s.Version != "v1.35" || s.SSHKeys == nil || len(s.SSHKeys) != 0 ||
@@ -263,11 +267,19 @@ func TestPoolFromObject(t *testing.T) {
 	}
 	for name, bad := range map[string]map[string]any{
 		"non-string class": {"spec": map[string]any{ClassNameField: int64(3)}},
-		"wrong type":       {"spec": map[string]any{"sshKeys": "ssh-ed25519 AAAA"}},
 		"non-object spec":  {"spec": "x"},
 	} {
 		if _, errs := PoolFromObject(bad); len(errs) == 0 {
 			t.Errorf("%s: accepted", name)
 		}
+	}
+	// A settings field of the wrong type is recorded, not fatal: a legacy
+	// pool is not ours to judge, and Admit refuses it where it validates.
+	p, errs = PoolFromObject(map[string]any{"spec": map[string]any{"sshKeys": "ssh-ed25519 AAAA", "version": "v1.35"}})
+	if len(errs) > 0 || p.Settings.SSHKeys != nil || p.Settings.Version != "v1.35" {
+		t.Errorf("wrong type: %+v %v", p, errs)
+	}
+	if got := p.shapeErrors(nil).ToAggregate(); got == nil || got.Error() != "spec.sshKeys: Invalid value: must be a list, not a string" {
+		t.Errorf("wrong type recorded as %v", got)
 	}
 }

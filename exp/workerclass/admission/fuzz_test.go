@@ -18,16 +18,21 @@ package admission
 import (
 	"encoding/json"
 	"reflect"
+	"strings"
 	"testing"
 
+	"k8s.io/apimachinery/pkg/runtime"
+
 	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
+	"github.com/cozystack/cluster-api-workers/exp/workerclass/validation"
 )
 
-// FuzzAdmit drives arbitrary old and new pool objects through admission and
-// checks the table's invariants: a classless UPDATE stays legacy without
-// lookups, a classified pool never becomes legacy, a CREATE always stores a
-// class, an accepted switch keeps the family, and decisions are
-// deterministic.
+// FuzzAdmit drives arbitrary old and new pool objects through admission
+// (AdmitObjects, as the webhooks and the command call it) and checks the
+// table's invariants: a classless UPDATE stays legacy without lookups, a
+// classified pool never becomes legacy, a CREATE always stores a class, an
+// accepted switch keeps the family, an accepted pool selects no minor newer
+// than its control plane, and decisions are deterministic.
 func FuzzAdmit(f *testing.F) {
 	seeds := []struct {
 		create   bool
@@ -40,18 +45,23 @@ func FuzzAdmit(f *testing.F) {
 		{false, `{"spec":{"workerClassName":"kairos","version":"v1.35"}}`, `{"spec":{"version":"v1.35"}}`},
 		{false, `{"spec":{"workerClassName":"talos","version":"v1.35"}}`, `{"spec":{"workerClassName":"kairos","version":"v1.35"}}`},
 		{false, `{"spec":{"workerClassName":"kairos","version":"v1.35"}}`, `{"spec":{"workerClassName":"kairos-example-v1-35-6-r1","version":"v1.35"}}`},
+		{true, ``, `{"spec":{"cluster":"example","workerClassName":"talos","version":"v1.35","gpus":[{"name":"gpu1","deviceName":"nvidia.com/X"}]}}`},
+		{true, ``, `{"spec":{"cluster":"example","substrate":"proxmox","workerClassName":"talos-proxmox","version":"v1.35","proxmox":{"templateTags":["a"]}}}`},
+		{false, `{"spec":{"cluster":"example","workerClassName":"talos","version":"v1.34","gpus":"x"}}`, `{"spec":{"cluster":"example","workerClassName":"talos","version":"v1.35","gpus":"x"}}`},
 	}
 	for _, s := range seeds {
 		f.Add(s.create, []byte(s.old), []byte(s.new), "talos")
 	}
 	f.Fuzz(func(t *testing.T, create bool, oldJSON, newJSON []byte, defaultClass string) {
-		newPool, ok := decodePool(newJSON)
+		newObj, newPool, ok := decodePool(newJSON)
 		if !ok {
 			t.Skip()
 		}
 		req := Request{Operation: Create, New: newPool}
+		var oldObj map[string]any
 		if !create {
-			oldPool, ok := decodePool(oldJSON)
+			var oldPool Pool
+			oldObj, oldPool, ok = decodePool(oldJSON)
 			if !ok {
 				t.Skip()
 			}
@@ -60,7 +70,8 @@ func FuzzAdmit(f *testing.F) {
 		run := func() (Decision, []string, int, error) {
 			l := lookups{defClass: defaultClass}
 			req.Classes, req.Platform = l.class, l.getPlatform
-			d, errs := Admit(req)
+			req.ControlPlaneVersion = controlPlaneAt("v1.34.9", nil)
+			d, errs := AdmitObjects(req, newObj, oldObj)
 			return d, l.classes, l.platform, errs.ToAggregate()
 		}
 		d, classes, platformReads, err := run()
@@ -80,6 +91,10 @@ func FuzzAdmit(f *testing.F) {
 		if d.Legacy() {
 			t.Fatalf("a classified or created pool became legacy: %+v", d)
 		}
+		selects := create || req.Old.Settings.Version != newPool.Settings.Version || req.Old.Cluster != newPool.Cluster
+		if major, minor, _ := validation.ParseMinor(newPool.Settings.Version); d.Result != nil && selects && newPool.Cluster == "example" && (major > 1 || major == 1 && minor > 34) {
+			t.Fatalf("minor %q, newer than the control plane's v1.34.9, was accepted", newPool.Settings.Version)
+		}
 		if !create && req.Old.ClassName != "" && newPool.ClassName == "" && d.ClassName != req.Old.ClassName {
 			t.Fatalf("the stored class %q was not restored: %+v", req.Old.ClassName, d)
 		}
@@ -95,11 +110,62 @@ func FuzzAdmit(f *testing.F) {
 	})
 }
 
-func decodePool(data []byte) (Pool, bool) {
+func decodePool(data []byte) (map[string]any, Pool, bool) {
 	var obj map[string]any
 	if json.Unmarshal(data, &obj) != nil {
-		return Pool{}, false
+		return nil, Pool{}, false
 	}
 	p, errs := PoolFromObject(obj)
-	return p, len(errs) == 0
+	return obj, p, len(errs) == 0
+}
+
+// FuzzPoolFromObject checks the strict reading of pool objects against
+// apimachinery's own strict converter: a class-relevant field has a
+// recorded problem exactly when the converter, asked to report unknown
+// fields, refuses it; and a field without problems is read completely.
+func FuzzPoolFromObject(f *testing.F) {
+	for _, seed := range []string{
+		`{"spec":{"gpus":[{"name":"gpu1","deviceName":"nvidia.com/X"}]}}`,
+		`{"spec":{"gpus":[{"name":5}],"kernelModules":"x"}}`,
+		`{"spec":{"registryMirrors":{"docker.io":{"endpoints":["https://m"],"x":1}},"talos":{"Version":"v1"}}}`,
+		`{"spec":{"osImage":{"builtin":null,"factory":{"endpoint":"https://f"}},"proxmox":{"templateTags":[]},"sshKeys":[null]}}`,
+		`{"spec":{"cluster":"c","substrate":"proxmox","version":"v1.35","talos":{"version":""},"kernelModules":[{"name":"a","parameters":["b=c"]}]}}`,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var obj map[string]any
+		if json.Unmarshal(data, &obj) != nil {
+			t.Skip()
+		}
+		p, errs := PoolFromObject(obj)
+		if len(errs) > 0 {
+			return
+		}
+		spec, _ := obj["spec"].(map[string]any)
+		for name := range settingsFields {
+			raw, present := spec[name]
+			if !present || raw == nil {
+				continue
+			}
+			var strict workerclassv1.PoolSettings
+			oracle := runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(map[string]any{name: raw}, &strict, true)
+			if (oracle != nil) != (len(p.shape[name]) > 0) {
+				t.Fatalf("field %s: strict converter says %v, PoolFromObject recorded %v", name, oracle, p.shape[name].ToAggregate())
+			}
+			for _, e := range p.shape[name] {
+				if !strings.HasPrefix(e.Field, "spec."+name) {
+					t.Fatalf("field %s: problem at %s", name, e.Field)
+				}
+			}
+			if oracle == nil {
+				f := settingsFields[name]
+				got := reflect.ValueOf(p.Settings).FieldByIndex(f.index).Interface()
+				want := reflect.ValueOf(strict).FieldByIndex(f.index).Interface()
+				if !reflect.DeepEqual(got, want) {
+					t.Fatalf("field %s read as %#v, want %#v", name, got, want)
+				}
+			}
+		}
+	})
 }
