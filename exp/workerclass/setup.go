@@ -75,7 +75,8 @@ func SetupWithManager(ctx context.Context, mgr ctrl.Manager, opts Options) error
 }
 
 // SetupWebhooksWithManager registers WorkerClass and WorkerPlatform
-// validation and KubernetesNodes pool admission (pools on KubeVirt).
+// validation and KubernetesNodes pool admission (pools that name no
+// substrate run on KubeVirt).
 func SetupWebhooksWithManager(mgr ctrl.Manager) error {
 	if err := (&webhooks.WorkerClass{}).SetupWebhookWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the WorkerClass webhook: %w", err)

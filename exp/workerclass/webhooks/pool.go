@@ -25,6 +25,7 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -48,11 +49,20 @@ const (
 // Pool admits KubernetesNodes pools. The pool API is not ours, so it works
 // on unstructured objects and reads only the class-relevant fields.
 type Pool struct {
-	// Reader reads classes and the platform configuration. Use an
-	// uncached reader: a class created a moment ago must be found.
+	// Reader reads classes, the platform configuration, the pool's
+	// Cluster and its control plane. Use an uncached reader: a class
+	// created a moment ago must be found.
 	Reader client.Reader
-	// Substrate the pools run on; defaults to KubeVirt.
+	// RESTMapper maps a Cluster's controlPlaneRef (group and kind) to the
+	// version to read it at; without one the control plane object is not
+	// read.
+	RESTMapper meta.RESTMapper
+	// Substrate of the pools that name none in spec.substrate; defaults
+	// to KubeVirt.
 	Substrate resolve.Substrate
+	// ClusterName maps a pool's spec.cluster to the name of its Cluster
+	// API Cluster in the pool's namespace; nil means the same name.
+	ClusterName func(cluster string) string
 }
 
 // SetupWebhookWithManager registers the mutating and validating handlers.
@@ -60,15 +70,18 @@ func (p *Pool) SetupWebhookWithManager(mgr ctrl.Manager) error {
 	if p.Reader == nil {
 		p.Reader = mgr.GetAPIReader()
 	}
+	if p.RESTMapper == nil {
+		p.RESTMapper = mgr.GetRESTMapper()
+	}
 	server := mgr.GetWebhookServer()
-	server.Register(PoolMutatePath, &webhook.Admission{Handler: admission.HandlerFunc(p.mutate)})
-	server.Register(PoolValidatePath, &webhook.Admission{Handler: admission.HandlerFunc(p.validate)})
+	server.Register(PoolMutatePath, &webhook.Admission{Handler: admission.HandlerFunc(p.Mutate)})
+	server.Register(PoolValidatePath, &webhook.Admission{Handler: admission.HandlerFunc(p.Validate)})
 	return nil
 }
 
-// mutate stores the class the table asks for (the platform default on
+// Mutate stores the class the table asks for (the platform default on
 // CREATE, the stored class on UPDATE) and labels the pool with it.
-func (p *Pool) mutate(ctx context.Context, req admission.Request) admission.Response {
+func (p *Pool) Mutate(ctx context.Context, req admission.Request) admission.Response {
 	obj, decision, resp, done := p.admit(ctx, req)
 	if done {
 		return resp
@@ -89,12 +102,14 @@ func (p *Pool) mutate(ctx context.Context, req admission.Request) admission.Resp
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, err)
 	}
+	// The validating webhook, which sees the final object, reports the
+	// decision's warnings; reporting them here too would repeat them.
 	return admission.PatchResponseFromRaw(req.Object.Raw, mutated)
 }
 
-// validate re-checks the final object: a classified pool must store its
+// Validate re-checks the final object: a classified pool must store its
 // class and carry the matching label, which the mutating webhook ensures.
-func (p *Pool) validate(ctx context.Context, req admission.Request) admission.Response {
+func (p *Pool) Validate(ctx context.Context, req admission.Request) admission.Response {
 	obj, decision, resp, done := p.admit(ctx, req)
 	if done {
 		return resp
@@ -114,7 +129,7 @@ func (p *Pool) validate(ctx context.Context, req admission.Request) admission.Re
 	if len(errs) > 0 {
 		return denied(obj.GetName(), errs)
 	}
-	return admission.Allowed("")
+	return admission.Allowed("").WithWarnings(decision.Warnings...)
 }
 
 // admit decodes the request and runs the pure admission. done is true when
@@ -133,29 +148,23 @@ func (p *Pool) admit(ctx context.Context, req admission.Request) (obj *unstructu
 	if err := obj.UnmarshalJSON(req.Object.Raw); err != nil {
 		return nil, d, admission.Errored(http.StatusBadRequest, err), true
 	}
-	newPool, errs := pooladmission.PoolFromObject(obj.Object)
-	if len(errs) > 0 {
-		return nil, d, denied(obj.GetName(), errs), true
+	var old map[string]any
+	if op == pooladmission.Update {
+		stored := &unstructured.Unstructured{}
+		if err := stored.UnmarshalJSON(req.OldObject.Raw); err != nil {
+			return nil, d, admission.Errored(http.StatusBadRequest, err), true
+		}
+		old = stored.Object
 	}
-	in := pooladmission.Request{
+	d, errs := pooladmission.AdmitObjects(pooladmission.Request{
 		Operation: op,
-		New:       newPool,
 		Substrate: p.Substrate,
 		Classes:   func(name string) (*workerclassv1.WorkerClass, error) { return p.getClass(ctx, name) },
 		Platform:  func() (*workerclassv1.WorkerPlatformSpec, error) { return p.getPlatform(ctx) },
-	}
-	if op == pooladmission.Update {
-		old := &unstructured.Unstructured{}
-		if err := old.UnmarshalJSON(req.OldObject.Raw); err != nil {
-			return nil, d, admission.Errored(http.StatusBadRequest, err), true
-		}
-		oldPool, errs := pooladmission.PoolFromObject(old.Object)
-		if len(errs) > 0 {
-			return nil, d, denied(obj.GetName(), errs), true
-		}
-		in.Old = &oldPool
-	}
-	d, errs = pooladmission.Admit(in)
+		ControlPlaneVersion: func(cluster string) (string, error) {
+			return p.controlPlaneVersion(ctx, obj.GetNamespace(), cluster)
+		},
+	}, obj.Object, old)
 	if len(errs) > 0 {
 		for _, e := range errs {
 			if e.Type == field.ErrorTypeInternal {

@@ -24,6 +24,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -37,6 +38,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 	"sigs.k8s.io/yaml"
 
+	pooladmission "github.com/cozystack/cluster-api-workers/exp/workerclass/admission"
 	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
 )
 
@@ -200,7 +202,7 @@ func TestPoolMutatingWebhook(t *testing.T) {
 
 	t.Run("CREATE without a class stores the platform default and labels the pool", func(t *testing.T) {
 		obj := poolJSON("", `{"cluster":"c","version":"v1.35"}`)
-		resp := p.mutate(ctx, poolRequest(t, admissionv1.Create, obj, ""))
+		resp := p.Mutate(ctx, poolRequest(t, admissionv1.Create, obj, ""))
 		if !resp.Allowed {
 			t.Fatalf("denied: %v", resp.Result)
 		}
@@ -214,7 +216,7 @@ func TestPoolMutatingWebhook(t *testing.T) {
 	t.Run("UPDATE of a classified pool without a class restores it", func(t *testing.T) {
 		old := poolJSON(`{"cozystack.io/worker-class":"kairos"}`, `{"cluster":"c","workerClassName":"kairos","version":"v1.35"}`)
 		obj := poolJSON("", `{"cluster":"c","version":"v1.35"}`)
-		resp := p.mutate(ctx, poolRequest(t, admissionv1.Update, obj, old))
+		resp := p.Mutate(ctx, poolRequest(t, admissionv1.Update, obj, old))
 		doc := applyPatches(t, obj, resp)
 		if !resp.Allowed || doc["spec"].(map[string]any)["workerClassName"] != "kairos" {
 			t.Errorf("response %v, object %v", resp.Result, doc)
@@ -222,13 +224,13 @@ func TestPoolMutatingWebhook(t *testing.T) {
 	})
 	t.Run("UPDATE of a classless pool is allowed unchanged", func(t *testing.T) {
 		obj := poolJSON("", `{"cluster":"c"}`)
-		resp := p.mutate(ctx, poolRequest(t, admissionv1.Update, obj, obj))
+		resp := p.Mutate(ctx, poolRequest(t, admissionv1.Update, obj, obj))
 		if !resp.Allowed || len(resp.Patches) > 0 {
 			t.Errorf("response %+v", resp)
 		}
 	})
 	t.Run("a refusal is a 422 with field causes", func(t *testing.T) {
-		resp := p.mutate(ctx, poolRequest(t, admissionv1.Create, poolJSON("", `{"cluster":"c","workerClassName":"kairos","version":"v1.35","talos":{"version":"v1.13.6"}}`), ""))
+		resp := p.Mutate(ctx, poolRequest(t, admissionv1.Create, poolJSON("", `{"cluster":"c","workerClassName":"kairos","version":"v1.35","talos":{"version":"v1.13.6"}}`), ""))
 		if resp.Allowed || resp.Result.Code != http.StatusUnprocessableEntity || len(resp.Result.Details.Causes) == 0 {
 			t.Errorf("response %+v", resp.Result)
 		}
@@ -237,7 +239,7 @@ func TestPoolMutatingWebhook(t *testing.T) {
 		failing := &Pool{Reader: testReader(t, &interceptor.Funcs{Get: func(context.Context, client.WithWatch, client.ObjectKey, client.Object, ...client.GetOption) error {
 			return errors.New("connection refused")
 		}})}
-		resp := failing.mutate(ctx, poolRequest(t, admissionv1.Create, poolJSON("", `{"cluster":"c","version":"v1.35"}`), ""))
+		resp := failing.Mutate(ctx, poolRequest(t, admissionv1.Create, poolJSON("", `{"cluster":"c","version":"v1.35"}`), ""))
 		if resp.Allowed || resp.Result.Code != http.StatusInternalServerError {
 			t.Errorf("response %+v", resp.Result)
 		}
@@ -248,7 +250,7 @@ func TestPoolMutatingWebhook(t *testing.T) {
 			return errors.New("unexpected lookup")
 		}})}
 		obj := poolJSON("", `{"cluster":"c","workerClassName":""}`)
-		if resp := failing.validate(ctx, poolRequest(t, admissionv1.Update, obj, poolJSON("", `{"cluster":"c"}`))); !resp.Allowed {
+		if resp := failing.Validate(ctx, poolRequest(t, admissionv1.Update, obj, poolJSON("", `{"cluster":"c"}`))); !resp.Allowed {
 			t.Errorf("response %+v", resp.Result)
 		}
 	})
@@ -270,7 +272,7 @@ func TestPoolValidatingWebhook(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			resp := p.validate(ctx, poolRequest(t, tc.op, tc.obj, tc.old))
+			resp := p.Validate(ctx, poolRequest(t, tc.op, tc.obj, tc.old))
 			if tc.want == "" {
 				if !resp.Allowed {
 					t.Fatalf("denied: %v", resp.Result)
@@ -282,13 +284,15 @@ func TestPoolValidatingWebhook(t *testing.T) {
 			}
 		})
 	}
-	if resp := p.validate(ctx, poolRequest(t, admissionv1.Delete, "{}", "")); !resp.Allowed {
+	if resp := p.Validate(ctx, poolRequest(t, admissionv1.Delete, "{}", "")); !resp.Allowed {
 		t.Error("DELETE is not ours to judge")
 	}
 }
 
-// The pool test CRD must carry every PoolSettings field, or envtest would
-// prune fields admission reads.
+// The pool test CRD must carry every PoolSettings field and the pool API
+// fields admission reads, or envtest would prune fields admission reads;
+// and, like the real pool API, it must prune nothing inside them, or
+// envtest could not show admission refusing unknown fields.
 func TestPoolTestCRDCoversPoolSettings(t *testing.T) {
 	data, err := os.ReadFile(filepath.Join("..", "..", "..", "test", "crds", "pool", "apps.cozystack.io_kubernetesnodes.yaml"))
 	if err != nil {
@@ -301,6 +305,11 @@ func TestPoolTestCRDCoversPoolSettings(t *testing.T) {
 	spec := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"]
 	for _, missing := range missingFields(reflect.TypeFor[workerclassv1.PoolSettings](), spec, "spec") {
 		t.Errorf("the pool test CRD lacks %s", missing)
+	}
+	for _, name := range []string{pooladmission.ClassNameField, pooladmission.ClusterField, pooladmission.SubstrateField} {
+		if spec.Properties[name].Type != "string" {
+			t.Errorf("the pool test CRD lacks spec.%s", name)
+		}
 	}
 }
 
@@ -321,11 +330,18 @@ func missingFields(typ reflect.Type, schema apiextensionsv1.JSONSchemaProps, pat
 		return nil
 	}
 	var missing []string
+	if schema.XPreserveUnknownFields == nil || !*schema.XPreserveUnknownFields {
+		missing = append(missing, path+" (x-kubernetes-preserve-unknown-fields: true)")
+	}
 	for i := range typ.NumField() {
 		f := typ.Field(i)
 		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
 		if name == "" {
-			missing = append(missing, missingFields(f.Type, schema, path)...)
+			for _, m := range missingFields(f.Type, schema, path) {
+				if !slices.Contains(missing, m) {
+					missing = append(missing, m)
+				}
+			}
 			continue
 		}
 		sub, ok := schema.Properties[name]
