@@ -16,11 +16,14 @@ limitations under the License.
 
 // Command workerclass prints the effective settings of a KubernetesNodes
 // pool file resolved against WorkerClass files and the platform
-// configuration, exactly as pool admission would; with --legacy it prints
-// a classified Talos pool in the legacy (classless) field layout, the
-// restore interface for rolling back to a chart without class support.
+// configuration, exactly as pool admission would (a CREATE, or with --old
+// an UPDATE of the stored pool, through the code path the webhooks use);
+// with --legacy it prints a classified Talos pool in the legacy
+// (classless) field layout, the restore interface for rolling back to a
+// chart without class support.
 //
-//	workerclass resolve --pool pool.yaml --classes classes/ --platform platform.yaml [--substrate KubeVirt|Proxmox] [--legacy]
+//	workerclass resolve --pool pool.yaml [--old stored.yaml] --classes classes/ --platform platform.yaml
+//	    [--substrate KubeVirt|Proxmox] [--control-plane-version v1.35.6] [--legacy]
 package main
 
 import (
@@ -42,13 +45,21 @@ const (
 	exitUsage    = 2
 )
 
-const usage = `usage: workerclass resolve --pool FILE --classes FILE|DIR --platform FILE [--substrate KubeVirt|Proxmox] [--legacy]
+const usage = `usage: workerclass resolve --pool FILE [--old FILE] --classes FILE|DIR --platform FILE
+           [--substrate KubeVirt|Proxmox] [--control-plane-version VERSION] [--legacy]
 
 Prints the effective settings of a KubernetesNodes pool resolved against the
 WorkerClass objects in --classes and the WorkerPlatform in --platform, or the
-field errors pool admission would answer with. A pool without
-spec.workerClassName resolves with the platform default class, as a CREATE
-would.
+field errors pool admission would answer with. Without --old the pool is a
+CREATE: a pool without spec.workerClassName gets the platform default class.
+With --old (the stored pool) it is an UPDATE of that pool: a classless pool
+stays legacy, an omitted class restores the stored one, and a class switch
+must keep the bootstrap family.
+
+--substrate is the substrate of pools that name none in spec.substrate.
+--control-plane-version is the Kubernetes version of the control plane of
+the pool's cluster; a pool selecting a newer minor is refused. Without it the
+minor is not checked against the control plane.
 
 --legacy prints a classified Talos pool in the legacy (classless) field layout
 instead: the class name and label removed and every effective Talos setting
@@ -73,9 +84,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.Usage = func() { report(stderr, usage) }
 	var opts options
 	fs.StringVar(&opts.pool, "pool", "", "KubernetesNodes pool file")
+	fs.StringVar(&opts.old, "old", "", "the stored pool: evaluate an UPDATE of it to --pool")
 	fs.StringVar(&opts.classes, "classes", "", "WorkerClass file or directory of files")
 	fs.StringVar(&opts.platform, "platform", "", "WorkerPlatform file")
-	fs.StringVar(&opts.substrate, "substrate", "KubeVirt", "KubeVirt or Proxmox")
+	fs.StringVar(&opts.substrate, "substrate", "KubeVirt", "KubeVirt or Proxmox, for pools that name none")
+	fs.StringVar(&opts.controlPlaneVersion, "control-plane-version", "", "the Kubernetes version of the pool's cluster's control plane")
 	fs.BoolVar(&opts.legacy, "legacy", false, "print the legacy (classless) layout of a classified Talos pool")
 	if err := fs.Parse(args[1:]); err != nil {
 		return exitUsage
@@ -84,7 +97,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		report(stderr, usage)
 		return exitUsage
 	}
-	out, err := resolveCommand(opts)
+	out, warnings, err := resolveCommand(opts)
+	for _, w := range warnings {
+		report(stderr, "warning: "+w+"\n")
+	}
 	if err != nil {
 		report(stderr, err.Error()+"\n")
 		var rejected *rejectedError

@@ -36,6 +36,10 @@ func TestGolden(t *testing.T) {
 		return append([]string{"resolve", "--pool", filepath.Join("testdata", "pools", pool+".yaml"),
 			"--classes", filepath.Join("testdata", "classes"), "--platform", filepath.Join("testdata", "platform.yaml")}, extra...)
 	}
+	updateArgs := func(old, pool string, extra ...string) []string {
+		return append([]string{"resolve", "--old", filepath.Join("testdata", "updates", old+".yaml"), "--pool", filepath.Join("testdata", "updates", pool+".yaml"),
+			"--classes", filepath.Join("testdata", "classes"), "--platform", filepath.Join("testdata", "platform.yaml")}, extra...)
+	}
 	cases := []struct {
 		name string
 		args []string
@@ -56,6 +60,32 @@ func TestGolden(t *testing.T) {
 			"--classes", filepath.Join("testdata", "classes", "builtin.yaml"), "--platform", filepath.Join("testdata", "platform.yaml")}},
 		{"usage", nil},
 		{"bad-substrate", resolveArgs("example-talos", "--substrate", "Metal")},
+		// Pool fields are read strictly, with their paths.
+		{"strict-vm-shaped-gpu", resolveArgs("vm-shaped-gpu")},
+		{"strict-duplicate-key", resolveArgs("duplicate-key")},
+		{"strict-class-unknown-field", []string{"resolve", "--pool", filepath.Join("testdata", "pools", "example-talos.yaml"),
+			"--classes", filepath.Join("testdata", "bad-classes", "unknown-field.yaml"), "--platform", filepath.Join("testdata", "platform.yaml")}},
+		// The built-in names keep their family, as the class webhook says.
+		{"builtin-family", []string{"resolve", "--pool", filepath.Join("testdata", "pools", "example-kairos.yaml"),
+			"--classes", filepath.Join("testdata", "bad-classes", "builtin-family.yaml"), "--platform", filepath.Join("testdata", "platform.yaml")}},
+		// A pool that names its substrate gets that substrate's rows.
+		{"substrate-proxmox-kairos", resolveArgs("proxmox-kairos")},
+		{"substrate-proxmox-talos", resolveArgs("proxmox-talos")},
+		// Upgrade the parent control-plane minor first.
+		{"control-plane-older", resolveArgs("example-talos", "--control-plane-version", "v1.34.9")},
+		{"control-plane-upgraded", resolveArgs("example-talos", "--control-plane-version", "v1.35.0")},
+		{"control-plane-bad-version", resolveArgs("example-talos", "--control-plane-version", "1.35")},
+		// UPDATEs, the stored pool beside the new one.
+		{"update-scale-not-resolved", updateArgs("stored-talos", "scaled")},
+		{"update-class-omitted-restores", updateArgs("stored-talos", "class-omitted")},
+		{"update-class-omitted-control-plane-older", updateArgs("stored-talos", "class-omitted", "--control-plane-version", "v1.34.9")},
+		{"update-family-switch-refused", updateArgs("stored-talos", "switch-to-kairos")},
+		{"update-legacy-stays-legacy", updateArgs("legacy-stored", "legacy-scaled")},
+		{"update-legacy-to-kairos-refused", updateArgs("legacy-stored", "switch-to-kairos")},
+		{"update-other-pool", []string{"resolve", "--old", filepath.Join("testdata", "updates", "stored-talos.yaml"),
+			"--pool", filepath.Join("testdata", "pools", "example-talos.yaml"),
+			"--classes", filepath.Join("testdata", "classes"), "--platform", filepath.Join("testdata", "platform.yaml")}},
+		{"update-legacy-flag", updateArgs("stored-talos", "scaled", "--legacy")},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

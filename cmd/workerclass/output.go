@@ -17,15 +17,70 @@ limitations under the License.
 package main
 
 import (
+	"github.com/cozystack/cluster-api-workers/exp/workerclass/admission"
 	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/exp/workerclass/resolve"
 )
 
+// Where the pool's class came from.
+const (
+	// sourcePool: the pool names its class.
+	sourcePool = "pool"
+	// sourcePlatformDefault: a CREATE without a class got the platform's
+	// default class.
+	sourcePlatformDefault = "platformDefault"
+	// sourceStored: an UPDATE without a class keeps the stored one.
+	sourceStored = "stored"
+	// sourceLegacy: a classless pool stays on the legacy Talos path.
+	sourceLegacy = "legacy"
+)
+
+// unresolved is the printed form of an admitted request that resolved
+// nothing: a classless pool's UPDATE, or an UPDATE that changes nothing
+// class-relevant.
+type unresolved struct {
+	Pool            string `json:"pool"`
+	Operation       string `json:"operation"`
+	WorkerClassName string `json:"workerClassName"`
+	ClassSource     string `json:"classSource"`
+	Note            string `json:"note"`
+}
+
+// outputOf prints an admission decision: the effective settings, or why
+// nothing was resolved.
+func outputOf(pool string, op admission.Operation, d admission.Decision) any {
+	source := sourcePool
+	switch {
+	case d.Legacy():
+		source = sourceLegacy
+	case d.Defaulted:
+		source = sourcePlatformDefault
+	case d.Restored:
+		source = sourceStored
+	}
+	switch {
+	case d.Legacy():
+		return unresolved{Pool: pool, Operation: string(op), ClassSource: source,
+			Note: "a classless pool stays legacy Talos; nothing is looked up"}
+	case d.Result == nil:
+		return unresolved{Pool: pool, Operation: string(op), WorkerClassName: d.ClassName, ClassSource: source,
+			Note: "nothing class-relevant changed; not resolved again"}
+	}
+	e := effectiveOf(pool, d.ClassName, source, d.Result)
+	e.Substrate = d.Substrate
+	if op == admission.Update {
+		e.Operation = string(op)
+	}
+	return e
+}
+
 // effective is the printed form of a resolution.
 type effective struct {
 	Pool                   string                               `json:"pool"`
+	Operation              string                               `json:"operation,omitempty"`
 	WorkerClassName        string                               `json:"workerClassName"`
 	ClassSource            string                               `json:"classSource"`
+	Substrate              resolve.Substrate                    `json:"substrate"`
 	Bootstrap              workerclassv1.BootstrapFamily        `json:"bootstrap"`
 	KubernetesVersion      string                               `json:"kubernetesVersion"`
 	KubernetesVersionMatch workerclassv1.KubernetesVersionMatch `json:"kubernetesVersionMatch"`

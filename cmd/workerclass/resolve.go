@@ -28,6 +28,8 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	serializerjson "k8s.io/apimachinery/pkg/runtime/serializer/json"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
@@ -40,13 +42,17 @@ import (
 )
 
 type options struct {
-	pool, classes, platform, substrate string
-	legacy                             bool
+	pool, old, classes, platform, substrate, controlPlaneVersion string
+	legacy                                                       bool
 }
 
 // rejectedError is a refusal of the inputs, as opposed to a usage or I/O
 // problem.
-type rejectedError struct{ msg string }
+type rejectedError struct {
+	msg string
+	// errs are the field errors of the refusal, when it has them.
+	errs field.ErrorList
+}
 
 func (e *rejectedError) Error() string { return e.msg }
 
@@ -56,37 +62,40 @@ func rejected(what string, errs field.ErrorList) error {
 	for _, e := range errs {
 		lines = append(lines, "  "+e.Error())
 	}
-	return &rejectedError{msg: strings.Join(lines, "\n")}
+	return &rejectedError{msg: strings.Join(lines, "\n"), errs: errs}
 }
 
-func resolveCommand(opts options) (string, error) {
+// resolveCommand evaluates the pool file as pool admission would: a CREATE,
+// or with opts.old an UPDATE of that stored pool, through
+// admission.AdmitObjects as the webhooks call it. It returns the output
+// and the warnings admission reported.
+func resolveCommand(opts options) (string, []string, error) {
 	substrate := resolve.Substrate(opts.substrate)
 	if substrate != resolve.KubeVirt && substrate != resolve.Proxmox {
-		return "", fmt.Errorf("--substrate must be KubeVirt or Proxmox, not %q", opts.substrate)
+		return "", nil, fmt.Errorf("--substrate must be KubeVirt or Proxmox, not %q", opts.substrate)
+	}
+	if v := opts.controlPlaneVersion; v != "" {
+		if _, _, ok := validation.ParseSemver(v); !ok {
+			return "", nil, fmt.Errorf("--control-plane-version must be a Kubernetes release such as v1.35.6, not %q", v)
+		}
+	}
+	if opts.legacy && opts.old != "" {
+		return "", nil, errors.New("--legacy prints one pool's legacy layout; it takes no --old")
 	}
 	platform, err := readPlatform(opts.platform)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	classes, err := readClasses(opts.classes)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	poolObj, err := readPool(opts.pool)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
-	pool, errs := admission.PoolFromObject(poolObj.Object)
-	if len(errs) > 0 {
-		return "", rejected("pool "+poolRef(poolObj)+" is rejected", errs)
-	}
-	if opts.legacy && pool.ClassName == "" {
-		return "# " + poolRef(poolObj) + " is already classless: no class restoration is needed.\n" + mustYAML(poolObj.Object), nil
-	}
-
-	decision, errs := admission.Admit(admission.Request{
+	req := admission.Request{
 		Operation: admission.Create,
-		New:       pool,
 		Substrate: substrate,
 		Classes: func(name string) (*workerclassv1.WorkerClass, error) {
 			if c, ok := classes[name]; ok {
@@ -95,26 +104,43 @@ func resolveCommand(opts options) (string, error) {
 			return nil, fmt.Errorf("class %s is not in %s: %w", name, opts.classes, admission.ErrNotFound)
 		},
 		Platform: func() (*workerclassv1.WorkerPlatformSpec, error) { return &platform.Spec, nil },
-	})
+	}
+	if v := opts.controlPlaneVersion; v != "" {
+		req.ControlPlaneVersion = func(string) (string, error) { return v, nil }
+	}
+	var old map[string]any
+	if opts.old != "" {
+		stored, err := readPool(opts.old)
+		if err != nil {
+			return "", nil, err
+		}
+		if stored.GetNamespace() != poolObj.GetNamespace() || stored.GetName() != poolObj.GetName() {
+			return "", nil, fmt.Errorf("--old is %s, not the pool %s", poolRef(stored), poolRef(poolObj))
+		}
+		req.Operation, old = admission.Update, stored.Object
+	}
+	if opts.legacy {
+		if pool, errs := admission.PoolFromObject(poolObj.Object); len(errs) == 0 && pool.ClassName == "" {
+			return "# " + poolRef(poolObj) + " is already classless: no class restoration is needed.\n" + mustYAML(poolObj.Object), nil, nil
+		}
+	}
+
+	decision, errs := admission.AdmitObjects(req, poolObj.Object, old)
 	if len(errs) > 0 {
-		return "", rejected("pool "+poolRef(poolObj)+" is rejected", errs)
+		return "", decision.Warnings, rejected("pool "+poolRef(poolObj)+" is rejected", errs)
 	}
 
 	if opts.legacy {
-		legacy, err := restore.LegacyPool(poolObj, decision.Result, &platform.Spec, substrate)
+		legacy, err := restore.LegacyPool(poolObj, decision.Result, &platform.Spec, decision.Substrate)
 		if err != nil {
-			return "", &rejectedError{msg: fmt.Sprintf("pool %s cannot be restored to the legacy layout: %v", poolRef(poolObj), err)}
+			return "", decision.Warnings, &rejectedError{msg: fmt.Sprintf("pool %s cannot be restored to the legacy layout: %v", poolRef(poolObj), err)}
 		}
 		header := fmt.Sprintf("# Legacy (classless) layout of %s, restored from class %s.\n"+
 			"# Apply it with hoster authorization, then verify the old chart's resources and\n"+
 			"# template hashes: remaining Talos is not proof of no rollout.\n", poolRef(poolObj), decision.ClassName)
-		return header + mustYAML(legacy.Object), nil
+		return header + mustYAML(legacy.Object), decision.Warnings, nil
 	}
-	source := "pool"
-	if decision.Defaulted {
-		source = "platformDefault"
-	}
-	return mustYAML(effectiveOf(poolRef(poolObj), decision.ClassName, source, decision.Result)), nil
+	return mustYAML(outputOf(poolRef(poolObj), req.Operation, decision)), decision.Warnings, nil
 }
 
 func poolRef(u *unstructured.Unstructured) string {
@@ -176,6 +202,20 @@ func kindOf(doc []byte) (string, error) {
 	return meta.APIVersion + "/" + meta.Kind, nil
 }
 
+// decodeStrict decodes a YAML document into a WorkerClass API object as
+// the apiserver's strict field validation does: an unknown or duplicate
+// field is an error that names its path.
+func decodeStrict(doc []byte, into runtime.Object) error {
+	scheme := runtime.NewScheme()
+	if err := workerclassv1.AddToScheme(scheme); err != nil {
+		return err
+	}
+	decoder := serializerjson.NewSerializerWithOptions(serializerjson.DefaultMetaFactory, scheme, scheme,
+		serializerjson.SerializerOptions{Yaml: true, Strict: true})
+	_, _, err := decoder.Decode(doc, nil, into)
+	return err
+}
+
 func readPlatform(path string) (*workerclassv1.WorkerPlatform, error) {
 	docs, err := readDocuments(path)
 	if err != nil {
@@ -189,7 +229,7 @@ func readPlatform(path string) (*workerclassv1.WorkerPlatform, error) {
 		return nil, fmt.Errorf("%s: want a %s document, found %q (%v)", path, want, kind, err)
 	}
 	p := &workerclassv1.WorkerPlatform{}
-	if err := yaml.UnmarshalStrict(docs[0], p); err != nil {
+	if err := decodeStrict(docs[0], p); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	if errs := validation.ValidatePlatform(p); len(errs) > 0 {
@@ -222,13 +262,13 @@ func readClasses(path string) (map[string]*workerclassv1.WorkerClass, error) {
 				return nil, fmt.Errorf("%s: want %s documents, found %q (%v)", file, want, kind, err)
 			}
 			c := &workerclassv1.WorkerClass{}
-			if err := yaml.UnmarshalStrict(doc, c); err != nil {
+			if err := decodeStrict(doc, c); err != nil {
 				return nil, fmt.Errorf("%s: %w", file, err)
 			}
 			if _, dup := classes[c.Name]; dup {
 				return nil, fmt.Errorf("%s: class %s is defined twice", file, c.Name)
 			}
-			if errs := validation.ValidateClassSpec(&c.Spec, field.NewPath("spec")); len(errs) > 0 {
+			if errs := validation.ValidateClass(c); len(errs) > 0 {
 				return nil, rejected(fmt.Sprintf("%s: class %s is invalid", file, c.Name), errs)
 			}
 			classes[c.Name] = c
@@ -249,8 +289,10 @@ func readPool(path string) (*unstructured.Unstructured, error) {
 	if kind, err := kindOf(docs[0]); err != nil || kind != want {
 		return nil, fmt.Errorf("%s: want a %s document, found %q (%v)", path, want, kind, err)
 	}
+	// Strict YAML: a key written twice is an error, not "the last wins".
+	// Pool admission then reads the class-relevant fields strictly.
 	obj := map[string]any{}
-	if err := yaml.Unmarshal(docs[0], &obj); err != nil {
+	if err := yaml.UnmarshalStrict(docs[0], &obj); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return &unstructured.Unstructured{Object: obj}, nil
