@@ -68,9 +68,12 @@ tools-bins: ## Build every binary the tests use (apiserver, etcd, kubeadm, contr
 	hack/tools-bins.sh all
 
 .PHONY: lint
-lint: ## Run go vet and golangci-lint.
+lint: ## Run go vet and golangci-lint with Cluster API's linters (.golangci.yml), also on test/qemu's qemu-tagged files.
 	go vet ./...
-	$(shell hack/tool.sh golangci-lint) run ./...
+	go vet -tags qemu ./test/qemu/
+	golangci_lint=$$(hack/tool.sh golangci-lint); \
+		$$golangci_lint run ./... && \
+		$$golangci_lint run --build-tags qemu ./test/qemu/...
 
 ##@ Sandbox
 
