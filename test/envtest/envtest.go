@@ -18,11 +18,10 @@ import (
 	"sync"
 	"time"
 
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -77,7 +76,7 @@ type Environment struct {
 
 // RepoRoot returns the absolute path of the repository root.
 func RepoRoot() string {
-	_, file, _, _ := runtime.Caller(0)
+	_, file, _, _ := runtime.Caller(0) //nolint:dogsled // Only the file of this source is needed.
 	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
 }
 
@@ -108,7 +107,7 @@ func BinaryDir() (string, error) {
 // otherwise its progress lines (one every 30 seconds while it builds) go to
 // stderr as they come, so a first run says what it is doing.
 func ToolsBinary(target string) (string, error) {
-	cmd := exec.Command("bash", filepath.Join(RepoRoot(), "hack", "tools-bins.sh"), target)
+	cmd := exec.Command("bash", filepath.Join(RepoRoot(), "hack", "tools-bins.sh"), target) //nolint:gosec,noctx // The harness's own command; it ends on its own.
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, io.MultiWriter(&stderr, os.Stderr)
 	if err := cmd.Run(); err != nil {
@@ -120,7 +119,7 @@ func ToolsBinary(target string) (string, error) {
 // ModuleDir returns the directory of a module in the module cache, at the
 // version go.mod requires.
 func ModuleDir(module string) (string, error) {
-	cmd := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", module)
+	cmd := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", module) //nolint:gosec,noctx // The harness's own command; it ends on its own.
 	cmd.Dir = RepoRoot()
 	out, err := cmd.Output()
 	if err != nil {
@@ -222,7 +221,7 @@ func Start(ctx context.Context, opts Options) (*Environment, error) {
 // createManifests creates every object of the YAML files.
 func (e *Environment) createManifests(ctx context.Context, paths []string) error {
 	for _, path := range paths {
-		data, err := os.ReadFile(path)
+		data, err := os.ReadFile(path) //nolint:gosec // A file of the repository or one the harness wrote.
 		if err != nil {
 			return err
 		}

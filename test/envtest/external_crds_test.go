@@ -23,7 +23,7 @@ import (
 	"k8s.io/utils/ptr"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	instancetypev1beta1 "kubevirt.io/api/instancetype/v1beta1"
-	cdiv1beta1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 )
@@ -40,7 +40,7 @@ func TestExternalCRDsValidateKubeVirtAndCDIObjects(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	scheme := DefaultScheme()
-	for _, add := range []func(*kruntime.Scheme) error{kubevirtv1.AddToScheme, instancetypev1beta1.AddToScheme, cdiv1beta1.AddToScheme} {
+	for _, add := range []func(*kruntime.Scheme) error{kubevirtv1.AddToScheme, instancetypev1beta1.AddToScheme, cdiv1.AddToScheme} {
 		g.Expect(add(scheme)).To(Succeed())
 	}
 	env, err := Start(ctx, Options{Scheme: scheme, CRDPaths: ExternalCRDPaths()})
@@ -255,7 +255,7 @@ func TestExternalCRDsMatchPinnedAPIVersions(t *testing.T) {
 }
 
 func moduleVersion(g Gomega, module string) string {
-	cmd := exec.Command("go", "list", "-m", "-f", "{{.Version}}", module)
+	cmd := exec.Command("go", "list", "-m", "-f", "{{.Version}}", module) //nolint:gosec,noctx // The harness's own command; it ends on its own.
 	cmd.Dir = RepoRoot()
 	out, err := cmd.Output()
 	g.Expect(err).NotTo(HaveOccurred(), "go list -m %s", module)
@@ -265,7 +265,7 @@ func moduleVersion(g Gomega, module string) string {
 }
 
 func firstLine(g Gomega, file string) string {
-	f, err := os.Open(file)
+	f, err := os.Open(file) //nolint:gosec // A file of the repository or one the harness wrote.
 	g.Expect(err).NotTo(HaveOccurred())
 	defer func() { _ = f.Close() }()
 	s := bufio.NewScanner(f)
@@ -417,21 +417,21 @@ func dataVolumeTemplateVM(name string) *kubevirtv1.VirtualMachine {
 	return m
 }
 
-func storage() *cdiv1beta1.StorageSpec {
-	return &cdiv1beta1.StorageSpec{
+func storage() *cdiv1.StorageSpec {
+	return &cdiv1.StorageSpec{
 		AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 		Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("20Gi")}},
 		StorageClassName: ptr.To("replicated"),
 	}
 }
 
-func dataVolume(name string, spec cdiv1beta1.DataVolumeSpec) *cdiv1beta1.DataVolume {
-	return &cdiv1beta1.DataVolume{ObjectMeta: metav1.ObjectMeta{Namespace: externalCRDNamespace, Name: name}, Spec: spec}
+func dataVolume(name string, spec cdiv1.DataVolumeSpec) *cdiv1.DataVolume {
+	return &cdiv1.DataVolume{ObjectMeta: metav1.ObjectMeta{Namespace: externalCRDNamespace, Name: name}, Spec: spec}
 }
 
-func httpDataVolume(name string) *cdiv1beta1.DataVolume {
-	return dataVolume(name, cdiv1beta1.DataVolumeSpec{
-		Source: &cdiv1beta1.DataVolumeSource{HTTP: &cdiv1beta1.DataVolumeSourceHTTP{
+func httpDataVolume(name string) *cdiv1.DataVolume {
+	return dataVolume(name, cdiv1.DataVolumeSpec{
+		Source: &cdiv1.DataVolumeSource{HTTP: &cdiv1.DataVolumeSourceHTTP{
 			URL:           "https://factory.talos.dev/image/abc/v1.11.0/nocloud-amd64.raw.xz",
 			CertConfigMap: "factory-ca",
 		}},
@@ -439,25 +439,25 @@ func httpDataVolume(name string) *cdiv1beta1.DataVolume {
 	})
 }
 
-func pvcCloneDataVolume(name string) *cdiv1beta1.DataVolume {
-	return dataVolume(name, cdiv1beta1.DataVolumeSpec{
-		Source:  &cdiv1beta1.DataVolumeSource{PVC: &cdiv1beta1.DataVolumeSourcePVC{Namespace: "golden-images", Name: "kairos-v1-35"}},
+func pvcCloneDataVolume(name string) *cdiv1.DataVolume {
+	return dataVolume(name, cdiv1.DataVolumeSpec{
+		Source:  &cdiv1.DataVolumeSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: "golden-images", Name: "kairos-v1-35"}},
 		Storage: storage(),
 	})
 }
 
-func sourceRefDataVolume(name string) *cdiv1beta1.DataVolume {
-	return dataVolume(name, cdiv1beta1.DataVolumeSpec{
-		SourceRef: &cdiv1beta1.DataVolumeSourceRef{Kind: cdiv1beta1.DataVolumeDataSource, Namespace: ptr.To("golden-images"), Name: "talos-v1-11"},
+func sourceRefDataVolume(name string) *cdiv1.DataVolume {
+	return dataVolume(name, cdiv1.DataVolumeSpec{
+		SourceRef: &cdiv1.DataVolumeSourceRef{Kind: cdiv1.DataVolumeDataSource, Namespace: ptr.To("golden-images"), Name: "talos-v1-11"},
 		Storage:   storage(),
 	})
 }
 
-func goldenDataSource(name string) *cdiv1beta1.DataSource {
-	return &cdiv1beta1.DataSource{
+func goldenDataSource(name string) *cdiv1.DataSource {
+	return &cdiv1.DataSource{
 		ObjectMeta: metav1.ObjectMeta{Namespace: externalCRDNamespace, Name: name},
-		Spec: cdiv1beta1.DataSourceSpec{Source: cdiv1beta1.DataSourceSource{
-			PVC: &cdiv1beta1.DataVolumeSourcePVC{Namespace: "golden-images", Name: "talos-v1-11"},
+		Spec: cdiv1.DataSourceSpec{Source: cdiv1.DataSourceSource{
+			PVC: &cdiv1.DataVolumeSourcePVC{Namespace: "golden-images", Name: "talos-v1-11"},
 		}},
 	}
 }

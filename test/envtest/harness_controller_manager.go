@@ -114,7 +114,7 @@ func startControllerManager(env *crenvtest.Environment, controllers []string) (*
 		return nil, err
 	}
 	cm := &ControllerManager{dir: dir, log: &lockedBuffer{}, done: make(chan struct{})}
-	cm.cmd = exec.Command(bin,
+	cm.cmd = exec.Command(bin, //nolint:gosec,noctx // kube-controller-manager from the test cache; it runs until Stop, not until a context ends.
 		"--kubeconfig="+kubeconfigPath,
 		"--controllers="+strings.Join(controllers, ","),
 		"--leader-elect=false",

@@ -92,7 +92,7 @@ func (r *apiServerRestarts) restart(ctx context.Context, downtime time.Duration)
 			return err
 		}
 	}
-	cmd := exec.Command(args[0], args[1:]...)
+	cmd := exec.Command(args[0], args[1:]...) //nolint:gosec,noctx // The command line of the apiserver this process started; it runs until stop, not until a context ends.
 	// The apiserver dies with this process, however it ends.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	cmd.Stdout, cmd.Stderr = r.log, r.log
@@ -148,7 +148,7 @@ func findAPIServer(port string) (int, []string, error) {
 		if _, err := fmt.Sscanf(e.Name(), "%d", &pid); err != nil {
 			continue
 		}
-		raw, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		raw, err := os.ReadFile(fmt.Sprintf("/proc/%s/cmdline", e.Name()))
 		if err != nil || len(raw) == 0 {
 			continue
 		}
@@ -210,7 +210,7 @@ func waitHealthy(ctx context.Context, cfg *rest.Config, exited <-chan struct{}, 
 	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, apiServerStartTimeout, true, func(ctx context.Context) (bool, error) {
 		select {
 		case <-exited:
-			raw, _ := os.ReadFile(logPath)
+			raw, _ := os.ReadFile(logPath) //nolint:gosec // A file of the repository or one the harness wrote.
 			return false, fmt.Errorf("the restarted apiserver exited: %s", lastLines(string(raw), 20))
 		default:
 		}

@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 	"time"
 
-	admissionv1 "k8s.io/api/admissionregistration/v1"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -65,8 +65,8 @@ func NewPool(namespace, name string, spec map[string]any) *unstructured.Unstruct
 // until the apiserver stops calling them, creates the pools, then puts the
 // configurations back and waits until CREATEs are defaulted again.
 func (e *Environment) CreateLegacyPools(ctx context.Context, pools ...*unstructured.Unstructured) error {
-	var mutating admissionv1.MutatingWebhookConfigurationList
-	var validating admissionv1.ValidatingWebhookConfigurationList
+	var mutating admissionregistrationv1.MutatingWebhookConfigurationList
+	var validating admissionregistrationv1.ValidatingWebhookConfigurationList
 	if err := e.Client.List(ctx, &mutating); err != nil {
 		return err
 	}
@@ -111,7 +111,7 @@ func (e *Environment) CreateLegacyPools(ctx context.Context, pools ...*unstructu
 	return waitForPoolDefaulting(ctx, e.Client, namespace, true)
 }
 
-func hasPoolRule(rules []admissionv1.RuleWithOperations) bool {
+func hasPoolRule(rules []admissionregistrationv1.RuleWithOperations) bool {
 	for _, r := range rules {
 		for _, res := range r.Resources {
 			if res == workerclassv1.PoolResource.Resource {

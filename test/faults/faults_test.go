@@ -77,12 +77,13 @@ func TestFaults(t *testing.T) {
 // fault strikes, and checks that it converges with nothing duplicated or
 // left behind.
 func scaleUpThrough(t *testing.T, name string, inject fault, seed int64) {
+	t.Helper()
 	g := NewWithT(t)
 	ctx := context.Background()
 	// The seed and the fault's name pick the draws, so a failure replays.
 	fnvName := fnv.New64a()
 	_, _ = fnvName.Write([]byte(name))
-	rng := rand.New(rand.NewPCG(uint64(seed), fnvName.Sum64()))
+	rng := rand.New(rand.NewPCG(uint64(seed), fnvName.Sum64())) //nolint:gosec // Seeded draws that replay a run, not secrets.
 	key := client.ObjectKey{Namespace: fmt.Sprintf("faults-%s-%d", strings.ReplaceAll(name, " ", "-"), seed), Name: "tenant"}
 	w, err := h.CreateCluster(ctx, key, harness.ClusterOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
@@ -202,6 +203,7 @@ func sleepUntil(at time.Time) { time.Sleep(time.Until(at)) }
 // in about 20 to 60 s here), each time the bootstrap or the infrastructure
 // provider, and starts it again after a random downtime.
 func killProviders(ctx context.Context, t *testing.T, rng *rand.Rand, _ *harness.WorkloadCluster, start time.Time) []string {
+	t.Helper()
 	kills := 3 + rng.IntN(3)
 	offsets := make([]time.Duration, kills)
 	for i := range offsets {
@@ -231,6 +233,7 @@ func killProviders(ctx context.Context, t *testing.T, rng *rand.Rand, _ *harness
 // point of the scale-up and starts it again after a random downtime;
 // every component reconnects on its own.
 func restartManagementAPIServer(ctx context.Context, t *testing.T, rng *rand.Rand, _ *harness.WorkloadCluster, start time.Time) []string {
+	t.Helper()
 	at, down := between(rng, 2*time.Second, 20*time.Second), between(rng, time.Second, 10*time.Second)
 	sleepUntil(start.Add(at))
 	killed := time.Now()
@@ -245,6 +248,7 @@ func restartManagementAPIServer(ctx context.Context, t *testing.T, rng *rand.Ran
 // the scale-up and keeps it down for longer than the bootstrap token TTL,
 // so every token minted before it expires while nobody can join.
 func workloadAPIServerDown(ctx context.Context, t *testing.T, rng *rand.Rand, w *harness.WorkloadCluster, start time.Time) []string {
+	t.Helper()
 	at, down := between(rng, 5*time.Second, 20*time.Second), tokenTTL+between(rng, 5*time.Second, 20*time.Second)
 	sleepUntil(start.Add(at))
 	if err := w.API.RestartAPIServer(ctx, down); err != nil {
@@ -257,6 +261,7 @@ func workloadAPIServerDown(ctx context.Context, t *testing.T, rng *rand.Rand, w 
 // random point of the scale-up for a random while: the apiserver refuses
 // every write they admit, Cluster API's creations of our objects included.
 func providerWebhooksDown(ctx context.Context, t *testing.T, rng *rand.Rand, _ *harness.WorkloadCluster, start time.Time) []string {
+	t.Helper()
 	at, down := between(rng, 0, 10*time.Second), between(rng, 5*time.Second, 20*time.Second)
 	sleepUntil(start.Add(at))
 	restore, err := h.ProviderWebhooksDown(ctx)

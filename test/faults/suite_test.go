@@ -140,7 +140,7 @@ func run(m *testing.M) (code int) {
 	table := markdown(results)
 	fmt.Fprintln(os.Stderr, table)
 	if *report != "" {
-		if err := os.WriteFile(*report, []byte(table), 0o644); err != nil {
+		if err := os.WriteFile(*report, []byte(table), 0o600); err != nil {
 			fmt.Fprintln(os.Stderr, "writing the report:", err)
 			return 1
 		}
@@ -157,7 +157,7 @@ func envOr(name, fallback string) string {
 
 // scanFile feeds a provider process's log to the scanner, line by line.
 func scanFile(s *harness.LogScanner, name, path string) error {
-	f, err := os.Open(path)
+	f, err := os.Open(path) //nolint:gosec // A file of the repository or one the harness wrote.
 	if os.IsNotExist(err) {
 		return nil
 	} else if err != nil {
@@ -227,6 +227,7 @@ func duringRestart(at time.Time) bool {
 
 // seedList parses -faults.seeds.
 func seedList(t *testing.T) []int64 {
+	t.Helper()
 	var out []int64
 	for _, f := range strings.Split(*seeds, ",") {
 		if f = strings.TrimSpace(f); f == "" {

@@ -292,7 +292,7 @@ func TestReadUnexercised(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
 			path := filepath.Join(t.TempDir(), "unexercised.yaml")
-			g.Expect(os.WriteFile(path, []byte(tc.file), 0o644)).To(Succeed())
+			g.Expect(os.WriteFile(path, []byte(tc.file), 0o600)).To(Succeed())
 			_, err := ReadUnexercised(path)
 			if tc.err == "" {
 				g.Expect(err).NotTo(HaveOccurred())

@@ -195,7 +195,7 @@ type Harness struct {
 	webhookDir string
 	// releases are clusters being deleted in the background.
 	releases      sync.WaitGroup
-	releaseCtx    context.Context
+	releaseCtx    context.Context //nolint:containedctx // Ends the background releases when the harness stops; they outlive any caller's context.
 	cancelRelease context.CancelFunc
 }
 
@@ -237,7 +237,7 @@ func KubeadmCRDPath() (string, error) {
 		return "", err
 	}
 	out := filepath.Join(cache, "kubevirt-workers", "capi-kubeadm-crds-"+filepath.Base(dir))
-	if err := os.MkdirAll(out, 0o755); err != nil {
+	if err := os.MkdirAll(out, 0o750); err != nil {
 		return "", err
 	}
 	files, err := filepath.Glob(filepath.Join(dir, "bootstrap", "kubeadm", "config", "crd", "bases", "*.yaml"))
@@ -245,7 +245,7 @@ func KubeadmCRDPath() (string, error) {
 		return "", err
 	}
 	for _, f := range files {
-		raw, err := os.ReadFile(f)
+		raw, err := os.ReadFile(f) //nolint:gosec // A file of the repository or one the harness wrote.
 		if err != nil {
 			return "", err
 		}
@@ -265,7 +265,7 @@ func KubeadmCRDPath() (string, error) {
 			return "", err
 		}
 		tmp := filepath.Join(out, "."+filepath.Base(f))
-		if err := os.WriteFile(tmp, labelled, 0o644); err != nil {
+		if err := os.WriteFile(tmp, labelled, 0o600); err != nil {
 			return "", err
 		}
 		if err := os.Rename(tmp, filepath.Join(out, filepath.Base(f))); err != nil {

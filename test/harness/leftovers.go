@@ -144,4 +144,4 @@ func (h *Harness) JoinTokens(ctx context.Context, key client.ObjectKey) (map[str
 
 // joinTokenDescriptionPrefix starts the description the Kairos bootstrap
 // provider gives its tokens, followed by the KairosConfig's namespace/name.
-const joinTokenDescriptionPrefix = "Join token of KairosConfig "
+const joinTokenDescriptionPrefix = "Join token of KairosConfig " //nolint:gosec // A token's description, not a credential.

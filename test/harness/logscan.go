@@ -23,11 +23,10 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/cozystack/cluster-api-workers/internal/logcap"
-
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
 
+	"github.com/cozystack/cluster-api-workers/internal/logcap"
 	"github.com/cozystack/cluster-api-workers/internal/sshkeys"
 )
 

@@ -117,7 +117,7 @@ func (h *Harness) startProcess(ctx context.Context, name components.Name, contro
 	if h.opts.ProcessLogDir != "" {
 		logDir = h.opts.ProcessLogDir
 	}
-	if err := os.MkdirAll(logDir, 0o755); err != nil {
+	if err := os.MkdirAll(logDir, 0o750); err != nil {
 		return err
 	}
 	p := &ComponentProcess{Name: name, LogPath: filepath.Join(logDir, string(name)+".log"), args: args, h: h}
@@ -135,12 +135,12 @@ func (p *ComponentProcess) start(ctx context.Context) error {
 	if err := os.Remove(addressFile); err != nil && !os.IsNotExist(err) {
 		return err
 	}
-	logFile, err := os.OpenFile(p.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	logFile, err := os.OpenFile(p.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = logFile.Close() }()
-	cmd := exec.Command(filepath.Join(p.h.workDir, "component"), append(p.args, "-address-file", addressFile)...)
+	cmd := exec.Command(filepath.Join(p.h.workDir, "component"), append(p.args, "-address-file", addressFile)...) //nolint:gosec,noctx // The component command the harness built; it runs until Kill or stopProcesses, not until a context ends.
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	// The component dies with this process, however it ends.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -171,9 +171,11 @@ func (p *ComponentProcess) start(ctx context.Context) error {
 			return false, fmt.Errorf("the %s component exited at start: %v: %s", p.Name, p.exitErr(), tail(p.LogPath))
 		default:
 		}
-		raw, err := os.ReadFile(addressFile)
-		if err != nil {
+		raw, err := os.ReadFile(addressFile) //nolint:gosec // A file of the repository or one the harness wrote.
+		if errors.Is(err, os.ErrNotExist) {
 			return false, nil
+		} else if err != nil {
+			return false, err
 		}
 		p.mu.Lock()
 		p.Requests = requests.Remote{URL: string(raw)}
@@ -249,7 +251,7 @@ func (h *Harness) stopProcesses() error {
 // buildComponentCommand builds test/harness/cmd/component; Go's build
 // cache makes every build after the first one short.
 func buildComponentCommand(ctx context.Context, out string) error {
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "./test/harness/cmd/component")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "./test/harness/cmd/component") //nolint:gosec // The harness's own command.
 	cmd.Dir = envtest.RepoRoot()
 	cmd.Env = os.Environ()
 	if os.Getenv("GOFLAGS") == "" {
@@ -265,7 +267,7 @@ func buildComponentCommand(ctx context.Context, out string) error {
 
 // tail returns the end of a log for an error message.
 func tail(path string) string {
-	raw, err := os.ReadFile(path)
+	raw, err := os.ReadFile(path) //nolint:gosec // A file of the repository or one the harness wrote.
 	if err != nil {
 		return err.Error()
 	}

@@ -115,7 +115,7 @@ type Remote struct {
 
 // State fetches the remote recorder's counts.
 func (rm Remote) State(ctx context.Context) (State, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, rm.URL+statePath, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, rm.URL+statePath, http.NoBody)
 	if err != nil {
 		return State{}, err
 	}
@@ -136,7 +136,7 @@ func (rm Remote) State(ctx context.Context) (State, error) {
 
 // Reset makes the remote recorder forget its counts.
 func (rm Remote) Reset(ctx context.Context) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, rm.URL+resetPath, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, rm.URL+resetPath, http.NoBody)
 	if err != nil {
 		return err
 	}
