@@ -385,7 +385,12 @@ func (s *Simulator) reconcile(ctx context.Context, req reconcile.Request) (recon
 
 	log := ctrl.LoggerFrom(ctx)
 	phase, reason, err := s.bootInstance(ctx, vmi, st)
-	if err != nil && !IsRefusal(err) && !errors.Is(err, errNotCloudConfig) && time.Now().Before(st.deadline) {
+	s.mu.Lock()
+	// The deadline is kubeadm's discovery timeout: a kubelet that has
+	// joined retries with its credentials for as long as it runs.
+	joined := st.booted != nil
+	s.mu.Unlock()
+	if err != nil && !IsRefusal(err) && !errors.Is(err, errNotCloudConfig) && (joined || time.Now().Before(st.deadline)) {
 		s.mu.Lock()
 		st.record.Phase, st.record.Error = PhaseJoining, err.Error()
 		s.mu.Unlock()

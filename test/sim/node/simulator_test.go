@@ -601,7 +601,7 @@ func TestKubeletThatCannotReportRetriesWithItsCredentials(t *testing.T) {
 					Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"nodes/status"}},
 				},
 			}}},
-			Validations: []admissionregistrationv1.Validation{{Expression: "object.metadata.name != 'stuck-0'", Message: "refused by the test"}},
+			Validations: []admissionregistrationv1.Validation{{Expression: "!object.metadata.name.startsWith('stuck-')", Message: "refused by the test"}},
 		},
 	}
 	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
@@ -613,6 +613,16 @@ func TestKubeletThatCannotReportRetriesWithItsCredentials(t *testing.T) {
 	}
 	g.Expect(workload.Client.Create(ctx, policy)).To(Succeed())
 	g.Expect(workload.Client.Create(ctx, binding)).To(Succeed())
+	// The apiserver enforces a new policy a moment after it is created:
+	// wait until a probe Node's status is refused before anything boots.
+	probe := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "stuck-probe"}}
+	g.Expect(workload.Client.Create(ctx, probe)).To(Succeed())
+	t.Cleanup(func() { _ = workload.Client.Delete(ctx, probe) })
+	g.Eventually(func() error {
+		probe.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionFalse}}
+		return workload.Client.Status().Update(ctx, probe)
+	}, timeout, poll).Should(MatchError(ContainSubstring("refused by the test")))
+	g.Expect(workload.Client.Delete(ctx, probe)).To(Succeed())
 	lifted := false
 	lift := func() {
 		if !lifted {
@@ -623,11 +633,12 @@ func TestKubeletThatCannotReportRetriesWithItsCredentials(t *testing.T) {
 	}
 	t.Cleanup(lift)
 
+	t.Cleanup(func() { _ = workload.Client.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "stuck-0"}}) })
 	token := newToken(t, time.Hour)
 	vm := machine(t, ns, "stuck-0", containerDisk(image), stagesConfig(t, "stuck-0", joinConfiguration("stuck-0", token, caPin(t))))
 	g.Eventually(func(g Gomega) {
 		r := boot(g, vm)
-		g.Expect(r.Phase).To(Equal(PhaseJoining))
+		g.Expect(r.Phase).To(Equal(PhaseJoining), "boot: %+v", r)
 		g.Expect(r.Error).To(ContainSubstring("refused by the test"))
 	}, timeout, poll).Should(Succeed())
 	g.Expect(workload.Client.Get(ctx, client.ObjectKey{Name: "stuck-0"}, &corev1.Node{})).To(Succeed(), "the Node was registered")
