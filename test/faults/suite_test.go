@@ -43,10 +43,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
-	"github.com/go-logr/logr/funcr"
-	"k8s.io/klog/v2"
-
 	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/test/harness"
 	"github.com/cozystack/cluster-api-workers/test/harness/components"
@@ -81,15 +77,10 @@ func TestMain(m *testing.M) {
 func run(m *testing.M) (code int) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	printed := logr.Discard()
-	if *verbose {
-		printed = funcr.New(func(prefix, args string) { fmt.Fprintln(os.Stderr, prefix, args) }, funcr.Options{Verbosity: 2, LogTimestamp: true})
-	}
 	// The in-process components' lines and, at the end, every line of the
 	// providers' processes (all their lives) are read for tokens, private
 	// keys and bootstrap data.
-	scanner, log := harness.NewLogScanner(printed)
-	klog.SetLogger(log)
+	scanner, log := harness.NewSuiteLogScanner(*verbose)
 	var err error
 	if logDir = *keepLog; logDir == "" {
 		if logDir, err = os.MkdirTemp("", "faults-providers-"); err != nil {
@@ -105,8 +96,7 @@ func run(m *testing.M) (code int) {
 				code = 1
 			}
 		}
-		if findings := scanner.Findings(); len(findings) > 0 {
-			fmt.Fprintf(os.Stderr, "FAIL: %d of %d log lines carry what must never be logged:\n%s\n", len(findings), scanner.Lines(), strings.Join(findings, "\n"))
+		if scanner.Report(os.Stderr) {
 			code = 1
 		}
 	}()

@@ -18,6 +18,8 @@ package harness
 
 import (
 	"fmt"
+	"io"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -25,6 +27,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
+	"k8s.io/klog/v2"
 
 	"github.com/cozystack/cluster-api-workers/internal/logcap"
 	"github.com/cozystack/cluster-api-workers/internal/sshkeys"
@@ -127,6 +130,30 @@ func window(s string, at, n int) string {
 	from := max(at-60, 0)
 	to := min(from+n, len(s))
 	return s[from:to]
+}
+
+// NewSuiteLogScanner is the scanner and logger of a test suite: every
+// line reaches the scanner; with verbose, lines up to V(2) are also
+// printed to stderr. klog (client-go) logs through it too.
+func NewSuiteLogScanner(verbose bool) (*LogScanner, logr.Logger) {
+	printed := logr.Discard()
+	if verbose {
+		printed = funcr.New(func(prefix, args string) { fmt.Fprintln(os.Stderr, prefix, args) }, funcr.Options{Verbosity: 2, LogTimestamp: true})
+	}
+	s, log := NewLogScanner(printed)
+	klog.SetLogger(log)
+	return s, log
+}
+
+// Report writes the findings to w and reports whether there were any: a
+// suite fails then.
+func (s *LogScanner) Report(w io.Writer) bool {
+	findings := s.Findings()
+	if len(findings) == 0 {
+		return false
+	}
+	fmt.Fprintf(w, "FAIL: %d of %d log lines carry what must never be logged:\n%s\n", len(findings), s.Lines(), strings.Join(findings, "\n"))
+	return true
 }
 
 // Lines is how many lines were scanned.

@@ -18,6 +18,7 @@ package harness
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/go-logr/logr"
@@ -48,4 +49,17 @@ func TestLogScannerFindsWhatMustNotBeLogged(t *testing.T) {
 	for _, f := range scanner.Findings() {
 		g.Expect(f).NotTo(ContainSubstring("0123456789abcdef"), "a finding never carries the secret")
 	}
+}
+
+func TestLogScannerReport(t *testing.T) {
+	g := NewWithT(t)
+	scanner, log := NewLogScanner(logr.Discard())
+	var out strings.Builder
+	log.Info("Created a bootstrap token", "tokenID", "abcdef")
+	g.Expect(scanner.Report(&out)).To(BeFalse())
+	g.Expect(out.String()).To(BeEmpty())
+	log.WithName("bootstrap").Info("Joining", "token", "abcdef.0123456789abcdef")
+	g.Expect(scanner.Report(&out)).To(BeTrue())
+	g.Expect(out.String()).To(HavePrefix("FAIL: 1 of 2 log lines carry what must never be logged:\n"))
+	g.Expect(out.String()).NotTo(ContainSubstring("0123456789abcdef"))
 }

@@ -30,15 +30,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
-	"github.com/go-logr/logr/funcr"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
-	"k8s.io/klog/v2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util/conditions"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -94,20 +91,14 @@ func TestMain(m *testing.M) {
 func run(m *testing.M) (code int) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	printed := logr.Discard()
-	if *verbose {
-		printed = funcr.New(func(prefix, args string) { fmt.Fprintln(os.Stderr, prefix, args) }, funcr.Options{Verbosity: 2, LogTimestamp: true})
-	}
 	// Every line of every component, at every verbosity, is read for
 	// tokens, private keys and bootstrap data; the suite fails on any.
-	scanner, log := harness.NewLogScanner(printed)
+	scanner, log := harness.NewSuiteLogScanner(*verbose)
 	defer func() {
-		if findings := scanner.Findings(); len(findings) > 0 {
-			fmt.Fprintf(os.Stderr, "FAIL: %d of %d log lines carry what must never be logged:\n%s\n", len(findings), scanner.Lines(), strings.Join(findings, "\n"))
+		if scanner.Report(os.Stderr) {
 			code = 1
 		}
 	}()
-	klog.SetLogger(log)
 	// The management apiserver's audit log says what our providers called;
 	// every verb their roles grant that no scenario used fails the suite,
 	// unless testdata/unexercised-rbac.yaml says why the role keeps it.
