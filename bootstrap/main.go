@@ -177,11 +177,11 @@ func run(o *options) error {
 	if err := mgr.AddHealthzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
 		return fmt.Errorf("adding the health check: %w", err)
 	}
-	if err := setup.SetupWebhooks(mgr); err != nil {
+	if err := setup.Webhooks(mgr); err != nil {
 		return err
 	}
 	ctx := ctrl.SetupSignalHandler()
-	if err := setup.SetupReconcilers(ctx, mgr, setup.Options{
+	if err := setup.Reconcilers(ctx, mgr, setup.Options{
 		ControllerName:          controllerName,
 		TokenTTL:                o.tokenTTL,
 		KairosConfigConcurrency: o.kairosConfigConcurrency,

@@ -187,10 +187,10 @@ func run() error {
 
 	ctx := ctrl.SetupSignalHandler()
 	workerClasses := feature.Gates.Enabled(feature.WorkerClass)
-	if err := setup.SetupWebhooks(mgr); err != nil {
+	if err := setup.Webhooks(mgr); err != nil {
 		return err
 	}
-	if err := setup.SetupReconcilers(ctx, mgr, setup.Options{
+	if err := setup.Reconcilers(ctx, mgr, setup.Options{
 		WatchFilterValue:      watchFilterValue,
 		WorkerClasses:         workerClasses,
 		ImportFailureRestarts: importFailureRestarts,

@@ -170,11 +170,11 @@ func ValidateTokenTTL(ttl time.Duration) error {
 	return nil
 }
 
-// SetupReconcilers creates the ClusterCache (workload clients and watches)
+// Reconcilers creates the ClusterCache (workload clients and watches)
 // and registers the KairosConfig controller. The ClusterCache's workload
 // connections are closed when the manager stops, so several managers can
 // come and go in one process.
-func SetupReconcilers(ctx context.Context, mgr ctrl.Manager, opts Options) error { //nolint:revive // Named after Cluster API's main.go setupReconcilers, which it is.
+func Reconcilers(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 	if opts.ControllerName == "" {
 		return errors.New("bootstrap setup: Options.ControllerName is required")
 	}
@@ -227,9 +227,9 @@ func (shutdownOnStop) NeedLeaderElection() bool { return false }
 
 var _ manager.LeaderElectionRunnable = shutdownOnStop(nil)
 
-// SetupWebhooks registers the KairosConfig and KairosConfigTemplate
+// Webhooks registers the KairosConfig and KairosConfigTemplate
 // admission webhooks.
-func SetupWebhooks(mgr ctrl.Manager) error { //nolint:revive // Named after Cluster API's main.go setupWebhooks, which it is.
+func Webhooks(mgr ctrl.Manager) error {
 	if err := admission.SetupWebhooksWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the webhooks: %w", err)
 	}

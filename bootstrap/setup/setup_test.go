@@ -123,7 +123,7 @@ func TestManagerClientOptionsReadSecretsDirectly(t *testing.T) {
 	g.Expect(opts.Cache.Unstructured).To(BeTrue(), "infrastructure objects and their templates are read from the cache")
 }
 
-func TestSetupReconcilers(t *testing.T) {
+func TestReconcilers(t *testing.T) {
 	g := NewWithT(t)
 	scheme := runtime.NewScheme()
 	g.Expect(AddToScheme(scheme)).To(Succeed())
@@ -144,10 +144,10 @@ func TestSetupReconcilers(t *testing.T) {
 	})
 	g.Expect(err).NotTo(HaveOccurred())
 
-	g.Expect(SetupReconcilers(context.Background(), mgr, Options{})).To(MatchError(ContainSubstring("ControllerName is required")))
-	g.Expect(SetupReconcilers(context.Background(), mgr, Options{ControllerName: "x", TokenTTL: -time.Second})).To(MatchError(ContainSubstring("TokenTTL")))
-	g.Expect(SetupReconcilers(context.Background(), mgr, Options{ControllerName: uniqueName("kairos-setup-test")})).To(Succeed())
-	g.Expect(SetupWebhooks(mgr)).To(Succeed())
+	g.Expect(Reconcilers(context.Background(), mgr, Options{})).To(MatchError(ContainSubstring("ControllerName is required")))
+	g.Expect(Reconcilers(context.Background(), mgr, Options{ControllerName: "x", TokenTTL: -time.Second})).To(MatchError(ContainSubstring("TokenTTL")))
+	g.Expect(Reconcilers(context.Background(), mgr, Options{ControllerName: uniqueName("kairos-setup-test")})).To(Succeed())
+	g.Expect(Webhooks(mgr)).To(Succeed())
 }
 
 func TestOptionDefaultsAreTheProductionDefaults(t *testing.T) {

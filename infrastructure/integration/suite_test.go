@@ -135,7 +135,7 @@ func run(m *testing.M) int {
 		Scheme:        scheme,
 		CRDPaths:      envtest.ExternalCRDPaths(),
 		WebhookPaths:  []string{"config/infrastructure/webhook"},
-		SetupWebhooks: setup.SetupWebhooks,
+		SetupWebhooks: setup.Webhooks,
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -260,7 +260,7 @@ func startControllers(ctx context.Context) (*controllerManager, error) {
 		return nil, err
 	}
 	mctx, cancel := context.WithCancel(ctx)
-	if err := setup.SetupReconcilers(mctx, mgr, setup.Options{WorkerClasses: true, ImportFailureRestarts: 3, MachineConcurrency: 10, TemplateConcurrency: 4}); err != nil {
+	if err := setup.Reconcilers(mctx, mgr, setup.Options{WorkerClasses: true, ImportFailureRestarts: 3, MachineConcurrency: 10, TemplateConcurrency: 4}); err != nil {
 		cancel()
 		return nil, err
 	}

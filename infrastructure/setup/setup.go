@@ -126,11 +126,11 @@ type Options struct {
 	MachineConcurrency, TemplateConcurrency, ClusterConcurrency int
 }
 
-// SetupReconcilers registers the KubeVirtMachine, KubeVirtMachineTemplate and
+// Reconcilers registers the KubeVirtMachine, KubeVirtMachineTemplate and
 // KubeVirtCluster controllers. Their writes use strict field validation, so
 // a field the installed KubeVirt or CDI does not know is an error, not a
 // silently dropped setting.
-func SetupReconcilers(ctx context.Context, mgr ctrl.Manager, opts Options) error { //nolint:revive // Named after Cluster API's main.go setupReconcilers, which it is.
+func Reconcilers(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 	strict := client.WithFieldValidation(mgr.GetClient(), metav1.FieldValidationStrict)
 	if err := (&kubevirtmachine.Reconciler{
 		Client:                strict,
@@ -157,8 +157,8 @@ func SetupReconcilers(ctx context.Context, mgr ctrl.Manager, opts Options) error
 	return nil
 }
 
-// SetupWebhooks registers the provider's admission webhooks.
-func SetupWebhooks(mgr ctrl.Manager) error { //nolint:revive // Named after Cluster API's main.go setupWebhooks, which it is.
+// Webhooks registers the provider's admission webhooks.
+func Webhooks(mgr ctrl.Manager) error {
 	clones := &cloneauth.Authorizer{Client: mgr.GetClient(), Reader: mgr.GetAPIReader()}
 	for name, setup := range map[string]func(ctrl.Manager) error{
 		"KubeVirtMachine":         (&admission.KubeVirtMachine{Clones: clones, Templates: mgr.GetAPIReader()}).SetupWebhookWithManager,

@@ -113,8 +113,8 @@ func webhookSetup(opts Options, caches *lazyClusterCache) (webhooks, error) {
 			"ExtensionConfig":           (&coreadmission.ExtensionConfig{}).SetupWebhookWithManager,
 			"IPAddress":                 (&coreadmission.IPAddress{Client: mgr.GetAPIReader()}).SetupWebhookWithManager,
 			"IPAddressClaim":            (&coreadmission.IPAddressClaim{}).SetupWebhookWithManager,
-			"Kairos bootstrap":          bootstrapsetup.SetupWebhooks,
-			"KubeVirt infrastructure":   infrasetup.SetupWebhooks,
+			"Kairos bootstrap":          bootstrapsetup.Webhooks,
+			"KubeVirt infrastructure":   infrasetup.Webhooks,
 		} {
 			if err := setup(mgr); err != nil {
 				return fmt.Errorf("serving the %s webhooks: %w", name, err)

@@ -226,7 +226,7 @@ func (c *Component) kairos(ctx context.Context, cfg *rest.Config, opts Options) 
 		return err
 	}
 	c.Manager = mgr
-	return bootstrapsetup.SetupReconcilers(ctx, mgr, bootstrapsetup.Options{
+	return bootstrapsetup.Reconcilers(ctx, mgr, bootstrapsetup.Options{
 		ControllerName:          opts.ControllerName,
 		TokenTTL:                opts.BootstrapTokenTTL,
 		ClusterCacheClientQPS:   opts.Limits.ClusterCacheQPS,
@@ -280,7 +280,7 @@ func (c *Component) infrastructure(ctx context.Context, cfg *rest.Config, opts O
 		return err
 	}
 	c.Manager = mgr
-	if err := infrasetup.SetupReconcilers(ctx, mgr, infrasetup.Options{
+	if err := infrasetup.Reconcilers(ctx, mgr, infrasetup.Options{
 		WorkerClasses:         opts.WorkerClasses,
 		ImportFailureRestarts: opts.ImportFailureRestarts,
 		// The flag defaults.
