@@ -71,6 +71,11 @@ type KubeVirtClusterStatus struct {
 	// +listMapKey=name
 	// +kubebuilder:validation:MaxItems=100
 	FailureDomains []clusterv1.FailureDomain `json:"failureDomains,omitempty"`
+
+	// observedGeneration is the latest generation the controller observed.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 }
 
 // +kubebuilder:object:root=true

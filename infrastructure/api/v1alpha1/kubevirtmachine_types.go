@@ -171,6 +171,11 @@ type KubeVirtMachineStatus struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=128
 	ProvisionedInstanceUID string `json:"provisionedInstanceUID,omitempty"`
+
+	// observedGeneration is the latest generation the controller observed.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 }
 
 // +kubebuilder:object:root=true

@@ -149,6 +149,11 @@ type KubeVirtMachineTemplateStatus struct {
 	// nodeInfo of one machine for the cluster autoscaler's scale from zero.
 	// +optional
 	NodeInfo NodeInfo `json:"nodeInfo,omitempty,omitzero"`
+
+	// observedGeneration is the latest generation the controller observed.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 }
 
 // +kubebuilder:object:root=true
