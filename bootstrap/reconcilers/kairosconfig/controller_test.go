@@ -33,6 +33,7 @@ import (
 
 	bootstrapv1 "github.com/cozystack/cluster-api-workers/bootstrap/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/bootstrap/internal/cloudconfig"
+	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
 )
 
 const eventually = 30 * time.Second
@@ -301,8 +302,8 @@ func TestWaitingConditions(t *testing.T) {
 			reason:  bootstrapv1.WaitingForInfrastructureTemplateReason,
 			release: func(f *fixture, w *worker) {
 				f.resolveTemplate(w.config.Name+"-template", map[string]any{
-					"workerClassName": "kairos", "bootstrap": BootstrapFamilyKairos,
-					"kubernetesVersion": testVersion, "kubernetesVersionMatch": VersionMatchMinor,
+					"workerClassName": "kairos", "bootstrap": string(workerclassv1.BootstrapKairos),
+					"kubernetesVersion": testVersion, "kubernetesVersionMatch": string(workerclassv1.KubernetesVersionMatchMinor),
 				})
 			},
 		},
@@ -341,10 +342,10 @@ func TestKubernetesVersionMismatchRendersNothing(t *testing.T) {
 		match        string
 		wantMismatch bool
 	}{
-		{name: "fixed image: another patch is a mismatch", machine: "v1.35.5", image: "v1.35.6", match: VersionMatchExact, wantMismatch: true},
-		{name: "fixed image: the exact patch matches", machine: "v1.35.6", image: "v1.35.6", match: VersionMatchExact},
-		{name: "platform image: another minor is a mismatch", machine: "v1.34.9", image: "v1.35.6", match: VersionMatchMinor, wantMismatch: true},
-		{name: "platform image: any patch of the minor matches", machine: "v1.35.1", image: "v1.35.6", match: VersionMatchMinor},
+		{name: "fixed image: another patch is a mismatch", machine: "v1.35.5", image: "v1.35.6", match: string(workerclassv1.KubernetesVersionMatchExact), wantMismatch: true},
+		{name: "fixed image: the exact patch matches", machine: "v1.35.6", image: "v1.35.6", match: string(workerclassv1.KubernetesVersionMatchExact)},
+		{name: "platform image: another minor is a mismatch", machine: "v1.34.9", image: "v1.35.6", match: string(workerclassv1.KubernetesVersionMatchMinor), wantMismatch: true},
+		{name: "platform image: any patch of the minor matches", machine: "v1.35.1", image: "v1.35.6", match: string(workerclassv1.KubernetesVersionMatchMinor)},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

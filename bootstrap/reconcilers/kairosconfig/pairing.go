@@ -21,13 +21,9 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/validation/field"
-)
 
-// BootstrapFamilyKairos is the bootstrap family this provider serves: the
-// value of a WorkerClass's spec.bootstrap, frozen by the infrastructure
-// provider into its template's status.resolved.bootstrap. The provider
-// reads templates as unstructured and does not import the WorkerClass API.
-const BootstrapFamilyKairos = "kairos"
+	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
+)
 
 // Fields of an infrastructure machine template (see the infrastructure
 // provider's contract).
@@ -55,21 +51,23 @@ type templateClass struct {
 	// Resolved says whether status.resolved has been written.
 	Resolved bool
 	// Bootstrap is the class's bootstrap family
-	// (status.resolved.bootstrap); empty when the template declares none.
-	Bootstrap string
+	// (status.resolved.bootstrap), which the infrastructure provider
+	// freezes from the WorkerClass's spec.bootstrap; empty when the
+	// template declares none.
+	Bootstrap workerclassv1.BootstrapFamily
 }
 
 // templateClassFrom reads a template's WorkerClass and bootstrap family.
 func templateClassFrom(template *unstructured.Unstructured) (templateClass, error) {
 	c := templateClass{Source: template.GetKind() + " " + template.GetName()}
-	var specClass, resolvedClass string
+	var specClass, resolvedClass, bootstrap string
 	for _, f := range []struct {
 		fields []string
 		into   *string
 	}{
 		{templateClassField, &specClass},
 		{resolvedClassField, &resolvedClass},
-		{resolvedBootstrapField, &c.Bootstrap},
+		{resolvedBootstrapField, &bootstrap},
 	} {
 		v, _, err := unstructured.NestedString(template.Object, f.fields...)
 		if err != nil {
@@ -82,6 +80,7 @@ func templateClassFrom(template *unstructured.Unstructured) (templateClass, erro
 		return templateClass{}, fmt.Errorf("reading %s of %s: %w", fieldPath(resolvedField), c.Source, err)
 	}
 	c.Resolved = found && resolved != nil
+	c.Bootstrap = workerclassv1.BootstrapFamily(bootstrap)
 	c.WorkerClass = resolvedClass
 	if c.WorkerClass == "" {
 		c.WorkerClass = specClass
@@ -108,13 +107,13 @@ func (c templateClass) waitingMessage() string {
 // including a template that declares no family (classless, or another
 // provider's): there is nothing to compare then.
 func (c templateClass) familyMismatch() string {
-	if c.Bootstrap == "" || c.Bootstrap == BootstrapFamilyKairos {
+	if c.Bootstrap == "" || c.Bootstrap == workerclassv1.BootstrapKairos {
 		return ""
 	}
 	subject := c.Source
 	if c.WorkerClass != "" {
 		subject += " (WorkerClass " + c.WorkerClass + ")"
 	}
-	err := field.NotSupported(fieldPath(resolvedBootstrapField), c.Bootstrap, []string{BootstrapFamilyKairos})
+	err := field.NotSupported(fieldPath(resolvedBootstrapField), c.Bootstrap, []workerclassv1.BootstrapFamily{workerclassv1.BootstrapKairos})
 	return fmt.Sprintf("%s boots %s workers, not Kairos; a KairosConfig cannot bootstrap them: %s", subject, c.Bootstrap, err.Error())
 }

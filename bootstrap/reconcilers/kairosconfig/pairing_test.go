@@ -149,7 +149,6 @@ func TestTemplatePairing(t *testing.T) {
 // the WorkerClass API's Kairos.
 func TestTemplatePairingReadsTheInfrastructureContract(t *testing.T) {
 	g := NewWithT(t)
-	g.Expect(BootstrapFamilyKairos).To(Equal(string(workerclassv1.BootstrapKairos)))
 
 	toUnstructured := func(tmpl *infrav1.KubeVirtMachineTemplate) *unstructured.Unstructured {
 		tmpl.APIVersion, tmpl.Kind = infrav1.GroupVersion.String(), "KubeVirtMachineTemplate"
@@ -201,7 +200,7 @@ func TestKairosConfigRefusesANonKairosClass(t *testing.T) {
 		refused             bool
 	}{
 		{name: "a Talos class is refused", class: "talos-example-r1", family: "talos", refused: true},
-		{name: "a Kairos class renders", class: "kairos-example-r1", family: BootstrapFamilyKairos},
+		{name: "a Kairos class renders", class: "kairos-example-r1", family: string(workerclassv1.BootstrapKairos)},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -212,7 +211,7 @@ func TestKairosConfigRefusesANonKairosClass(t *testing.T) {
 				templateClass: tt.class,
 				template: map[string]any{
 					"workerClassName": tt.class, "bootstrap": tt.family,
-					"kubernetesVersion": testVersion, "kubernetesVersionMatch": VersionMatchMinor,
+					"kubernetesVersion": testVersion, "kubernetesVersionMatch": string(workerclassv1.KubernetesVersionMatchMinor),
 				},
 			})
 			if !tt.refused {

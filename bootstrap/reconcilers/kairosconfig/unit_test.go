@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/cluster-api/util/conditions"
 
 	bootstrapv1 "github.com/cozystack/cluster-api-workers/bootstrap/api/v1alpha1"
+	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
 )
 
 // TestRenderWaitsForTheInfrastructureName covers a Machine whose
@@ -61,21 +62,21 @@ func TestCheckVersion(t *testing.T) {
 		name, machine, image, match string
 		wantMismatch, wantErr       bool
 	}{
-		{name: "exact: same patch", machine: "v1.35.6", image: "v1.35.6", match: VersionMatchExact},
-		{name: "exact: same patch without v prefix", machine: "1.35.6", image: "v1.35.6", match: VersionMatchExact},
-		{name: "exact: other patch", machine: "v1.35.5", image: "v1.35.6", match: VersionMatchExact, wantMismatch: true},
-		{name: "exact: other minor", machine: "v1.36.6", image: "v1.35.6", match: VersionMatchExact, wantMismatch: true},
-		{name: "minor: other patch", machine: "v1.35.1", image: "v1.35.6", match: VersionMatchMinor},
-		{name: "minor: other minor", machine: "v1.34.6", image: "v1.35.6", match: VersionMatchMinor, wantMismatch: true},
+		{name: "exact: same patch", machine: "v1.35.6", image: "v1.35.6", match: string(workerclassv1.KubernetesVersionMatchExact)},
+		{name: "exact: same patch without v prefix", machine: "1.35.6", image: "v1.35.6", match: string(workerclassv1.KubernetesVersionMatchExact)},
+		{name: "exact: other patch", machine: "v1.35.5", image: "v1.35.6", match: string(workerclassv1.KubernetesVersionMatchExact), wantMismatch: true},
+		{name: "exact: other minor", machine: "v1.36.6", image: "v1.35.6", match: string(workerclassv1.KubernetesVersionMatchExact), wantMismatch: true},
+		{name: "minor: other patch", machine: "v1.35.1", image: "v1.35.6", match: string(workerclassv1.KubernetesVersionMatchMinor)},
+		{name: "minor: other minor", machine: "v1.34.6", image: "v1.35.6", match: string(workerclassv1.KubernetesVersionMatchMinor), wantMismatch: true},
 		{name: "minor is the default", machine: "v1.35.0", image: "v1.35.6", match: ""},
 		{name: "unknown match", machine: "v1.35.6", image: "v1.35.6", match: "Fuzzy", wantErr: true},
-		{name: "machine version unparsable", machine: "latest", image: "v1.35.6", match: VersionMatchExact, wantErr: true},
-		{name: "image version unparsable", machine: "v1.35.6", image: "stable", match: VersionMatchExact, wantErr: true},
+		{name: "machine version unparsable", machine: "latest", image: "v1.35.6", match: string(workerclassv1.KubernetesVersionMatchExact), wantErr: true},
+		{name: "image version unparsable", machine: "v1.35.6", image: "stable", match: string(workerclassv1.KubernetesVersionMatchExact), wantErr: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			g := NewWithT(t)
-			msg, err := checkVersion(tt.machine, imageVersion{Version: tt.image, Match: tt.match, Source: "TestMachineTemplate t"})
+			msg, err := checkVersion(tt.machine, imageVersion{Version: tt.image, Match: workerclassv1.KubernetesVersionMatch(tt.match), Source: "TestMachineTemplate t"})
 			if tt.wantErr {
 				g.Expect(err).To(HaveOccurred())
 				return

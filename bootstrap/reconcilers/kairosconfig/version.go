@@ -28,24 +28,18 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/controllers/external"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-)
 
-// Values of status.resolved.kubernetesVersionMatch on an infrastructure
-// machine template (see the infrastructure provider's contract).
-const (
-	// VersionMatchExact: a fixed image carries one exact patch, which the
-	// Machine must request.
-	VersionMatchExact = "Exact"
-	// VersionMatchMinor: platform images follow the platform's patch map;
-	// only the minor must agree.
-	VersionMatchMinor = "Minor"
+	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
 )
 
 // imageVersion is the Kubernetes version an image declares and how a
 // Machine's version must match it.
 type imageVersion struct {
 	Version string
-	Match   string
+	// Match is status.resolved.kubernetesVersionMatch: Exact for a fixed
+	// image, which carries one patch; Minor for platform images, which
+	// follow the platform's patch map.
+	Match workerclassv1.KubernetesVersionMatch
 	// Source names the object the version was read from, for messages.
 	Source string
 }
@@ -99,7 +93,7 @@ func imageVersionFrom(template *unstructured.Unstructured) (*imageVersion, error
 	if err != nil {
 		return nil, fmt.Errorf("reading status.resolved.kubernetesVersionMatch of %s %s: %w", template.GetKind(), template.GetName(), err)
 	}
-	return &imageVersion{Version: version, Match: match, Source: template.GetKind() + " " + template.GetName()}, nil
+	return &imageVersion{Version: version, Match: workerclassv1.KubernetesVersionMatch(match), Source: template.GetKind() + " " + template.GetName()}, nil
 }
 
 // checkVersion compares Machine.spec.version with the image's version:
@@ -116,12 +110,12 @@ func checkVersion(machineVersion string, image imageVersion) (mismatch string, e
 		return "", fmt.Errorf("%s declares Kubernetes version %q, which is not a version: %w", image.Source, image.Version, err)
 	}
 	switch image.Match {
-	case VersionMatchExact:
+	case workerclassv1.KubernetesVersionMatchExact:
 		if want.Major != have.Major || want.Minor != have.Minor || want.Patch != have.Patch {
 			return fmt.Sprintf("Machine version %s does not match the image's Kubernetes version %s (%s, exact patch required)",
 				vPrefixed(machineVersion), vPrefixed(image.Version), image.Source), nil
 		}
-	case VersionMatchMinor, "":
+	case workerclassv1.KubernetesVersionMatchMinor, "":
 		if want.Major != have.Major || want.Minor != have.Minor {
 			return fmt.Sprintf("Machine version %s does not match the image's Kubernetes version %s (%s, same minor required)",
 				vPrefixed(machineVersion), vPrefixed(image.Version), image.Source), nil
