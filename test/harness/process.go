@@ -48,9 +48,10 @@ type ComponentProcess struct {
 	// LogPath holds its log.
 	LogPath string
 
-	// args are its flags but the address file.
-	args []string
-	h    *Harness
+	// command is its binary and args its flags but the address file.
+	command string
+	args    []string
+	h       *Harness
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -87,12 +88,10 @@ const processStartTimeout = 2 * time.Minute
 // component's kubeconfig (cfg: the identity it runs as) and starts it.
 func (h *Harness) startProcess(ctx context.Context, name components.Name, controllerName string, cfg *rest.Config) error {
 	if h.workDir == "" {
-		dir, err := os.MkdirTemp("", "harness-components-")
-		if err != nil {
+		if err := h.makeWorkDir(); err != nil {
 			return err
 		}
-		h.workDir = dir
-		if err := buildComponentCommand(ctx, filepath.Join(dir, "component")); err != nil {
+		if err := buildCommand(ctx, "./test/harness/cmd/component", filepath.Join(h.workDir, "component")); err != nil {
 			return err
 		}
 	}
@@ -113,19 +112,69 @@ func (h *Harness) startProcess(ctx context.Context, name components.Name, contro
 		"-bootstrap-token-ttl", h.opts.BootstrapTokenTTL.String(),
 		"-import-failure-restarts", strconv.Itoa(int(h.opts.ImportFailureRestarts)),
 	}
-	logDir := h.workDir
-	if h.opts.ProcessLogDir != "" {
-		logDir = h.opts.ProcessLogDir
-	}
-	if err := os.MkdirAll(logDir, 0o750); err != nil {
+	logDir, err := h.processLogDir()
+	if err != nil {
 		return err
 	}
-	p := &ComponentProcess{Name: name, LogPath: filepath.Join(logDir, string(name)+".log"), args: args, h: h}
+	p := &ComponentProcess{Name: name, LogPath: filepath.Join(logDir, string(name)+".log"), command: filepath.Join(h.workDir, "component"), args: args, h: h}
 	if err := p.start(ctx); err != nil {
 		return err
 	}
 	h.processes = append(h.processes, p)
 	return nil
+}
+
+// StartProcess builds the command in pkg (a package path relative to the
+// repository, such as the scale benchmark's contract-floor providers) and
+// runs it as a component process of this harness with cfg's identity: it
+// gets -kubeconfig, args and -address-file, must write the URL of its
+// request counts (requests.Recorder.Handler) to the address file once its
+// caches synced, and stop on SIGTERM. Stop stops it with the providers.
+func (h *Harness) StartProcess(ctx context.Context, name components.Name, pkg string, cfg *rest.Config, args ...string) (*ComponentProcess, error) {
+	if h.workDir == "" {
+		if err := h.makeWorkDir(); err != nil {
+			return nil, err
+		}
+	}
+	command := filepath.Join(h.workDir, string(name))
+	if err := buildCommand(ctx, pkg, command); err != nil {
+		return nil, err
+	}
+	kubeconfig := filepath.Join(h.workDir, string(name)+".kubeconfig")
+	if err := envtest.WriteKubeconfig(kubeconfig, "management", cfg); err != nil {
+		return nil, err
+	}
+	logDir, err := h.processLogDir()
+	if err != nil {
+		return nil, err
+	}
+	p := &ComponentProcess{Name: name, LogPath: filepath.Join(logDir, string(name)+".log"), command: command, args: append([]string{"-kubeconfig", kubeconfig}, args...), h: h}
+	if err := p.start(ctx); err != nil {
+		return nil, err
+	}
+	h.processes = append(h.processes, p)
+	return p, nil
+}
+
+// makeWorkDir makes the directory for the processes' binaries,
+// kubeconfigs and (without Options.ProcessLogDir) logs.
+func (h *Harness) makeWorkDir() error {
+	dir, err := os.MkdirTemp("", "harness-components-")
+	if err != nil {
+		return err
+	}
+	h.workDir = dir
+	return nil
+}
+
+// processLogDir is where the processes' logs go: Options.ProcessLogDir, or
+// the work directory.
+func (h *Harness) processLogDir() (string, error) {
+	dir := h.workDir
+	if h.opts.ProcessLogDir != "" {
+		dir = h.opts.ProcessLogDir
+	}
+	return dir, os.MkdirAll(dir, 0o750)
 }
 
 // start starts the process and waits until its caches synced. The log is
@@ -140,7 +189,7 @@ func (p *ComponentProcess) start(ctx context.Context) error {
 		return err
 	}
 	defer func() { _ = logFile.Close() }()
-	cmd := exec.Command(filepath.Join(p.h.workDir, "component"), append(p.args, "-address-file", addressFile)...) //nolint:gosec,noctx // The component command the harness built; it runs until Kill or stopProcesses, not until a context ends.
+	cmd := exec.Command(p.command, append(p.args, "-address-file", addressFile)...) //nolint:gosec,noctx // A command the harness built; it runs until Kill or stopProcesses, not until a context ends.
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	// The component dies with this process, however it ends.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -248,10 +297,11 @@ func (h *Harness) stopProcesses() error {
 	return errors.Join(errs...)
 }
 
-// buildComponentCommand builds test/harness/cmd/component; Go's build
-// cache makes every build after the first one short.
-func buildComponentCommand(ctx context.Context, out string) error {
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "./test/harness/cmd/component") //nolint:gosec // The harness's own command.
+// buildCommand builds the command in pkg (test/harness/cmd/component, or
+// one StartProcess names); Go's build cache makes every build after the
+// first one short.
+func buildCommand(ctx context.Context, pkg, out string) error {
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, pkg) //nolint:gosec // A command of this repository.
 	cmd.Dir = envtest.RepoRoot()
 	cmd.Env = os.Environ()
 	if os.Getenv("GOFLAGS") == "" {
@@ -260,7 +310,7 @@ func buildComponentCommand(ctx context.Context, out string) error {
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("building the component command: %w: %s", err, strings.TrimSpace(stderr.String()))
+		return fmt.Errorf("building %s: %w: %s", pkg, err, strings.TrimSpace(stderr.String()))
 	}
 	return nil
 }
