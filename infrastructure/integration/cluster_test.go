@@ -62,6 +62,7 @@ func TestKubeVirtClusterPassesThrough(t *testing.T) {
 		g.Expect(kc.Status.FailureDomains).To(Equal(kc.Spec.FailureDomains))
 		cond := expectCondition(g, kc, infrav1.ReadyCondition, metav1.ConditionTrue, infrav1.ReadyReason)
 		g.Expect(cond.Message).To(Equal("Control plane endpoint is api.tenant.example.com:6443"))
+		g.Expect(kc.Status.ObservedGeneration).To(Equal(kc.Generation))
 	}).Should(Succeed())
 	changed := kc.DeepCopy()
 	changed.Spec.ControlPlaneEndpoint.Host = "other.example.com"
@@ -115,8 +116,11 @@ func TestBesideCAPK(t *testing.T) {
 	kvm := tc.machine(t, "shared-name", containerDiskSpec())
 	g.Eventually(func(g Gomega) {
 		g.Expect(c.Get(ctx, client.ObjectKeyFromObject(kvm), kvm)).To(Succeed())
-		cond := expectCondition(g, kvm, infrav1.ReadyCondition, metav1.ConditionFalse, infrav1.NameConflictReason)
-		g.Expect(cond.Message).To(Equal("VirtualMachine shared-name exists and is not controlled by this KubeVirtMachine"))
+		// Every condition the machine owns says so, not Ready alone.
+		for _, conditionType := range []string{infrav1.ReadyCondition, infrav1.BootDiskReadyCondition, infrav1.VirtualMachineProvisionedCondition} {
+			cond := expectCondition(g, kvm, conditionType, metav1.ConditionFalse, infrav1.NameConflictReason)
+			g.Expect(cond.Message).To(Equal("VirtualMachine shared-name exists and is not controlled by this KubeVirtMachine"))
+		}
 	}).Should(Succeed())
 	// KubeVirt runs the foreign VM and writes it; the provider never does.
 	g.Expect(c.Get(ctx, client.ObjectKeyFromObject(foreign), foreign)).To(Succeed())

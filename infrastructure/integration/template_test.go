@@ -81,6 +81,7 @@ func TestClasslessTemplate(t *testing.T) {
 	g.Expect(tmpl.Status.Resolved.CloudInitDatasource).To(Equal(infrav1.NoCloudDatasource))
 	g.Expect(tmpl.Status.Resolved.KubernetesVersion).To(BeEmpty())
 	g.Expect(tmpl.Status.Resolved.ContentHash).To(HaveLen(64))
+	g.Expect(tmpl.Status.ObservedGeneration).To(Equal(tmpl.Generation), "the resolution goes out with the generation it observed")
 	expectCapacity(g, tmpl.Status.Capacity, corev1.ResourceList{
 		corev1.ResourceCPU: resource.MustParse("2"), corev1.ResourceMemory: resource.MustParse("4Gi"),
 		"nvidia.com/gpu": resource.MustParse("1")})

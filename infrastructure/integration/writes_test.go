@@ -191,10 +191,11 @@ func conditionMatching(conditionType string, status metav1.ConditionStatus, reas
 // is not ready yet, through KubeVirt's virt-controller and the node
 // stand-ins starting its instance, to its node joining, and pins the
 // provider's writes to its KubeVirtMachine:
-// one spec patch (finalizer and providerID) and one status patch per
-// lifecycle step (waiting for bootstrap data, VM created, provisioned),
-// where Cluster API's patch helper sends a step's conditions and its other
-// status fields as two patches.
+// the finalizer (Cluster API's finalizers.EnsureFinalizer), the providerID,
+// and one status patch per lifecycle step (waiting for bootstrap data, VM
+// created, provisioned), where Cluster API's patch helper sends a step's
+// conditions and its other status fields (the first observedGeneration,
+// the provisioned fields) as two patches.
 func TestOneMachineLifecycleWrites(t *testing.T) {
 	t.Parallel()
 	tc := newCluster(t)
@@ -217,11 +218,16 @@ func TestOneMachineLifecycleWrites(t *testing.T) {
 		expectCondition(g, kvm, infrav1.ReadyCondition, metav1.ConditionUnknown, infrav1.WaitingForBootstrapDataReason)
 		g.Expect(kvm.Finalizers).To(ContainElement(infrav1.MachineFinalizer))
 		g.Expect(kvm.Spec.ProviderID).To(Equal("kubevirt://counted"))
+		g.Expect(kvm.Status.ObservedGeneration).To(Equal(kvm.Generation))
 	}).Should(Succeed())
 	waiting := []string{
-		// The finalizer and the providerID, before anything is created.
+		// The finalizer, then the providerID, before anything is created
+		// and before any condition records a generation.
 		"PATCH kubevirtmachines " + tc.namespace + "/counted",
-		// The waiting conditions, Paused=False among them.
+		"PATCH kubevirtmachines " + tc.namespace + "/counted",
+		// The waiting conditions, Paused=False among them, then the
+		// observed generation.
+		"PATCH kubevirtmachines/status " + tc.namespace + "/counted",
 		"PATCH kubevirtmachines/status " + tc.namespace + "/counted",
 	}
 	settledWrites(t, kvm, waiting)

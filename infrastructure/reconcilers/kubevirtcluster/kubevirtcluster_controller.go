@@ -103,28 +103,32 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		return ctrl.Result{}, err
 	}
 	defer func() {
-		if err := patchHelper.Patch(ctx, kc, patch.WithOwnedConditions{Conditions: []string{
+		opts := []patch.Option{patch.WithOwnedConditions{Conditions: []string{
 			infrav1.ReadyCondition, clusterv1.PausedCondition,
-		}}); err != nil {
+		}}}
+		if reterr == nil {
+			opts = append(opts, patch.WithStatusObservedGeneration{})
+		}
+		if err := patchHelper.Patch(ctx, kc, opts...); err != nil {
 			reterr = kerrors.NewAggregate([]error{reterr, err})
 		}
 	}()
+	reconcileNormal(ctx, kc)
+	return ctrl.Result{}, nil
+}
 
+// reconcileNormal passes the failure domains through and reports the
+// cluster provisioned. Ready is set directly: there is no step below it to
+// summarise.
+func reconcileNormal(ctx context.Context, kc *infrav1.KubeVirtCluster) {
 	kc.Status.FailureDomains = append([]clusterv1.FailureDomain(nil), kc.Spec.FailureDomains...)
 	if !ptr.Deref(kc.Status.Initialization.Provisioned, false) {
 		kc.Status.Initialization.Provisioned = ptr.To(true)
-		log.Info("The cluster infrastructure is provisioned")
+		ctrl.LoggerFrom(ctx).Info("The cluster infrastructure is provisioned")
 	}
 	message := "Control plane endpoint comes from the control plane provider"
 	if !kc.Spec.ControlPlaneEndpoint.IsZero() {
 		message = fmt.Sprintf("Control plane endpoint is %s:%d", kc.Spec.ControlPlaneEndpoint.Host, kc.Spec.ControlPlaneEndpoint.Port)
 	}
-	conditions.Set(kc, metav1.Condition{
-		Type:               infrav1.ReadyCondition,
-		Status:             metav1.ConditionTrue,
-		Reason:             infrav1.ReadyReason,
-		Message:            message,
-		ObservedGeneration: kc.Generation,
-	})
-	return ctrl.Result{}, nil
+	conditions.Set(kc, metav1.Condition{Type: infrav1.ReadyCondition, Status: metav1.ConditionTrue, Reason: infrav1.ReadyReason, Message: message})
 }

@@ -63,8 +63,9 @@ func TestDeletionConfirmsWithTheAPIServer(t *testing.T) {
 		live := fake.NewClientBuilder().WithScheme(scheme).WithObjects(vmOf(kvm)).Build()
 		stale := fake.NewClientBuilder().WithScheme(scheme).Build()
 		r := &Reconciler{Client: cachedClient{Client: live, cache: stale}, APIReader: live}
-		g.Expect(r.reconcileDelete(context.Background(), kvm)).To(Succeed())
+		g.Expect(r.reconcileDelete(context.Background(), &scope{kubeVirtMachine: kvm})).To(Succeed())
 		g.Expect(kvm.Finalizers).To(ContainElement(infrav1.MachineFinalizer))
+		g.Expect(setReady(kvm)).To(Succeed())
 		g.Expect(conditionOf(kvm, infrav1.ReadyCondition).Message).To(Equal("Waiting for VirtualMachine w to be deleted"))
 		err := live.Get(context.Background(), client.ObjectKey{Namespace: "ns", Name: "w"}, &kubevirtv1.VirtualMachine{})
 		g.Expect(err).To(HaveOccurred(), "the VM the cache missed is deleted too")
@@ -75,7 +76,7 @@ func TestDeletionConfirmsWithTheAPIServer(t *testing.T) {
 		kvm := machine()
 		empty := fake.NewClientBuilder().WithScheme(scheme).Build()
 		r := &Reconciler{Client: empty, APIReader: empty}
-		g.Expect(r.reconcileDelete(context.Background(), kvm)).To(Succeed())
+		g.Expect(r.reconcileDelete(context.Background(), &scope{kubeVirtMachine: kvm})).To(Succeed())
 		g.Expect(kvm.Finalizers).NotTo(ContainElement(infrav1.MachineFinalizer))
 	})
 }

@@ -24,7 +24,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -41,6 +40,7 @@ import (
 	"sigs.k8s.io/cluster-api/util/annotations"
 	"sigs.k8s.io/cluster-api/util/conditions"
 	capicontrollerutil "sigs.k8s.io/cluster-api/util/controller"
+	"sigs.k8s.io/cluster-api/util/finalizers"
 	"sigs.k8s.io/cluster-api/util/patch"
 	"sigs.k8s.io/cluster-api/util/paused"
 	"sigs.k8s.io/cluster-api/util/predicates"
@@ -203,6 +203,18 @@ func templateResolved() predicate.Funcs {
 	}
 }
 
+// scope is what one reconcile of a KubeVirtMachine works on.
+type scope struct {
+	kubeVirtMachine *infrav1.KubeVirtMachine
+	// machine is nil only while the KubeVirtMachine is deleted after its
+	// Machine.
+	machine *clusterv1.Machine
+	// cluster is nil while the machine waits for it (clusterMissing says
+	// why), and when the KubeVirtMachine is deleted after its Cluster.
+	cluster        *clusterv1.Cluster
+	clusterMissing *blocked
+}
+
 // Reconcile reconciles one KubeVirtMachine.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, reterr error) {
 	log := ctrl.LoggerFrom(ctx)
@@ -217,39 +229,33 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		log.V(4).Info("The cache has not seen the last write to the KubeVirtMachine yet; its event reconciles it again")
 		return ctrl.Result{}, nil
 	}
-	deleting := !kvm.DeletionTimestamp.IsZero()
-
-	machine, err := util.GetOwnerMachine(ctx, r.Client, kvm.ObjectMeta)
-	if err != nil && !apierrors.IsNotFound(err) {
+	s, err := r.newScope(ctx, kvm)
+	if err != nil || s == nil {
 		return ctrl.Result{}, err
 	}
-	if machine == nil && !deleting {
-		log.V(4).Info("Waiting for the Machine controller to set an owner reference")
-		return ctrl.Result{}, nil
+	if s.machine != nil {
+		log = log.WithValues("Machine", klog.KObj(s.machine))
 	}
-	if machine != nil {
-		log = log.WithValues("Machine", klog.KObj(machine))
-	}
-	cluster, err := util.GetClusterFromMetadata(ctx, r.Client, kvm.ObjectMeta)
-	if err != nil && !deleting {
-		log.Info("Waiting for the machine's Cluster", "reason", err.Error())
-		return ctrl.Result{}, r.markClusterMissing(ctx, req, kvm, err)
-	}
-	if cluster != nil {
-		log = log.WithValues("Cluster", klog.KObj(cluster))
+	if s.cluster != nil {
+		log = log.WithValues("Cluster", klog.KObj(s.cluster))
 	}
 	ctx = ctrl.LoggerInto(ctx, log)
 
-	// The machine's own patches go through writes, so that a later
+	// The machine's own writes go through writes, so that a later
 	// reconcile on a cache that has not seen them can be told apart.
 	before, writes := kvm.ResourceVersion, ownwrites.NewRecorder(r.Client)
 	defer func() { r.ownWrites.Wrote(req.NamespacedName, before, writes.Written()) }()
-	if !deleting && (!controllerutil.ContainsFinalizer(kvm, infrav1.MachineFinalizer) || kvm.Spec.ProviderID == "") {
-		return ctrl.Result{}, claim(ctx, writes, kvm)
+	// The finalizer is stored before the VM and disks exist, so that
+	// deletion always waits for them.
+	if added, err := finalizers.EnsureFinalizer(ctx, writes, kvm, infrav1.MachineFinalizer); err != nil || added {
+		return ctrl.Result{}, err
 	}
-	if (cluster != nil && ptr.Deref(cluster.Spec.Paused, false)) || annotations.HasPaused(kvm) {
+	if kvm.DeletionTimestamp.IsZero() && kvm.Spec.ProviderID == "" {
+		return ctrl.Result{}, fillProviderID(ctx, writes, kvm)
+	}
+	if (s.cluster != nil && ptr.Deref(s.cluster.Spec.Paused, false)) || annotations.HasPaused(kvm) {
 		// Record that, and nothing else, as Cluster API's controllers do.
-		_, _, err := paused.EnsurePausedCondition(ctx, writes, cluster, kvm)
+		_, _, err := paused.EnsurePausedCondition(ctx, writes, s.cluster, kvm)
 		return ctrl.Result{}, err
 	}
 
@@ -258,122 +264,147 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		return ctrl.Result{}, err
 	}
 	// Not paused: the condition goes out with this reconcile's patch rather
-	// than in a patch of its own.
-	setConditions(kvm, metav1.Condition{Type: clusterv1.PausedCondition, Status: metav1.ConditionFalse, Reason: clusterv1.NotPausedReason})
+	// than in a patch of its own (one write fewer per machine).
+	conditions.Set(kvm, metav1.Condition{Type: clusterv1.PausedCondition, Status: metav1.ConditionFalse, Reason: clusterv1.NotPausedReason})
 	defer func() {
-		if err := patchHelper.Patch(ctx, kvm, patch.WithOwnedConditions{Conditions: []string{
-			infrav1.ReadyCondition,
-			infrav1.VirtualMachineProvisionedCondition,
-			infrav1.BootDiskReadyCondition,
-			clusterv1.PausedCondition,
-		}}); err != nil {
+		if err := patchKubeVirtMachine(ctx, patchHelper, kvm, reterr == nil); err != nil {
 			reterr = kerrors.NewAggregate([]error{reterr, err})
 		}
 	}()
 
-	if deleting {
-		return ctrl.Result{}, r.reconcileDelete(ctx, kvm)
+	if !kvm.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, r.reconcileDelete(ctx, s)
 	}
-	return r.reconcileNormal(ctx, cluster, machine, kvm)
+	if s.clusterMissing != nil {
+		log.Info("The machine waits for its Cluster", "reason", s.clusterMissing.message)
+		return s.block(s.clusterMissing), nil
+	}
+	return r.reconcileNormal(ctx, s)
 }
 
-// markClusterMissing says on the machine, once, why it has no Cluster: it
-// does not exist (the Cluster watch reconciles the machine once its
-// infrastructure is provisioned), or the machine names none. Any other
-// error is returned for a retry.
-func (r *Reconciler) markClusterMissing(ctx context.Context, req ctrl.Request, kvm *infrav1.KubeVirtMachine, err error) error {
-	var message string
-	switch name := kvm.Labels[clusterv1.ClusterNameLabel]; {
-	case name == "":
-		message = fmt.Sprintf("The machine has no %s label", clusterv1.ClusterNameLabel)
+// newScope reads the machine's Machine and Cluster. It returns no scope
+// while the Machine controller has not set the owner reference yet (that
+// update reconciles the machine again), and an error only for a failed
+// read.
+func (r *Reconciler) newScope(ctx context.Context, kvm *infrav1.KubeVirtMachine) (*scope, error) {
+	deleting := !kvm.DeletionTimestamp.IsZero()
+	machine, err := util.GetOwnerMachine(ctx, r.Client, kvm.ObjectMeta)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return nil, err
+	}
+	if machine == nil && !deleting {
+		ctrl.LoggerFrom(ctx).V(4).Info("Waiting for the Machine controller to set an owner reference")
+		return nil, nil
+	}
+	s := &scope{kubeVirtMachine: kvm, machine: machine}
+	clusterName := kvm.Labels[clusterv1.ClusterNameLabel]
+	if clusterName == "" {
+		if !deleting {
+			s.clusterMissing = waitingFor(infrav1.WaitingForClusterReason,
+				fmt.Sprintf("The machine has no %s label", clusterv1.ClusterNameLabel))
+		}
+		return s, nil
+	}
+	s.cluster, err = util.GetClusterByName(ctx, r.Client, kvm.Namespace, clusterName)
+	switch {
 	case apierrors.IsNotFound(err):
-		message = fmt.Sprintf("Cluster %s does not exist", klog.KRef(kvm.Namespace, name))
-	default:
-		return err
+		// The Cluster watch reconciles the machine once the Cluster's
+		// infrastructure is provisioned.
+		s.cluster = nil
+		if !deleting {
+			s.clusterMissing = waitingFor(infrav1.WaitingForClusterReason,
+				fmt.Sprintf("Cluster %s does not exist", klog.KRef(kvm.Namespace, clusterName)))
+		}
+	case err != nil:
+		return nil, err
 	}
-	if c := conditions.Get(kvm, infrav1.ReadyCondition); c != nil && c.Reason == infrav1.WaitingForClusterReason && c.Message == message {
-		return nil
-	}
-	before, writes := kvm.ResourceVersion, ownwrites.NewRecorder(r.Client)
-	defer func() { r.ownWrites.Wrote(req.NamespacedName, before, writes.Written()) }()
-	h, err := patch.NewHelper(kvm, writes)
-	if err != nil {
-		return err
-	}
-	setConditions(kvm, waitingConditions(infrav1.WaitingForClusterReason, message)...)
-	return h.Patch(ctx, kvm, patch.WithOwnedConditions{Conditions: []string{
-		infrav1.ReadyCondition, infrav1.VirtualMachineProvisionedCondition, infrav1.BootDiskReadyCondition,
-	}})
+	return s, nil
 }
 
-// claim adds the finalizer and fills in the providerID, in one patch and in
-// a reconcile of its own, before anything is created: the finalizer must be
-// stored before the VM and disks exist so that deletion always waits for
-// them. The providerID (kubevirt://<name>) is known before the VM exists
-// and Cluster API reads it only once the machine is provisioned, so it
-// costs no write of its own; and as the only spec change it bumps the
-// generation before any condition records one.
-func claim(ctx context.Context, c client.Client, kvm *infrav1.KubeVirtMachine) error {
-	patchHelper, err := patch.NewHelper(kvm, c)
-	if err != nil {
+// fillProviderID writes the providerID (kubevirt://<name>) in a patch of
+// its own, before any condition records a generation: it is known before
+// the VM exists, and as the only spec change it bumps the generation
+// once, so no condition is written against a generation that moves on.
+// Cluster API reads it only once the machine is provisioned.
+func fillProviderID(ctx context.Context, c client.Client, kvm *infrav1.KubeVirtMachine) error {
+	original := kvm.DeepCopy()
+	kvm.Spec.ProviderID = infrav1.ProviderID(kvm.Name)
+	return c.Patch(ctx, kvm, client.MergeFrom(original))
+}
+
+// patchKubeVirtMachine writes the reconcile's changes in one patch. Ready
+// summarises the machine's two steps; the generation is recorded as
+// observed only when the reconcile succeeded.
+func patchKubeVirtMachine(ctx context.Context, h *patch.Helper, kvm *infrav1.KubeVirtMachine, observed bool) error {
+	if err := setReady(kvm); err != nil {
 		return err
 	}
-	controllerutil.AddFinalizer(kvm, infrav1.MachineFinalizer)
-	kvm.Spec.ProviderID = infrav1.ProviderID(kvm.Name)
-	return patchHelper.Patch(ctx, kvm)
+	opts := []patch.Option{patch.WithOwnedConditions{Conditions: []string{
+		infrav1.ReadyCondition,
+		infrav1.VirtualMachineProvisionedCondition,
+		infrav1.BootDiskReadyCondition,
+		clusterv1.PausedCondition,
+	}}}
+	if observed {
+		opts = append(opts, patch.WithStatusObservedGeneration{})
+	}
+	return h.Patch(ctx, kvm, opts...)
+}
+
+// block reports on the machine why it cannot go on, and when to ask again.
+func (s *scope) block(b *blocked) ctrl.Result {
+	setConditions(s.kubeVirtMachine, b.conditions()...)
+	return ctrl.Result{RequeueAfter: b.retryAfter}
 }
 
 func setConditions(kvm *infrav1.KubeVirtMachine, conds ...metav1.Condition) {
 	for _, c := range conds {
-		c.ObservedGeneration = kvm.Generation
 		conditions.Set(kvm, c)
 	}
 }
 
-func (r *Reconciler) reconcileNormal(ctx context.Context, cluster *clusterv1.Cluster, machine *clusterv1.Machine, kvm *infrav1.KubeVirtMachine) (ctrl.Result, error) {
+func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result, error) {
+	vm, blocker, err := r.ensureVirtualMachine(ctx, s)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if blocker != nil {
+		return s.block(blocker), nil
+	}
+	return ctrl.Result{}, r.observe(ctx, s, vm)
+}
+
+// ensureVirtualMachine returns the machine's VM, creating it and what it
+// boots from when everything they need is there. A VM that exists is never
+// updated: everything else is observed from it, so a deleted template or
+// bootstrap Secret no longer matters. A provisioned machine whose VM is
+// gone gets no new one (nil): the node it ran is gone with it.
+func (r *Reconciler) ensureVirtualMachine(ctx context.Context, s *scope) (*kubevirtv1.VirtualMachine, *blocked, error) {
+	kvm, machine, cluster := s.kubeVirtMachine, s.machine, s.cluster
 	vm := &kubevirtv1.VirtualMachine{}
 	err := r.Client.Get(ctx, client.ObjectKeyFromObject(kvm), vm)
 	switch {
 	case err == nil:
-		// The VM exists: everything else is observed from it, so a deleted
-		// template or bootstrap Secret no longer matters.
-		if blocked := r.notControlled(vm, kvm, "VirtualMachine"); blocked != nil {
-			setConditions(kvm, *blocked)
-			return ctrl.Result{}, nil
-		}
-		return ctrl.Result{}, r.observe(ctx, kvm, machine, vm)
+		return vm, r.notControlled(vm, kvm, "VirtualMachine"), nil
 	case !apierrors.IsNotFound(err):
-		return ctrl.Result{}, err
+		return nil, nil, err
 	}
-
 	if ptr.Deref(kvm.Status.Initialization.Provisioned, false) {
-		// A provisioned machine whose VM is gone is reported, not recreated:
-		// the node it ran is gone with it.
-		return ctrl.Result{}, r.observe(ctx, kvm, machine, nil)
+		return nil, nil, nil
 	}
 	if !ptr.Deref(cluster.Status.Initialization.InfrastructureProvisioned, false) {
-		setConditions(kvm, waitingConditions(infrav1.WaitingForClusterInfrastructureReason, "Cluster infrastructure is not provisioned yet")...)
-		return ctrl.Result{}, nil
+		return nil, waitingFor(infrav1.WaitingForClusterInfrastructureReason, "Cluster infrastructure is not provisioned yet"), nil
 	}
 	if machine.Spec.Bootstrap.DataSecretName == nil {
-		setConditions(kvm, waitingConditions(infrav1.WaitingForBootstrapDataReason, "Machine has no bootstrap data Secret yet")...)
-		return ctrl.Result{}, nil
+		return nil, waitingFor(infrav1.WaitingForBootstrapDataReason, "Machine has no bootstrap data Secret yet"), nil
 	}
-	image, datasource, waiting, err := r.machineImage(ctx, kvm)
-	if err != nil {
-		return ctrl.Result{}, err
+	image, datasource, blocker, err := r.machineImage(ctx, kvm)
+	if err != nil || blocker != nil {
+		return nil, blocker, err
 	}
-	if waiting != nil {
-		setConditions(kvm, waitingConditions(waiting.Reason, waiting.Message)...)
-		return ctrl.Result{}, nil
-	}
-	userData, waiting, err := r.bootstrapData(ctx, machine)
-	if err != nil {
-		return ctrl.Result{}, err
-	}
-	if waiting != nil {
-		setConditions(kvm, waitingConditions(waiting.Reason, waiting.Message)...)
-		return ctrl.Result{}, nil
+	userData, blocker, err := r.bootstrapData(ctx, machine)
+	if err != nil || blocker != nil {
+		return nil, blocker, err
 	}
 
 	var preference *instancetypev1beta1.VirtualMachinePreferenceSpec
@@ -381,7 +412,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, cluster *clusterv1.Clu
 		// A preference that does not exist is KubeVirt's to refuse; the VM is
 		// rendered as without one.
 		if preference, _, err = instancetype.Preference(ctx, r.Client, kvm.Namespace, ref, field.NewPath("spec", "preference")); err != nil {
-			return ctrl.Result{}, err
+			return nil, nil, err
 		}
 	}
 	objs, errs := render.Render(render.Input{
@@ -394,31 +425,26 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, cluster *clusterv1.Clu
 		Preference:    preference,
 	})
 	if len(errs) > 0 {
-		setConditions(kvm, waitingConditions(infrav1.InvalidSpecReason, errs.ToAggregate().Error())...)
-		return ctrl.Result{}, nil
+		return nil, waitingFor(infrav1.InvalidSpecReason, errs.ToAggregate().Error()), nil
 	}
 
-	if err := r.ensureUserData(ctx, kvm, objs.UserData); err != nil {
-		return ctrl.Result{}, err
+	if blocker, err := r.ensureUserData(ctx, kvm, objs.UserData); err != nil || blocker != nil {
+		return nil, blocker, err
 	}
 	if objs.ImportCA != nil {
-		if _, blocked, err := ensureCreated(ctx, r, kvm, objs.ImportCA, "ConfigMap"); err != nil || blocked != nil {
-			return r.blocked(kvm, blocked, err)
+		if _, blocker, err := ensureCreated(ctx, r, kvm, objs.ImportCA, "ConfigMap"); err != nil || blocker != nil {
+			return nil, blocker, err
 		}
 	}
 	if objs.RootDataVolume != nil {
-		if result, blocked, err := r.authorizeClone(ctx, kvm, objs.RootDataVolume); err != nil || blocked {
-			return result, err
+		if blocker, err := r.authorizeClone(ctx, kvm, objs.RootDataVolume); err != nil || blocker != nil {
+			return nil, blocker, err
 		}
-		if _, blocked, err := ensureCreated(ctx, r, kvm, objs.RootDataVolume, "DataVolume"); err != nil || blocked != nil {
-			return r.blocked(kvm, blocked, err)
+		if _, blocker, err := ensureCreated(ctx, r, kvm, objs.RootDataVolume, "DataVolume"); err != nil || blocker != nil {
+			return nil, blocker, err
 		}
 	}
-	vm, blocked, err := ensureCreated(ctx, r, kvm, objs.VirtualMachine, "VirtualMachine")
-	if err != nil || blocked != nil {
-		return r.blocked(kvm, blocked, err)
-	}
-	return ctrl.Result{}, r.observe(ctx, kvm, machine, vm)
+	return ensureCreated(ctx, r, kvm, objs.VirtualMachine, "VirtualMachine")
 }
 
 // authorizeClone authorizes the clone of a root DataVolume that does not
@@ -426,52 +452,31 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, cluster *clusterv1.Clu
 // spec names the source. A class's image comes from the hoster's catalog
 // and is not the tenant's to choose. A DataVolume that exists was
 // authorized when it was created.
-func (r *Reconciler) authorizeClone(ctx context.Context, kvm *infrav1.KubeVirtMachine, dv *cdiv1.DataVolume) (ctrl.Result, bool, error) {
+func (r *Reconciler) authorizeClone(ctx context.Context, kvm *infrav1.KubeVirtMachine, dv *cdiv1.DataVolume) (*blocked, error) {
 	if kvm.Spec.Image == nil || kvm.Spec.Image.Clone == nil {
-		return ctrl.Result{}, false, nil
+		return nil, nil
 	}
 	err := r.Client.Get(ctx, client.ObjectKeyFromObject(dv), &cdiv1.DataVolume{})
 	if err == nil || !apierrors.IsNotFound(err) {
-		return ctrl.Result{}, false, err
+		return nil, err
 	}
 	decision, err := r.Clones.AsNamespace(ctx, dv)
 	switch {
 	case err != nil:
-		return ctrl.Result{}, false, err
+		return nil, err
 	case decision.Missing:
-		setConditions(kvm, waitingConditions(infrav1.WaitingForCloneSourceReason, "spec.image.clone: "+decision.Reason)...)
+		return refusedFor(infrav1.WaitingForCloneSourceReason, "spec.image.clone: "+decision.Reason), nil
 	case !decision.Allowed:
 		ctrl.LoggerFrom(ctx).Info("The machine's namespace may not clone from the source of spec.image.clone", "reason", decision.Reason)
-		setConditions(kvm, waitingConditions(infrav1.CloneSourceForbiddenReason, "spec.image.clone: "+decision.Reason)...)
-	default:
-		return ctrl.Result{}, false, nil
+		return refusedFor(infrav1.CloneSourceForbiddenReason, "spec.image.clone: "+decision.Reason), nil
 	}
-	return ctrl.Result{RequeueAfter: refusedRetry}, true, nil
-}
-
-// refusedRetry is how long a machine whose object the API server refused
-// waits before it asks again.
-const refusedRetry = time.Minute
-
-// blocked reports what keeps the machine from creating its objects: a
-// refusal on every condition, retried after refusedRetry; a name conflict
-// on Ready.
-func (r *Reconciler) blocked(kvm *infrav1.KubeVirtMachine, blocked *metav1.Condition, err error) (ctrl.Result, error) {
-	if blocked == nil {
-		return ctrl.Result{}, err
-	}
-	if blocked.Reason == infrav1.CreateRefusedReason {
-		setConditions(kvm, waitingConditions(blocked.Reason, blocked.Message)...)
-		return ctrl.Result{RequeueAfter: refusedRetry}, err
-	}
-	setConditions(kvm, *blocked)
-	return ctrl.Result{}, err
+	return nil, nil
 }
 
 // machineImage returns the root disk source and datasource: the machine's
 // own spec.image, or the frozen resolution of the KubeVirtMachineTemplate it
-// was cloned from. A returned condition says what the machine waits for.
-func (r *Reconciler) machineImage(ctx context.Context, kvm *infrav1.KubeVirtMachine) (infrav1.ImageSource, infrav1.CloudInitDatasource, *metav1.Condition, error) {
+// was cloned from, or what the machine waits for.
+func (r *Reconciler) machineImage(ctx context.Context, kvm *infrav1.KubeVirtMachine) (infrav1.ImageSource, infrav1.CloudInitDatasource, *blocked, error) {
 	if kvm.Spec.Image != nil {
 		datasource := kvm.Spec.CloudInitDatasource
 		if datasource == "" {
@@ -481,18 +486,16 @@ func (r *Reconciler) machineImage(ctx context.Context, kvm *infrav1.KubeVirtMach
 	}
 	names := clonedFromTemplate(kvm)
 	if len(names) == 0 {
-		c := condition(infrav1.ReadyCondition, metav1.ConditionUnknown, infrav1.InvalidSpecReason,
-			"spec.image: Required value: a KubeVirtMachine that is not cloned from a KubeVirtMachineTemplate needs an image")
-		return infrav1.ImageSource{}, "", &c, nil
+		return infrav1.ImageSource{}, "", waitingFor(infrav1.InvalidSpecReason,
+			"spec.image: Required value: a KubeVirtMachine that is not cloned from a KubeVirtMachineTemplate needs an image"), nil
 	}
 	template := &infrav1.KubeVirtMachineTemplate{}
 	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: kvm.Namespace, Name: names[0]}, template); err != nil {
 		if !apierrors.IsNotFound(err) {
 			return infrav1.ImageSource{}, "", nil, err
 		}
-		c := condition(infrav1.ReadyCondition, metav1.ConditionUnknown, infrav1.WaitingForTemplateReason,
-			fmt.Sprintf("KubeVirtMachineTemplate %s does not exist", names[0]))
-		return infrav1.ImageSource{}, "", &c, nil
+		return infrav1.ImageSource{}, "", waitingFor(infrav1.WaitingForTemplateReason,
+			fmt.Sprintf("KubeVirtMachineTemplate %s does not exist", names[0])), nil
 	}
 	resolved := template.Status.Resolved
 	if resolved == nil {
@@ -500,8 +503,7 @@ func (r *Reconciler) machineImage(ctx context.Context, kvm *infrav1.KubeVirtMach
 		if c := conditions.Get(template, infrav1.ResolvedCondition); c != nil && c.Message != "" {
 			message += ": " + c.Message
 		}
-		c := condition(infrav1.ReadyCondition, metav1.ConditionUnknown, infrav1.WaitingForTemplateReason, message)
-		return infrav1.ImageSource{}, "", &c, nil
+		return infrav1.ImageSource{}, "", waitingFor(infrav1.WaitingForTemplateReason, message), nil
 	}
 	return resolved.Image, resolved.CloudInitDatasource, nil, nil
 }
@@ -509,7 +511,7 @@ func (r *Reconciler) machineImage(ctx context.Context, kvm *infrav1.KubeVirtMach
 // bootstrapData reads the Machine's bootstrap data. Cluster API bootstrap
 // Secrets carry the cluster-name label the Secret cache selects; one without
 // it is read from the API server.
-func (r *Reconciler) bootstrapData(ctx context.Context, machine *clusterv1.Machine) ([]byte, *metav1.Condition, error) {
+func (r *Reconciler) bootstrapData(ctx context.Context, machine *clusterv1.Machine) ([]byte, *blocked, error) {
 	key := client.ObjectKey{Namespace: machine.Namespace, Name: *machine.Spec.Bootstrap.DataSecretName}
 	secret := &corev1.Secret{}
 	err := r.Client.Get(ctx, key, secret)
@@ -517,57 +519,52 @@ func (r *Reconciler) bootstrapData(ctx context.Context, machine *clusterv1.Machi
 		err = r.APIReader.Get(ctx, key, secret)
 	}
 	if apierrors.IsNotFound(err) {
-		c := condition(infrav1.ReadyCondition, metav1.ConditionUnknown, infrav1.WaitingForBootstrapDataReason,
-			fmt.Sprintf("Bootstrap data Secret %s does not exist yet", key.Name))
-		return nil, &c, nil
+		return nil, waitingFor(infrav1.WaitingForBootstrapDataReason,
+			fmt.Sprintf("Bootstrap data Secret %s does not exist yet", key.Name)), nil
 	}
 	if err != nil {
 		return nil, nil, err
 	}
 	value, ok := secret.Data[BootstrapDataKey]
 	if !ok {
-		c := condition(infrav1.ReadyCondition, metav1.ConditionUnknown, infrav1.WaitingForBootstrapDataReason,
-			fmt.Sprintf("Bootstrap data Secret %s has no %q key", key.Name, BootstrapDataKey))
-		return nil, &c, nil
+		return nil, waitingFor(infrav1.WaitingForBootstrapDataReason,
+			fmt.Sprintf("Bootstrap data Secret %s has no %q key", key.Name, BootstrapDataKey)), nil
 	}
 	return value, nil, nil
 }
 
 // ensureUserData creates the cloud-init Secret, or brings its user data back
-// to the bootstrap data while the VM does not exist yet.
-func (r *Reconciler) ensureUserData(ctx context.Context, kvm *infrav1.KubeVirtMachine, desired *corev1.Secret) error {
+// to the bootstrap data while the VM does not exist yet. A Secret of that
+// name the machine does not control blocks it, as any other object would.
+func (r *Reconciler) ensureUserData(ctx context.Context, kvm *infrav1.KubeVirtMachine, desired *corev1.Secret) (*blocked, error) {
 	existing := &corev1.Secret{}
 	err := r.Client.Get(ctx, client.ObjectKeyFromObject(desired), existing)
 	if apierrors.IsNotFound(err) {
-		if err := r.Client.Create(ctx, desired); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("creating cloud-init Secret %s: %w", desired.Name, err)
-		}
-		ctrl.LoggerFrom(ctx).Info("Created the cloud-init user data Secret", "Secret", klog.KObj(desired))
-		return nil
+		_, blocker, err := ensureCreated(ctx, r, kvm, desired, "Secret")
+		return blocker, err
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if !metav1.IsControlledBy(existing, kvm) {
-		return fmt.Errorf("secret %s exists and is not controlled by KubeVirtMachine %s", desired.Name, kvm.Name)
+	if blocker := r.notControlled(existing, kvm, "Secret"); blocker != nil {
+		return blocker, nil
 	}
 	if bytes.Equal(existing.Data[render.UserDataKey], desired.Data[render.UserDataKey]) {
-		return nil
+		return nil, nil
 	}
 	original := existing.DeepCopy()
 	existing.Data = desired.Data
 	if err := r.Client.Patch(ctx, existing, client.MergeFrom(original)); err != nil {
-		return fmt.Errorf("updating cloud-init Secret %s: %w", desired.Name, err)
+		return nil, fmt.Errorf("updating cloud-init Secret %s: %w", desired.Name, err)
 	}
 	ctrl.LoggerFrom(ctx).Info("Updated the cloud-init user data Secret to the current bootstrap data", "Secret", klog.KObj(existing))
-	return nil
+	return nil, nil
 }
 
 // ensureCreated creates desired unless it exists, and returns the live
 // object. It never updates: a machine's VM and disks are immutable. An object
-// of the same name that this machine does not control blocks provisioning
-// with a condition.
-func ensureCreated[T client.Object](ctx context.Context, r *Reconciler, kvm *infrav1.KubeVirtMachine, desired T, kind string) (T, *metav1.Condition, error) {
+// of the same name that this machine does not control blocks provisioning.
+func ensureCreated[T client.Object](ctx context.Context, r *Reconciler, kvm *infrav1.KubeVirtMachine, desired T, kind string) (T, *blocked, error) {
 	var none T
 	key := client.ObjectKeyFromObject(desired)
 	existing := desired.DeepCopyObject().(T)
@@ -604,35 +601,35 @@ func refused(err error) bool {
 	return apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) || apierrors.IsForbidden(err) || apierrors.IsRequestEntityTooLargeError(err)
 }
 
-// refusal is the condition of a machine whose object the API server
-// refused, with the refusal's own words (KubeVirt's admission messages name
-// fields of the VM, never the bootstrap data, which stays in its Secret).
-func refusal(kind, name string, err error) *metav1.Condition {
+// refusal is what blocks a machine whose object the API server refused,
+// with the refusal's own words (KubeVirt's admission messages name fields
+// of the VM, never the bootstrap data, which stays in its Secret).
+func refusal(kind, name string, err error) *blocked {
 	message := err.Error()
 	if status, ok := err.(apierrors.APIStatus); ok {
 		message = status.Status().Message
 	}
-	c := condition(infrav1.ReadyCondition, metav1.ConditionUnknown, infrav1.CreateRefusedReason,
-		fmt.Sprintf("The API server refused %s %s: %s", kind, name, message))
-	return &c
+	return refusedFor(infrav1.CreateRefusedReason, fmt.Sprintf("The API server refused %s %s: %s", kind, name, message))
 }
 
-func (r *Reconciler) notControlled(o client.Object, kvm *infrav1.KubeVirtMachine, kind string) *metav1.Condition {
+// notControlled blocks a machine on an object of its name that it does not
+// control: the leftover of an earlier machine is waited for; anyone else's
+// is never adopted or touched.
+func (r *Reconciler) notControlled(o client.Object, kvm *infrav1.KubeVirtMachine, kind string) *blocked {
 	if metav1.IsControlledBy(o, kvm) {
 		return nil
 	}
 	if !o.GetDeletionTimestamp().IsZero() {
-		c := condition(infrav1.ReadyCondition, metav1.ConditionUnknown, infrav1.WaitingForOldVirtualMachineReason,
+		return waitingFor(infrav1.WaitingForOldVirtualMachineReason,
 			fmt.Sprintf("%s %s of an earlier machine is being deleted", kind, o.GetName()))
-		return &c
 	}
-	c := condition(infrav1.ReadyCondition, metav1.ConditionFalse, infrav1.NameConflictReason,
-		fmt.Sprintf("%s %s exists and is not controlled by this KubeVirtMachine", kind, o.GetName()))
-	return &c
+	return &blocked{status: metav1.ConditionFalse, reason: infrav1.NameConflictReason,
+		message: fmt.Sprintf("%s %s exists and is not controlled by this KubeVirtMachine", kind, o.GetName())}
 }
 
 // observe reports the VM, its instance and its root disk.
-func (r *Reconciler) observe(ctx context.Context, kvm *infrav1.KubeVirtMachine, machine *clusterv1.Machine, vm *kubevirtv1.VirtualMachine) error {
+func (r *Reconciler) observe(ctx context.Context, s *scope, vm *kubevirtv1.VirtualMachine) error {
+	kvm, machine := s.kubeVirtMachine, s.machine
 	o := &observation{
 		provisioned:            ptr.Deref(kvm.Status.Initialization.Provisioned, false),
 		provisionedInstanceUID: kvm.Status.ProvisionedInstanceUID,
@@ -661,7 +658,7 @@ func (r *Reconciler) observe(ctx context.Context, kvm *infrav1.KubeVirtMachine, 
 
 	disk := bootDiskCondition(o)
 	virtualMachine := virtualMachineCondition(o)
-	setConditions(kvm, disk, virtualMachine, readyCondition(disk, virtualMachine))
+	setConditions(kvm, disk, virtualMachine)
 	if virtualMachine.Reason == infrav1.EvacuationRequestedReason {
 		// KubeVirt denied the eviction and leaves it to us (External): the
 		// drain ends once the instance is gone, and the run strategy starts
@@ -704,8 +701,9 @@ func rootDataVolume(vm *kubevirtv1.VirtualMachine) string {
 // reconcileDelete deletes the machine's VM, instance and disks and keeps the
 // finalizer until all of them are gone. The watches on them bring the
 // machine back here when each one disappears.
-func (r *Reconciler) reconcileDelete(ctx context.Context, kvm *infrav1.KubeVirtMachine) error {
+func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) error {
 	log := ctrl.LoggerFrom(ctx)
+	kvm := s.kubeVirtMachine
 	key := client.ObjectKeyFromObject(kvm)
 	var pending []string
 	waitFor := func(reader client.Reader, obj client.Object, kind string, ours func(client.Object) bool) error {

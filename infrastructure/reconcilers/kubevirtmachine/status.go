@@ -18,13 +18,16 @@ package kubevirtmachine
 
 import (
 	"fmt"
+	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util/conditions"
 
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
 )
@@ -384,47 +387,86 @@ func machineAddresses(vmi *kubevirtv1.VirtualMachineInstance) []clusterv1.Machin
 	return out
 }
 
-// readyCondition summarises the two conditions: a failure of either (the
-// disk first, as the usual root cause) is False, both True is True,
-// anything else is Unknown with the first unfinished step's reason.
-func readyCondition(bootDisk, virtualMachine metav1.Condition) metav1.Condition {
-	const t = infrav1.ReadyCondition
-	ordered := []metav1.Condition{bootDisk, virtualMachine}
-	for _, c := range ordered {
-		if c.Status == metav1.ConditionFalse {
-			return condition(t, metav1.ConditionFalse, c.Reason, c.Message)
-		}
-	}
-	for _, c := range ordered {
-		if c.Status != metav1.ConditionTrue {
-			return condition(t, metav1.ConditionUnknown, c.Reason, c.Message)
-		}
-	}
-	return condition(t, metav1.ConditionTrue, infrav1.ReadyReason, virtualMachine.Message)
+// setReady summarises the machine's two steps into Ready with Cluster API's
+// summary helper and the rule the MachineHealthCheck relies on
+// (firstUnfinishedStep).
+func setReady(kvm *infrav1.KubeVirtMachine) error {
+	return conditions.SetSummaryCondition(kvm, kvm, infrav1.ReadyCondition,
+		conditions.ForConditionTypes{infrav1.BootDiskReadyCondition, infrav1.VirtualMachineProvisionedCondition},
+		conditions.CustomMergeStrategy{MergeStrategy: firstUnfinishedStep{}})
 }
 
-// waitingConditions are the three conditions while the machine waits before
-// anything is created.
-func waitingConditions(reason, message string) []metav1.Condition {
+// firstUnfinishedStep merges steps in their order, the disk first as the
+// usual root cause: a failure of any is False with the first failure's
+// reason and message, all True is True with the last step's message, and
+// anything else is Unknown with the first unfinished step's reason and
+// message. Cluster API's default strategy would list every step in the
+// message under generic reasons; Cluster API mirrors Ready into the
+// Machine's InfrastructureReady, where the step's own words say more.
+type firstUnfinishedStep struct{}
+
+// Merge implements conditions.MergeStrategy.
+func (firstUnfinishedStep) Merge(_ conditions.MergeOperation, steps []conditions.ConditionWithOwnerInfo, order []string) (metav1.ConditionStatus, string, string, error) {
+	if len(steps) == 0 {
+		return "", "", "", fmt.Errorf("no conditions to summarise")
+	}
+	ordered := slices.Clone(steps)
+	slices.SortStableFunc(ordered, func(a, b conditions.ConditionWithOwnerInfo) int {
+		return slices.Index(order, a.Type) - slices.Index(order, b.Type)
+	})
+	for _, status := range []metav1.ConditionStatus{metav1.ConditionFalse, metav1.ConditionUnknown} {
+		for _, c := range ordered {
+			if c.Status == status {
+				return status, c.Reason, c.Message, nil
+			}
+		}
+	}
+	return metav1.ConditionTrue, infrav1.ReadyReason, ordered[len(ordered)-1].Message, nil
+}
+
+// blocked is why a machine cannot go on before its VM runs: both steps
+// report it, and Ready with them.
+type blocked struct {
+	// status is Unknown while the machine waits (a new Machine would wait
+	// the same way, so remediation must not loop on it), False for what a
+	// replacement Machine fixes.
+	status          metav1.ConditionStatus
+	reason, message string
+	// retryAfter asks again after a refusal whose end no watch reports.
+	retryAfter time.Duration
+}
+
+// refusedRetry is how long a machine whose object the API server refused,
+// or whose clone source is missing or forbidden, waits before it asks
+// again.
+const refusedRetry = time.Minute
+
+// waitingFor blocks a machine until a watched object changes.
+func waitingFor(reason, message string) *blocked {
+	return &blocked{status: metav1.ConditionUnknown, reason: reason, message: message}
+}
+
+// refusedFor blocks a machine on a refusal, asked again after refusedRetry.
+func refusedFor(reason, message string) *blocked {
+	return &blocked{status: metav1.ConditionUnknown, reason: reason, message: message, retryAfter: refusedRetry}
+}
+
+// conditions are the machine's steps while it is blocked.
+func (b *blocked) conditions() []metav1.Condition {
 	return []metav1.Condition{
-		condition(infrav1.BootDiskReadyCondition, metav1.ConditionUnknown, reason, message),
-		condition(infrav1.VirtualMachineProvisionedCondition, metav1.ConditionUnknown, reason, message),
-		condition(infrav1.ReadyCondition, metav1.ConditionUnknown, reason, message),
+		condition(infrav1.BootDiskReadyCondition, b.status, b.reason, b.message),
+		condition(infrav1.VirtualMachineProvisionedCondition, b.status, b.reason, b.message),
 	}
 }
 
-// deletingConditions are the three conditions while the machine waits for its
+// deletingConditions are the machine's steps while it waits for its
 // objects to be deleted.
 func deletingConditions(pending []string) []metav1.Condition {
 	message := "Deleted the VirtualMachine and its disks"
 	if len(pending) > 0 {
 		message = "Waiting for " + strings.Join(pending, ", ") + " to be deleted"
 	}
-	return []metav1.Condition{
-		condition(infrav1.BootDiskReadyCondition, metav1.ConditionFalse, infrav1.DeletingReason, message),
-		condition(infrav1.VirtualMachineProvisionedCondition, metav1.ConditionFalse, infrav1.DeletingReason, message),
-		condition(infrav1.ReadyCondition, metav1.ConditionFalse, infrav1.DeletingReason, message),
-	}
+	return (&blocked{status: metav1.ConditionFalse, reason: infrav1.DeletingReason, message: message}).conditions()
 }
 
 // rootContainerDisk returns the container disk image a VM boots, or "".

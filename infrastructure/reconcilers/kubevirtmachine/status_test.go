@@ -27,6 +27,7 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util/conditions"
 
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
 )
@@ -304,34 +305,47 @@ func TestReadyCondition(t *testing.T) {
 	vmTrue := condition(infrav1.VirtualMachineProvisionedCondition, metav1.ConditionTrue, infrav1.ProvisionedReason, "VirtualMachineInstance runs on node infra-1")
 	vmWaiting := condition(infrav1.VirtualMachineProvisionedCondition, metav1.ConditionUnknown, infrav1.WaitingForDiskReason, "waiting")
 	vmFailed := condition(infrav1.VirtualMachineProvisionedCondition, metav1.ConditionFalse, infrav1.UnschedulableReason, "cannot schedule")
+	nameConflict := &blocked{status: metav1.ConditionFalse, reason: infrav1.NameConflictReason, message: "VirtualMachine w exists and is not controlled by this KubeVirtMachine"}
+	waiting := waitingFor(infrav1.WaitingForBootstrapDataReason, "Machine has no bootstrap data Secret yet")
 	for _, tc := range []struct {
 		name         string
-		disk, vm     metav1.Condition
+		steps        []metav1.Condition
 		status       metav1.ConditionStatus
 		reason, text string
 	}{
-		{"both ready is Ready", diskTrue, vmTrue, metav1.ConditionTrue, infrav1.ReadyReason, "VirtualMachineInstance runs on node infra-1"},
-		{"an import in progress is Unknown with its progress, never False", diskImporting, vmWaiting, metav1.ConditionUnknown, infrav1.ImportingReason, "DataVolume w-root: ImportInProgress, 50.00%"},
-		{"a failed import is False and names the disk first", diskFailed, vmWaiting, metav1.ConditionFalse, infrav1.ImportFailedReason, "DataVolume w-root failed"},
-		{"a VM failure is False", diskTrue, vmFailed, metav1.ConditionFalse, infrav1.UnschedulableReason, "cannot schedule"},
-		{"a VM in progress on a ready disk is Unknown", diskTrue, vmWaiting, metav1.ConditionUnknown, infrav1.WaitingForDiskReason, "waiting"},
+		{"both ready is Ready", []metav1.Condition{diskTrue, vmTrue}, metav1.ConditionTrue, infrav1.ReadyReason, "VirtualMachineInstance runs on node infra-1"},
+		{"an import in progress is Unknown with its progress, never False", []metav1.Condition{diskImporting, vmWaiting}, metav1.ConditionUnknown, infrav1.ImportingReason, "DataVolume w-root: ImportInProgress, 50.00%"},
+		{"a failed import is False and names the disk first", []metav1.Condition{diskFailed, vmWaiting}, metav1.ConditionFalse, infrav1.ImportFailedReason, "DataVolume w-root failed"},
+		{"the disk's failure comes first whatever the order they were set in", []metav1.Condition{vmFailed, diskFailed}, metav1.ConditionFalse, infrav1.ImportFailedReason, "DataVolume w-root failed"},
+		{"a VM failure is False", []metav1.Condition{diskTrue, vmFailed}, metav1.ConditionFalse, infrav1.UnschedulableReason, "cannot schedule"},
+		{"a VM failure on a disk in progress is False", []metav1.Condition{diskImporting, vmFailed}, metav1.ConditionFalse, infrav1.UnschedulableReason, "cannot schedule"},
+		{"a VM in progress on a ready disk is Unknown", []metav1.Condition{diskTrue, vmWaiting}, metav1.ConditionUnknown, infrav1.WaitingForDiskReason, "waiting"},
+		{"a step not reported yet is Unknown", []metav1.Condition{vmTrue}, metav1.ConditionUnknown, conditions.NotYetReportedReason, "Condition not yet reported"},
+		{"a machine that is not ours says so on every step and is False", nameConflict.conditions(), metav1.ConditionFalse, infrav1.NameConflictReason, "VirtualMachine w exists and is not controlled by this KubeVirtMachine"},
+		{"a waiting machine waits on every step", waiting.conditions(), metav1.ConditionUnknown, infrav1.WaitingForBootstrapDataReason, "Machine has no bootstrap data Secret yet"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
-			c := readyCondition(tc.disk, tc.vm)
-			g.Expect(c.Type).To(Equal(infrav1.ReadyCondition))
+			kvm := &infrav1.KubeVirtMachine{ObjectMeta: metav1.ObjectMeta{Generation: 2}}
+			setConditions(kvm, tc.steps...)
+			g.Expect(setReady(kvm)).To(Succeed())
+			c := conditions.Get(kvm, infrav1.ReadyCondition)
+			g.Expect(c).NotTo(BeNil())
 			g.Expect(c.Status).To(Equal(tc.status))
 			g.Expect(c.Reason).To(Equal(tc.reason))
 			g.Expect(c.Message).To(Equal(tc.text))
+			g.Expect(c.ObservedGeneration).To(Equal(int64(2)))
 		})
 	}
 }
 
 func TestDeletingConditions(t *testing.T) {
 	g := NewWithT(t)
-	conds := deletingConditions([]string{"VirtualMachine w", "DataVolume w-root"})
-	g.Expect(conds).To(HaveLen(3))
-	for _, c := range conds {
+	kvm := &infrav1.KubeVirtMachine{}
+	setConditions(kvm, deletingConditions([]string{"VirtualMachine w", "DataVolume w-root"})...)
+	g.Expect(setReady(kvm)).To(Succeed())
+	g.Expect(kvm.Status.Conditions).To(HaveLen(3))
+	for _, c := range kvm.Status.Conditions {
 		g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
 		g.Expect(c.Reason).To(Equal(infrav1.DeletingReason))
 		g.Expect(c.Message).To(Equal("Waiting for VirtualMachine w, DataVolume w-root to be deleted"))

@@ -187,9 +187,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		return ctrl.Result{}, err
 	}
 	defer func() {
-		if err := patchHelper.Patch(ctx, t, patch.WithOwnedConditions{Conditions: []string{
+		opts := []patch.Option{patch.WithOwnedConditions{Conditions: []string{
 			infrav1.ResolvedCondition, clusterv1.PausedCondition,
-		}}); err != nil {
+		}}}
+		if reterr == nil {
+			opts = append(opts, patch.WithStatusObservedGeneration{})
+		}
+		if err := patchHelper.Patch(ctx, t, opts...); err != nil {
 			reterr = kerrors.NewAggregate([]error{reterr, err})
 		}
 	}()
@@ -224,13 +228,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 }
 
 func setResolved(t *infrav1.KubeVirtMachineTemplate, status metav1.ConditionStatus, reason, message string) {
-	conditions.Set(t, metav1.Condition{
-		Type:               infrav1.ResolvedCondition,
-		Status:             status,
-		Reason:             reason,
-		Message:            message,
-		ObservedGeneration: t.Generation,
-	})
+	conditions.Set(t, metav1.Condition{Type: infrav1.ResolvedCondition, Status: status, Reason: reason, Message: message})
 }
 
 func resolvedMessage(r *infrav1.ResolvedMachine) string {
