@@ -130,6 +130,15 @@ const (
 	// WaitingForCloneSourceReason: the namespace or DataSource that
 	// spec.image.clone names does not exist; the message names it.
 	WaitingForCloneSourceReason = "WaitingForCloneSource"
+	// WaitingForImageImportReason: the machine's template resolves to an
+	// HTTP import, which is imported once into the template's namespace
+	// and cloned per machine; the message names the shared DataVolume and
+	// its phase and progress.
+	WaitingForImageImportReason = "WaitingForImageImport"
+	// ImageImportFailedReason: the template's shared import failed; the
+	// message names the shared DataVolume, CDI's words and whether it is
+	// retried. Not False: a new Machine would wait for the same import.
+	ImageImportFailedReason = "ImageImportFailed"
 )
 
 // Reasons with status False on VirtualMachineProvisioned, BootDiskReady and
