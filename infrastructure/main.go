@@ -192,6 +192,7 @@ func run() error {
 	}
 	if err := setup.Reconcilers(ctx, mgr, setup.Options{
 		WatchFilterValue:      watchFilterValue,
+		WatchNamespace:        watchNamespace,
 		WorkerClasses:         workerClasses,
 		ImportFailureRestarts: importFailureRestarts,
 		MachineConcurrency:    machineConcurrency,

@@ -47,6 +47,7 @@ import (
 	"github.com/cozystack/cluster-api-workers/infrastructure/reconcilers/kubevirtcluster"
 	"github.com/cozystack/cluster-api-workers/infrastructure/reconcilers/kubevirtmachine"
 	"github.com/cozystack/cluster-api-workers/infrastructure/reconcilers/kubevirtmachinetemplate"
+	"github.com/cozystack/cluster-api-workers/infrastructure/reconcilers/sharedimage"
 	"github.com/cozystack/cluster-api-workers/infrastructure/webhooks/admission"
 )
 
@@ -116,6 +117,9 @@ type Options struct {
 	// WatchFilterValue restricts the controllers to objects with this
 	// cluster.x-k8s.io/watch-filter label value.
 	WatchFilterValue string
+	// WatchNamespace is the namespace the manager's cache watches; all
+	// when empty. The shared imports' cache watches the same.
+	WatchNamespace string
 	// WorkerClasses is the WorkerClass feature gate.
 	WorkerClasses bool
 	// ImportFailureRestarts is how many importer pod restarts count as a
@@ -132,10 +136,27 @@ type Options struct {
 // silently dropped setting.
 func Reconcilers(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 	strict := client.WithFieldValidation(mgr.GetClient(), metav1.FieldValidationStrict)
+	restarts := opts.ImportFailureRestarts
+	if restarts == 0 {
+		restarts = kubevirtmachine.DefaultImportFailureRestarts
+	}
+	images, err := sharedimage.NewImages(mgr, opts.WatchNamespace, restarts)
+	if err != nil {
+		return err
+	}
+	if err := (&sharedimage.Reconciler{
+		Client:           strict,
+		APIReader:        mgr.GetAPIReader(),
+		Images:           images,
+		WatchFilterValue: opts.WatchFilterValue,
+	}).SetupWithManager(ctx, mgr, concurrency(opts.TemplateConcurrency)); err != nil {
+		return fmt.Errorf("setting up the shared image controller: %w", err)
+	}
 	if err := (&kubevirtmachine.Reconciler{
 		Client:                strict,
 		APIReader:             mgr.GetAPIReader(),
 		Clones:                &cloneauth.Authorizer{Client: mgr.GetClient(), Reader: mgr.GetAPIReader()},
+		SharedImages:          images,
 		WatchFilterValue:      opts.WatchFilterValue,
 		ImportFailureRestarts: opts.ImportFailureRestarts,
 	}).SetupWithManager(ctx, mgr, concurrency(opts.MachineConcurrency)); err != nil {

@@ -53,11 +53,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/infrastructure/internal/cloneauth"
 	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/instancetype"
 	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/render"
+	"github.com/cozystack/cluster-api-workers/infrastructure/reconcilers/sharedimage"
 	"github.com/cozystack/cluster-api-workers/internal/ownwrites"
 )
 
@@ -110,6 +112,9 @@ type Reconciler struct {
 	// Clones authorizes a clone source the machine's spec names as the
 	// machine's namespace before its DataVolume is created.
 	Clones *cloneauth.Authorizer
+	// SharedImages tells a machine of a template that resolves to an HTTP
+	// import which shared import to clone, or what it waits for.
+	SharedImages *sharedimage.Images
 
 	ownWrites *ownwrites.Versions
 }
@@ -119,8 +124,8 @@ type Reconciler struct {
 // machine-name label, so nothing is polled; their updates pass only when
 // they change what the controller reads (predicates.go).
 func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, options controller.Options) error {
-	if r.Client == nil || r.APIReader == nil || r.Clones == nil {
-		return fmt.Errorf("the KubeVirtMachine reconciler needs a Client, an APIReader and a clone Authorizer")
+	if r.Client == nil || r.APIReader == nil || r.Clones == nil || r.SharedImages == nil {
+		return fmt.Errorf("the KubeVirtMachine reconciler needs a Client, an APIReader, a clone Authorizer and the shared Images")
 	}
 	if r.ImportFailureRestarts == 0 {
 		r.ImportFailureRestarts = DefaultImportFailureRestarts
@@ -152,6 +157,8 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 		Watches(&infrav1.KubeVirtMachineTemplate{},
 			handler.EnqueueRequestsFromMapFunc(r.templateToMachines),
 			templateResolved()).
+		WatchesRawSource(source.Kind[client.Object](r.SharedImages.Cache(), &cdiv1.DataVolume{},
+			handler.EnqueueRequestsFromMapFunc(r.sharedImportToMachines), viewChanged(viewOfDataVolume))).
 		Complete(ctx, r)
 }
 
@@ -182,6 +189,17 @@ func (r *Reconciler) templateToMachines(ctx context.Context, o client.Object) []
 	requests := make([]reconcile.Request, 0, len(machines.Items))
 	for i := range machines.Items {
 		requests = append(requests, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&machines.Items[i])})
+	}
+	return requests
+}
+
+// sharedImportToMachines maps a shared import to the machines of the
+// templates that own it: they wait for it.
+func (r *Reconciler) sharedImportToMachines(ctx context.Context, dv client.Object) []reconcile.Request {
+	templates := sharedimage.TemplatesOf(dv)
+	requests := make([]reconcile.Request, 0, len(templates))
+	for _, t := range templates {
+		requests = append(requests, r.templateToMachines(ctx, &infrav1.KubeVirtMachineTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: t.Namespace, Name: t.Name}})...)
 	}
 	return requests
 }
@@ -504,6 +522,18 @@ func (r *Reconciler) machineImage(ctx context.Context, kvm *infrav1.KubeVirtMach
 			message += ": " + c.Message
 		}
 		return infrav1.ImageSource{}, "", waitingFor(infrav1.WaitingForTemplateReason, message), nil
+	}
+	if sharedimage.Shared(template) {
+		// The image is imported once for the template's namespace and
+		// cloned per machine.
+		image, wait, err := r.SharedImages.CloneSource(ctx, template)
+		if err != nil {
+			return infrav1.ImageSource{}, "", nil, err
+		}
+		if wait != nil {
+			return infrav1.ImageSource{}, "", waitingFor(wait.Reason, wait.Message), nil
+		}
+		return image, resolved.CloudInitDatasource, nil, nil
 	}
 	return resolved.Image, resolved.CloudInitDatasource, nil, nil
 }
