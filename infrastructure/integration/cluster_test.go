@@ -136,11 +136,11 @@ func TestBesideCAPK(t *testing.T) {
 }
 
 // vmWrites returns the controllers' writes to a VirtualMachine or its
-// instance.
+// instance that the API server accepted.
 func vmWrites(namespace, name string) []string {
 	var out []string
 	for _, w := range controllerWrites.in(namespace) {
-		if w.name == name && (strings.HasPrefix(w.resource, "virtualmachines") || strings.HasPrefix(w.resource, "virtualmachineinstances")) {
+		if w.Name == name && !w.Failed && (strings.HasPrefix(w.Resource, "virtualmachines") || strings.HasPrefix(w.Resource, "virtualmachineinstances")) {
 			out = append(out, w.String())
 		}
 	}

@@ -249,7 +249,7 @@ func startControllers(ctx context.Context) (*controllerManager, error) {
 	if err != nil {
 		return nil, err
 	}
-	mgr, err := ctrl.NewManager(controllerWrites.wrap(env.Config), ctrl.Options{
+	mgr, err := ctrl.NewManager(controllerWrites.WrapConfig(env.Config), ctrl.Options{
 		Scheme:                 scheme,
 		Cache:                  cacheOptions,
 		Metrics:                metricsserver.Options{BindAddress: "0"},

@@ -17,14 +17,10 @@ limitations under the License.
 package integration
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -32,128 +28,42 @@ import (
 	"github.com/onsi/gomega/types"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/sets"
-	apirequest "k8s.io/apiserver/pkg/endpoints/request"
-	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
+	"github.com/cozystack/cluster-api-workers/test/harness/requests"
 )
 
-// writeLog records the writes the controllers send to the API server, so
-// tests can count them per machine. Reads are cache hits or direct reads
-// and are not recorded; neither are lists and watches.
-type writeLog struct {
-	mu     sync.Mutex
-	writes []apiWrite
-}
+// controllerWrites records the writes the controllers send to the API
+// server, so tests can count them per machine. Reads are cache hits or
+// direct reads and are not recorded; neither are lists and watches.
+var controllerWrites = &writeLog{Log: &requests.Log{Keep: requests.Writes}}
 
-// apiWrite is one write request.
-type apiWrite struct {
-	verb string
-	// resource is e.g. kubevirtmachines or kubevirtmachines/status.
-	resource  string
-	namespace string
-	name      string
-	body      string
-}
-
-func (w apiWrite) String() string {
-	return w.verb + " " + w.resource + " " + w.namespace + "/" + w.name
-}
-
-var controllerWrites = &writeLog{}
-
-// wrap records the writes sent through cfg.
-func (l *writeLog) wrap(cfg *rest.Config) *rest.Config {
-	cfg = rest.CopyConfig(cfg)
-	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
-		return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
-			if req.Method != http.MethodGet {
-				l.add(parseWrite(req))
-			}
-			return rt.RoundTrip(req)
-		})
-	})
-	return cfg
-}
-
-type roundTripperFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
-
-// parseWrite reads what a write is to (parsed by the apiserver's own
-// RequestInfoFactory; subresources as kubevirtmachines/status) and a copy
-// of its body.
-func parseWrite(req *http.Request) apiWrite {
-	w := apiWrite{verb: req.Method}
-	if info, err := requestInfos.NewRequestInfo(req); err == nil && info.IsResourceRequest {
-		w.namespace, w.name, w.resource = info.Namespace, info.Name, info.Resource
-		if info.Subresource != "" {
-			w.resource += "/" + info.Subresource
-		}
-	}
-	if req.GetBody != nil {
-		if body, err := req.GetBody(); err == nil {
-			var b bytes.Buffer
-			_, _ = io.Copy(&b, body)
-			_ = body.Close()
-			w.body = b.String()
-		}
-	}
-	return w
-}
-
-var requestInfos = &apirequest.RequestInfoFactory{APIPrefixes: sets.NewString("api", "apis"), GrouplessAPIPrefixes: sets.NewString("api")}
-
-func (l *writeLog) add(w apiWrite) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.writes = append(l.writes, w)
-}
+// writeLog selects from the recorded writes.
+type writeLog struct{ *requests.Log }
 
 // of returns the writes to one machine's KubeVirtMachine.
-func (l *writeLog) of(kvm client.Object) []apiWrite {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []apiWrite
-	for _, w := range l.writes {
-		if w.namespace == kvm.GetNamespace() && w.name == kvm.GetName() && strings.HasPrefix(w.resource, "kubevirtmachines") {
-			out = append(out, w)
-		}
-	}
-	return out
+func (l *writeLog) of(kvm client.Object) []requests.Request {
+	return l.Requests(func(w requests.Request) bool {
+		return w.Namespace == kvm.GetNamespace() && w.Name == kvm.GetName() && strings.HasPrefix(w.Resource, "kubevirtmachines")
+	})
 }
 
 // in returns the writes to objects of one namespace.
-func (l *writeLog) in(namespace string) []apiWrite {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []apiWrite
-	for _, w := range l.writes {
-		if w.namespace == namespace {
-			out = append(out, w)
-		}
-	}
-	return out
+func (l *writeLog) in(namespace string) []requests.Request {
+	return l.Requests(func(w requests.Request) bool { return w.Namespace == namespace })
 }
 
-func names(writes []apiWrite) []string {
-	out := make([]string, 0, len(writes))
-	for _, w := range writes {
-		out = append(out, w.String())
-	}
-	return out
-}
+func names(writes []requests.Request) []string { return requests.Strings(writes) }
 
 // describeWrites lists the machine's writes with their bodies, for a
 // failure message.
 func describeWrites(kvm client.Object) string {
 	var b strings.Builder
 	for i, w := range controllerWrites.of(kvm) {
-		fmt.Fprintf(&b, "\n%d. %s %s", i+1, w, w.body)
+		fmt.Fprintf(&b, "\n%d. %s %s", i+1, w, w.Body)
 	}
 	return b.String()
 }
@@ -164,7 +74,7 @@ func describeWrites(kvm client.Object) string {
 func reportedConditions(kvm client.Object) [][]metav1.Condition {
 	var out [][]metav1.Condition
 	for _, w := range controllerWrites.of(kvm) {
-		if w.resource != "kubevirtmachines/status" {
+		if w.Resource != "kubevirtmachines/status" {
 			continue
 		}
 		var body struct {
@@ -172,7 +82,7 @@ func reportedConditions(kvm client.Object) [][]metav1.Condition {
 				Conditions []metav1.Condition `json:"conditions"`
 			} `json:"status"`
 		}
-		if err := json.Unmarshal([]byte(w.body), &body); err != nil || len(body.Status.Conditions) == 0 {
+		if err := json.Unmarshal([]byte(w.Body), &body); err != nil || len(body.Status.Conditions) == 0 {
 			continue
 		}
 		out = append(out, body.Status.Conditions)
@@ -223,12 +133,12 @@ func TestOneMachineLifecycleWrites(t *testing.T) {
 	waiting := []string{
 		// The finalizer, then the providerID, before anything is created
 		// and before any condition records a generation.
-		"PATCH kubevirtmachines " + tc.namespace + "/counted",
-		"PATCH kubevirtmachines " + tc.namespace + "/counted",
+		"management patch kubevirtmachines " + tc.namespace + "/counted",
+		"management patch kubevirtmachines " + tc.namespace + "/counted",
 		// The waiting conditions, Paused=False among them, then the
 		// observed generation.
-		"PATCH kubevirtmachines/status " + tc.namespace + "/counted",
-		"PATCH kubevirtmachines/status " + tc.namespace + "/counted",
+		"management patch kubevirtmachines/status " + tc.namespace + "/counted",
+		"management patch kubevirtmachines/status " + tc.namespace + "/counted",
 	}
 	settledWrites(t, kvm, waiting)
 
@@ -245,7 +155,7 @@ func TestOneMachineLifecycleWrites(t *testing.T) {
 	}).Should(Succeed(), func() string { return describeWrites(kvm) + describe(tc.namespace) })
 	provisioned := append(waiting,
 		// The VM exists: its conditions.
-		"PATCH kubevirtmachines/status "+tc.namespace+"/counted",
+		"management patch kubevirtmachines/status "+tc.namespace+"/counted",
 		// The instance runs: conditions, then addresses, nodeName,
 		// failureDomain, provisionedInstanceUID and
 		// initialization.provisioned. The states KubeVirt moves the VM
@@ -253,8 +163,8 @@ func TestOneMachineLifecycleWrites(t *testing.T) {
 		// Stopped and Starting, the instance Pending, Scheduling and
 		// Scheduled, and Running before virt-controller has seen its
 		// launcher Pod ready and marked it Ready.
-		"PATCH kubevirtmachines/status "+tc.namespace+"/counted",
-		"PATCH kubevirtmachines/status "+tc.namespace+"/counted",
+		"management patch kubevirtmachines/status "+tc.namespace+"/counted",
+		"management patch kubevirtmachines/status "+tc.namespace+"/counted",
 	)
 	settledWrites(t, kvm, provisioned)
 

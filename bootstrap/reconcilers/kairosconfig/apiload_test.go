@@ -33,23 +33,24 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	bootstrapv1 "github.com/cozystack/cluster-api-workers/bootstrap/api/v1alpha1"
+	"github.com/cozystack/cluster-api-workers/test/harness/requests"
 )
 
 // The API load of the reconciler (issue 7): every read is a cache hit, and
 // each write happens once per Machine, even when reconciles outrun the
-// cache. The suite's managers record their requests (requests_test.go).
+// cache. The suite's managers record their requests (requests.Log).
 
 // loadTTL is long, so that no refresh falls into a test.
 const loadTTL = time.Hour
 
 // requestsOf selects the requests about one fixture's worker: management
 // requests in its namespace, workload requests for its token.
-func requestsOf(f *fixture, tokenID string) func(request) bool {
-	return func(r request) bool {
-		if r.cluster == "workload" {
-			return r.name == bootstrapapi.BootstrapTokenSecretPrefix+tokenID
+func requestsOf(f *fixture, tokenID string) func(requests.Request) bool {
+	return func(r requests.Request) bool {
+		if r.Cluster == requests.ClusterWorkload {
+			return r.Name == bootstrapapi.BootstrapTokenSecretPrefix+tokenID
 		}
-		return r.namespace == f.namespace
+		return r.Namespace == f.namespace
 	}
 }
 
@@ -80,10 +81,10 @@ func reconcileAlone(g Gomega, cm *controllerManager, w *worker, now time.Time) (
 		now:                 func() time.Time { return now },
 		expect:              newExpectations(),
 	}
-	log := &requestLog{}
-	res, err := r.Reconcile(log.into(context.Background()), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(w.config)})
+	log := &requests.Log{}
+	res, err := r.Reconcile(log.Into(context.Background()), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(w.config)})
 	g.Expect(err).NotTo(HaveOccurred())
-	return res, log.all()
+	return res, log.Strings(nil)
 }
 
 func TestOneMachineIsWrittenOnceFromCreationToJoin(t *testing.T) {
@@ -100,8 +101,8 @@ func TestOneMachineIsWrittenOnceFromCreationToJoin(t *testing.T) {
 	f.waitForData(w)
 	tok, _ := f.storedToken(w)
 	ours := requestsOf(f, tok.ID)
-	writes := func(r request) bool { return ours(r) && r.verb != "GET" }
-	reads := func(r request) bool { return ours(r) && r.verb == "GET" }
+	writes := func(r requests.Request) bool { return ours(r) && r.IsWrite() }
+	reads := func(r requests.Request) bool { return ours(r) && !r.IsWrite() }
 
 	// Until the data is ready: the finalizer, the status (its conditions
 	// and its fields are two patches of Cluster API's patch helper), our
@@ -110,15 +111,15 @@ func TestOneMachineIsWrittenOnceFromCreationToJoin(t *testing.T) {
 	// config again and again.
 	ns := f.namespace
 	rendered := []string{
-		"management PATCH kairosconfigs " + ns + "/worker-0",
-		"management PATCH kairosconfigs/status " + ns + "/worker-0",
-		"management PATCH kairosconfigs/status " + ns + "/worker-0",
-		"management POST secrets (list) " + ns + "/",
-		"management POST secrets (list) " + ns + "/",
-		"workload POST secrets kube-system/" + bootstrapapi.BootstrapTokenSecretPrefix + tok.ID,
+		"management patch kairosconfigs " + ns + "/worker-0",
+		"management patch kairosconfigs/status " + ns + "/worker-0",
+		"management patch kairosconfigs/status " + ns + "/worker-0",
+		"management create secrets " + ns + "/" + tokenSecretName(w.config.Name),
+		"management create secrets " + ns + "/worker-0",
+		"workload create secrets kube-system/" + bootstrapapi.BootstrapTokenSecretPrefix + tok.ID,
 	}
 	settled(g, cm, w, true)
-	g.Consistently(func() []string { return cm.requests.matching(writes) }, time.Second, 100*time.Millisecond).Should(ConsistOf(rendered))
+	g.Consistently(func() []string { return cm.requests.Strings(writes) }, time.Second, 100*time.Millisecond).Should(ConsistOf(rendered))
 
 	// The node joins: the workload token and our record are deleted, once.
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "load-vm"}, Spec: corev1.NodeSpec{ProviderID: "kubevirt://load-vm"}}
@@ -128,15 +129,15 @@ func TestOneMachineIsWrittenOnceFromCreationToJoin(t *testing.T) {
 	w.machine.Status.NodeRef = clusterv1.MachineNodeReference{Name: "load-vm"}
 	g.Expect(mgmt.Client.Status().Update(suiteCtx, w.machine)).To(Succeed())
 	joined := append(rendered,
-		"workload DELETE secrets kube-system/"+bootstrapapi.BootstrapTokenSecretPrefix+tok.ID,
-		"management DELETE secrets "+ns+"/"+tokenSecretName(w.config.Name),
+		"workload delete secrets kube-system/"+bootstrapapi.BootstrapTokenSecretPrefix+tok.ID,
+		"management delete secrets "+ns+"/"+tokenSecretName(w.config.Name),
 	)
-	g.Eventually(func() []string { return cm.requests.matching(writes) }, eventually, 50*time.Millisecond).Should(ConsistOf(joined))
+	g.Eventually(func() []string { return cm.requests.Strings(writes) }, eventually, 50*time.Millisecond).Should(ConsistOf(joined))
 	settled(g, cm, w, false)
-	g.Consistently(func() []string { return cm.requests.matching(writes) }, time.Second, 100*time.Millisecond).Should(ConsistOf(joined))
+	g.Consistently(func() []string { return cm.requests.Strings(writes) }, time.Second, 100*time.Millisecond).Should(ConsistOf(joined))
 
 	// Every read of the controller was a cache hit.
-	g.Expect(cm.requests.matching(reads)).To(BeEmpty())
+	g.Expect(cm.requests.Strings(reads)).To(BeEmpty())
 
 	// A joined Machine's config costs nothing to reconcile.
 	res, requests := reconcileAlone(g, cm, w, time.Now())
@@ -173,8 +174,8 @@ func TestADueRefreshPatchesTheTokenWithoutReadingIt(t *testing.T) {
 	later := time.Now().Add(loadTTL / 2)
 	res, requests := reconcileAlone(g, cm, w, later)
 	g.Expect(requests).To(ConsistOf(
-		"workload PATCH secrets kube-system/"+bootstrapapi.BootstrapTokenSecretPrefix+tok.ID,
-		"management PUT secrets "+f.namespace+"/"+tokenSecretName(w.config.Name),
+		"workload patch secrets kube-system/"+bootstrapapi.BootstrapTokenSecretPrefix+tok.ID,
+		"management update secrets "+f.namespace+"/"+tokenSecretName(w.config.Name),
 	))
 	g.Expect(res.RequeueAfter).To(Equal(refreshInterval(loadTTL)))
 	want := later.Add(loadTTL).UTC().Truncate(time.Second).Format(time.RFC3339)
@@ -195,9 +196,9 @@ func TestADueRefreshPatchesTheTokenWithoutReadingIt(t *testing.T) {
 	}, eventually, 50*time.Millisecond).Should(Succeed())
 	_, requests = reconcileAlone(g, cm, w, later.Add(loadTTL/2))
 	g.Expect(requests).To(ConsistOf(
-		"workload PATCH secrets kube-system/"+bootstrapapi.BootstrapTokenSecretPrefix+tok.ID,
-		"workload POST secrets kube-system/"+bootstrapapi.BootstrapTokenSecretPrefix+tok.ID,
-		"management PUT secrets "+f.namespace+"/"+tokenSecretName(w.config.Name),
+		"workload patch secrets kube-system/"+bootstrapapi.BootstrapTokenSecretPrefix+tok.ID,
+		"workload create secrets kube-system/"+bootstrapapi.BootstrapTokenSecretPrefix+tok.ID,
+		"management update secrets "+f.namespace+"/"+tokenSecretName(w.config.Name),
 	))
 	remote, err = workloadToken(tok.ID)
 	g.Expect(err).NotTo(HaveOccurred())

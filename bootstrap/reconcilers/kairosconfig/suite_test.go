@@ -47,6 +47,7 @@ import (
 	bootstrapv1 "github.com/cozystack/cluster-api-workers/bootstrap/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/bootstrap/webhooks/admission"
 	"github.com/cozystack/cluster-api-workers/test/envtest"
+	"github.com/cozystack/cluster-api-workers/test/harness/requests"
 )
 
 // The suite runs one management apiserver (Cluster API and bootstrap CRDs,
@@ -118,7 +119,7 @@ type controllerManager struct {
 	// reconciler is the running controller's; tests copy its clients.
 	reconciler *Reconciler
 	// requests records what the manager sends to the API servers.
-	requests *requestLog
+	requests *requests.Log
 }
 
 // stop stops the manager and the ClusterCache's workload connections
@@ -140,9 +141,9 @@ func startController(t *testing.T, ttl time.Duration) *controllerManager {
 	t.Helper()
 	// Informer names are process-wide, so each manager gets its own name.
 	name := fmt.Sprintf("kairos-test-%d", managerCount.Add(1))
-	requests := &requestLog{}
-	mgr, err := ctrl.NewManager(requests.wrapConfig(mgmt.Config), ctrl.Options{
-		BaseContext:            func() context.Context { return requests.into(context.Background()) },
+	requestLog := &requests.Log{}
+	mgr, err := ctrl.NewManager(requestLog.WrapConfig(mgmt.Config), ctrl.Options{
+		BaseContext:            func() context.Context { return requestLog.Into(context.Background()) },
 		Scheme:                 scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
@@ -174,13 +175,14 @@ func startController(t *testing.T, ttl time.Duration) *controllerManager {
 		Client:              mgr.GetClient(),
 		SecretCachingClient: secretCachingClient,
 		APIReader:           mgr.GetAPIReader(),
-		ClusterCache:        recordingClusterCache{ClusterCache: cc},
-		TokenTTL:            ttl,
+		// The ClusterCache's clients read Secrets directly.
+		ClusterCache: requests.ClusterCache{ClusterCache: cc, Uncached: []client.Object{&corev1.Secret{}}},
+		TokenTTL:     ttl,
 	}
 	if err := r.SetupWithManager(ctx, mgr, opts); err != nil {
 		t.Fatal(err)
 	}
-	c := &controllerManager{cancel: cancel, done: make(chan struct{}), clusterCache: cc, reconciler: r, requests: requests}
+	c := &controllerManager{cancel: cancel, done: make(chan struct{}), clusterCache: cc, reconciler: r, requests: requestLog}
 	go func() {
 		defer close(c.done)
 		if err := mgr.Start(ctx); err != nil {
