@@ -113,27 +113,8 @@ func (h *Harness) CreateCluster(ctx context.Context, key client.ObjectKey, opts 
 	if err := h.Client.Create(ctx, controlPlane); err != nil {
 		return nil, fmt.Errorf("creating the hosted control plane of %s: %w", key, err)
 	}
-	// What a hosted control plane provider reports once its API server runs.
-	controlPlane.Object["status"] = map[string]any{
-		"version":                     ControlPlaneKubernetesVersion,
-		"externalManagedControlPlane": true,
-		"initialization":              map[string]any{"controlPlaneInitialized": true},
-	}
-	if err := h.Client.Status().Update(ctx, controlPlane); err != nil {
-		return nil, fmt.Errorf("reporting the hosted control plane of %s initialized: %w", key, err)
-	}
-	secrets, err := api.ClusterSecrets(key)
-	if err != nil {
+	if err := h.runControlPlane(ctx, key, controlPlane, api); err != nil {
 		return nil, err
-	}
-	for _, s := range secrets {
-		s.OwnerReferences = []metav1.OwnerReference{{
-			APIVersion: HostedControlPlaneGVK.GroupVersion().String(), Kind: HostedControlPlaneGVK.Kind,
-			Name: controlPlane.GetName(), UID: controlPlane.GetUID(), Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
-		}}
-		if err := h.Client.Create(ctx, s); err != nil {
-			return nil, fmt.Errorf("creating Secret %s: %w", s.Name, err)
-		}
 	}
 	if err := h.Client.Create(ctx, &infrav1.KubeVirtCluster{
 		ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name, Labels: map[string]string{clusterv1.ClusterNameLabel: key.Name}},
@@ -153,8 +134,42 @@ func (h *Harness) CreateCluster(ctx context.Context, key client.ObjectKey, opts 
 	h.mu.Lock()
 	h.workloads[key] = w
 	h.mu.Unlock()
+	return w, h.waitForClusterInitialized(ctx, key)
+}
 
-	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+// runControlPlane does what a hosted control plane provider does once the
+// workload API server runs: it reports the control plane initialized and
+// creates the cluster's Secrets, owned by the control plane.
+func (h *Harness) runControlPlane(ctx context.Context, key client.ObjectKey, controlPlane *unstructured.Unstructured, api *envtest.Workload) error {
+	// What a hosted control plane provider reports once its API server runs.
+	controlPlane.Object["status"] = map[string]any{
+		"version":                     ControlPlaneKubernetesVersion,
+		"externalManagedControlPlane": true,
+		"initialization":              map[string]any{"controlPlaneInitialized": true},
+	}
+	if err := h.Client.Status().Update(ctx, controlPlane); err != nil {
+		return fmt.Errorf("reporting the hosted control plane of %s initialized: %w", key, err)
+	}
+	secrets, err := api.ClusterSecrets(key)
+	if err != nil {
+		return err
+	}
+	for _, s := range secrets {
+		s.OwnerReferences = []metav1.OwnerReference{{
+			APIVersion: HostedControlPlaneGVK.GroupVersion().String(), Kind: HostedControlPlaneGVK.Kind,
+			Name: controlPlane.GetName(), UID: controlPlane.GetUID(), Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
+		}}
+		if err := h.Client.Create(ctx, s); err != nil {
+			return fmt.Errorf("creating Secret %s: %w", s.Name, err)
+		}
+	}
+	return nil
+}
+
+// waitForClusterInitialized waits until Cluster API reports the Cluster's
+// control plane initialized and its infrastructure provisioned.
+func (h *Harness) waitForClusterInitialized(ctx context.Context, key client.ObjectKey) error {
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		c := &clusterv1.Cluster{}
 		if err := h.Client.Get(ctx, key, c); err != nil {
 			return false, client.IgnoreNotFound(err)
@@ -163,9 +178,9 @@ func (h *Harness) CreateCluster(ctx context.Context, key client.ObjectKey, opts 
 			ptr.Deref(c.Status.Initialization.InfrastructureProvisioned, false), nil
 	})
 	if err != nil {
-		return w, fmt.Errorf("waiting for Cluster %s to report its control plane initialized and infrastructure provisioned: %w", key, err)
+		return fmt.Errorf("waiting for Cluster %s to report its control plane initialized and infrastructure provisioned: %w", key, err)
 	}
-	return w, nil
+	return nil
 }
 
 // startControlPlane starts the workload control plane: the given one, or

@@ -139,6 +139,10 @@ type Options struct {
 	// AuditLog, when set, is the file the management apiserver writes the
 	// audit log of our providers' requests to (audit.go), for RoleUsage.
 	AuditLog string
+	// Topology runs Cluster API's ClusterClass and topology reconcilers
+	// with the ClusterTopology feature gate on (topology.go), for Clusters
+	// made with CreateTopologyCluster.
+	Topology bool
 }
 
 // Bootstrap is a bootstrap provider the harness can run.

@@ -226,6 +226,14 @@ func (h *Harness) setupManagers(ctx context.Context, caches *lazyClusterCache) (
 			return nil, fmt.Errorf("setting up the Cluster API %s controller: %w", name, err)
 		}
 	}
+	if h.opts.Topology {
+		if err := enableTopology(); err != nil {
+			return nil, err
+		}
+		if err := setupTopology(ctx, capiMgr, capiCache); err != nil {
+			return nil, err
+		}
+	}
 	managers["capi"] = capiMgr
 
 	// Our providers (or the kubeadm peer) as their main.go files wire them,
