@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Writes the clusterctl release artefacts into an output folder:
 # bootstrap-components.yaml, infrastructure-components.yaml, metadata.yaml
-# and the cluster templates (cluster-template*.yaml).
+# the cluster templates (cluster-template*.yaml) and the ClusterClasses their
+# topology flavors name (clusterclass-*.yaml).
 #
 # Environment:
 #   RELEASE_DIR           output folder (default out/), created if missing
@@ -86,5 +87,5 @@ build bootstrap default ghcr.io/cozystack/kairos-bootstrap-controller "${bootstr
 # provider is for. config/infrastructure/default (classless) serves Tilt.
 build infrastructure with-workerclass ghcr.io/cozystack/kubevirt-workers-controller "${infrastructure_image}" infrastructure-components.yaml
 cp metadata.yaml "${out}/metadata.yaml"
-cp templates/cluster-template*.yaml "${out}/"
+cp templates/cluster-template*.yaml templates/clusterclass-*.yaml "${out}/"
 echo "release manifests (availability ${level}) written to ${out}" >&2

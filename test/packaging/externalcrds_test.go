@@ -40,9 +40,10 @@ var externalCRDs = []externalCRD{
 		files: []string{"deploy/crds/cert-manager.io_certificates.yaml", "deploy/crds/cert-manager.io_issuers.yaml"},
 	},
 	{
-		// The default flavor's hosted control plane.
+		// The default flavor's hosted control plane, and the topology
+		// flavors' ClusterClasses' template of it.
 		module: "github.com/clastix/cluster-api-control-plane-provider-kamaji", version: "v0.15.2",
-		files: []string{"config/crd/bases/controlplane.cluster.x-k8s.io_kamajicontrolplanes.yaml"},
+		files: []string{"config/crd/bases/controlplane.cluster.x-k8s.io_kamajicontrolplanes.yaml", "config/crd/bases/controlplane.cluster.x-k8s.io_kamajicontrolplanetemplates.yaml"},
 	},
 	{
 		// The talos flavor's bootstrap template.

@@ -17,6 +17,7 @@ limitations under the License.
 package packaging
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -24,6 +25,14 @@ import (
 	"testing"
 
 	. "github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/utils/ptr"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/cmd/clusterctl/client/yamlprocessor"
+	coreadmission "sigs.k8s.io/cluster-api/core/webhooks/admission"
+	"sigs.k8s.io/cluster-api/feature"
 )
 
 // variableUse matches a clusterctl variable, ${NAME} or ${NAME:=default}.
@@ -45,16 +54,39 @@ func templateFiles(t *testing.T, dir string) map[string]string {
 	return flavors
 }
 
-// TestTemplatesDocumentEveryVariable checks that each flavor's header
-// comment lists every variable the flavor uses, and that a variable used
-// more than once always has the same default (clusterctl takes the first).
+// clusterClassFiles returns the shipped ClusterClasses by name, from their
+// clusterclass-<name>.yaml files.
+func clusterClassFiles(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "clusterclass-*.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	classes := map[string]string{}
+	for _, f := range files {
+		classes[strings.TrimSuffix(strings.TrimPrefix(filepath.Base(f), "clusterclass-"), ".yaml")] = f
+	}
+	return classes
+}
+
+// TestTemplatesDocumentEveryVariable checks that each flavor's and
+// ClusterClass's header comment lists every variable the file uses, and that
+// a variable used more than once always has the same default (clusterctl
+// takes the first).
 func TestTemplatesDocumentEveryVariable(t *testing.T) {
 	flavors := templateFiles(t, filepath.Join(repoRoot, "templates"))
 	NewWithT(t).Expect(flavors).To(HaveKey(""), "a default flavor, cluster-template.yaml")
-	for _, flavor := range []string{"kairos", "talos", "kairos-fixed-image", "scale-from-zero"} {
+	for _, flavor := range []string{"kairos", "talos", "kairos-fixed-image", "scale-from-zero", "topology-kairos", "topology-talos"} {
 		NewWithT(t).Expect(flavors).To(HaveKey(flavor), "the %s flavor", flavor)
 	}
+	files := map[string]string{}
 	for flavor, file := range flavors {
+		files[fmt.Sprintf("the %q flavor", flavor)] = file
+	}
+	for class, file := range clusterClassFiles(t, filepath.Join(repoRoot, "templates")) {
+		files[fmt.Sprintf("ClusterClass %s", class)] = file
+	}
+	for flavor, file := range files {
 		t.Run(filepath.Base(file), func(t *testing.T) {
 			g := NewWithT(t)
 			data, err := os.ReadFile(file) //nolint:gosec // A cluster template in the repository.
@@ -68,7 +100,7 @@ func TestTemplatesDocumentEveryVariable(t *testing.T) {
 			}
 			doc := strings.Join(header, "\n")
 			_, documented, found := strings.Cut(doc, "Variables")
-			g.Expect(found).To(BeTrue(), "the %q flavor's header has a Variables section", flavor)
+			g.Expect(found).To(BeTrue(), "the header of %s has a Variables section", flavor)
 			g.Expect(doc).To(ContainSubstring("clusterctl generate cluster"), "the header shows how to generate the flavor")
 			defaults := map[string]string{}
 			for _, m := range variableUse.FindAllStringSubmatch(string(data), -1) {
@@ -81,6 +113,150 @@ func TestTemplatesDocumentEveryVariable(t *testing.T) {
 					g.Expect(def).To(Equal(prev), "variable %s has one default", name)
 				}
 				defaults[name] = def
+			}
+		})
+	}
+}
+
+// templateRef is an object a ClusterClass refers to, by API group, kind and
+// name (in the ClusterClass's namespace).
+type templateRef struct{ group, kind, name string }
+
+func classTemplateRefs(tb testing.TB, obj *unstructured.Unstructured) []templateRef {
+	tb.Helper()
+	class := &clusterv1.ClusterClass{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(obj.Object, class, true); err != nil {
+		tb.Fatalf("reading ClusterClass %s: %v", obj.GetName(), err)
+	}
+	refs := []clusterv1.ClusterClassTemplateReference{class.Spec.Infrastructure.TemplateRef, class.Spec.ControlPlane.TemplateRef}
+	if class.Spec.ControlPlane.MachineInfrastructure.TemplateRef.IsDefined() {
+		refs = append(refs, class.Spec.ControlPlane.MachineInfrastructure.TemplateRef)
+	}
+	for _, md := range class.Spec.Workers.MachineDeployments {
+		refs = append(refs, md.Bootstrap.TemplateRef, md.Infrastructure.TemplateRef)
+	}
+	out := make([]templateRef, 0, len(refs))
+	for _, r := range refs {
+		gv, err := schema.ParseGroupVersion(r.APIVersion)
+		if err != nil {
+			tb.Fatalf("ClusterClass %s refers to %s %s with apiVersion %q: %v", obj.GetName(), r.Kind, r.Name, r.APIVersion, err)
+		}
+		out = append(out, templateRef{gv.Group, r.Kind, r.Name})
+	}
+	return out
+}
+
+// renderWithDefaults renders a template as clusterctl does with only the
+// sample values of required variables set.
+func renderWithDefaults(t *testing.T, file string) []*unstructured.Unstructured {
+	t.Helper()
+	raw, err := os.ReadFile(file) //nolint:gosec // A template of the repository.
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := yamlprocessor.NewSimpleProcessor().Process(raw, func(name string) (string, error) {
+		if name == "NAMESPACE" {
+			return "tenant-topology", nil
+		}
+		if v, ok := sampleVariables[name]; ok {
+			return v, nil
+		}
+		if name == "CLUSTER_NAME" {
+			return clusterName, nil
+		}
+		return "", fmt.Errorf("variable %s is not set", name)
+	})
+	if err != nil {
+		t.Fatalf("rendering %s: %v", filepath.Base(file), err)
+	}
+	return decode(t, out)
+}
+
+// TestTopologyFlavorsAndTheirClusterClasses checks, without an apiserver,
+// what clusterctl and Cluster API only find out when the Cluster is applied:
+// each topology flavor names a ClusterClass shipped as
+// clusterclass-<name>.yaml, which holds exactly the class and the templates
+// it refers to and passes Cluster API's own ClusterClass validation
+// (variables, patches, health checks); the flavor uses only the class's
+// worker classes and variables and sets every required variable without a
+// default.
+func TestTopologyFlavorsAndTheirClusterClasses(t *testing.T) {
+	// The ClusterClass webhook refuses everything with the gate off, as the
+	// released core provider does without CLUSTER_TOPOLOGY=true.
+	g := NewWithT(t)
+	g.Expect(feature.MutableGates.Set(string(feature.ClusterTopology) + "=true")).To(Succeed())
+	dir := filepath.Join(repoRoot, "templates")
+	classFiles := clusterClassFiles(t, dir)
+	g.Expect(classFiles).To(HaveKey("kairos-workers"))
+	g.Expect(classFiles).To(HaveKey("talos-workers"))
+
+	classes := map[string]*clusterv1.ClusterClass{}
+	for name, file := range classFiles {
+		t.Run("clusterclass-"+name, func(t *testing.T) {
+			g := NewWithT(t)
+			objs := renderWithDefaults(t, file)
+			byRef := map[templateRef]bool{}
+			for _, o := range objs {
+				byRef[templateRef{o.GroupVersionKind().Group, o.GetKind(), o.GetName()}] = true
+				g.Expect(o.GetNamespace()).To(Equal("tenant-topology"), "%s %s is in the target namespace", o.GetKind(), o.GetName())
+			}
+			found := byKind(objs, "ClusterClass")
+			g.Expect(found).To(HaveLen(1), "the file holds one ClusterClass")
+			g.Expect(found[0].GetName()).To(Equal(name), "the file is named after its ClusterClass, as clusterctl looks it up")
+			refs := classTemplateRefs(t, found[0])
+			for _, r := range refs {
+				g.Expect(byRef).To(HaveKey(r), "the ClusterClass's %s %s ships with it", r.kind, r.name)
+			}
+			g.Expect(objs).To(HaveLen(len(refs)+1), "the file holds nothing the ClusterClass does not refer to")
+
+			class := &clusterv1.ClusterClass{}
+			g.Expect(runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(found[0].Object, class, true)).To(Succeed())
+			_, err := (&coreadmission.ClusterClass{}).ValidateCreate(t.Context(), class)
+			g.Expect(err).NotTo(HaveOccurred(), "Cluster API's ClusterClass validation")
+			classes[name] = class
+		})
+	}
+
+	for flavor, file := range templateFiles(t, dir) {
+		objs := renderWithDefaults(t, file)
+		clusters := byKind(objs, "Cluster")
+		if len(clusters) != 1 {
+			continue
+		}
+		cluster := &clusterv1.Cluster{}
+		g.Expect(runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(clusters[0].Object, cluster, true)).To(Succeed())
+		if !cluster.Spec.Topology.IsDefined() {
+			continue
+		}
+		t.Run("flavor="+flavor, func(t *testing.T) {
+			g := NewWithT(t)
+			g.Expect(objs).To(HaveLen(1), "a topology flavor is its Cluster; the ClusterClass comes from its own file")
+			class, ok := classes[cluster.Spec.Topology.ClassRef.Name]
+			g.Expect(ok).To(BeTrue(), "ClusterClass %s ships as clusterclass-%s.yaml", cluster.Spec.Topology.ClassRef.Name, cluster.Spec.Topology.ClassRef.Name)
+			if !ok {
+				return
+			}
+			workerClasses := map[string]bool{}
+			for _, md := range class.Spec.Workers.MachineDeployments {
+				workerClasses[md.Class] = true
+			}
+			g.Expect(cluster.Spec.Topology.Workers.MachineDeployments).NotTo(BeEmpty(), "the flavor has a pool")
+			for _, md := range cluster.Spec.Topology.Workers.MachineDeployments {
+				g.Expect(workerClasses).To(HaveKey(md.Class), "pool %s uses a worker class of %s", md.Name, class.Name)
+			}
+			declared := map[string]clusterv1.ClusterClassVariable{}
+			for _, v := range class.Spec.Variables {
+				declared[v.Name] = v
+			}
+			set := map[string]bool{}
+			for _, v := range cluster.Spec.Topology.Variables {
+				g.Expect(declared).To(HaveKey(v.Name), "variable %s is one of %s", v.Name, class.Name)
+				set[v.Name] = true
+			}
+			for _, v := range class.Spec.Variables {
+				if ptr.Deref(v.Required, false) && v.Schema.OpenAPIV3Schema.Default == nil {
+					g.Expect(set).To(HaveKey(v.Name), "the flavor sets %s, which %s requires", v.Name, class.Name)
+				}
 			}
 		})
 	}
