@@ -149,6 +149,7 @@ func run(m *testing.M) (code int) {
 		Logger:        log,
 		AuditLog:      filepath.Join(auditDir, "audit.log"),
 		WorkerClasses: true,
+		Topology:      true,
 		Images: map[string]nodesim.Image{
 			platformImage: {KubernetesVersion: "v1.36.3", OSImage: "Kairos v3.5.3 (Ubuntu 24.04)"},
 			rebuiltImage:  {KubernetesVersion: "v1.36.3", OSImage: "Kairos v3.5.3 (Ubuntu 24.04, rebuilt)"},
