@@ -1,0 +1,346 @@
+/*
+Copyright 2026 The Cozystack Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package kairosconfig
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util"
+	"sigs.k8s.io/cluster-api/util/certs"
+	"sigs.k8s.io/cluster-api/util/conditions"
+	"sigs.k8s.io/cluster-api/util/secret"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	bootstrapv1 "github.com/cozystack/cluster-api-workers/bootstrap/api/v1alpha1"
+	"github.com/cozystack/cluster-api-workers/bootstrap/internal/cloudconfig"
+	"github.com/cozystack/cluster-api-workers/bootstrap/internal/clustersecrets"
+)
+
+// render waits for everything the join needs, ensures the token and writes
+// the bootstrap data Secret.
+func (r *Reconciler) render(ctx context.Context, s *scope) (ctrl.Result, error) {
+	log := ctrl.LoggerFrom(ctx)
+	config, machine, cluster := s.config, s.machine, s.cluster
+
+	switch {
+	case !ptr.Deref(cluster.Status.Initialization.InfrastructureProvisioned, false):
+		markWaiting(config, bootstrapv1.WaitingForClusterInfrastructureReason, "Waiting for the Cluster's infrastructure to be provisioned")
+		return ctrl.Result{}, nil
+	case !controlPlaneInitialized(cluster):
+		markWaiting(config, bootstrapv1.WaitingForControlPlaneInitializedReason, "Waiting for the Cluster's control plane to be initialized")
+		return ctrl.Result{}, nil
+	case !cluster.Spec.ControlPlaneEndpoint.IsValid():
+		markWaiting(config, bootstrapv1.WaitingForControlPlaneEndpointReason, "Waiting for Cluster spec.controlPlaneEndpoint to be set")
+		return ctrl.Result{}, nil
+	case machine.Spec.InfrastructureRef.Name == "":
+		markWaiting(config, bootstrapv1.WaitingForInfrastructureNameReason, "Waiting for Machine spec.infrastructureRef.name, which names the VM, its hostname and providerID")
+		return ctrl.Result{}, nil
+	}
+
+	hashes, err := r.clusterCAHashes(ctx, cluster)
+	if err != nil {
+		if errors.Is(err, errClusterCAMissing) {
+			markWaiting(config, bootstrapv1.WaitingForClusterCAReason, fmt.Sprintf("Waiting for the cluster CA Secret %s with a certificate", secret.Name(cluster.Name, secret.ClusterCA)))
+			return ctrl.Result{}, nil
+		}
+		markInternalError(config)
+		return ctrl.Result{}, err
+	}
+
+	template, err := infrastructureTemplate(ctx, r.Client, machine)
+	if err != nil {
+		if errors.Is(err, errInfrastructureNotFound) {
+			markWaiting(config, bootstrapv1.WaitingForInfrastructureReason,
+				fmt.Sprintf("Waiting for %s %s to exist to check the image's WorkerClass and Kubernetes version", machine.Spec.InfrastructureRef.Kind, machine.Spec.InfrastructureRef.Name))
+			return ctrl.Result{RequeueAfter: waitForInfrastructureInterval}, nil
+		}
+		markInternalError(config)
+		return ctrl.Result{}, err
+	}
+	if template != nil {
+		if blocked, err := r.checkTemplate(ctx, s, template); blocked || err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	files, err := r.resolveFiles(ctx, config, cluster.Name)
+	if err != nil {
+		var forbidden *forbiddenFileSourceError
+		if errors.As(err, &forbidden) {
+			markWaiting(config, bootstrapv1.FileSourceForbiddenReason, forbidden.Error())
+			return ctrl.Result{}, nil
+		}
+		var missing *fileSourceError
+		if errors.As(err, &missing) {
+			markWaiting(config, bootstrapv1.FileSourceNotAvailableReason, missing.Error())
+			return ctrl.Result{RequeueAfter: waitForFileSourceInterval}, nil
+		}
+		markInternalError(config)
+		return ctrl.Result{}, err
+	}
+
+	// A token is minted only for data a Secret can hold: measured with a
+	// placeholder of a token's length, which is all the token changes.
+	if size, err := renderedSize(s, hashes, files); err != nil {
+		markInternalError(config)
+		return ctrl.Result{}, fmt.Errorf("rendering the cloud-config: %w", err)
+	} else if size > corev1.MaxSecretSize {
+		markWaiting(config, bootstrapv1.BootstrapDataTooLargeReason, fmt.Sprintf(
+			"The rendered bootstrap data is %d bytes and a Secret holds at most %d: shrink spec.files", size, corev1.MaxSecretSize))
+		return ctrl.Result{}, nil
+	}
+
+	remote, err := r.ClusterCache.GetClient(ctx, util.ObjectKey(cluster))
+	if err != nil {
+		return r.workloadUnavailable(ctx, s, err)
+	}
+	t, err := r.ensureToken(ctx, s, remote)
+	if err != nil {
+		markInternalError(config)
+		return ctrl.Result{}, err
+	}
+
+	data, err := cloudconfig.Render(renderInput(s, t, hashes, files))
+	if err != nil {
+		markInternalError(config)
+		return ctrl.Result{}, fmt.Errorf("rendering the cloud-config: %w", err)
+	}
+	if err := r.storeBootstrapData(ctx, s, data); err != nil {
+		markInternalError(config)
+		return ctrl.Result{}, err
+	}
+	log.Info("Wrote the bootstrap data", "Secret", klog.KRef(config.Namespace, config.Name), "joinMode", joinMode(config))
+	config.Status.DataSecretName = config.Name
+	config.Status.Initialization.DataSecretCreated = ptr.To(true)
+	markAvailable(config)
+	if err := r.watchNodes(ctx, cluster); err != nil {
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{RequeueAfter: refreshInterval(r.TokenTTL)}, nil
+}
+
+// renderedSize is the size of the bootstrap data Secret's data for s, with
+// a placeholder token of a real token's length.
+func renderedSize(s *scope, hashes []string, files []cloudconfig.File) (int, error) {
+	placeholder := token{ID: strings.Repeat("0", 6), Secret: strings.Repeat("0", 16)}
+	data, err := cloudconfig.Render(renderInput(s, placeholder, hashes, files))
+	return len(data) + len(bootstrapv1.DataFormatCloudConfig), err
+}
+
+func controlPlaneInitialized(cluster *clusterv1.Cluster) bool {
+	return ptr.Deref(cluster.Status.Initialization.ControlPlaneInitialized, false) ||
+		conditions.IsTrue(cluster, clusterv1.ClusterControlPlaneInitializedCondition)
+}
+
+func joinMode(config *bootstrapv1.KairosConfig) bootstrapv1.JoinMode {
+	if config.Spec.JoinMode == "" {
+		return bootstrapv1.JoinModeStages
+	}
+	return config.Spec.JoinMode
+}
+
+func renderInput(s *scope, t token, hashes []string, files []cloudconfig.File) cloudconfig.Input {
+	spec := s.config.Spec
+	vm := s.machine.Spec.InfrastructureRef.Name
+	in := cloudconfig.Input{
+		Mode:              joinMode(s.config),
+		Hostname:          vm,
+		ProviderID:        ProviderIDPrefix + vm,
+		APIServerEndpoint: s.cluster.Spec.ControlPlaneEndpoint.String(),
+		CACertHashes:      hashes,
+		Token:             t.String(),
+		ClusterToken:      string(s.cluster.UID),
+		NodeLabels:        spec.NodeLabels,
+		Files:             files,
+		Timeouts: cloudconfig.Timeouts{
+			Discovery:          seconds(spec.JoinTimeouts.DiscoverySeconds),
+			TLSBootstrap:       seconds(spec.JoinTimeouts.TLSBootstrapSeconds),
+			KubeletHealthCheck: seconds(spec.JoinTimeouts.KubeletHealthCheckSeconds),
+			KubernetesAPICall:  seconds(spec.JoinTimeouts.KubernetesAPICallSeconds),
+		},
+	}
+	if len(spec.SSHKeys) > 0 {
+		in.SSHAuthorizedKey = strings.TrimSpace(spec.SSHKeys[0])
+	}
+	for _, t := range spec.NodeTaints {
+		in.NodeTaints = append(in.NodeTaints, corev1.Taint{Key: t.Key, Value: t.Value, Effect: t.Effect})
+	}
+	for _, a := range spec.KubeletExtraArgs {
+		in.KubeletExtraArgs = append(in.KubeletExtraArgs, cloudconfig.Arg{Name: a.Name, Value: a.Value})
+	}
+	return in
+}
+
+func seconds(s *int32) time.Duration {
+	if s == nil {
+		return 0
+	}
+	return time.Duration(*s) * time.Second
+}
+
+var errClusterCAMissing = errors.New("the cluster CA Secret is missing or has no certificate")
+
+// clusterCAHashes pins the cluster CA from the <cluster>-ca Secret. Only
+// the certificate is needed: a worker never signs anything with the key.
+func (r *Reconciler) clusterCAHashes(ctx context.Context, cluster *clusterv1.Cluster) ([]string, error) {
+	s, err := secret.GetFromNamespacedName(ctx, r.SecretCachingClient, util.ObjectKey(cluster), secret.ClusterCA)
+	if apierrors.IsNotFound(err) {
+		return nil, errClusterCAMissing
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the cluster CA Secret: %w", err)
+	}
+	crt := s.Data[secret.TLSCrtDataName]
+	if len(crt) == 0 {
+		return nil, errClusterCAMissing
+	}
+	ca := &secret.Certificate{Purpose: secret.ClusterCA, KeyPair: &certs.KeyPair{Cert: crt}}
+	hashes, err := ca.Hashes()
+	if err != nil {
+		return nil, fmt.Errorf("pinning the cluster CA: %w", err)
+	}
+	if len(hashes) == 0 {
+		return nil, errClusterCAMissing
+	}
+	return hashes, nil
+}
+
+// fileSourceError names a missing contentFrom Secret or key.
+type fileSourceError struct{ msg string }
+
+func (e *fileSourceError) Error() string { return e.msg }
+
+// forbiddenFileSourceError names a contentFrom Secret of Cluster API's own.
+type forbiddenFileSourceError struct{ msg string }
+
+func (e *forbiddenFileSourceError) Error() string { return e.msg }
+
+func (r *Reconciler) resolveFiles(ctx context.Context, config *bootstrapv1.KairosConfig, clusterName string) ([]cloudconfig.File, error) {
+	files := make([]cloudconfig.File, 0, len(config.Spec.Files))
+	for i, f := range config.Spec.Files {
+		out := cloudconfig.File{Path: f.Path, Owner: f.Owner}
+		fromSecret := f.ContentFrom.Secret.Name != ""
+		perm, err := filePermissions(f.Permissions, fromSecret)
+		if err != nil {
+			return nil, fmt.Errorf("spec.files[%d].permissions: %w", i, err)
+		}
+		out.Permissions = perm
+		if fromSecret {
+			src := &corev1.Secret{}
+			key := client.ObjectKey{Namespace: config.Namespace, Name: f.ContentFrom.Secret.Name}
+			if err := r.Client.Get(ctx, key, src); err != nil {
+				if apierrors.IsNotFound(err) {
+					return nil, &fileSourceError{msg: fmt.Sprintf("spec.files[%d].contentFrom.secret: Secret %s not found", i, key.Name)}
+				}
+				return nil, fmt.Errorf("reading spec.files[%d].contentFrom.secret %s: %w", i, key.Name, err)
+			}
+			if clustersecrets.Is(clusterName, src) {
+				return nil, &forbiddenFileSourceError{msg: fmt.Sprintf("spec.files[%d].contentFrom.secret: Secret %s is one of Cluster API's own Secrets of the cluster and is never copied into a worker", i, key.Name)}
+			}
+			content, ok := src.Data[f.ContentFrom.Secret.Key]
+			if !ok {
+				return nil, &fileSourceError{msg: fmt.Sprintf("spec.files[%d].contentFrom.secret: Secret %s has no key %s", i, key.Name, f.ContentFrom.Secret.Key)}
+			}
+			out.Content = content
+		} else {
+			out.Content = []byte(f.Content)
+		}
+		files = append(files, out)
+	}
+	return files, nil
+}
+
+// filePermissions parses an octal mode; content from a Secret defaults to
+// 0600, inline content to 0644.
+func filePermissions(s string, fromSecret bool) (uint32, error) {
+	if s == "" {
+		if fromSecret {
+			return 0o600, nil
+		}
+		return 0o644, nil
+	}
+	v, err := strconv.ParseUint(s, 8, 32)
+	if err != nil || v > 0o777 {
+		return 0, fmt.Errorf("%q is not an octal file mode", s)
+	}
+	return uint32(v), nil
+}
+
+// checkTemplate checks the infrastructure machine template against the
+// Machine before anything is rendered: its WorkerClass must boot Kairos,
+// and its image's Kubernetes version must match the Machine's. blocked
+// means the condition says why nothing is rendered. A template's
+// resolution is frozen once written, so a refusal is final: it is not
+// requeued (a new template means new Machines with new configs).
+func (r *Reconciler) checkTemplate(ctx context.Context, s *scope, template *unstructured.Unstructured) (blocked bool, _ error) {
+	log := ctrl.LoggerFrom(ctx)
+	config, machine := s.config, s.machine
+	class, err := templateClassFrom(template)
+	if err != nil {
+		markInternalError(config)
+		return true, err
+	}
+	if class.awaitingResolution() {
+		// The template's resolution reconciles the config again.
+		if err := r.watchTemplates(ctx, template); err != nil {
+			markInternalError(config)
+			return true, err
+		}
+		markWaiting(config, bootstrapv1.WaitingForInfrastructureTemplateReason, class.waitingMessage())
+		return true, nil
+	}
+	if mismatch := class.familyMismatch(); mismatch != "" {
+		log.Info("Not rendering bootstrap data: the infrastructure template's WorkerClass does not boot Kairos",
+			"template", class.Source, "workerClass", class.WorkerClass, "bootstrap", class.Bootstrap)
+		markWaiting(config, bootstrapv1.BootstrapFamilyMismatchReason, mismatch)
+		return true, nil
+	}
+
+	if machine.Spec.Version == "" {
+		return false, nil
+	}
+	image, err := imageVersionFrom(template)
+	if err != nil {
+		markInternalError(config)
+		return true, err
+	}
+	if image == nil {
+		return false, nil
+	}
+	mismatch, err := checkVersion(machine.Spec.Version, *image)
+	if err != nil {
+		markWaiting(config, bootstrapv1.KubernetesVersionMismatchReason, err.Error())
+		return true, nil
+	}
+	if mismatch != "" {
+		log.Info("Not rendering bootstrap data: Kubernetes version mismatch", "machineVersion", machine.Spec.Version, "imageVersion", image.Version, "match", image.Match)
+		markWaiting(config, bootstrapv1.KubernetesVersionMismatchReason, mismatch)
+		return true, nil
+	}
+	return false, nil
+}

@@ -1,0 +1,147 @@
+/*
+Copyright 2026 The Cozystack Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package kairosconfig
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util"
+	"sigs.k8s.io/cluster-api/util/conditions"
+	"sigs.k8s.io/cluster-api/util/patch"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	bootstrapv1 "github.com/cozystack/cluster-api-workers/bootstrap/api/v1alpha1"
+)
+
+func (r *Reconciler) patch(ctx context.Context, h *patch.Helper, config *bootstrapv1.KairosConfig, observed bool) error {
+	if err := conditions.SetSummaryCondition(config, config, bootstrapv1.ReadyCondition,
+		conditions.ForConditionTypes{bootstrapv1.DataSecretAvailableCondition},
+		conditions.CustomMergeStrategy{MergeStrategy: conditions.DefaultMergeStrategy(
+			conditions.ComputeReasonFunc(conditions.GetDefaultComputeMergeReasonFunc(
+				bootstrapv1.NotReadyReason, bootstrapv1.ReadyUnknownReason, bootstrapv1.ReadyReason)),
+		)},
+	); err != nil {
+		return err
+	}
+	opts := []patch.Option{patch.WithOwnedConditions{Conditions: []string{
+		clusterv1.PausedCondition, bootstrapv1.ReadyCondition, bootstrapv1.DataSecretAvailableCondition,
+	}}}
+	if observed {
+		opts = append(opts, patch.WithStatusObservedGeneration{})
+	}
+	return h.Patch(ctx, config, opts...)
+}
+
+// recordExpiration writes a token's new expiry to our Secret.
+func (r *Reconciler) recordExpiration(ctx context.Context, s *scope, before, after token) error {
+	if after.Expiration.Equal(before.Expiration) {
+		return nil
+	}
+	if err := r.Client.Update(ctx, managementTokenSecret(s.config, s.cluster.Name, after)); err != nil {
+		return fmt.Errorf("recording the token expiration: %w", err)
+	}
+	ctrl.LoggerFrom(ctx).V(2).Info("Extended the bootstrap token", "tokenID", after.ID, "expiration", after.Expiration)
+	return nil
+}
+
+// forgetToken deletes our record of t, only while the record is the Secret
+// t was read from: a record made again since (a new token for the same
+// config) is not ours to drop, or its token would leak untracked.
+func (r *Reconciler) forgetToken(ctx context.Context, config *bootstrapv1.KairosConfig, t token) error {
+	if t.recordUID == "" {
+		return fmt.Errorf("bootstrap token %s has no record to forget", t.ID)
+	}
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: config.Namespace, Name: tokenSecretName(config.Name)}}
+	err := r.Client.Delete(ctx, s, client.Preconditions{UID: &t.recordUID})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil
+	case apierrors.IsConflict(err):
+		ctrl.LoggerFrom(ctx).Info("The token Secret was replaced since it was read; keeping the new record", "tokenID", t.ID)
+		return nil
+	case err != nil:
+		return fmt.Errorf("deleting the token Secret: %w", err)
+	}
+	return nil
+}
+
+// removeFinalizer drops the finalizer of a config being deleted, outside
+// the patch helper (used where there is no Cluster to patch against).
+func (r *Reconciler) removeFinalizer(ctx context.Context, config *bootstrapv1.KairosConfig) error {
+	if config.DeletionTimestamp.IsZero() || !controllerutil.ContainsFinalizer(config, bootstrapv1.ConfigFinalizer) {
+		return nil
+	}
+	original := config.DeepCopy()
+	controllerutil.RemoveFinalizer(config, bootstrapv1.ConfigFinalizer)
+	if err := r.Client.Patch(ctx, config, client.MergeFrom(original)); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("removing the finalizer: %w", err)
+	}
+	return nil
+}
+
+// storeBootstrapData creates or updates the bootstrap data Secret: named
+// like the config, type cluster.x-k8s.io/secret, cluster-name label,
+// controller ownerRef, keys value and format.
+func (r *Reconciler) storeBootstrapData(ctx context.Context, s *scope, data []byte) error {
+	desired := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: s.config.Namespace,
+			Name:      s.config.Name,
+			Labels:    map[string]string{clusterv1.ClusterNameLabel: s.cluster.Name},
+			OwnerReferences: []metav1.OwnerReference{
+				*metav1.NewControllerRef(s.config, bootstrapv1.GroupVersion.WithKind("KairosConfig")),
+			},
+		},
+		Type: clusterv1.ClusterSecretType,
+		Data: map[string][]byte{
+			"value":  data,
+			"format": []byte(bootstrapv1.DataFormatCloudConfig),
+		},
+	}
+	// Usually the Secret is new; only an existing one is read (directly:
+	// the cache keeps no bootstrap data).
+	err := r.Client.Create(ctx, desired)
+	if err == nil {
+		return nil
+	}
+	if !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating the bootstrap data Secret: %w", err)
+	}
+	existing := &corev1.Secret{}
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(desired), existing); err != nil {
+		return fmt.Errorf("reading the bootstrap data Secret: %w", err)
+	}
+	if !util.IsControlledBy(existing, s.config, bootstrapv1.GroupVersion.WithKind("KairosConfig").GroupKind()) {
+		return fmt.Errorf("the Secret %s exists but is not controlled by this KairosConfig", existing.Name)
+	}
+	if bytes.Equal(existing.Data["value"], data) && string(existing.Data["format"]) == bootstrapv1.DataFormatCloudConfig {
+		return nil
+	}
+	existing.Data = desired.Data
+	if err := r.Client.Update(ctx, existing); err != nil {
+		return fmt.Errorf("updating the bootstrap data Secret: %w", err)
+	}
+	return nil
+}
