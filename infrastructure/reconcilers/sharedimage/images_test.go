@@ -1,0 +1,101 @@
+/*
+Copyright 2026 The Cozystack Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package sharedimage
+
+import (
+	"strings"
+	"testing"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+
+	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
+	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/render"
+)
+
+func TestStateOf(t *testing.T) {
+	resolved := &infrav1.ResolvedMachine{
+		Image:       infrav1.ImageSource{HTTPImport: &infrav1.HTTPImportSource{URL: "https://factory.example.com/image.raw.xz"}},
+		ContentHash: strings.Repeat("0f", 32),
+	}
+	disk := &infrav1.RootDisk{Size: ptr.To(resource.MustParse("10Gi"))}
+	name := render.SharedImportName(resolved.ContentHash, disk)
+	images := &Images{failureRestarts: 3}
+	running := cdiv1.DataVolumeCondition{Type: cdiv1.DataVolumeRunning, Status: corev1.ConditionFalse, Message: "Unable to connect to http data source"}
+
+	for _, tc := range []struct {
+		name    string
+		attempt int
+		mutate  func(*cdiv1.DataVolume)
+		want    *Wait
+		failed  bool
+	}{
+		{name: "succeeded: machines clone it", mutate: func(dv *cdiv1.DataVolume) { dv.Status.Phase = cdiv1.Succeeded }},
+		{name: "not started", want: &Wait{infrav1.WaitingForImageImportReason, "Shared import DataVolume " + name + ": waiting for CDI"}},
+		{name: "importing", mutate: func(dv *cdiv1.DataVolume) {
+			dv.Status.Phase, dv.Status.Progress = cdiv1.ImportInProgress, "42.00%"
+		}, want: &Wait{infrav1.WaitingForImageImportReason, "Shared import DataVolume " + name + ": ImportInProgress, 42.00%"}},
+		{name: "a failed first attempt is retried", mutate: func(dv *cdiv1.DataVolume) {
+			dv.Status.Phase, dv.Status.Conditions = cdiv1.Failed, []cdiv1.DataVolumeCondition{running}
+		}, failed: true, want: &Wait{infrav1.ImageImportFailedReason,
+			"Shared import DataVolume " + name + ", attempt 1 of 2: failed: Unable to connect to http data source; importing it once more"}},
+		{name: "a restarting second attempt is not", attempt: 2, mutate: func(dv *cdiv1.DataVolume) {
+			dv.Status.Phase, dv.Status.RestartCount = cdiv1.ImportInProgress, 3
+		}, failed: true, want: &Wait{infrav1.ImageImportFailedReason,
+			"Shared import DataVolume " + name + ", attempt 2 of 2: its importer pod restarted 3 times; delete it to import again"}},
+		{name: "being deleted", mutate: func(dv *cdiv1.DataVolume) {
+			dv.Status.Phase, dv.DeletionTimestamp = cdiv1.Succeeded, ptr.To(metav1.Now())
+		}, want: &Wait{infrav1.WaitingForImageImportReason, "Shared import DataVolume " + name + " is being deleted; it is imported again once gone"}},
+		{name: "someone else's disk of that name", mutate: func(dv *cdiv1.DataVolume) {
+			dv.Status.Phase, dv.Spec.Source.HTTP.URL = cdiv1.Succeeded, "https://elsewhere.example.com/other.raw"
+		}, want: &Wait{infrav1.ImageImportFailedReason,
+			"DataVolume " + name + " exists and is not the shared import of content hash " + resolved.ContentHash + "; delete it to import the template's image"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			dv, _ := render.SharedImport(render.SharedImportInput{Namespace: "tenant", Resolved: resolved, RootDisk: disk, Attempt: tc.attempt})
+			if tc.mutate != nil {
+				tc.mutate(dv)
+			}
+			st := images.stateOf(dv, resolved)
+			g.Expect(st.wait).To(Equal(tc.want))
+			g.Expect(st.failed).To(Equal(tc.failed))
+		})
+	}
+}
+
+func TestShared(t *testing.T) {
+	g := NewWithT(t)
+	tmpl := &infrav1.KubeVirtMachineTemplate{Status: infrav1.KubeVirtMachineTemplateStatus{Resolved: &infrav1.ResolvedMachine{
+		Image: infrav1.ImageSource{HTTPImport: &infrav1.HTTPImportSource{URL: "https://factory.example.com/image.raw.xz"}},
+	}}}
+	g.Expect(Shared(tmpl)).To(BeTrue(), "a class-based template's machines take the resolved import")
+
+	classless := tmpl.DeepCopy()
+	classless.Spec.Template.Spec.Image = classless.Status.Resolved.Image.DeepCopy()
+	g.Expect(Shared(classless)).To(BeFalse(), "a classless template's machines import their own spec.image")
+
+	golden := tmpl.DeepCopy()
+	golden.Status.Resolved.Image = infrav1.ImageSource{Clone: &infrav1.CloneSource{Kind: infrav1.CloneFromDataSource, Name: "talos"}}
+	g.Expect(Shared(golden)).To(BeFalse(), "a golden clone is cloned as it is")
+
+	g.Expect(Shared(&infrav1.KubeVirtMachineTemplate{})).To(BeFalse(), "an unresolved template")
+}
