@@ -33,11 +33,8 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
-	"sigs.k8s.io/cluster-api/util/conditions"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
@@ -216,23 +213,28 @@ func newCluster(t *testing.T, opts harness.ClusterOptions) *harness.WorkloadClus
 	return w
 }
 
-// pool renders the example Kairos pool for the cluster with the scenario's
-// variables on top of test defaults.
-func pool(t *testing.T, w *harness.WorkloadCluster, vars map[string]string) []unstructured.Unstructured {
-	t.Helper()
-	all := map[string]string{
-		"CLUSTER_NAME": w.Key.Name,
-		"NAMESPACE":    w.Key.Namespace,
-		// Short enough for a test, long enough that a healthy node never
-		// trips them.
+// poolOf is the cluster's pool: the example Kairos pool's default
+// MachineDeployment, and every Machine and Node of the cluster.
+func poolOf(w *harness.WorkloadCluster) harness.Pool {
+	return harness.Pool{Cluster: w.Key}
+}
+
+// poolDefaults are the suite's values of the example pool's variables:
+// MachineHealthCheck timeouts short enough for a test and long enough that
+// a healthy simulated node never trips them.
+func poolDefaults() map[string]string {
+	return map[string]string{
 		"NODE_STARTUP_TIMEOUT_SECONDS":          "60",
 		"NODE_UNHEALTHY_TIMEOUT_SECONDS":        "5",
 		"INFRASTRUCTURE_FAILED_TIMEOUT_SECONDS": "5",
 	}
-	for k, v := range vars {
-		all[k] = v
-	}
-	objs, err := harness.RenderTemplate(harness.KairosPoolTemplate(), all)
+}
+
+// pool renders the example Kairos pool for the cluster with the scenario's
+// variables over the suite's.
+func pool(t *testing.T, w *harness.WorkloadCluster, vars map[string]string) []unstructured.Unstructured {
+	t.Helper()
+	objs, err := poolOf(w).Render(poolDefaults(), vars)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,44 +249,25 @@ func applyPool(t *testing.T, w *harness.WorkloadCluster, vars map[string]string)
 }
 
 func machines(g Gomega, w *harness.WorkloadCluster) []clusterv1.Machine {
-	list := &clusterv1.MachineList{}
-	g.Expect(h.Client.List(context.Background(), list, client.InNamespace(w.Key.Namespace),
-		client.MatchingLabels{clusterv1.ClusterNameLabel: w.Key.Name})).To(Succeed())
-	return list.Items
+	ms, err := h.PoolMachines(context.Background(), poolOf(w))
+	g.Expect(err).NotTo(HaveOccurred())
+	return ms
 }
 
 func nodes(g Gomega, w *harness.WorkloadCluster) []corev1.Node {
-	list := &corev1.NodeList{}
-	g.Expect(w.API.Client.List(context.Background(), list)).To(Succeed())
-	return list.Items
+	ns, err := h.PoolNodes(context.Background(), poolOf(w))
+	g.Expect(err).NotTo(HaveOccurred())
+	return ns
 }
 
-// expectJoined waits until the cluster has exactly n Machines, all Running
-// with a healthy node that the MachineHealthCheck passed, and n Ready Nodes
-// that are exactly theirs.
+// expectJoined waits until the cluster has joined with exactly n Machines
+// (harness.PoolJoined).
 func expectJoined(t *testing.T, w *harness.WorkloadCluster, n int) []clusterv1.Machine {
 	t.Helper()
 	var ms []clusterv1.Machine
-	NewWithT(t).Eventually(func(g Gomega) {
-		ms = machines(g, w)
-		g.Expect(ms).To(HaveLen(n))
-		providerIDs := map[string]bool{}
-		for _, m := range ms {
-			g.Expect(m.Status.Phase).To(Equal(string(clusterv1.MachinePhaseRunning)), "Machine %s", m.Name)
-			g.Expect(conditions.IsTrue(&m, clusterv1.MachineNodeHealthyCondition)).To(BeTrue(), "Machine %s is not NodeHealthy", m.Name)
-			g.Expect(conditions.IsTrue(&m, clusterv1.MachineHealthCheckSucceededCondition)).To(BeTrue(), "the MachineHealthCheck has not passed Machine %s", m.Name)
-			g.Expect(m.Status.NodeRef.Name).To(Equal(m.Spec.InfrastructureRef.Name), "Machine %s", m.Name)
-			providerIDs[m.Spec.ProviderID] = true
-		}
-		ns := nodes(g, w)
-		g.Expect(ns).To(HaveLen(n))
-		for _, node := range ns {
-			g.Expect(harness.NodeReady(node)).To(BeTrue(), "Node %s", node.Name)
-			g.Expect(providerIDs).To(HaveKey(node.Spec.ProviderID), "Node %s belongs to no Machine", node.Name)
-			// Cluster API lifts the uninitialized taint once the Machine
-			// is Running.
-			g.Expect(node.Spec.Taints).NotTo(ContainElement(HaveField("Key", clusterv1.NodeUninitializedTaint.Key)))
-		}
+	NewWithT(t).Eventually(func() (err error) {
+		ms, err = h.PoolJoined(context.Background(), poolOf(w), n)
+		return err
 	}, timeout, poll).Should(Succeed(), func() string { return describe(w) })
 	return ms
 }
@@ -310,15 +293,9 @@ func expectBootsClean(g Gomega, ms []clusterv1.Machine) {
 // bootstrapTokens lists the bootstrap token Secrets left in the workload
 // cluster.
 func bootstrapTokens(g Gomega, w *harness.WorkloadCluster) []string {
-	list := &corev1.SecretList{}
-	g.Expect(w.API.Client.List(context.Background(), list, client.InNamespace(metav1.NamespaceSystem))).To(Succeed())
-	var names []string
-	for _, s := range list.Items {
-		if s.Type == bootstrapapi.SecretTypeBootstrapToken {
-			names = append(names, s.Name)
-		}
-	}
-	return names
+	tokens, err := h.PoolJoinTokens(context.Background(), poolOf(w))
+	g.Expect(err).NotTo(HaveOccurred())
+	return tokens
 }
 
 // describe summarizes the cluster's machines, VMs and nodes for failure

@@ -182,7 +182,7 @@ func machineOfVM(g Gomega, p pool, vm string) clusterv1.Machine {
 			return m
 		}
 	}
-	g.Expect(vm).To(BeEmpty(), "no Machine of pool %s has the VM", p.name)
+	g.Expect(vm).To(BeEmpty(), "no Machine of pool %s has the VM", p.Name)
 	return clusterv1.Machine{}
 }
 

@@ -26,6 +26,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+
+	"github.com/cozystack/cluster-api-workers/test/harness"
 )
 
 // joinPool is the 2-machine pool of the built-in kairos class, booting the
@@ -83,7 +85,7 @@ func TestPoolJoinsAndRevokesTokens(t *testing.T) {
 		g.Expect(guest.Seed).To(Equal(NoCloud))
 	}
 	for _, n := range joinPool.nodes(g) {
-		g.Expect(n.Labels).To(HaveKeyWithValue(poolLabel, joinPool.name))
+		g.Expect(n.Labels).To(HaveKeyWithValue(harness.PoolLabel, joinPool.Name))
 	}
 	recordJoins(t, "join", ms)
 

@@ -21,7 +21,6 @@ package qemu
 import (
 	"context"
 	"fmt"
-	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -34,7 +33,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
-	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -44,46 +42,38 @@ import (
 	"github.com/cozystack/cluster-api-workers/test/harness"
 )
 
-// poolLabel is the node label the example template's KairosConfigTemplate
-// gives every node of a pool (and the Machines' selector label).
-const poolLabel = "node.cozystack.io/pool"
-
 // pool is one MachineDeployment of the example Kairos template in the
 // workload Cluster, by its POOL_NAME.
 type pool struct {
-	name string
+	harness.Pool
 }
 
-func newPool(name string) pool { return pool{name: name} }
+func newPool(name string) pool { return pool{harness.Pool{Cluster: workload.Key, Name: name}} }
 
 // deployment is the key of the pool's MachineDeployment (and
 // MachineHealthCheck); its Machines and VMs are named after it.
-func (p pool) deployment() client.ObjectKey {
-	return client.ObjectKey{Namespace: workload.Key.Namespace, Name: workload.Key.Name + "-" + p.name}
-}
+func (p pool) deployment() client.ObjectKey { return p.Deployment() }
 
-// renderPool renders templates/cluster-template-kairos.yaml for the pool
-// with the scenario's variables over the suite's: one guest's size (the
-// runner gives every guest 2 CPUs and 1536 MiB, whatever the VM asks), and
-// MachineHealthCheck timeouts a healthy guest never trips (a Node
-// registers NotReady and turns Ready some seconds later, more than 10 s
-// on a loaded host).
-func renderPool(t *testing.T, p pool, vars map[string]string) []unstructured.Unstructured {
-	t.Helper()
-	all := map[string]string{
-		"CLUSTER_NAME":                          workload.Key.Name,
-		"NAMESPACE":                             workload.Key.Namespace,
-		"POOL_NAME":                             p.name,
+// poolDefaults are the suite's values of the example pool's variables: one
+// guest's size (the runner gives every guest 2 CPUs and 1536 MiB, whatever
+// the VM asks), and MachineHealthCheck timeouts a healthy guest never
+// trips (a Node registers NotReady and turns Ready some seconds later,
+// more than 10 s on a loaded host).
+func poolDefaults() map[string]string {
+	return map[string]string{
 		"WORKER_CPU_CORES":                      "2",
 		"WORKER_MEMORY":                         "1536Mi",
 		"NODE_STARTUP_TIMEOUT_SECONDS":          "900",
 		"NODE_UNHEALTHY_TIMEOUT_SECONDS":        "120",
 		"INFRASTRUCTURE_FAILED_TIMEOUT_SECONDS": "60",
 	}
-	for k, v := range vars {
-		all[k] = v
-	}
-	objs, err := harness.RenderTemplate(harness.KairosPoolTemplate(), all)
+}
+
+// renderPool renders templates/cluster-template-kairos.yaml for the pool
+// with the scenario's variables over the suite's.
+func renderPool(t *testing.T, p pool, vars map[string]string) []unstructured.Unstructured {
+	t.Helper()
+	objs, err := p.Render(poolDefaults(), vars)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,45 +134,29 @@ func (p pool) exists(t *testing.T) bool {
 
 // machines lists the pool's Machines, by name.
 func (p pool) machines(g Gomega) []clusterv1.Machine {
-	list := &clusterv1.MachineList{}
-	g.Expect(h.Client.List(suiteCtx, list, client.InNamespace(p.deployment().Namespace),
-		client.MatchingLabels{clusterv1.MachineDeploymentNameLabel: p.deployment().Name})).To(Succeed())
-	sort.Slice(list.Items, func(i, j int) bool { return list.Items[i].Name < list.Items[j].Name })
-	return list.Items
+	ms, err := h.PoolMachines(suiteCtx, p.Pool)
+	g.Expect(err).NotTo(HaveOccurred())
+	return ms
 }
 
 // nodes lists the workload Nodes of the pool.
 func (p pool) nodes(g Gomega) []corev1.Node {
-	list := &corev1.NodeList{}
-	g.Expect(workload.API.Client.List(suiteCtx, list, client.MatchingLabels{poolLabel: p.name})).To(Succeed())
-	return list.Items
+	ns, err := h.PoolNodes(suiteCtx, p.Pool)
+	g.Expect(err).NotTo(HaveOccurred())
+	return ns
 }
 
-// expectJoined waits until the pool has exactly n Machines, all Running
-// with a Node named after their VM that is Ready with providerID
-// kubevirt://<vm>, NodeHealthy and passed by the MachineHealthCheck, and
-// exactly n such Nodes, with Cluster API's uninitialized taint lifted.
+// expectJoined waits until the pool has joined with exactly n Machines
+// (harness.PoolJoined) whose Nodes run the suite's kubelet.
 func (p pool) expectJoined(t *testing.T, n int) []clusterv1.Machine {
 	t.Helper()
 	var ms []clusterv1.Machine
 	NewWithT(t).Eventually(func(g Gomega) {
-		ms = p.machines(g)
-		g.Expect(ms).To(HaveLen(n))
-		for _, m := range ms {
-			vm := m.Spec.InfrastructureRef.Name
-			g.Expect(m.Status.Phase).To(Equal(string(clusterv1.MachinePhaseRunning)), "Machine %s", m.Name)
-			g.Expect(m.Spec.ProviderID).To(Equal("kubevirt://"+vm), "Machine %s", m.Name)
-			g.Expect(m.Status.NodeRef.Name).To(Equal(vm), "Machine %s", m.Name)
-			g.Expect(conditions.IsTrue(&m, clusterv1.MachineNodeHealthyCondition)).To(BeTrue(), "Machine %s is not NodeHealthy", m.Name)
-			g.Expect(conditions.IsTrue(&m, clusterv1.MachineHealthCheckSucceededCondition)).To(BeTrue(), "the MachineHealthCheck has not passed Machine %s", m.Name)
-		}
-		nodes := p.nodes(g)
-		g.Expect(nodes).To(HaveLen(n))
-		for _, node := range nodes {
-			g.Expect(harness.NodeReady(node)).To(BeTrue(), "Node %s", node.Name)
-			g.Expect(node.Spec.ProviderID).To(Equal("kubevirt://"+node.Name), "Node %s", node.Name)
+		var err error
+		ms, err = h.PoolJoined(suiteCtx, p.Pool, n)
+		g.Expect(err).NotTo(HaveOccurred())
+		for _, node := range p.nodes(g) {
 			g.Expect(node.Status.NodeInfo.KubeletVersion).To(Equal(kubernetesVersion), "Node %s", node.Name)
-			g.Expect(node.Spec.Taints).NotTo(ContainElement(HaveField("Key", clusterv1.NodeUninitializedTaint.Key)), "Node %s", node.Name)
 		}
 	}, joinTimeout, poll).Should(Succeed(), func() string { return describe(p) })
 	return ms
@@ -194,12 +168,7 @@ func (p pool) expectJoined(t *testing.T, n int) []clusterv1.Machine {
 func (p pool) remove(t *testing.T) {
 	t.Helper()
 	g := NewWithT(t)
-	for _, o := range []client.Object{
-		&clusterv1.MachineDeployment{ObjectMeta: metav1.ObjectMeta{Namespace: p.deployment().Namespace, Name: p.deployment().Name}},
-		&clusterv1.MachineHealthCheck{ObjectMeta: metav1.ObjectMeta{Namespace: p.deployment().Namespace, Name: p.deployment().Name}},
-	} {
-		g.Expect(client.IgnoreNotFound(h.Client.Delete(suiteCtx, o))).To(Succeed())
-	}
+	g.Expect(h.DeletePool(suiteCtx, p.Pool)).To(Succeed())
 	g.Eventually(func(g Gomega) {
 		g.Expect(p.machines(g)).To(BeEmpty())
 		g.Expect(p.nodes(g)).To(BeEmpty())
@@ -243,18 +212,11 @@ func vmKey(m clusterv1.Machine) client.ObjectKey {
 }
 
 // joinTokens lists the bootstrap tokens left in the workload cluster for
-// the pool's KairosConfigs (the provider describes each token so).
+// the pool's KairosConfigs.
 func (p pool) joinTokens(g Gomega) []string {
-	list := &corev1.SecretList{}
-	g.Expect(workload.API.Client.List(suiteCtx, list, client.InNamespace(metav1.NamespaceSystem))).To(Succeed())
-	prefix := fmt.Sprintf("Join token of KairosConfig %s/%s-", p.deployment().Namespace, p.deployment().Name)
-	var ids []string
-	for _, s := range list.Items {
-		if s.Type == bootstrapapi.SecretTypeBootstrapToken && strings.HasPrefix(string(s.Data[bootstrapapi.BootstrapTokenDescriptionKey]), prefix) {
-			ids = append(ids, string(s.Data[bootstrapapi.BootstrapTokenIDKey]))
-		}
-	}
-	return ids
+	tokens, err := h.PoolJoinTokens(suiteCtx, p.Pool)
+	g.Expect(err).NotTo(HaveOccurred())
+	return tokens
 }
 
 // recordJoins records, for each Machine, how long its guest took from
