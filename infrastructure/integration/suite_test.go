@@ -295,7 +295,21 @@ func restartControllers(t *testing.T) {
 	controllers.Store(cm)
 }
 
-var namespaces atomic.Int32
+// namespacePrefix is a namespace name prefix from the test's name, short
+// enough for the API server's random suffix.
+func namespacePrefix(t *testing.T) string {
+	t.Helper()
+	name := strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
+			return r
+		}
+		return '-'
+	}, strings.ToLower(strings.TrimPrefix(t.Name(), "Test")))
+	if len(name) > 50 {
+		name = name[:50]
+	}
+	return strings.Trim(name, "-") + "-"
+}
 
 // testCluster is a namespace with a provisioned Cluster whose control plane
 // is hosted elsewhere.
@@ -308,8 +322,11 @@ func newCluster(t *testing.T) *testCluster {
 	t.Helper()
 	g := NewWithT(t)
 	ctx := context.Background()
-	ns := fmt.Sprintf("kubevirt-workers-%d", namespaces.Add(1))
-	g.Expect(c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
+	// Named after the test by the API server, so that no scenario's names
+	// depend on which scenarios ran before it.
+	namespace := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: namespacePrefix(t)}}
+	g.Expect(c.Create(ctx, namespace)).To(Succeed())
+	ns := namespace.Name
 	cluster := &clusterv1.Cluster{
 		ObjectMeta: metav1.ObjectMeta{Name: "tenant", Namespace: ns},
 		Spec:       clusterv1.ClusterSpec{ControlPlaneEndpoint: clusterv1.APIEndpoint{Host: "api.tenant.example.com", Port: 6443}},
