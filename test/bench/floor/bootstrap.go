@@ -40,7 +40,6 @@ import (
 	"sigs.k8s.io/cluster-api/util/conditions"
 	capicontrollerutil "sigs.k8s.io/cluster-api/util/controller"
 	"sigs.k8s.io/cluster-api/util/kubeconfig"
-	"sigs.k8s.io/cluster-api/util/patch"
 	"sigs.k8s.io/cluster-api/util/secret"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -76,6 +75,9 @@ type Bootstrap struct {
 
 	mu       sync.Mutex
 	clusters map[types.UID]*clusterJoin
+	// written are the configs whose data this process wrote and whose
+	// status the cache may not show yet: they are not written again.
+	written sync.Map
 }
 
 // clusterJoin is what every machine of a cluster joins with.
@@ -115,12 +117,17 @@ func machineToConfig(_ context.Context, o client.Object) []ctrl.Request {
 
 // Reconcile writes a config's bootstrap data once its Machine and the
 // cluster's control plane exist, then nothing more.
-func (r *Bootstrap) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, rerr error) {
+func (r *Bootstrap) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	config := &bootstrapv1.KairosConfig{}
 	if err := r.Client.Get(ctx, req.NamespacedName, config); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if ptr.Deref(config.Status.Initialization.DataSecretCreated, false) || !config.DeletionTimestamp.IsZero() {
+		r.written.Delete(config.UID)
+		return ctrl.Result{}, nil
+	}
+	if _, ok := r.written.Load(config.UID); ok {
+		// The event of our status patch brings the config back.
 		return ctrl.Result{}, nil
 	}
 	machine, err := util.GetOwnerMachine(ctx, r.Client, config.ObjectMeta)
@@ -144,16 +151,6 @@ func (r *Bootstrap) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Res
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-
-	helper, err := patch.NewHelper(config, r.Client)
-	if err != nil {
-		return ctrl.Result{}, err
-	}
-	defer func() {
-		if err := helper.Patch(ctx, config); err != nil {
-			rerr = errors.Join(rerr, err)
-		}
-	}()
 	dataSecret := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace:       config.Namespace,
@@ -168,9 +165,16 @@ func (r *Bootstrap) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Res
 	if err := r.Client.Create(ctx, dataSecret); err != nil && !apierrors.IsAlreadyExists(err) {
 		return ctrl.Result{}, fmt.Errorf("creating the bootstrap data Secret: %w", err)
 	}
+	// One status patch: Cluster API's patch helper would write the
+	// conditions and the rest of the status in two.
+	before := config.DeepCopy()
 	config.Status.DataSecretName = dataSecret.Name
 	config.Status.Initialization.DataSecretCreated = ptr.To(true)
 	conditions.Set(config, metav1.Condition{Type: clusterv1.ReadyCondition, Status: metav1.ConditionTrue, Reason: bootstrapv1.ReadyReason})
+	if err := r.Client.Status().Patch(ctx, config, client.MergeFrom(before)); err != nil {
+		return ctrl.Result{}, fmt.Errorf("patching the KairosConfig status: %w", err)
+	}
+	r.written.Store(config.UID, struct{}{})
 	ctrl.LoggerFrom(ctx).Info("Wrote the bootstrap data", "Secret", klog.KObj(dataSecret))
 	return ctrl.Result{}, nil
 }

@@ -29,7 +29,10 @@ limitations under the License.
 // spec.providerID in one patch, and status.initialization.provisioned with
 // the Ready condition in one patch once the VirtualMachine is ready. Neither
 // keeps a finalizer: owner references let the garbage collector remove what
-// they created.
+// they created. Both remember what they wrote until their cache shows it, so
+// a reconcile on a stale cache does not write it again; a status is one
+// merge patch (Cluster API's patch helper writes conditions and the rest of
+// the status in two).
 package floor
 
 // The floor providers' names, as the scale benchmark's processes. This

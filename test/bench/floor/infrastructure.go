@@ -20,6 +20,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -31,7 +32,6 @@ import (
 	"sigs.k8s.io/cluster-api/util"
 	"sigs.k8s.io/cluster-api/util/conditions"
 	capicontrollerutil "sigs.k8s.io/cluster-api/util/controller"
-	"sigs.k8s.io/cluster-api/util/patch"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
@@ -52,6 +52,11 @@ type Infrastructure struct {
 	// APIReader reads the bootstrap data Secret uncached, once per machine,
 	// so no Secret is cached.
 	APIReader client.Reader
+
+	// created and provisioned are the machines whose VirtualMachine or
+	// provisioned status this process wrote and the cache may not show
+	// yet: they are not written again.
+	created, provisioned sync.Map
 }
 
 // SetupWithManager registers the reconciler with its watches: the
@@ -69,40 +74,52 @@ func (r *Infrastructure) SetupWithManager(ctx context.Context, mgr ctrl.Manager,
 
 // Reconcile creates the machine's VirtualMachine once its bootstrap data
 // exists, and reports it provisioned once the VirtualMachine is ready.
-func (r *Infrastructure) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, rerr error) {
+func (r *Infrastructure) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	kvm := &infrav1.KubeVirtMachine{}
 	if err := r.Client.Get(ctx, req.NamespacedName, kvm); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if ptr.Deref(kvm.Status.Initialization.Provisioned, false) || !kvm.DeletionTimestamp.IsZero() {
+		r.created.Delete(kvm.UID)
+		r.provisioned.Delete(kvm.UID)
+		return ctrl.Result{}, nil
+	}
+	if _, ok := r.provisioned.Load(kvm.UID); ok {
 		return ctrl.Result{}, nil
 	}
 	machine, err := util.GetOwnerMachine(ctx, r.Client, kvm.ObjectMeta)
 	if err != nil || machine == nil {
 		return ctrl.Result{}, err
 	}
-	helper, err := patch.NewHelper(kvm, r.Client)
-	if err != nil {
-		return ctrl.Result{}, err
-	}
-	defer func() {
-		if err := helper.Patch(ctx, kvm); err != nil {
-			rerr = errors.Join(rerr, err)
-		}
-	}()
 
 	vm := &kubevirtv1.VirtualMachine{}
 	err = r.Client.Get(ctx, client.ObjectKeyFromObject(kvm), vm)
 	switch {
 	case apierrors.IsNotFound(err):
+		if _, ok := r.created.Load(kvm.UID); ok {
+			// The VirtualMachine's event brings the machine back.
+			return ctrl.Result{}, nil
+		}
 		return ctrl.Result{}, r.createVirtualMachine(ctx, kvm, machine)
 	case err != nil:
 		return ctrl.Result{}, err
 	}
-	if vm.Status.Ready {
-		kvm.Status.Initialization.Provisioned = ptr.To(true)
-		conditions.Set(kvm, metav1.Condition{Type: clusterv1.ReadyCondition, Status: metav1.ConditionTrue, Reason: infrav1.ReadyReason})
+	if kvm.Spec.ProviderID == "" {
+		// A reconcile created the VirtualMachine but failed to set it.
+		return ctrl.Result{}, r.setProviderID(ctx, kvm)
 	}
+	if !vm.Status.Ready {
+		return ctrl.Result{}, nil
+	}
+	// One status patch: Cluster API's patch helper would write the
+	// conditions and the rest of the status in two.
+	before := kvm.DeepCopy()
+	kvm.Status.Initialization.Provisioned = ptr.To(true)
+	conditions.Set(kvm, metav1.Condition{Type: clusterv1.ReadyCondition, Status: metav1.ConditionTrue, Reason: infrav1.ReadyReason})
+	if err := r.Client.Status().Patch(ctx, kvm, client.MergeFrom(before)); err != nil {
+		return ctrl.Result{}, fmt.Errorf("patching the KubeVirtMachine status: %w", err)
+	}
+	r.provisioned.Store(kvm.UID, struct{}{})
 	return ctrl.Result{}, nil
 }
 
@@ -141,8 +158,18 @@ func (r *Infrastructure) createVirtualMachine(ctx context.Context, kvm *infrav1.
 			return fmt.Errorf("creating %s %s: %w", o.GetObjectKind().GroupVersionKind().Kind, o.GetName(), err)
 		}
 	}
-	kvm.Spec.ProviderID = providerIDPrefix + kvm.Name
+	r.created.Store(kvm.UID, struct{}{})
 	ctrl.LoggerFrom(ctx).Info("Created the VirtualMachine", "VirtualMachine", klog.KObj(objs.VirtualMachine))
+	return r.setProviderID(ctx, kvm)
+}
+
+// setProviderID sets the providerID the kubelet registers with.
+func (r *Infrastructure) setProviderID(ctx context.Context, kvm *infrav1.KubeVirtMachine) error {
+	before := kvm.DeepCopy()
+	kvm.Spec.ProviderID = providerIDPrefix + kvm.Name
+	if err := r.Client.Patch(ctx, kvm, client.MergeFrom(before)); err != nil {
+		return fmt.Errorf("setting spec.providerID: %w", err)
+	}
 	return nil
 }
 
