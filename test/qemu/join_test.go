@@ -32,16 +32,18 @@ import (
 
 // joinPool is the 2-machine pool of the built-in kairos class, booting the
 // platform's image as a container disk with a NoCloud seed. The join
-// scenario makes it; the replacement scenario reuses it.
-var joinPool = newPool("join")
+// scenario makes it; the replacement scenario reuses it (ensureJoinPool
+// makes it when it runs alone). A function, since the workload Cluster
+// exists only once the suite has started.
+func joinPool() pool { return newPool("join") }
 
 // ensureJoinPool creates the join pool unless it exists, and waits until
 // both its Machines run with Ready Nodes.
 func ensureJoinPool(t *testing.T) []clusterv1.Machine {
 	t.Helper()
-	if !joinPool.exists(t) {
-		onlyPool(t, joinPool)
-		applyPool(t, joinPool, map[string]string{
+	if !joinPool().exists(t) {
+		onlyPool(t, joinPool())
+		applyPool(t, joinPool(), map[string]string{
 			"WORKER_MACHINE_COUNT": "2",
 			// The replacement scenario proves the node path: a killed
 			// guest's Node goes NotReady and the MachineHealthCheck acts on
@@ -51,7 +53,7 @@ func ensureJoinPool(t *testing.T) []clusterv1.Machine {
 			"INFRASTRUCTURE_FAILED_TIMEOUT_SECONDS": "600",
 		})
 	}
-	return joinPool.expectJoined(t, 2)
+	return joinPool().expectJoined(t, 2)
 }
 
 // TestPoolJoinsAndRevokesTokens: a 2-machine Kairos pool joins with real
@@ -84,11 +86,11 @@ func TestPoolJoinsAndRevokesTokens(t *testing.T) {
 		g.Expect(guest.RootImage).To(Equal(disk.Image()), "guest %s does not boot the mapped container disk", guest.VM.Name)
 		g.Expect(guest.Seed).To(Equal(NoCloud))
 	}
-	for _, n := range joinPool.nodes(g) {
-		g.Expect(n.Labels).To(HaveKeyWithValue(harness.PoolLabel, joinPool.Name))
+	for _, n := range joinPool().nodes(g) {
+		g.Expect(n.Labels).To(HaveKeyWithValue(harness.PoolLabel, joinPool().Name))
 	}
 	recordJoins(t, "join", ms)
 
 	// Once a Machine has its nodeRef, the Kairos provider deletes its token.
-	g.Eventually(func(g Gomega) { g.Expect(joinPool.joinTokens(g)).To(BeEmpty()) }, time.Minute, poll).Should(Succeed())
+	g.Eventually(func(g Gomega) { g.Expect(joinPool().joinTokens(g)).To(BeEmpty()) }, time.Minute, poll).Should(Succeed())
 }

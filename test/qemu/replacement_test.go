@@ -44,12 +44,12 @@ func TestKilledGuestIsReplaced(t *testing.T) {
 	g := NewWithT(t)
 	before := ensureJoinPool(t)
 	victim, survivor := before[0], before[1]
-	history := watchMachines(t, joinPool)
+	history := watchMachines(t, joinPool())
 	killedGuest := guestOf(g, vmKey(victim))
 	// Joined nodes' tokens are revoked; a new instance of the killed VM
 	// boots the container disk blank with the same bootstrap data and must
 	// not be able to join again in the old node's place.
-	g.Eventually(func(g Gomega) { g.Expect(joinPool.joinTokens(g)).To(BeEmpty()) }, time.Minute, poll).Should(Succeed())
+	g.Eventually(func(g Gomega) { g.Expect(joinPool().joinTokens(g)).To(BeEmpty()) }, time.Minute, poll).Should(Succeed())
 
 	g.Expect(runner.Kill(vmKey(victim))).To(Succeed())
 	killed := time.Now()
@@ -85,19 +85,19 @@ func TestKilledGuestIsReplaced(t *testing.T) {
 			}
 		}
 		notReadyAfter = time.Since(killed)
-	}, 3*time.Minute, 200*time.Millisecond).Should(Succeed(), func() string { return describe(joinPool) })
+	}, 3*time.Minute, 200*time.Millisecond).Should(Succeed(), func() string { return describe(joinPool()) })
 	t.Logf("timing: the Node of the killed guest %s went NotReady %s after the kill", victim.Name, notReadyAfter.Round(time.Second))
 
 	g.Eventually(func(g Gomega) {
-		for _, m := range joinPool.machines(g) {
+		for _, m := range joinPool().machines(g) {
 			g.Expect(m.UID).NotTo(Equal(victim.UID), "Machine %s was not remediated", m.Name)
 		}
-	}, 5*time.Minute, poll).Should(Succeed(), func() string { return describe(joinPool) })
+	}, 5*time.Minute, poll).Should(Succeed(), func() string { return describe(joinPool()) })
 	g.Expect(history.reasons(victim.UID)).To(ContainElement(clusterv1.MachineHealthCheckUnhealthyNodeReason),
 		"the MachineHealthCheck did not find the killed guest's node unhealthy")
 	g.Expect(history.reasons(survivor.UID)).To(BeEmpty(), "the healthy Machine was found unhealthy")
 
-	after := joinPool.expectJoined(t, 2)
+	after := joinPool().expectJoined(t, 2)
 	var replacement []clusterv1.Machine
 	uids := map[string]bool{}
 	for _, m := range after {
@@ -112,5 +112,5 @@ func TestKilledGuestIsReplaced(t *testing.T) {
 	t.Logf("timing: from the kill to the replacement's Node Ready: %s", time.Since(killed).Round(time.Second))
 	g.Expect(workload.API.Client.Get(suiteCtx, client.ObjectKey{Name: victim.Status.NodeRef.Name}, &corev1.Node{})).
 		To(Satisfy(apierrors.IsNotFound), "the remediated Machine's Node is left")
-	g.Eventually(func(g Gomega) { g.Expect(joinPool.joinTokens(g)).To(BeEmpty()) }, time.Minute, poll).Should(Succeed())
+	g.Eventually(func(g Gomega) { g.Expect(joinPool().joinTokens(g)).To(BeEmpty()) }, time.Minute, poll).Should(Succeed())
 }
