@@ -39,6 +39,9 @@ const (
 	// not provisioned, so the workload cluster cannot be reached yet.
 	WaitingForClusterInfrastructureReason = "WaitingForClusterInfrastructure"
 
+	// WaitingForOwnerReason: no Machine owns the config yet (Cluster API's
+	// Machine controller makes its Machine the owner).
+	WaitingForOwnerReason = "WaitingForOwner"
 	// WaitingForClusterReason: the Cluster the config belongs to does not
 	// exist; the message names it.
 	WaitingForClusterReason = "WaitingForCluster"

@@ -35,9 +35,7 @@ import (
 	"sigs.k8s.io/cluster-api/util/annotations"
 	"sigs.k8s.io/cluster-api/util/conditions"
 	capicontrollerutil "sigs.k8s.io/cluster-api/util/controller"
-	"sigs.k8s.io/cluster-api/util/finalizers"
 	"sigs.k8s.io/cluster-api/util/patch"
-	"sigs.k8s.io/cluster-api/util/paused"
 	"sigs.k8s.io/cluster-api/util/predicates"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -58,7 +56,6 @@ const ProviderIDPrefix = "kubevirt://"
 const (
 	waitForInfrastructureInterval = 10 * time.Second
 	waitForFileSourceInterval     = 10 * time.Second
-	waitForWorkloadInterval       = 15 * time.Second
 )
 
 // Writes go through Cluster API's patch helper, which patches and never
@@ -144,6 +141,20 @@ type scope struct {
 	cluster *clusterv1.Cluster
 }
 
+// waiting is why a config has no bootstrap data yet: what its
+// DataSecretAvailable condition says, and when to look again where no
+// watch ends the wait (zero when one does).
+type waiting struct {
+	reason, message string
+	requeueAfter    time.Duration
+}
+
+// report puts the wait on the config and returns when to look again.
+func (w *waiting) report(config *bootstrapv1.KairosConfig) ctrl.Result {
+	markWaiting(config, w.reason, w.message)
+	return ctrl.Result{RequeueAfter: w.requeueAfter}
+}
+
 // Reconcile brings one KairosConfig closer to having bootstrap data and,
 // afterwards, keeps its token alive until the node joins.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, rerr error) {
@@ -166,8 +177,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		return ctrl.Result{}, err
 	}
 	if machine == nil && !machineGone {
+		// Cluster API's MachineSet creates the config before the Machine
+		// controller makes its Machine the owner; the Machine watch
+		// reconciles the config then.
 		log.V(4).Info("KairosConfig has no owner Machine yet, waiting")
-		return ctrl.Result{}, nil
+		return ctrl.Result{}, r.reportWaiting(ctx, config, waiting{
+			reason: bootstrapv1.WaitingForOwnerReason, message: "Waiting for a Machine to own this KairosConfig",
+		})
 	}
 	clusterName := config.Labels[clusterv1.ClusterNameLabel]
 	if machine != nil {
@@ -196,14 +212,20 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 			}
 			return ctrl.Result{}, r.removeFinalizer(ctx, config)
 		}
+		// Only a config with a live Machine gets here, and a Machine always
+		// names its Cluster (spec.clusterName is required). No token is
+		// made for a Cluster that does not exist; the Cluster watch
+		// reconciles the config when it appears.
 		log.Info("Cluster does not exist yet, waiting")
-		return ctrl.Result{}, r.markClusterMissing(ctx, config, clusterName)
+		return ctrl.Result{}, r.reportWaiting(ctx, config, waiting{
+			reason: bootstrapv1.WaitingForClusterReason, message: fmt.Sprintf("Cluster %s does not exist", klog.KRef(config.Namespace, clusterName)),
+		})
 	}
 
 	// Our writes to the config go through writes, so that a reconcile on a
 	// cache that has not seen them yet can be told apart.
 	before, writes := config.ResourceVersion, ownwrites.NewRecorder(r.Client)
-	if added, err := finalizers.EnsureFinalizer(ctx, writes, config, bootstrapv1.ConfigFinalizer); err != nil || added {
+	if added, err := r.ensureFinalizer(ctx, writes, config); err != nil || added {
 		r.expect.Wrote(req.NamespacedName, before, writes.Written())
 		return ctrl.Result{}, err
 	}
@@ -214,16 +236,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	}
 	if annotations.IsPaused(cluster, config) {
 		// Record that, and nothing else, as Cluster API's controllers do.
-		_, _, err := paused.EnsurePausedCondition(ctx, writes, cluster, config)
+		err := r.ensurePausedCondition(ctx, writes, cluster, config)
 		r.expect.Wrote(req.NamespacedName, before, writes.Written())
 		return ctrl.Result{}, err
 	}
 	// Not paused: the condition goes out with this reconcile's patch rather
 	// than a patch of its own (one write fewer per Machine).
-	conditions.Set(config, metav1.Condition{Type: clusterv1.PausedCondition, Status: metav1.ConditionFalse, Reason: clusterv1.NotPausedReason})
+	markNotPaused(config)
 	s := &scope{config: config, machine: machine, cluster: cluster}
 	defer func() {
-		if err := r.patch(ctx, patchHelper, config, rerr == nil); err != nil {
+		if err := r.patchConfig(ctx, patchHelper, config, rerr == nil); err != nil {
 			rerr = kerrors.NewAggregate([]error{rerr, err})
 		}
 		r.expect.Wrote(req.NamespacedName, before, writes.Written())
@@ -237,26 +259,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		return r.revokeToken(ctx, s)
 	}
 	return r.reconcileNormal(ctx, s)
-}
-
-// markClusterMissing says on the config that its Cluster does not exist,
-// once: the Cluster watch reconciles the config when it appears. No token
-// is made for a Cluster that does not exist.
-func (r *Reconciler) markClusterMissing(ctx context.Context, config *bootstrapv1.KairosConfig, clusterName string) error {
-	// Only a config with a live Machine gets here, and a Machine always
-	// names its Cluster (spec.clusterName is required).
-	message := fmt.Sprintf("Cluster %s does not exist", klog.KRef(config.Namespace, clusterName))
-	if c := conditions.Get(config, bootstrapv1.DataSecretAvailableCondition); c != nil && c.Reason == bootstrapv1.WaitingForClusterReason && c.Message == message {
-		return nil
-	}
-	key, before, writes := client.ObjectKeyFromObject(config), config.ResourceVersion, ownwrites.NewRecorder(r.Client)
-	defer func() { r.expect.Wrote(key, before, writes.Written()) }()
-	h, err := patch.NewHelper(config, writes)
-	if err != nil {
-		return err
-	}
-	markWaiting(config, bootstrapv1.WaitingForClusterReason, message)
-	return r.patch(ctx, h, config, false)
 }
 
 // ownerMachine returns the owning Machine; machineGone is true when the
@@ -286,7 +288,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 		markAvailable(config)
 		joined, err := r.nodeJoined(ctx, s)
 		if err != nil {
-			return r.workloadUnavailable(ctx, s, err)
+			return workloadUnavailable(s, err)
 		}
 		if joined {
 			return r.revokeToken(ctx, s)
@@ -337,25 +339,23 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) (ctrl.Result
 		return ctrl.Result{}, err
 	}
 	if found {
-		if res, err := r.revoke(ctx, s, t); err != nil || !res.IsZero() {
-			return res, err
+		if err := r.revoke(ctx, s, t); err != nil {
+			return ctrl.Result{}, err
 		}
 	}
 	controllerutil.RemoveFinalizer(s.config, bootstrapv1.ConfigFinalizer)
 	return ctrl.Result{}, nil
 }
 
-// workloadUnavailable reports a workload cluster the ClusterCache cannot
-// reach yet; the ClusterCache's source re-triggers on connection.
-func (r *Reconciler) workloadUnavailable(ctx context.Context, s *scope, err error) (ctrl.Result, error) {
-	if errors.Is(err, clustercache.ErrClusterNotConnected) {
-		if !ptr.Deref(s.config.Status.Initialization.DataSecretCreated, false) {
-			markWaiting(s.config, bootstrapv1.WaitingForWorkloadClusterReason, "Waiting for the workload cluster's API server to be reachable")
-		}
-		ctrl.LoggerFrom(ctx).V(2).Info("Workload cluster not reachable yet, requeueing")
-		return ctrl.Result{RequeueAfter: waitForWorkloadInterval}, nil
+// workloadUnavailable says, before the data is rendered, that the workload
+// cluster cannot be reached yet, and returns the error: the request is
+// retried with backoff, and the ClusterCache's source reconciles the config
+// as soon as the connection is up.
+func workloadUnavailable(s *scope, err error) (ctrl.Result, error) {
+	if errors.Is(err, clustercache.ErrClusterNotConnected) && !ptr.Deref(s.config.Status.Initialization.DataSecretCreated, false) {
+		markWaiting(s.config, bootstrapv1.WaitingForWorkloadClusterReason, "Waiting for the workload cluster's API server to be reachable")
 	}
-	return ctrl.Result{}, err
+	return ctrl.Result{}, fmt.Errorf("reaching the workload cluster: %w", err)
 }
 
 // watchNodes makes Node events in the workload cluster reconcile the
@@ -393,6 +393,12 @@ func markWaiting(config *bootstrapv1.KairosConfig, reason, message string) {
 		Reason:  reason,
 		Message: message,
 	})
+}
+
+// markNotPaused sets Paused=False as Cluster API's paused helper does, for
+// the reconcile's one patch to send.
+func markNotPaused(config *bootstrapv1.KairosConfig) {
+	conditions.Set(config, metav1.Condition{Type: clusterv1.PausedCondition, Status: metav1.ConditionFalse, Reason: clusterv1.NotPausedReason})
 }
 
 func markInternalError(config *bootstrapv1.KairosConfig) {

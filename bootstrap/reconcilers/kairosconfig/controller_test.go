@@ -29,6 +29,7 @@ import (
 	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util/conditions"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	bootstrapv1 "github.com/cozystack/cluster-api-workers/bootstrap/api/v1alpha1"
@@ -499,4 +500,41 @@ func findCondition(list []metav1.Condition, t string) *metav1.Condition {
 		}
 	}
 	return nil
+}
+
+// TestAConfigWithoutAnOwnerMachineSetsItsConditions: Cluster API's
+// MachineSet creates a config before its Machine owns it. Until then the
+// config says so in every condition it owns, takes no finalizer and gets
+// no token; a paused one only says that it is paused.
+func TestAConfigWithoutAnOwnerMachineSetsItsConditions(t *testing.T) {
+	startController(t, testTokenTTL)
+	f := newFixture(t, readyCluster)
+	g := f.g
+	labels := map[string]string{clusterv1.ClusterNameLabel: f.cluster.Name}
+	unowned := &bootstrapv1.KairosConfig{ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace, Name: "unowned", Labels: labels}}
+	paused := &bootstrapv1.KairosConfig{ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace, Name: "unowned-paused", Labels: labels,
+		Annotations: map[string]string{clusterv1.PausedAnnotation: ""}}}
+	g.Expect(mgmt.Client.Create(suiteCtx, unowned)).To(Succeed())
+	g.Expect(mgmt.Client.Create(suiteCtx, paused)).To(Succeed())
+
+	g.Eventually(func(g Gomega) {
+		g.Expect(mgmt.Client.Get(suiteCtx, client.ObjectKeyFromObject(unowned), unowned)).To(Succeed())
+		g.Expect(unowned.Status.Conditions).To(ConsistOf(
+			HaveField("Type", bootstrapv1.ReadyCondition),
+			And(HaveField("Type", bootstrapv1.DataSecretAvailableCondition), HaveField("Status", metav1.ConditionFalse),
+				HaveField("Reason", bootstrapv1.WaitingForOwnerReason), HaveField("Message", "Waiting for a Machine to own this KairosConfig")),
+			And(HaveField("Type", clusterv1.PausedCondition), HaveField("Status", metav1.ConditionFalse)),
+		))
+		g.Expect(conditions.GetReason(unowned, bootstrapv1.ReadyCondition)).To(Equal(bootstrapv1.NotReadyReason))
+		g.Expect(unowned.Status.ObservedGeneration).To(Equal(unowned.Generation))
+	}, eventually, 50*time.Millisecond).Should(Succeed())
+	g.Expect(unowned.Finalizers).To(BeEmpty())
+	_, found := f.storedToken(&worker{config: unowned})
+	g.Expect(found).To(BeFalse(), "no token before a Machine owns the config")
+
+	g.Eventually(func(g Gomega) {
+		g.Expect(mgmt.Client.Get(suiteCtx, client.ObjectKeyFromObject(paused), paused)).To(Succeed())
+		g.Expect(conditions.IsTrue(paused, clusterv1.PausedCondition)).To(BeTrue())
+	}, eventually, 50*time.Millisecond).Should(Succeed())
+	g.Expect(conditions.Has(paused, bootstrapv1.DataSecretAvailableCondition)).To(BeFalse(), "a paused config only records that")
 }

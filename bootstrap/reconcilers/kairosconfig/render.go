@@ -45,87 +45,26 @@ import (
 // render waits for everything the join needs, ensures the token and writes
 // the bootstrap data Secret.
 func (r *Reconciler) render(ctx context.Context, s *scope) (ctrl.Result, error) {
-	log := ctrl.LoggerFrom(ctx)
-	config, machine, cluster := s.config, s.machine, s.cluster
-
-	switch {
-	case !ptr.Deref(cluster.Status.Initialization.InfrastructureProvisioned, false):
-		markWaiting(config, bootstrapv1.WaitingForClusterInfrastructureReason, "Waiting for the Cluster's infrastructure to be provisioned")
-		return ctrl.Result{}, nil
-	case !controlPlaneInitialized(cluster):
-		markWaiting(config, bootstrapv1.WaitingForControlPlaneInitializedReason, "Waiting for the Cluster's control plane to be initialized")
-		return ctrl.Result{}, nil
-	case !cluster.Spec.ControlPlaneEndpoint.IsValid():
-		markWaiting(config, bootstrapv1.WaitingForControlPlaneEndpointReason, "Waiting for Cluster spec.controlPlaneEndpoint to be set")
-		return ctrl.Result{}, nil
-	case machine.Spec.InfrastructureRef.Name == "":
-		markWaiting(config, bootstrapv1.WaitingForInfrastructureNameReason, "Waiting for Machine spec.infrastructureRef.name, which names the VM, its hostname and providerID")
-		return ctrl.Result{}, nil
-	}
-
-	hashes, err := r.clusterCAHashes(ctx, cluster)
+	config := s.config
+	in, wait, err := r.joinInputs(ctx, s)
 	if err != nil {
-		if errors.Is(err, errClusterCAMissing) {
-			markWaiting(config, bootstrapv1.WaitingForClusterCAReason, fmt.Sprintf("Waiting for the cluster CA Secret %s with a certificate", secret.Name(cluster.Name, secret.ClusterCA)))
-			return ctrl.Result{}, nil
-		}
 		markInternalError(config)
 		return ctrl.Result{}, err
 	}
-
-	template, err := infrastructureTemplate(ctx, r.Client, machine)
-	if err != nil {
-		if errors.Is(err, errInfrastructureNotFound) {
-			markWaiting(config, bootstrapv1.WaitingForInfrastructureReason,
-				fmt.Sprintf("Waiting for %s %s to exist to check the image's WorkerClass and Kubernetes version", machine.Spec.InfrastructureRef.Kind, machine.Spec.InfrastructureRef.Name))
-			return ctrl.Result{RequeueAfter: waitForInfrastructureInterval}, nil
-		}
-		markInternalError(config)
-		return ctrl.Result{}, err
-	}
-	if template != nil {
-		if blocked, err := r.checkTemplate(ctx, s, template); blocked || err != nil {
-			return ctrl.Result{}, err
-		}
-	}
-	files, err := r.resolveFiles(ctx, config, cluster.Name)
-	if err != nil {
-		var forbidden *forbiddenFileSourceError
-		if errors.As(err, &forbidden) {
-			markWaiting(config, bootstrapv1.FileSourceForbiddenReason, forbidden.Error())
-			return ctrl.Result{}, nil
-		}
-		var missing *fileSourceError
-		if errors.As(err, &missing) {
-			markWaiting(config, bootstrapv1.FileSourceNotAvailableReason, missing.Error())
-			return ctrl.Result{RequeueAfter: waitForFileSourceInterval}, nil
-		}
-		markInternalError(config)
-		return ctrl.Result{}, err
+	if wait != nil {
+		return wait.report(config), nil
 	}
 
-	// A token is minted only for data a Secret can hold: measured with a
-	// placeholder of a token's length, which is all the token changes.
-	if size, err := renderedSize(s, hashes, files); err != nil {
-		markInternalError(config)
-		return ctrl.Result{}, fmt.Errorf("rendering the cloud-config: %w", err)
-	} else if size > corev1.MaxSecretSize {
-		markWaiting(config, bootstrapv1.BootstrapDataTooLargeReason, fmt.Sprintf(
-			"The rendered bootstrap data is %d bytes and a Secret holds at most %d: shrink spec.files", size, corev1.MaxSecretSize))
-		return ctrl.Result{}, nil
-	}
-
-	remote, err := r.ClusterCache.GetClient(ctx, util.ObjectKey(cluster))
+	remote, err := r.ClusterCache.GetClient(ctx, util.ObjectKey(s.cluster))
 	if err != nil {
-		return r.workloadUnavailable(ctx, s, err)
+		return workloadUnavailable(s, err)
 	}
 	t, err := r.ensureToken(ctx, s, remote)
 	if err != nil {
 		markInternalError(config)
 		return ctrl.Result{}, err
 	}
-
-	data, err := cloudconfig.Render(renderInput(s, t, hashes, files))
+	data, err := cloudconfig.Render(renderInput(s, t, in))
 	if err != nil {
 		markInternalError(config)
 		return ctrl.Result{}, fmt.Errorf("rendering the cloud-config: %w", err)
@@ -134,21 +73,92 @@ func (r *Reconciler) render(ctx context.Context, s *scope) (ctrl.Result, error) 
 		markInternalError(config)
 		return ctrl.Result{}, err
 	}
-	log.Info("Wrote the bootstrap data", "Secret", klog.KRef(config.Namespace, config.Name), "joinMode", joinMode(config))
+	ctrl.LoggerFrom(ctx).Info("Wrote the bootstrap data", "Secret", klog.KRef(config.Namespace, config.Name), "joinMode", joinMode(config))
 	config.Status.DataSecretName = config.Name
 	config.Status.Initialization.DataSecretCreated = ptr.To(true)
 	markAvailable(config)
-	if err := r.watchNodes(ctx, cluster); err != nil {
+	if err := r.watchNodes(ctx, s.cluster); err != nil {
 		return ctrl.Result{}, err
 	}
 	return ctrl.Result{RequeueAfter: refreshInterval(r.TokenTTL)}, nil
 }
 
+// joinInputs is what the rendering reads besides the token.
+type joinInputs struct {
+	caHashes []string
+	files    []cloudconfig.File
+}
+
+// joinInputs gathers what the join needs, or says what it waits for. No
+// token is minted while anything is missing.
+func (r *Reconciler) joinInputs(ctx context.Context, s *scope) (joinInputs, *waiting, error) {
+	machine, cluster := s.machine, s.cluster
+	switch {
+	case !ptr.Deref(cluster.Status.Initialization.InfrastructureProvisioned, false):
+		return joinInputs{}, &waiting{reason: bootstrapv1.WaitingForClusterInfrastructureReason, message: "Waiting for the Cluster's infrastructure to be provisioned"}, nil
+	case !controlPlaneInitialized(cluster):
+		return joinInputs{}, &waiting{reason: bootstrapv1.WaitingForControlPlaneInitializedReason, message: "Waiting for the Cluster's control plane to be initialized"}, nil
+	case !cluster.Spec.ControlPlaneEndpoint.IsValid():
+		return joinInputs{}, &waiting{reason: bootstrapv1.WaitingForControlPlaneEndpointReason, message: "Waiting for Cluster spec.controlPlaneEndpoint to be set"}, nil
+	case machine.Spec.InfrastructureRef.Name == "":
+		return joinInputs{}, &waiting{reason: bootstrapv1.WaitingForInfrastructureNameReason, message: "Waiting for Machine spec.infrastructureRef.name, which names the VM, its hostname and providerID"}, nil
+	}
+
+	hashes, err := r.clusterCAHashes(ctx, cluster)
+	if errors.Is(err, errClusterCAMissing) {
+		return joinInputs{}, &waiting{reason: bootstrapv1.WaitingForClusterCAReason,
+			message: fmt.Sprintf("Waiting for the cluster CA Secret %s with a certificate", secret.Name(cluster.Name, secret.ClusterCA))}, nil
+	}
+	if err != nil {
+		return joinInputs{}, nil, err
+	}
+
+	template, err := infrastructureTemplate(ctx, r.Client, machine)
+	if errors.Is(err, errInfrastructureNotFound) {
+		return joinInputs{}, &waiting{reason: bootstrapv1.WaitingForInfrastructureReason,
+			message:      fmt.Sprintf("Waiting for %s %s to exist to check the image's WorkerClass and Kubernetes version", machine.Spec.InfrastructureRef.Kind, machine.Spec.InfrastructureRef.Name),
+			requeueAfter: waitForInfrastructureInterval}, nil
+	}
+	if err != nil {
+		return joinInputs{}, nil, err
+	}
+	if template != nil {
+		if wait, err := r.checkTemplate(ctx, s, template); wait != nil || err != nil {
+			return joinInputs{}, wait, err
+		}
+	}
+
+	files, err := r.resolveFiles(ctx, s.config, cluster.Name)
+	var forbidden *forbiddenFileSourceError
+	var missing *fileSourceError
+	switch {
+	case errors.As(err, &forbidden):
+		return joinInputs{}, &waiting{reason: bootstrapv1.FileSourceForbiddenReason, message: forbidden.Error()}, nil
+	case errors.As(err, &missing):
+		return joinInputs{}, &waiting{reason: bootstrapv1.FileSourceNotAvailableReason, message: missing.Error(), requeueAfter: waitForFileSourceInterval}, nil
+	case err != nil:
+		return joinInputs{}, nil, err
+	}
+	in := joinInputs{caHashes: hashes, files: files}
+
+	// A token is minted only for data a Secret can hold: measured with a
+	// placeholder of a token's length, which is all the token changes.
+	size, err := renderedSize(s, in)
+	if err != nil {
+		return joinInputs{}, nil, fmt.Errorf("rendering the cloud-config: %w", err)
+	}
+	if size > corev1.MaxSecretSize {
+		return joinInputs{}, &waiting{reason: bootstrapv1.BootstrapDataTooLargeReason, message: fmt.Sprintf(
+			"The rendered bootstrap data is %d bytes and a Secret holds at most %d: shrink spec.files", size, corev1.MaxSecretSize)}, nil
+	}
+	return in, nil, nil
+}
+
 // renderedSize is the size of the bootstrap data Secret's data for s, with
 // a placeholder token of a real token's length.
-func renderedSize(s *scope, hashes []string, files []cloudconfig.File) (int, error) {
+func renderedSize(s *scope, in joinInputs) (int, error) {
 	placeholder := token{ID: strings.Repeat("0", 6), Secret: strings.Repeat("0", 16)}
-	data, err := cloudconfig.Render(renderInput(s, placeholder, hashes, files))
+	data, err := cloudconfig.Render(renderInput(s, placeholder, in))
 	return len(data) + len(bootstrapv1.DataFormatCloudConfig), err
 }
 
@@ -164,7 +174,7 @@ func joinMode(config *bootstrapv1.KairosConfig) bootstrapv1.JoinMode {
 	return config.Spec.JoinMode
 }
 
-func renderInput(s *scope, t token, hashes []string, files []cloudconfig.File) cloudconfig.Input {
+func renderInput(s *scope, t token, join joinInputs) cloudconfig.Input {
 	spec := s.config.Spec
 	vm := s.machine.Spec.InfrastructureRef.Name
 	in := cloudconfig.Input{
@@ -172,11 +182,11 @@ func renderInput(s *scope, t token, hashes []string, files []cloudconfig.File) c
 		Hostname:          vm,
 		ProviderID:        ProviderIDPrefix + vm,
 		APIServerEndpoint: s.cluster.Spec.ControlPlaneEndpoint.String(),
-		CACertHashes:      hashes,
+		CACertHashes:      join.caHashes,
 		Token:             t.String(),
 		ClusterToken:      string(s.cluster.UID),
 		NodeLabels:        spec.NodeLabels,
-		Files:             files,
+		Files:             join.files,
 		Timeouts: cloudconfig.Timeouts{
 			Discovery:          seconds(spec.JoinTimeouts.DiscoverySeconds),
 			TLSBootstrap:       seconds(spec.JoinTimeouts.TLSBootstrapSeconds),
@@ -293,54 +303,43 @@ func filePermissions(s string, fromSecret bool) (uint32, error) {
 
 // checkTemplate checks the infrastructure machine template against the
 // Machine before anything is rendered: its WorkerClass must boot Kairos,
-// and its image's Kubernetes version must match the Machine's. blocked
-// means the condition says why nothing is rendered. A template's
-// resolution is frozen once written, so a refusal is final: it is not
-// requeued (a new template means new Machines with new configs).
-func (r *Reconciler) checkTemplate(ctx context.Context, s *scope, template *unstructured.Unstructured) (blocked bool, _ error) {
+// and its image's Kubernetes version must match the Machine's. A
+// template's resolution is frozen once written, so a refusal is final: it
+// is not requeued (a new template means new Machines with new configs).
+func (r *Reconciler) checkTemplate(ctx context.Context, s *scope, template *unstructured.Unstructured) (*waiting, error) {
 	log := ctrl.LoggerFrom(ctx)
-	config, machine := s.config, s.machine
+	machine := s.machine
 	class, err := templateClassFrom(template)
 	if err != nil {
-		markInternalError(config)
-		return true, err
+		return nil, err
 	}
 	if class.awaitingResolution() {
 		// The template's resolution reconciles the config again.
 		if err := r.watchTemplates(ctx, template); err != nil {
-			markInternalError(config)
-			return true, err
+			return nil, err
 		}
-		markWaiting(config, bootstrapv1.WaitingForInfrastructureTemplateReason, class.waitingMessage())
-		return true, nil
+		return &waiting{reason: bootstrapv1.WaitingForInfrastructureTemplateReason, message: class.waitingMessage()}, nil
 	}
 	if mismatch := class.familyMismatch(); mismatch != "" {
 		log.Info("Not rendering bootstrap data: the infrastructure template's WorkerClass does not boot Kairos",
 			"template", class.Source, "workerClass", class.WorkerClass, "bootstrap", class.Bootstrap)
-		markWaiting(config, bootstrapv1.BootstrapFamilyMismatchReason, mismatch)
-		return true, nil
+		return &waiting{reason: bootstrapv1.BootstrapFamilyMismatchReason, message: mismatch}, nil
 	}
 
 	if machine.Spec.Version == "" {
-		return false, nil
+		return nil, nil
 	}
 	image, err := imageVersionFrom(template)
-	if err != nil {
-		markInternalError(config)
-		return true, err
-	}
-	if image == nil {
-		return false, nil
+	if err != nil || image == nil {
+		return nil, err
 	}
 	mismatch, err := checkVersion(machine.Spec.Version, *image)
 	if err != nil {
-		markWaiting(config, bootstrapv1.KubernetesVersionMismatchReason, err.Error())
-		return true, nil
+		return &waiting{reason: bootstrapv1.KubernetesVersionMismatchReason, message: err.Error()}, nil //nolint:nilerr // An unparsable version is a refusal the condition names, not a reconcile error.
 	}
 	if mismatch != "" {
 		log.Info("Not rendering bootstrap data: Kubernetes version mismatch", "machineVersion", machine.Spec.Version, "imageVersion", image.Version, "match", image.Match)
-		markWaiting(config, bootstrapv1.KubernetesVersionMismatchReason, mismatch)
-		return true, nil
+		return &waiting{reason: bootstrapv1.KubernetesVersionMismatchReason, message: mismatch}, nil
 	}
-	return false, nil
+	return nil, nil
 }

@@ -44,7 +44,7 @@ func (r *Reconciler) ensureToken(ctx context.Context, s *scope, remote client.Cl
 	if t, err = newToken(r.now(), r.TokenTTL); err != nil {
 		return token{}, err
 	}
-	err = r.Client.Create(ctx, managementTokenSecret(s.config, s.cluster.Name, t))
+	err = r.createTokenRecord(ctx, s, t)
 	if apierrors.IsAlreadyExists(err) {
 		stored, found, err := r.liveStoredToken(ctx, s.config)
 		if err != nil {
@@ -95,7 +95,7 @@ func (r *Reconciler) keepTokenAlive(ctx context.Context, s *scope, t token) (ctr
 	}
 	remote, err := r.ClusterCache.GetClient(ctx, util.ObjectKey(s.cluster))
 	if err != nil {
-		return r.workloadUnavailable(ctx, s, err)
+		return workloadUnavailable(s, err)
 	}
 	extended, err := extendWorkloadToken(ctx, remote, s.config, t, now, r.TokenTTL)
 	if err != nil {
@@ -107,39 +107,36 @@ func (r *Reconciler) keepTokenAlive(ctx context.Context, s *scope, t token) (ctr
 	return ctrl.Result{RequeueAfter: refreshInterval(r.TokenTTL)}, nil
 }
 
-// revokeToken deletes the workload token, then our record of it. When the
-// workload cluster cannot be reached the record stays, and the attempt is
-// repeated, until the token would have expired anyway.
+// revokeToken deletes the workload token, then our record of it.
 func (r *Reconciler) revokeToken(ctx context.Context, s *scope) (ctrl.Result, error) {
 	t, found, err := r.storedToken(ctx, s.config)
 	if err != nil || !found {
 		return ctrl.Result{}, err
 	}
-	return r.revoke(ctx, s, t)
+	return ctrl.Result{}, r.revoke(ctx, s, t)
 }
 
-// revoke revokes t; a zero result without error means our record is gone.
-func (r *Reconciler) revoke(ctx context.Context, s *scope, t token) (ctrl.Result, error) {
+// revoke revokes t and forgets it. While the workload cluster cannot be
+// reached the record stays and the error is returned, so the attempt is
+// repeated with backoff (and when the ClusterCache connects), until the
+// token would have expired anyway.
+func (r *Reconciler) revoke(ctx context.Context, s *scope, t token) error {
+	log := ctrl.LoggerFrom(ctx)
 	remote, err := r.ClusterCache.GetClient(ctx, util.ObjectKey(s.cluster))
-	if err != nil {
-		if !t.Expiration.IsZero() && r.now().After(t.Expiration) {
-			ctrl.LoggerFrom(ctx).Info("Workload cluster unreachable; the bootstrap token has expired, forgetting it", "tokenID", t.ID)
-			if err := r.forgetToken(ctx, s.config, t); err != nil {
-				return ctrl.Result{}, err
-			}
-			r.expect.revokedToken(client.ObjectKeyFromObject(s.config), t.ID)
-			return ctrl.Result{}, nil
+	switch {
+	case err != nil && !t.Expiration.IsZero() && r.now().After(t.Expiration):
+		log.Info("Workload cluster unreachable; the bootstrap token has expired, forgetting it", "tokenID", t.ID)
+	case err != nil:
+		return fmt.Errorf("revoking bootstrap token %s: %w", t.ID, err)
+	default:
+		if err := deleteWorkloadToken(ctx, remote, t); err != nil {
+			return err
 		}
-		ctrl.LoggerFrom(ctx).Info("Workload cluster unreachable; will retry revoking the bootstrap token", "tokenID", t.ID, "expiration", t.Expiration)
-		return ctrl.Result{RequeueAfter: waitForWorkloadInterval}, nil
+		log.Info("Revoked the bootstrap token", "tokenID", t.ID)
 	}
-	if err := deleteWorkloadToken(ctx, remote, t); err != nil {
-		return ctrl.Result{}, err
-	}
-	ctrl.LoggerFrom(ctx).Info("Revoked the bootstrap token", "tokenID", t.ID)
 	if err := r.forgetToken(ctx, s.config, t); err != nil {
-		return ctrl.Result{}, err
+		return err
 	}
 	r.expect.revokedToken(client.ObjectKeyFromObject(s.config), t.ID)
-	return ctrl.Result{}, nil
+	return nil
 }

@@ -22,10 +22,15 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/controllers/clustercache"
 	"sigs.k8s.io/cluster-api/util/conditions"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	bootstrapv1 "github.com/cozystack/cluster-api-workers/bootstrap/api/v1alpha1"
 	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
@@ -122,4 +127,56 @@ func TestTokenHelpers(t *testing.T) {
 	g.Expect(len(name)).To(BeNumerically("<=", 253))
 	g.Expect(name).To(Equal(tokenSecretName(string(long))))
 	g.Expect(name).To(HaveSuffix(TokenSecretSuffix))
+}
+
+// unreachableClusterCache is a ClusterCache whose workload cluster is not
+// connected.
+type unreachableClusterCache struct{ clustercache.ClusterCache }
+
+func (unreachableClusterCache) GetClient(context.Context, client.ObjectKey) (client.Client, error) {
+	return nil, clustercache.ErrClusterNotConnected
+}
+
+// TestAnUnreachableWorkloadClusterIsAnError: a workload cluster the
+// ClusterCache has not connected is a transient error the reconcile
+// returns, so controller-runtime retries it with backoff; before the data
+// exists the condition says what the config waits for.
+func TestAnUnreachableWorkloadClusterIsAnError(t *testing.T) {
+	g := NewWithT(t)
+	s := &scope{config: &bootstrapv1.KairosConfig{}}
+	res, err := workloadUnavailable(s, clustercache.ErrClusterNotConnected)
+	g.Expect(err).To(MatchError(clustercache.ErrClusterNotConnected))
+	g.Expect(res.IsZero()).To(BeTrue())
+	g.Expect(conditions.GetReason(s.config, bootstrapv1.DataSecretAvailableCondition)).To(Equal(bootstrapv1.WaitingForWorkloadClusterReason))
+
+	// Rendered data stays available while the token cannot be refreshed.
+	s.config.Status.Initialization.DataSecretCreated = ptr.To(true)
+	markAvailable(s.config)
+	_, err = workloadUnavailable(s, clustercache.ErrClusterNotConnected)
+	g.Expect(err).To(MatchError(clustercache.ErrClusterNotConnected))
+	g.Expect(conditions.IsTrue(s.config, bootstrapv1.DataSecretAvailableCondition)).To(BeTrue())
+}
+
+// TestRevokingWhileTheWorkloadClusterIsUnreachable: our record of a live
+// token stays and the error is returned, to be retried; an expired token
+// is forgotten, since it can no longer be used.
+func TestRevokingWhileTheWorkloadClusterIsUnreachable(t *testing.T) {
+	g := NewWithT(t)
+	now := time.Now()
+	config := &bootstrapv1.KairosConfig{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "worker-0", UID: "config-uid"}}
+	live, err := newToken(now, time.Hour)
+	g.Expect(err).NotTo(HaveOccurred())
+	record := managementTokenSecret(config, "tenant", live)
+	record.UID = "record-uid"
+	live.recordUID = record.UID
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(record).Build()
+	r := &Reconciler{Client: c, ClusterCache: unreachableClusterCache{}, TokenTTL: time.Hour, now: func() time.Time { return now }, expect: newExpectations()}
+	s := &scope{config: config, cluster: &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "tenant"}}}
+
+	g.Expect(r.revoke(context.Background(), s, live)).To(MatchError(clustercache.ErrClusterNotConnected))
+	g.Expect(c.Get(context.Background(), client.ObjectKeyFromObject(record), &corev1.Secret{})).To(Succeed(), "the record of a live token stays")
+
+	r.now = func() time.Time { return live.Expiration.Add(time.Second) }
+	g.Expect(r.revoke(context.Background(), s, live)).To(Succeed())
+	g.Expect(apierrors.IsNotFound(c.Get(context.Background(), client.ObjectKeyFromObject(record), &corev1.Secret{}))).To(BeTrue(), "an expired token is forgotten")
 }

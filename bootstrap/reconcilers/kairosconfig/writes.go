@@ -26,16 +26,65 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util"
+	"sigs.k8s.io/cluster-api/util/annotations"
 	"sigs.k8s.io/cluster-api/util/conditions"
+	"sigs.k8s.io/cluster-api/util/finalizers"
 	"sigs.k8s.io/cluster-api/util/patch"
+	"sigs.k8s.io/cluster-api/util/paused"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	bootstrapv1 "github.com/cozystack/cluster-api-workers/bootstrap/api/v1alpha1"
+	"github.com/cozystack/cluster-api-workers/internal/ownwrites"
 )
 
-func (r *Reconciler) patch(ctx context.Context, h *patch.Helper, config *bootstrapv1.KairosConfig, observed bool) error {
+// Every write the reconciler sends to the management cluster is in this
+// file: to the KairosConfig its finalizer (ensureFinalizer,
+// removeFinalizer), the Paused condition of a paused config
+// (ensurePausedCondition) and the one patch of a reconcile (patchConfig,
+// reportWaiting); our token record (createTokenRecord, recordExpiration,
+// forgetToken); and the bootstrap data Secret (storeBootstrapData). Writes
+// to a workload cluster are token.go's.
+
+// ensureFinalizer adds our finalizer with a patch of its own, as Cluster
+// API's finalizer helper does; added says the reconcile ends there.
+func (r *Reconciler) ensureFinalizer(ctx context.Context, writes client.Client, config *bootstrapv1.KairosConfig) (added bool, _ error) {
+	return finalizers.EnsureFinalizer(ctx, writes, config, bootstrapv1.ConfigFinalizer)
+}
+
+// ensurePausedCondition records that a config is paused, and nothing else,
+// as Cluster API's controllers do. cluster is nil where it is not known.
+func (r *Reconciler) ensurePausedCondition(ctx context.Context, writes client.Client, cluster *clusterv1.Cluster, config *bootstrapv1.KairosConfig) error {
+	_, _, err := paused.EnsurePausedCondition(ctx, writes, cluster, config)
+	return err
+}
+
+// reportWaiting sends the conditions of a config that waits before it has a
+// Machine and a Cluster to work with, in one patch; none when they already
+// say so. A paused config only records that.
+func (r *Reconciler) reportWaiting(ctx context.Context, config *bootstrapv1.KairosConfig, w waiting) error {
+	key, before, writes := client.ObjectKeyFromObject(config), config.ResourceVersion, ownwrites.NewRecorder(r.Client)
+	defer func() { r.expect.Wrote(key, before, writes.Written()) }()
+	if annotations.HasPaused(config) {
+		return r.ensurePausedCondition(ctx, writes, nil, config)
+	}
+	if c := conditions.Get(config, bootstrapv1.DataSecretAvailableCondition); c != nil && c.Reason == w.reason && c.Message == w.message &&
+		conditions.IsFalse(config, clusterv1.PausedCondition) && conditions.Has(config, bootstrapv1.ReadyCondition) {
+		return nil
+	}
+	h, err := patch.NewHelper(config, writes)
+	if err != nil {
+		return err
+	}
+	markNotPaused(config)
+	w.report(config)
+	return r.patchConfig(ctx, h, config, true)
+}
+
+// patchConfig sends a reconcile's changes to the config, with Ready
+// summarizing DataSecretAvailable.
+func (r *Reconciler) patchConfig(ctx context.Context, h *patch.Helper, config *bootstrapv1.KairosConfig, observed bool) error {
 	if err := conditions.SetSummaryCondition(config, config, bootstrapv1.ReadyCondition,
 		conditions.ForConditionTypes{bootstrapv1.DataSecretAvailableCondition},
 		conditions.CustomMergeStrategy{MergeStrategy: conditions.DefaultMergeStrategy(
@@ -52,6 +101,12 @@ func (r *Reconciler) patch(ctx context.Context, h *patch.Helper, config *bootstr
 		opts = append(opts, patch.WithStatusObservedGeneration{})
 	}
 	return h.Patch(ctx, config, opts...)
+}
+
+// createTokenRecord stores a new token in our management Secret; an
+// AlreadyExists error is the caller's to handle.
+func (r *Reconciler) createTokenRecord(ctx context.Context, s *scope, t token) error {
+	return r.Client.Create(ctx, managementTokenSecret(s.config, s.cluster.Name, t))
 }
 
 // recordExpiration writes a token's new expiry to our Secret.
