@@ -23,6 +23,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cozystack/cluster-api-workers/test/bench/floor"
+	"github.com/cozystack/cluster-api-workers/test/harness"
 	"github.com/cozystack/cluster-api-workers/test/harness/components"
 	"github.com/cozystack/cluster-api-workers/test/harness/requests"
 )
@@ -85,12 +87,39 @@ func (r *Report) Usage(name components.Name) (ProcessUsage, bool) {
 	return ProcessUsage{}, false
 }
 
-// bootstrapComponent is the run's bootstrap provider component.
-func (r *Report) bootstrapComponent() components.Name {
-	if r.Bootstrap == "Kubeadm" {
-		return components.KubeadmBootstrap
+// providerNames are the run's bootstrap and infrastructure provider
+// processes.
+func (r *Report) providerNames() (bootstrap, infrastructure components.Name) {
+	switch {
+	case r.FloorProviders:
+		return components.Name(floor.BootstrapName), components.Name(floor.InfrastructureName)
+	case r.Bootstrap == harness.BootstrapKubeadm:
+		return components.KubeadmBootstrap, components.Infrastructure
+	default:
+		return components.KairosBootstrap, components.Infrastructure
 	}
-	return components.KairosBootstrap
+}
+
+// Column is the run's short name in the comparison's tables.
+func (r *Report) Column() string {
+	switch {
+	case r.FloorProviders:
+		return "contract floor"
+	case r.Bootstrap == harness.BootstrapKubeadm:
+		return "kubeadm peer"
+	default:
+		return "Kairos (ours)"
+	}
+}
+
+// CPUMillisPerMachine is a provider process's CPU over the scale-up in
+// milliseconds per machine; 0 when it did not run as a process.
+func (r *Report) CPUMillisPerMachine(name components.Name) float64 {
+	u, ok := r.Usage(name)
+	if !ok || r.Machines == 0 {
+		return 0
+	}
+	return u.CPUSeconds * 1000 / float64(r.Machines)
 }
 
 // Markdown renders the report as the tables docs/benchmarks.md uses.
@@ -120,8 +149,11 @@ func (r *Report) Markdown() string {
 	fmt.Fprintf(&b, "| errors logged by component | %s |\n", formatMap(r.LogErrors))
 	b.WriteString("\nRequests per machine by verb (scale-up until settled):\n\n")
 	fmt.Fprintf(&b, "| component | %s | writes |\n|---|%s---|\n", strings.Join(verbs, " | "), strings.Repeat("---|", len(verbs)))
-	bootstrapRow := "Kairos bootstrap"
-	if r.Bootstrap == "Kubeadm" {
+	bootstrapRow, infraRow := "Kairos bootstrap", "KubeVirt infrastructure"
+	switch {
+	case r.FloorProviders:
+		bootstrapRow, infraRow = "contract-floor bootstrap", "contract-floor infrastructure"
+	case r.Bootstrap == harness.BootstrapKubeadm:
 		bootstrapRow = "kubeadm bootstrap (Cluster API)"
 	}
 	rows := []struct {
@@ -129,7 +161,7 @@ func (r *Report) Markdown() string {
 		components []string
 	}{
 		{bootstrapRow, []string{requests.ComponentBootstrap}},
-		{"KubeVirt infrastructure", []string{requests.ComponentInfra}},
+		{infraRow, []string{requests.ComponentInfra}},
 		{"Cluster API core", []string{requests.ComponentCAPI}},
 		{"simulators (KubeVirt, CDI, kubelets incl. heartbeats)", []string{requests.ComponentSim}},
 		{"unattributed (event recorders, webhooks, informers of the benchmark process)", []string{requests.ComponentUnknown}},

@@ -98,9 +98,17 @@ type Config struct {
 	// SkipUpstream leaves unmeasured how long Cluster API alone takes to
 	// create the Machines (UpstreamReport; a third harness).
 	SkipUpstream bool
+	// SkipFloorProviders leaves the contract-floor providers' run out of
+	// RunSideBySide.
+	SkipFloorProviders bool
+	// SkipPeer leaves the kubeadm peer's run out of RunSideBySide.
+	SkipPeer bool
 	// upstreamOnly stops the providers before the scale-up and ends the
 	// run once every Machine exists (runUpstream).
 	upstreamOnly bool
+	// floorProviders replaces our provider processes by the contract-floor
+	// providers (test/bench/floor) once the pool's template is resolved.
+	floorProviders bool
 	// LogSink, when set, receives the logs of the components in the
 	// benchmark process.
 	LogSink logr.LogSink
@@ -131,8 +139,11 @@ func (c *Config) defaults() {
 type Report struct {
 	// Bootstrap is the bootstrap provider: Kairos or Kubeadm.
 	Bootstrap harness.Bootstrap `json:"bootstrap"`
-	Machines  int               `json:"machines"`
-	BootDelay time.Duration     `json:"bootDelay"`
+	// FloorProviders is set when the contract-floor providers
+	// (test/bench/floor) reconciled the Kairos pool in place of ours.
+	FloorProviders bool          `json:"floorProviders,omitempty"`
+	Machines       int           `json:"machines"`
+	BootDelay      time.Duration `json:"bootDelay"`
 	// AllRunning is the time from the scale-up to the last Machine Running
 	// with a healthy node.
 	AllRunning time.Duration `json:"allRunning"`
@@ -172,10 +183,14 @@ type Report struct {
 
 // Provider names the pool's bootstrap provider for the report.
 func (r *Report) Provider() string {
-	if r.Bootstrap == harness.BootstrapKubeadm {
+	switch {
+	case r.FloorProviders:
+		return "contract-floor providers"
+	case r.Bootstrap == harness.BootstrapKubeadm:
 		return "kubeadm peer (Cluster API's KubeadmConfig)"
+	default:
+		return "Kairos (ours)"
 	}
-	return "Kairos (ours)"
 }
 
 // Run starts a harness, creates a workload cluster with a pool at zero
@@ -227,12 +242,6 @@ func run(ctx context.Context, cfg Config) (*Report, []*unstructured.Unstructured
 	recorder.SetManagementHost(h.Management.Config.Host)
 	recorder.Install()
 	defer recorder.Uninstall()
-	counts := &counters{local: recorder}
-	processNames := map[int]components.Name{}
-	for _, p := range h.Processes() {
-		counts.remotes = append(counts.remotes, p.Requests)
-		processNames[p.PID] = p.Name
-	}
 	dctx := recorder.DriverContext(ctx)
 
 	if err := h.ConfigurePlatform(dctx, func(p *workerclassv1.WorkerPlatformSpec) {
@@ -249,6 +258,19 @@ func run(ctx context.Context, cfg Config) (*Report, []*unstructured.Unstructured
 	pool, err := createPool(dctx, h, w, cfg)
 	if err != nil {
 		return nil, nil, err
+	}
+	processes := h.Processes()
+	if cfg.floorProviders {
+		cfg.progressf("replacing our providers by the contract-floor providers")
+		if processes, err = startFloorProviders(dctx, h, w); err != nil {
+			return nil, nil, err
+		}
+	}
+	counts := &counters{local: recorder}
+	processNames := map[int]components.Name{}
+	for _, p := range processes {
+		counts.remotes = append(counts.remotes, p.Requests)
+		processNames[p.PID] = p.Name
 	}
 
 	watcher, err := watchMachines(dctx, h, w.Key.Namespace)
@@ -295,7 +317,7 @@ func run(ctx context.Context, cfg Config) (*Report, []*unstructured.Unstructured
 		}
 		return nil, nil, err
 	}
-	report := &Report{Bootstrap: cfg.Bootstrap, Machines: cfg.Machines, BootDelay: cfg.BootDelay, AllRunning: time.Since(start)}
+	report := &Report{Bootstrap: cfg.Bootstrap, FloorProviders: cfg.floorProviders, Machines: cfg.Machines, BootDelay: cfg.BootDelay, AllRunning: time.Since(start)}
 	report.AllCreated = watcher.lastCreated().Sub(start)
 	report.NodeHealthy, report.BootstrapReady = watcher.percentiles()
 	usageAfter, err := processUsage(processNames)
@@ -346,16 +368,25 @@ func run(ctx context.Context, cfg Config) (*Report, []*unstructured.Unstructured
 // progressf reports a stage.
 func (c Config) progressf(format string, args ...any) {
 	if c.Progress != nil {
-		fmt.Fprintf(c.Progress, "%s %s: %s\n", time.Now().UTC().Format("15:04:05"), c.Bootstrap, fmt.Sprintf(format, args...))
+		fmt.Fprintf(c.Progress, "%s %s: %s\n", time.Now().UTC().Format("15:04:05"), c.stage(), fmt.Sprintf(format, args...))
 	}
 }
 
-// processLogDir is a directory per provider under cfg.ProcessLogDir.
+// stage names the run: the bootstrap provider, or Floor for the
+// contract-floor providers.
+func (c Config) stage() string {
+	if c.floorProviders {
+		return "Floor"
+	}
+	return string(c.Bootstrap)
+}
+
+// processLogDir is a directory per run under cfg.ProcessLogDir.
 func processLogDir(cfg Config) string {
 	if cfg.ProcessLogDir == "" {
 		return ""
 	}
-	return filepath.Join(cfg.ProcessLogDir, strings.ToLower(string(cfg.Bootstrap)))
+	return filepath.Join(cfg.ProcessLogDir, strings.ToLower(cfg.stage()))
 }
 
 // addCAKey gives the cluster's CA Secret a private key, which Cluster API's

@@ -24,7 +24,6 @@ import (
 
 	. "github.com/onsi/gomega"
 
-	"github.com/cozystack/cluster-api-workers/test/harness/components"
 	"github.com/cozystack/cluster-api-workers/test/harness/requests"
 )
 
@@ -50,9 +49,10 @@ func TestPercentilesNearestRank(t *testing.T) {
 // TestScaleToTen is the benchmark's correctness guard, not a timing and not
 // the issue's targets (those are what `make bench-scale` reports, see
 // docs/benchmarks.md; client-side throttling is one): side by side, ten
-// Kairos machines and ten machines of the kubeadm peer join with the
-// providers as processes, the pipeline's writes are attributed to the
-// providers that make them, and nothing is written while the pool is idle.
+// Kairos machines, ten reconciled by the contract-floor providers and ten
+// machines of the kubeadm peer join with the providers as processes, the
+// pipeline's writes are attributed to the providers that make them, and
+// nothing is written while the pool is idle.
 // The floor needs a second apiserver and is left to `make bench-scale`.
 func TestScaleToTen(t *testing.T) {
 	g := NewWithT(t)
@@ -67,7 +67,8 @@ func TestScaleToTen(t *testing.T) {
 		SkipFloor:      true,
 	}, nil)
 	g.Expect(err).NotTo(HaveOccurred())
-	for _, report := range []*Report{c.Ours, c.Peer} {
+	g.Expect(c.FloorProviders).NotTo(BeNil())
+	for _, report := range []*Report{c.Ours, c.FloorProviders, c.Peer} {
 		t.Logf("%s: all Running in %s, bootstrap ready p50 %s", report.Provider(), report.AllRunning, report.BootstrapReady.P50)
 		g.Expect(report.NodeHealthy.Count).To(Equal(10))
 		g.Expect(report.BootstrapReady.Count).To(Equal(10))
@@ -91,17 +92,28 @@ func TestScaleToTen(t *testing.T) {
 		vmDeletes := requests.RequestKey{Component: requests.ComponentInfra, Cluster: "management", Verb: "delete", Resource: "virtualmachines"}
 		g.Expect(countOf(report.Requests, vmDeletes)).To(BeZero())
 		tokens := requests.RequestKey{Component: requests.ComponentBootstrap, Cluster: "workload", Verb: "create", Resource: "secrets"}
-		if report == c.Ours {
+		switch report {
+		case c.Ours:
 			g.Expect(report.Requests).To(ContainElement(requests.RequestCount{RequestKey: tokens, Count: 10}))
-		} else {
+		case c.FloorProviders:
+			// One join token for the cluster, and each machine's data
+			// Secret and status written by the floor's own processes.
+			g.Expect(report.Requests).To(ContainElement(requests.RequestCount{RequestKey: tokens, Count: 1}))
+			dataSecrets := requests.RequestKey{Component: requests.ComponentBootstrap, Cluster: "management", Verb: "create", Resource: "secrets"}
+			g.Expect(countOf(report.Requests, dataSecrets)).To(BeNumerically(">=", 10))
+			provisioned := requests.RequestKey{Component: requests.ComponentInfra, Cluster: "management", Verb: "patch", Resource: "kubevirtmachines/status"}
+			g.Expect(countOf(report.Requests, provisioned)).To(BeNumerically(">=", 10))
+		default:
 			t.Logf("%s: %d workload token Secrets for 10 machines", report.Provider(), countOf(report.Requests, tokens))
 		}
 		g.Expect(report.WritesPerMachine(requests.ComponentBootstrap)).To(BeNumerically(">", 0))
 		g.Expect(report.Idle.Objects).To(BeNumerically(">", 10))
-		bootstrap, ok := report.Usage(report.bootstrapComponent())
+		bootstrapName, _ := report.providerNames()
+		bootstrap, ok := report.Usage(bootstrapName)
 		g.Expect(ok).To(BeTrue(), "the bootstrap provider ran as a process")
 		g.Expect(bootstrap.PeakRSSMiB).To(BeNumerically(">", 0))
-		_, ok = report.Usage(components.Infrastructure)
+		_, infraName := report.providerNames()
+		_, ok = report.Usage(infraName)
 		g.Expect(ok).To(BeTrue(), "the infrastructure provider ran as a process")
 	}
 	// Cluster API's own late writes (it may still patch Machines a few
@@ -123,6 +135,7 @@ func TestScaleToTen(t *testing.T) {
 	md := c.Markdown()
 	g.Expect(md).To(ContainSubstring("## N = 10"))
 	g.Expect(md).To(ContainSubstring("kubeadm peer"))
+	g.Expect(md).To(ContainSubstring("Ours against the contract-floor providers"))
 	g.Expect(md).To(ContainSubstring("Cluster API alone (providers stopped)"))
 }
 

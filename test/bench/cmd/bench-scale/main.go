@@ -15,8 +15,9 @@ limitations under the License.
 */
 
 // Command bench-scale runs one side-by-side scale benchmark
-// (test/bench/scale): the Kairos pool, then the kubeadm peer, at the same N,
-// each with the providers as processes, then the floor. It prints the
+// (test/bench/scale): the Kairos pool, the floor, the same pool with the
+// contract-floor providers, then with the kubeadm peer, at the same N, each
+// with the providers as processes, then Cluster API alone. It prints the
 // comparison as Markdown; -json also writes it as JSON.
 package main
 
@@ -44,7 +45,9 @@ func main() {
 	flag.DurationVar(&cfg.PeerIdleWindow, "peer-idle", -1, "the peer's idle window; -idle's when negative, none when 0")
 	flag.IntVar(&cfg.FloorWorkers, "floor-workers", 10, "parallel clients writing the floor's objects")
 	flag.BoolVar(&cfg.SkipUpstream, "skip-upstream", false, "do not measure how long Cluster API alone (providers stopped) takes to create the Machines")
-	flag.StringVar(&cfg.ProcessLogDir, "process-logs", "", "keep the provider processes' logs in this directory (kairos/, kubeadm/)")
+	flag.BoolVar(&cfg.SkipFloorProviders, "skip-floor-providers", false, "do not run the pool with the contract-floor providers (test/bench/floor)")
+	flag.BoolVar(&cfg.SkipPeer, "skip-peer", false, "do not run the pool with Cluster API's kubeadm bootstrap provider")
+	flag.StringVar(&cfg.ProcessLogDir, "process-logs", "", "keep the provider processes' logs in this directory (kairos/, floor/, kubeadm/)")
 	jsonOut := flag.String("json", "", "also write the report as JSON to this file (after each stage)")
 	partialOut := flag.String("partial", "", "write the Markdown of the stages done so far to this file after each stage")
 	flag.Parse()
