@@ -260,7 +260,7 @@ func startControllers(ctx context.Context) (*controllerManager, error) {
 		return nil, err
 	}
 	mctx, cancel := context.WithCancel(ctx)
-	if err := setup.Reconcilers(mctx, mgr, setup.Options{WorkerClasses: true, ImportFailureRestarts: 3, MachineConcurrency: 10, TemplateConcurrency: 4}); err != nil {
+	if err := setup.Reconcilers(mctx, mgr, setup.Options{ControllerName: name, WorkerClasses: true, ImportFailureRestarts: 3, MachineConcurrency: 10, TemplateConcurrency: 4}); err != nil {
 		cancel()
 		return nil, err
 	}

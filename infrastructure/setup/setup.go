@@ -120,6 +120,11 @@ type Options struct {
 	// WatchNamespace is the namespace the manager's cache watches; all
 	// when empty. The shared imports' cache watches the same.
 	WatchNamespace string
+	// ControllerName names the shared imports' informers, as
+	// ManagerCacheOptions names the manager's: two managers in one process
+	// (a test's restart) need names of their own. kubevirt-workers when
+	// empty.
+	ControllerName string
 	// WorkerClasses is the WorkerClass feature gate.
 	WorkerClasses bool
 	// ImportFailureRestarts is how many importer pod restarts count as a
@@ -140,7 +145,11 @@ func Reconcilers(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 	if restarts == 0 {
 		restarts = kubevirtmachine.DefaultImportFailureRestarts
 	}
-	images, err := sharedimage.NewImages(mgr, opts.WatchNamespace, restarts)
+	controllerName := opts.ControllerName
+	if controllerName == "" {
+		controllerName = "kubevirt-workers"
+	}
+	images, err := sharedimage.NewImages(mgr, controllerName, opts.WatchNamespace, restarts)
 	if err != nil {
 		return err
 	}

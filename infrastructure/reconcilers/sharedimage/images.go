@@ -57,8 +57,8 @@ type Images struct {
 
 // NewImages adds a cache of the shared imports (DataVolumes labelled
 // render.SharedImageLabel, in watchNamespace or all namespaces) to the
-// manager.
-func NewImages(mgr ctrl.Manager, watchNamespace string, failureRestarts int32) (*Images, error) {
+// manager; its informers are named after controllerName.
+func NewImages(mgr ctrl.Manager, controllerName, watchNamespace string, failureRestarts int32) (*Images, error) {
 	shared, err := labels.NewRequirement(render.SharedImageLabel, selection.Exists, nil)
 	if err != nil {
 		return nil, err
@@ -69,7 +69,7 @@ func NewImages(mgr ctrl.Manager, watchNamespace string, failureRestarts int32) (
 		Mapper:               mgr.GetRESTMapper(),
 		DefaultLabelSelector: labels.NewSelector().Add(*shared),
 		DefaultTransform:     ctrlcache.TransformStripManagedFields(),
-		NewInformer:          capicontrollerutil.NewInformerFunc(mgr.GetScheme(), "kubevirt-workers-shared-images"),
+		NewInformer:          capicontrollerutil.NewInformerFunc(mgr.GetScheme(), controllerName+"-shared-images"),
 	}
 	if watchNamespace != "" {
 		opts.DefaultNamespaces = map[string]ctrlcache.Config{watchNamespace: {}}
