@@ -110,7 +110,7 @@ release-manifests: ## Write components, metadata and cluster templates to RELEAS
 ##@ Benchmarks (not part of CI)
 
 .PHONY: bench-scale
-bench-scale: ## Side by side, Kairos then the kubeadm peer from 0 to N machines in the harness, providers as processes, the floor and Cluster API alone (N="10 100", BOOT_DELAY, IDLE, PEER_IDLE, TIMEOUT, SETTLE, UPSTREAM, OUT); writes a report.
+bench-scale: ## Side by side, Kairos, the contract-floor providers and the kubeadm peer from 0 to N machines in the harness, providers as processes, the floor and Cluster API alone (N="10 100", BOOT_DELAY, IDLE, PEER_IDLE, TIMEOUT, SETTLE, UPSTREAM, FLOOR_PROVIDERS, PEER, OUT); writes a report.
 	hack/bench-scale.sh
 
 ##@ Real guests (needs root; .ci/run runs test-qemu after test)
