@@ -120,6 +120,13 @@ func webhookSetup(opts Options, caches *lazyClusterCache) (webhooks, error) {
 				return fmt.Errorf("serving the %s webhooks: %w", name, err)
 			}
 		}
+		if opts.Topology {
+			// As Cluster API's main.go indexes the manager that serves its
+			// webhooks: the ClusterClass webhook finds a class's Clusters so.
+			if err := index.ByClusterClassRef(context.Background(), mgr); err != nil {
+				return fmt.Errorf("indexing Clusters by ClusterClass: %w", err)
+			}
+		}
 		if kubeadm {
 			// As Cluster API's bootstrap/kubeadm/main.go serves them.
 			if err := (&kubeadmadmission.KubeadmConfig{}).SetupWebhookWithManager(mgr); err != nil {

@@ -18,6 +18,7 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -145,21 +146,6 @@ func topologyMachineDeployment(g Gomega, w *harness.WorkloadCluster) *clusterv1.
 	return &list.Items[0]
 }
 
-// setTopologyVariable sets a Cluster-wide topology variable.
-func setTopologyVariable(ctx context.Context, key client.ObjectKey, name string, value []byte) error {
-	cluster := &clusterv1.Cluster{}
-	if err := h.Client.Get(ctx, key, cluster); err != nil {
-		return err
-	}
-	patch := client.MergeFrom(cluster.DeepCopy())
-	for i := range cluster.Spec.Topology.Variables {
-		if cluster.Spec.Topology.Variables[i].Name == name {
-			cluster.Spec.Topology.Variables[i].Value.Raw = value
-		}
-	}
-	return h.Client.Patch(ctx, cluster, patch)
-}
-
 // TestTopologyPoolJoins: a Cluster of the shipped Kairos ClusterClass gets
 // its pool from topology (templates cloned from the class with the
 // variables patched in, a MachineDeployment and a MachineHealthCheck), and
@@ -204,11 +190,14 @@ func TestTopologyPoolJoins(t *testing.T) {
 	expectNoOrphans(t, w)
 }
 
-// TestTopologyWorkerClassChangeRollsOut: changing the workerClass variable
-// makes topology clone a new KubeVirtMachineTemplate (ours are immutable;
-// its server-side-apply dry runs against the stored one pass our webhook)
-// and roll the MachineDeployment out onto it; every Machine is replaced by
-// one that boots the new class's image and joins, and the old template goes.
+// TestTopologyWorkerClassChangeRollsOut: pointing the ClusterClass's
+// worker class at a template of another WorkerClass (the class is not a
+// variable: topology patches spec.template.spec only, and the class sits
+// beside it) makes topology clone a new KubeVirtMachineTemplate (ours are
+// immutable; its server-side-apply dry runs against the stored clone pass
+// our webhook) and roll the MachineDeployment out onto it; every Machine is
+// replaced by one that boots the new class's image and joins, and the old
+// clone goes.
 func TestTopologyWorkerClassChangeRollsOut(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
@@ -227,13 +216,26 @@ func TestTopologyWorkerClassChangeRollsOut(t *testing.T) {
 	}
 	g.Expect(h.Client.Create(ctx, class)).To(Succeed())
 	t.Cleanup(func() { _ = h.Client.Delete(context.Background(), class) })
-	g.Expect(setTopologyVariable(ctx, w.Key, "workerClass", []byte(`"`+class.Name+`"`))).To(Succeed())
+	clusterClass := &clusterv1.ClusterClass{}
+	g.Expect(h.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: kairosClusterClass}, clusterClass)).To(Succeed())
+	source := &infrav1.KubeVirtMachineTemplate{}
+	sourceRef := clusterClass.Spec.Workers.MachineDeployments[0].Infrastructure.TemplateRef
+	g.Expect(h.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: sourceRef.Name}, source)).To(Succeed())
+	r2 := &infrav1.KubeVirtMachineTemplate{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: sourceRef.Name + "-r2"},
+		Spec:       *source.Spec.DeepCopy(),
+	}
+	r2.Spec.WorkerClassName = class.Name
+	g.Expect(h.Client.Create(ctx, r2)).To(Succeed())
+	patch := client.MergeFrom(clusterClass.DeepCopy())
+	clusterClass.Spec.Workers.MachineDeployments[0].Infrastructure.TemplateRef.Name = r2.Name
+	g.Expect(h.Client.Patch(ctx, clusterClass, patch)).To(Succeed())
 
 	var newTemplate string
 	g.Eventually(func(g Gomega) {
 		newTemplate = topologyMachineDeployment(g, w).Spec.Template.Spec.InfrastructureRef.Name
 		g.Expect(newTemplate).NotTo(Equal(oldTemplate), "topology rotated the template")
-	}, timeout, poll).Should(Succeed(), func() string { return describe(w) })
+	}, timeout, poll).Should(Succeed(), func() string { return describeTopology(w) })
 	template := &infrav1.KubeVirtMachineTemplate{}
 	g.Expect(h.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: newTemplate}, template)).To(Succeed())
 	g.Expect(template.Spec.WorkerClassName).To(Equal(class.Name))
@@ -376,4 +378,22 @@ func TestTopologyNamingAMissingClusterClass(t *testing.T) {
 		g.Expect(h.Client.List(ctx, list, client.InNamespace(ns))).To(Succeed())
 		g.Expect(list.Items).To(BeEmpty())
 	}, 2*time.Second, poll).Should(Succeed())
+}
+
+// describeTopology adds the Cluster's topology variables and
+// TopologyReconciled condition to what describe says of the pool.
+func describeTopology(w *harness.WorkloadCluster) string {
+	cluster := &clusterv1.Cluster{}
+	if err := h.Client.Get(context.Background(), w.Key, cluster); err != nil {
+		return describe(w) + "\nCluster: " + err.Error()
+	}
+	var b strings.Builder
+	b.WriteString(describe(w))
+	for _, v := range cluster.Spec.Topology.Variables {
+		fmt.Fprintf(&b, "\nvariable %s=%s", v.Name, string(v.Value.Raw))
+	}
+	if c := conditions.Get(cluster, clusterv1.ClusterTopologyReconciledCondition); c != nil {
+		fmt.Fprintf(&b, "\nTopologyReconciled=%s %s: %s", c.Status, c.Reason, c.Message)
+	}
+	return b.String()
 }

@@ -177,7 +177,8 @@ func renderWithDefaults(t *testing.T, file string) []*unstructured.Unstructured 
 // each topology flavor names a ClusterClass shipped as
 // clusterclass-<name>.yaml, which holds exactly the class and the templates
 // it refers to and passes Cluster API's own ClusterClass validation
-// (variables, patches, health checks); the flavor uses only the class's
+// (variables, patches, health checks) and patches only what topology copies
+// from a template; the flavor uses only the class's
 // worker classes and variables and sets every required variable without a
 // default.
 func TestTopologyFlavorsAndTheirClusterClasses(t *testing.T) {
@@ -211,6 +212,17 @@ func TestTopologyFlavorsAndTheirClusterClasses(t *testing.T) {
 
 			class := &clusterv1.ClusterClass{}
 			g.Expect(runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(found[0].Object, class, true)).To(Succeed())
+			// Topology copies spec.template of a patched template and drops
+			// the rest, so a patch anywhere else (a KubeVirtMachineTemplate's
+			// workerClassName, version or talos) would be silently lost.
+			for _, patch := range class.Spec.Patches {
+				for _, definition := range patch.Definitions {
+					for _, op := range definition.JSONPatches {
+						g.Expect(op.Path).To(Or(HavePrefix("/spec/template/spec/"), HavePrefix("/spec/template/metadata/")),
+							"patch %s: Cluster API applies patches to spec.template of a template only", patch.Name)
+					}
+				}
+			}
 			_, err := (&coreadmission.ClusterClass{}).ValidateCreate(t.Context(), class)
 			g.Expect(err).NotTo(HaveOccurred(), "Cluster API's ClusterClass validation")
 			classes[name] = class
