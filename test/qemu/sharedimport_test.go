@@ -90,10 +90,11 @@ func (f *countingFactory) counts() (int, int64) {
 
 // TestSharedImportBootsGuestsFromOneDownload: a Talos factory class
 // resolves to an HTTP import of the worker disk from a counting factory.
-// Before: a machine that names the import itself downloads it. After: two
-// machines of one class-based template boot guests from clones of one
-// shared import (one request, the disk's bytes once), and a third,
-// created once the first guest runs, clones too without a request. The
+// The template's image is imported once as soon as it is resolved (one
+// request, the disk's bytes once). Before: a machine that names the import
+// itself downloads it again. After: two machines of the template boot
+// guests from clones of the shared import, and a third, created once the
+// first guests run (a scale-up), clones too: no further request. The
 // guests do not join (the Kairos provider does not bootstrap a Talos
 // class; their bootstrap data is a plain cloud-config): what is proved is
 // where their root disks' bytes came from.
@@ -227,19 +228,32 @@ func TestSharedImportBootsGuestsFromOneDownload(t *testing.T) {
 	}
 	name := func(suffix string) string { return p.deployment().Name + "-" + suffix }
 
-	// Before: a machine that names the import itself downloads it.
-	created := create(name("own"), &infrav1.ImageSource{HTTPImport: &infrav1.HTTPImportSource{URL: imageURL}})
-	ownDV, ownTime := started(name("own"), created)
-	g.Expect(ownDV.Spec.Source.HTTP).NotTo(BeNil())
+	// The resolved template's image is imported once, before any machine
+	// needs it.
+	shared := sharedimage.Name(tmpl)
+	sharedDV := &cdiv1.DataVolume{}
+	g.Eventually(func(g Gomega) {
+		g.Expect(h.Client.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: shared}, sharedDV)).To(Succeed())
+		g.Expect(sharedDV.Status.Phase).To(Equal(cdiv1.Succeeded))
+	}, 10*time.Minute, poll).Should(Succeed(), func() string { return describeInfrastructure(p) })
 	requests, bytes := factory.counts()
 	g.Expect(requests).To(Equal(1))
 	g.Expect(bytes).To(Equal(diskBytes))
-	t.Logf("own import: guest started %s after its Machine; %d request, %d bytes", ownTime.Round(time.Second), requests, bytes)
+	t.Logf("shared import %s: succeeded %s after the template was created; %d request, %d bytes",
+		shared, time.Since(tmpl.CreationTimestamp.Time).Round(time.Second), requests, bytes)
+
+	// Before: a machine that names the import itself downloads it again.
+	created := create(name("own"), &infrav1.ImageSource{HTTPImport: &infrav1.HTTPImportSource{URL: imageURL}})
+	ownDV, ownTime := started(name("own"), created)
+	g.Expect(ownDV.Spec.Source.HTTP).NotTo(BeNil())
+	requests, bytes = factory.counts()
+	g.Expect(requests).To(Equal(2))
+	g.Expect(bytes).To(Equal(2 * diskBytes))
+	t.Logf("own import: guest started %s after its Machine; the factory served %d requests, %d bytes", ownTime.Round(time.Second), requests, bytes)
 	g.Expect(h.Client.Delete(suiteCtx, machines[0])).To(Succeed())
 
-	// After: two machines of the template, created together, boot from one
-	// download.
-	shared := sharedimage.Name(tmpl)
+	// After: two machines of the template, created together, boot from
+	// clones of the one download.
 	createdAt := map[string]time.Time{}
 	for _, suffix := range []string{"0", "1"} {
 		createdAt[name(suffix)] = create(name(suffix), nil)
