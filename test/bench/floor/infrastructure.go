@@ -105,6 +105,10 @@ func (r *Infrastructure) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		return ctrl.Result{}, err
 	}
 	if kvm.Spec.ProviderID == "" {
+		if _, ok := r.created.Load(kvm.UID); ok {
+			// The event of our spec patch brings the machine back.
+			return ctrl.Result{}, nil
+		}
 		// A reconcile created the VirtualMachine but failed to set it.
 		return ctrl.Result{}, r.setProviderID(ctx, kvm)
 	}
@@ -158,18 +162,19 @@ func (r *Infrastructure) createVirtualMachine(ctx context.Context, kvm *infrav1.
 			return fmt.Errorf("creating %s %s: %w", o.GetObjectKind().GroupVersionKind().Kind, o.GetName(), err)
 		}
 	}
-	r.created.Store(kvm.UID, struct{}{})
 	ctrl.LoggerFrom(ctx).Info("Created the VirtualMachine", "VirtualMachine", klog.KObj(objs.VirtualMachine))
 	return r.setProviderID(ctx, kvm)
 }
 
-// setProviderID sets the providerID the kubelet registers with.
+// setProviderID sets the providerID the kubelet registers with, and
+// remembers the machine as created until its cache shows it provisioned.
 func (r *Infrastructure) setProviderID(ctx context.Context, kvm *infrav1.KubeVirtMachine) error {
 	before := kvm.DeepCopy()
 	kvm.Spec.ProviderID = providerIDPrefix + kvm.Name
 	if err := r.Client.Patch(ctx, kvm, client.MergeFrom(before)); err != nil {
 		return fmt.Errorf("setting spec.providerID: %w", err)
 	}
+	r.created.Store(kvm.UID, struct{}{})
 	return nil
 }
 
