@@ -186,6 +186,14 @@ func (h *Harness) setupManagers(ctx context.Context, caches *lazyClusterCache) (
 	if err != nil {
 		return nil, err
 	}
+	if h.opts.Topology {
+		// Before the indexes: Cluster API indexes Clusters by ClusterClass,
+		// which topology maps a changed class to its Clusters by, only
+		// with the gate on.
+		if err := enableTopology(); err != nil {
+			return nil, err
+		}
+	}
 	if err := index.AddDefaultIndexes(ctx, capiMgr); err != nil {
 		return nil, err
 	}
@@ -234,9 +242,6 @@ func (h *Harness) setupManagers(ctx context.Context, caches *lazyClusterCache) (
 		}
 	}
 	if h.opts.Topology {
-		if err := enableTopology(); err != nil {
-			return nil, err
-		}
 		if err := setupTopology(ctx, capiMgr, capiCache); err != nil {
 			return nil, err
 		}
