@@ -23,6 +23,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -93,8 +94,8 @@ func (f *countingFactory) counts() (int, int64) {
 // The template's image is imported once as soon as it is resolved (one
 // request, the disk's bytes once). Before: a machine that names the import
 // itself downloads it again. After: two machines of the template boot
-// guests from clones of the shared import, and a third, created once the
-// first guests run (a scale-up), clones too: no further request. The
+// guests from clones of the shared import; scaled to zero and up again,
+// a third clones too: no further request. The
 // guests do not join (the Kairos provider does not bootstrap a Talos
 // class; their bootstrap data is a plain cloud-config): what is proved is
 // where their root disks' bytes came from.
@@ -267,14 +268,25 @@ func TestSharedImportBootsGuestsFromOneDownload(t *testing.T) {
 	g.Expect(requests).To(Equal(2), "the own import and one shared import")
 	g.Expect(bytes).To(Equal(2 * diskBytes))
 
-	// A machine created after the first ones (a scale-up from zero) clones
-	// the shared import without a request.
+	// The pool scales to zero (the guest node runs two guests at most),
+	// then up again: the new machine clones the shared import without a
+	// request.
+	for _, m := range machines[1:] {
+		g.Expect(h.Client.Delete(suiteCtx, m)).To(Succeed())
+	}
+	g.Eventually(func(g Gomega) {
+		for _, guest := range runner.Guests() {
+			if guest.VM.Namespace == ns && strings.HasPrefix(guest.VM.Name, p.deployment().Name+"-") {
+				g.Expect(guest.Exited.IsZero()).To(BeFalse(), "the guest of %s still runs", guest.VM.Name)
+			}
+		}
+	}, 5*time.Minute, poll).Should(Succeed(), func() string { return describeInfrastructure(p) })
 	created = create(name("2"), nil)
 	dv, laterTime := started(name("2"), created)
 	g.Expect(dv.Spec.Source.PVC.Name).To(Equal(shared))
 	requests, bytes = factory.counts()
 	g.Expect(requests).To(Equal(2), "the later machine downloaded nothing")
 	g.Expect(bytes).To(Equal(2 * diskBytes))
-	t.Logf("%s (later): guest started %s after its Machine; the factory served %d requests, %d bytes (the disk is %d bytes)",
+	t.Logf("%s (after scaling to zero): guest started %s after its Machine; the factory served %d requests, %d bytes (the disk is %d bytes)",
 		name("2"), laterTime.Round(time.Second), requests, bytes, diskBytes)
 }
