@@ -191,6 +191,7 @@ func run() error {
 		return err
 	}
 	if err := setup.Reconcilers(ctx, mgr, setup.Options{
+		ControllerName:        controllerName,
 		WatchFilterValue:      watchFilterValue,
 		WatchNamespace:        watchNamespace,
 		WorkerClasses:         workerClasses,

@@ -72,7 +72,7 @@ func TestOnceJoinsAndExits(t *testing.T) {
 	g := NewWithT(t)
 	dir := t.TempDir()
 	var out bytes.Buffer
-	err := run(context.Background(), []string{"--once", "--dir", dir, "--replicas", "2", "--timeout", "3m"}, &out)
+	err := run(context.Background(), []string{"--once", "--dir", dir, "--replicas", "2", "--timeout", "6m"}, &out)
 	g.Expect(err).NotTo(HaveOccurred(), out.String())
 	g.Expect(out.String()).To(ContainSubstring("The pool joined"))
 	g.Expect(out.String()).To(MatchRegexp(`machines: Running 2 \| nodes ready: 2/2`))
@@ -92,7 +92,7 @@ func TestInterruptStopsCleanly(t *testing.T) {
 	out := &syncBuffer{}
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, []string{"--dir", t.TempDir(), "--replicas", "1"}, out) }()
-	g.Eventually(out.String, 3*time.Minute, 200*time.Millisecond).Should(ContainSubstring("The pool has joined"))
+	g.Eventually(out.String, 6*time.Minute, 200*time.Millisecond).Should(ContainSubstring("The pool has joined"))
 	interrupt()
 	g.Eventually(done, time.Minute).Should(Receive(BeNil()))
 	g.Expect(out.String()).To(ContainSubstring("Stopping the sandbox"))

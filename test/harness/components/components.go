@@ -281,6 +281,7 @@ func (c *Component) infrastructure(ctx context.Context, cfg *rest.Config, opts O
 	}
 	c.Manager = mgr
 	if err := infrasetup.Reconcilers(ctx, mgr, infrasetup.Options{
+		ControllerName:        opts.ControllerName,
 		WorkerClasses:         opts.WorkerClasses,
 		ImportFailureRestarts: opts.ImportFailureRestarts,
 		// The flag defaults.
