@@ -82,10 +82,7 @@ type ControlPlanes interface {
 // and the Cluster. It returns once Cluster API reports the control plane
 // initialized and the infrastructure provisioned.
 func (h *Harness) CreateCluster(ctx context.Context, key client.ObjectKey, opts ClusterOptions) (_ *WorkloadCluster, rerr error) {
-	if err := h.ensureNamespace(ctx, key.Namespace); err != nil {
-		return nil, err
-	}
-	w, err := h.startControlPlane(ctx, key, opts.ControlPlanes)
+	w, err := h.startWorkload(ctx, key, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -95,11 +92,6 @@ func (h *Harness) CreateCluster(ctx context.Context, key client.ObjectKey, opts 
 			_ = w.stop()
 		}
 	}()
-	if h.Nodes != nil {
-		if err := h.Nodes.AddCluster(api.Endpoint, api.Config); err != nil {
-			return nil, err
-		}
-	}
 
 	controlPlane := &unstructured.Unstructured{}
 	controlPlane.SetGroupVersionKind(HostedControlPlaneGVK)
@@ -277,4 +269,24 @@ func (w *WorkloadCluster) stop() error {
 		w.controllerManager.Stop()
 	}
 	return w.API.Stop()
+}
+
+// startWorkload starts the workload control plane of a Cluster to be
+// created in key's namespace and registers it with the node simulator; a
+// Cluster creator stops it if it fails later.
+func (h *Harness) startWorkload(ctx context.Context, key client.ObjectKey, opts ClusterOptions) (*WorkloadCluster, error) {
+	if err := h.ensureNamespace(ctx, key.Namespace); err != nil {
+		return nil, err
+	}
+	w, err := h.startControlPlane(ctx, key, opts.ControlPlanes)
+	if err != nil {
+		return nil, err
+	}
+	if h.Nodes != nil {
+		if err := h.Nodes.AddCluster(w.API.Endpoint, w.API.Config); err != nil {
+			_ = w.stop()
+			return nil, err
+		}
+	}
+	return w, nil
 }

@@ -173,10 +173,7 @@ func patchesKamaji(patch any) bool {
 // control plane initialized and the infrastructure provisioned.
 func (h *Harness) CreateTopologyCluster(ctx context.Context, cluster *unstructured.Unstructured, opts ClusterOptions) (_ *WorkloadCluster, rerr error) {
 	key := client.ObjectKeyFromObject(cluster)
-	if err := h.ensureNamespace(ctx, key.Namespace); err != nil {
-		return nil, err
-	}
-	w, err := h.startControlPlane(ctx, key, opts.ControlPlanes)
+	w, err := h.startWorkload(ctx, key, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -186,11 +183,6 @@ func (h *Harness) CreateTopologyCluster(ctx context.Context, cluster *unstructur
 			_ = w.stop()
 		}
 	}()
-	if h.Nodes != nil {
-		if err := h.Nodes.AddCluster(api.Endpoint, api.Config); err != nil {
-			return nil, err
-		}
-	}
 	c := cluster.DeepCopy()
 	unstructured.RemoveNestedField(c.Object, "spec", "topology", "controlPlane", "replicas")
 	if cp, _, _ := unstructured.NestedMap(c.Object, "spec", "topology", "controlPlane"); len(cp) == 0 {
