@@ -27,13 +27,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"syscall"
-	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -129,41 +125,6 @@ func run(name string, addressFile string, qps float32, burst int, workloadQPS fl
 		return fmt.Errorf("setting up the %s controller: %w", name, err)
 	}
 
-	listener, err := (&net.ListenConfig{}).Listen(ctx, "tcp", "127.0.0.1:0")
-	if err != nil {
-		return err
-	}
-	server := &http.Server{Handler: recorder.Handler(), ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = server.Serve(listener) }()
-	defer func() { _ = server.Close() }()
-
-	errs := make(chan error, 1)
-	go func() { errs <- mgr.Start(ctx) }()
-	if !mgr.GetCache().WaitForCacheSync(ctx) {
-		cancel()
-		return errors.Join(errors.New("the manager's cache did not sync"), <-errs)
-	}
-	if err := writeAtomically(addressFile, "http://"+listener.Addr().String()); err != nil {
-		cancel()
-		return errors.Join(err, <-errs)
-	}
-	log.Info("The floor provider is running", "component", name, "qps", qps, "burst", burst)
-	return <-errs
-}
-
-// writeAtomically writes through a temporary file, so the reader never sees
-// a partial URL.
-func writeAtomically(path, content string) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".address-")
-	if err != nil {
-		return err
-	}
-	if _, err := tmp.WriteString(content); err != nil {
-		_ = tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
+	log.Info("Starting the floor provider", "component", name, "qps", qps, "burst", burst)
+	return recorder.RunManager(ctx, mgr, addressFile)
 }

@@ -27,13 +27,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"syscall"
-	"time"
 
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -111,47 +107,12 @@ func run(name components.Name, addressFile string, opts components.Options) erro
 		return err
 	}
 
-	listener, err := (&net.ListenConfig{}).Listen(ctx, "tcp", "127.0.0.1:0")
-	if err != nil {
-		return err
-	}
-	server := &http.Server{Handler: recorder.Handler(), ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = server.Serve(listener) }()
-	defer func() { _ = server.Close() }()
-
-	errs := make(chan error, 1)
-	go func() { errs <- c.Manager.Start(ctx) }()
-	if !c.Manager.GetCache().WaitForCacheSync(ctx) {
-		cancel()
-		return errors.Join(errors.New("the manager's cache did not sync"), <-errs)
-	}
-	if err := writeAtomically(addressFile, "http://"+listener.Addr().String()); err != nil {
-		cancel()
-		return errors.Join(err, <-errs)
-	}
-	log.Info("The component is running", "component", name, "qps", opts.Limits.QPS, "burst", opts.Limits.Burst)
-	err = <-errs
+	log.Info("Starting the component", "component", name, "qps", opts.Limits.QPS, "burst", opts.Limits.Burst)
+	err = recorder.RunManager(ctx, c.Manager, addressFile)
 	if c.ClusterCache != nil {
 		if s, ok := c.ClusterCache.(interface{ Shutdown() }); ok {
 			s.Shutdown()
 		}
 	}
 	return err
-}
-
-// writeAtomically writes through a temporary file, so the reader never sees
-// a partial URL.
-func writeAtomically(path, content string) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".address-")
-	if err != nil {
-		return err
-	}
-	if _, err := tmp.WriteString(content); err != nil {
-		_ = tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
 }
