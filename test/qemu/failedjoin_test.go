@@ -47,12 +47,10 @@ import (
 
 // failedJoinStartupTimeout is the pool's MachineHealthCheck
 // nodeStartupTimeout while its broken Machines wait: well past the time
-// their kubeadm error takes to show (under 2 minutes on a quiet host,
-// docs/real-guests.md#timings; over 3 on a host busy with other test
-// suites, where a 3-minute timeout remediated a guest before its error
-// showed), so the test sees each Machine without a Node before it is
-// remediated, and short enough to keep the suite short.
-const failedJoinStartupTimeout = 5 * time.Minute
+// their kubeadm error takes to show (under 2 minutes here;
+// docs/real-guests.md#timings), so the test sees each Machine without a
+// Node before it is remediated, and short enough to keep the suite short.
+const failedJoinStartupTimeout = 3 * time.Minute
 
 // What the rendered join configuration carries, and what the runner's
 // tamper hook rewrites in it.
