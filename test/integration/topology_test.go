@@ -241,18 +241,7 @@ func TestTopologyWorkerClassChangeRollsOut(t *testing.T) {
 	g.Expect(template.Spec.WorkerClassName).To(Equal(class.Name))
 	g.Expect(template.Labels).To(HaveKeyWithValue(infrav1.WorkerClassLabel, class.Name), "the class controller finds the clone by its class")
 
-	g.Eventually(func(g Gomega) {
-		for _, m := range machines(g, w) {
-			g.Expect(machineUIDs(before)).NotTo(ContainElement(m.UID), "Machine %s was not replaced", m.Name)
-		}
-	}, timeout, poll).Should(Succeed(), func() string { return describe(w) })
-	after := expectJoined(t, w, 2)
-	expectBootsClean(g, after)
-	for _, m := range after {
-		vm := &kubevirtv1.VirtualMachine{}
-		g.Expect(h.Client.Get(ctx, vmKey(m), vm)).To(Succeed())
-		g.Expect(vm.Spec.Template.Spec.Volumes).To(ContainElement(HaveField("ContainerDisk.Image", customImage)))
-	}
+	expectReplacedOnto(t, w, before, customImage)
 	g.Eventually(func() bool {
 		err := h.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: oldTemplate}, &infrav1.KubeVirtMachineTemplate{})
 		return apierrors.IsNotFound(err)

@@ -65,18 +65,7 @@ func TestClassUpgradeRollsOutTheNewImage(t *testing.T) {
 	md.Spec.Template.Spec.InfrastructureRef.Name = r2.GetName()
 	g.Expect(h.Client.Patch(ctx, md, patch)).To(Succeed())
 
-	g.Eventually(func(g Gomega) {
-		for _, m := range machines(g, w) {
-			g.Expect(machineUIDs(before)).NotTo(ContainElement(m.UID), "Machine %s was not replaced", m.Name)
-		}
-	}, timeout, poll).Should(Succeed(), func() string { return describe(w) })
-	after := expectJoined(t, w, 2)
-	expectBootsClean(g, after)
-	for _, m := range after {
-		vm := &kubevirtv1.VirtualMachine{}
-		g.Expect(h.Client.Get(ctx, vmKey(m), vm)).To(Succeed())
-		g.Expect(vm.Spec.Template.Spec.Volumes).To(ContainElement(HaveField("ContainerDisk.Image", customImage)))
-	}
+	expectReplacedOnto(t, w, before, customImage)
 	for _, n := range nodes(g, w) {
 		g.Expect(n.Status.NodeInfo.OSImage).To(Equal("Tenant Kairos v3.5.3"))
 	}
@@ -194,4 +183,23 @@ func only(t *testing.T, objs []unstructured.Unstructured, kind string) unstructu
 	}
 	t.Fatalf("no %s in the template", kind)
 	return unstructured.Unstructured{}
+}
+
+// expectReplacedOnto waits until every Machine of before is replaced, the
+// two new ones have joined and booted clean, and each new VM boots image.
+func expectReplacedOnto(t *testing.T, w *harness.WorkloadCluster, before []clusterv1.Machine, image string) {
+	t.Helper()
+	g := NewWithT(t)
+	g.Eventually(func(g Gomega) {
+		for _, m := range machines(g, w) {
+			g.Expect(machineUIDs(before)).NotTo(ContainElement(m.UID), "Machine %s was not replaced", m.Name)
+		}
+	}, timeout, poll).Should(Succeed(), func() string { return describe(w) })
+	after := expectJoined(t, w, 2)
+	expectBootsClean(g, after)
+	for _, m := range after {
+		vm := &kubevirtv1.VirtualMachine{}
+		g.Expect(h.Client.Get(context.Background(), vmKey(m), vm)).To(Succeed())
+		g.Expect(vm.Spec.Template.Spec.Volumes).To(ContainElement(HaveField("ContainerDisk.Image", image)))
+	}
 }
