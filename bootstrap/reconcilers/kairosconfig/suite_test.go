@@ -418,9 +418,18 @@ func (f *fixture) waitForReason(w *worker, reason string) *metav1.Condition {
 	return got
 }
 
-// waitForData waits for the bootstrap data and returns the Secret.
+// waitForData waits for the bootstrap data as a Machine controller does,
+// by status.dataSecretName and initialization.dataSecretCreated, and
+// returns the Secret. The condition alone is not enough: Cluster API's
+// patch helper writes conditions before the rest of status.
 func (f *fixture) waitForData(w *worker) *corev1.Secret {
 	f.waitForReason(w, bootstrapv1.DataSecretAvailableReason)
+	f.g.Eventually(func(g Gomega) {
+		cfg := &bootstrapv1.KairosConfig{}
+		g.Expect(mgmt.Client.Get(suiteCtx, client.ObjectKeyFromObject(w.config), cfg)).To(Succeed())
+		g.Expect(cfg.Status.DataSecretName).To(Equal(w.config.Name))
+		g.Expect(cfg.Status.Initialization.DataSecretCreated).To(Equal(ptr.To(true)))
+	}, 30*time.Second, 100*time.Millisecond).Should(Succeed())
 	s := &corev1.Secret{}
 	f.g.Expect(mgmt.Client.Get(suiteCtx, client.ObjectKey{Namespace: f.namespace, Name: w.config.Name}, s)).To(Succeed())
 	return s
