@@ -35,7 +35,6 @@ import (
 	"sigs.k8s.io/cluster-api/util/annotations"
 	"sigs.k8s.io/cluster-api/util/conditions"
 	capicontrollerutil "sigs.k8s.io/cluster-api/util/controller"
-	"sigs.k8s.io/cluster-api/util/patch"
 	"sigs.k8s.io/cluster-api/util/predicates"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -177,10 +176,17 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		return ctrl.Result{}, err
 	}
 	if machine == nil && !machineGone {
-		// Cluster API's MachineSet creates the config before the Machine
-		// controller makes its Machine the owner; the Machine watch
-		// reconciles the config then.
+		// Cluster API's MachineSet creates the config, owned by the
+		// MachineSet, just before the Machine, whose controller makes the
+		// Machine the owner moments later (or the MachineSet deletes the
+		// config if the Machine cannot be created); that event reconciles
+		// the config again. A condition written in between would be
+		// overwritten at once, so only a config without that prospect
+		// reports the wait.
 		log.V(4).Info("KairosConfig has no owner Machine yet, waiting")
+		if ownedByMachineSet(config) {
+			return ctrl.Result{}, nil
+		}
 		return ctrl.Result{}, r.reportWaiting(ctx, config, waiting{
 			reason: bootstrapv1.WaitingForOwnerReason, message: "Waiting for a Machine to own this KairosConfig",
 		})
@@ -230,10 +236,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		return ctrl.Result{}, err
 	}
 
-	patchHelper, err := patch.NewHelper(config, writes)
-	if err != nil {
-		return ctrl.Result{}, err
-	}
+	p := newConfigPatch(config)
 	if annotations.IsPaused(cluster, config) {
 		// Record that, and nothing else, as Cluster API's controllers do.
 		err := r.ensurePausedCondition(ctx, writes, cluster, config)
@@ -245,7 +248,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	markNotPaused(config)
 	s := &scope{config: config, machine: machine, cluster: cluster}
 	defer func() {
-		if err := r.patchConfig(ctx, patchHelper, config, rerr == nil); err != nil {
+		if err := r.patchConfig(ctx, writes, p, config, rerr == nil); err != nil {
 			rerr = kerrors.NewAggregate([]error{rerr, err})
 		}
 		r.expect.Wrote(req.NamespacedName, before, writes.Written())
@@ -259,6 +262,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		return r.revokeToken(ctx, s)
 	}
 	return r.reconcileNormal(ctx, s)
+}
+
+// ownedByMachineSet says whether a Cluster API MachineSet owns config: it
+// made the config for a Machine it is creating.
+func ownedByMachineSet(config *bootstrapv1.KairosConfig) bool {
+	return util.HasOwner(config.OwnerReferences, clusterv1.GroupVersion.String(), []string{"MachineSet"})
 }
 
 // ownerMachine returns the owning Machine; machineGone is true when the

@@ -538,3 +538,32 @@ func TestAConfigWithoutAnOwnerMachineSetsItsConditions(t *testing.T) {
 	}, eventually, 50*time.Millisecond).Should(Succeed())
 	g.Expect(conditions.Has(paused, bootstrapv1.DataSecretAvailableCondition)).To(BeFalse(), "a paused config only records that")
 }
+
+// TestAConfigOfAMachineBeingCreatedWaitsWithoutWriting: Cluster API's
+// MachineSet owns the config it makes for a Machine it is creating, until
+// the Machine controller makes the Machine the owner moments later. The
+// config is not written in between: a WaitingForOwner condition would be
+// overwritten at once.
+func TestAConfigOfAMachineBeingCreatedWaitsWithoutWriting(t *testing.T) {
+	cm := startController(t, testTokenTTL)
+	f := newFixture(t, readyCluster)
+	g := f.g
+	config := &bootstrapv1.KairosConfig{ObjectMeta: metav1.ObjectMeta{
+		Namespace: f.namespace, Name: "being-created",
+		Labels: map[string]string{clusterv1.ClusterNameLabel: f.cluster.Name},
+		OwnerReferences: []metav1.OwnerReference{{
+			APIVersion: clusterv1.GroupVersion.String(), Kind: "MachineSet", Name: "workers", UID: "machineset-uid", Controller: ptr.To(true),
+		}},
+	}}
+	g.Expect(mgmt.Client.Create(suiteCtx, config)).To(Succeed())
+	g.Eventually(func() error {
+		return cm.reconciler.Client.Get(suiteCtx, client.ObjectKeyFromObject(config), &bootstrapv1.KairosConfig{})
+	}, eventually, 50*time.Millisecond).Should(Succeed())
+
+	res, requests := reconcileAlone(g, cm, &worker{config: config}, time.Now())
+	g.Expect(requests).To(BeEmpty())
+	g.Expect(res.IsZero()).To(BeTrue(), "the Machine's ownership reconciles the config")
+	g.Expect(mgmt.Client.Get(suiteCtx, client.ObjectKeyFromObject(config), config)).To(Succeed())
+	g.Expect(config.Status.Conditions).To(BeEmpty())
+	g.Expect(config.Finalizers).To(BeEmpty())
+}
