@@ -101,11 +101,10 @@ func conditionMatching(conditionType string, status metav1.ConditionStatus, reas
 // is not ready yet, through KubeVirt's virt-controller and the node
 // stand-ins starting its instance, to its node joining, and pins the
 // provider's writes to its KubeVirtMachine:
-// the finalizer (Cluster API's finalizers.EnsureFinalizer), the providerID,
-// and one status patch per lifecycle step (waiting for bootstrap data, VM
-// created, provisioned), where Cluster API's patch helper sends a step's
-// conditions and its other status fields (the first observedGeneration,
-// the provisioned fields) as two patches.
+// the finalizer and the providerID in one spec patch, and one status patch
+// per lifecycle step (waiting for bootstrap data, VM created, provisioned),
+// each with the step's conditions and its other status fields (the first
+// observedGeneration, the provisioned fields) together.
 func TestOneMachineLifecycleWrites(t *testing.T) {
 	t.Parallel()
 	tc := newCluster(t)
@@ -131,13 +130,11 @@ func TestOneMachineLifecycleWrites(t *testing.T) {
 		g.Expect(kvm.Status.ObservedGeneration).To(Equal(kvm.Generation))
 	}).Should(Succeed())
 	waiting := []string{
-		// The finalizer, then the providerID, before anything is created
-		// and before any condition records a generation.
+		// The finalizer and the providerID, before anything is created and
+		// before any condition records a generation.
 		"management patch kubevirtmachines " + tc.namespace + "/counted",
-		"management patch kubevirtmachines " + tc.namespace + "/counted",
-		// The waiting conditions, Paused=False among them, then the
+		// The waiting conditions, Paused=False among them, and the
 		// observed generation.
-		"management patch kubevirtmachines/status " + tc.namespace + "/counted",
 		"management patch kubevirtmachines/status " + tc.namespace + "/counted",
 	}
 	settledWrites(t, kvm, waiting)
@@ -156,14 +153,13 @@ func TestOneMachineLifecycleWrites(t *testing.T) {
 	provisioned := append(waiting,
 		// The VM exists: its conditions.
 		"management patch kubevirtmachines/status "+tc.namespace+"/counted",
-		// The instance runs: conditions, then addresses, nodeName,
+		// The instance runs: conditions, addresses, nodeName,
 		// failureDomain, provisionedInstanceUID and
 		// initialization.provisioned. The states KubeVirt moves the VM
 		// and its instance through on the way cost nothing: the VM
 		// Stopped and Starting, the instance Pending, Scheduling and
 		// Scheduled, and Running before virt-controller has seen its
 		// launcher Pod ready and marked it Ready.
-		"management patch kubevirtmachines/status "+tc.namespace+"/counted",
 		"management patch kubevirtmachines/status "+tc.namespace+"/counted",
 	)
 	settledWrites(t, kvm, provisioned)

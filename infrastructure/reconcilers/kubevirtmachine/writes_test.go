@@ -1,0 +1,155 @@
+/*
+Copyright 2026 The Cozystack Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package kubevirtmachine
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
+)
+
+// sentWrites counts what a fake API server was sent, by kind of write.
+type sentWrites struct{ create, patch, statusPatch int }
+
+// countingClient is a fake API server holding objs that counts the writes
+// it is sent.
+func countingClient(t *testing.T, sent *sentWrites, objs ...client.Object) client.Client {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, kubevirtv1.AddToScheme, cdiv1.AddToScheme, infrav1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return fake.NewClientBuilder().WithScheme(scheme).WithStatusSubresource(&infrav1.KubeVirtMachine{}).WithObjects(objs...).
+		WithInterceptorFuncs(interceptor.Funcs{
+			Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+				sent.create++
+				return c.Create(ctx, obj, opts...)
+			},
+			Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+				sent.patch++
+				return c.Patch(ctx, obj, patch, opts...)
+			},
+			SubResourcePatch: func(ctx context.Context, c client.Client, subResource string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+				sent.statusPatch++
+				return c.SubResource(subResource).Patch(ctx, obj, patch, opts...)
+			},
+		}).Build()
+}
+
+// TestOnePatchPerPart: a reconcile's changes go out as at most one patch of
+// metadata and spec and one of the whole status, conditions included, so a
+// step that changes conditions and other status fields together costs one
+// status write (Cluster API's patch helper sends two).
+func TestOnePatchPerPart(t *testing.T) {
+	machine := func() *infrav1.KubeVirtMachine {
+		return &infrav1.KubeVirtMachine{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "w", Generation: 2,
+			Finalizers: []string{infrav1.MachineFinalizer}},
+			Spec: infrav1.KubeVirtMachineSpec{ProviderID: infrav1.ProviderID("w")}}
+	}
+	provisionedConditions := []metav1.Condition{
+		condition(infrav1.BootDiskReadyCondition, metav1.ConditionTrue, infrav1.ContainerDiskReason, "Root disk is the container disk img"),
+		condition(infrav1.VirtualMachineProvisionedCondition, metav1.ConditionTrue, infrav1.ProvisionedReason, "VirtualMachineInstance runs on node infra-a"),
+	}
+
+	t.Run("conditions and the provisioned fields in one status patch", func(t *testing.T) {
+		g := NewWithT(t)
+		var sent sentWrites
+		c := countingClient(t, &sent, machine())
+		kvm := &infrav1.KubeVirtMachine{}
+		g.Expect(c.Get(context.Background(), client.ObjectKey{Namespace: "ns", Name: "w"}, kvm)).To(Succeed())
+		original := kvm.DeepCopy()
+		setConditions(kvm, provisionedConditions...)
+		kvm.Status.Initialization.Provisioned = ptr.To(true)
+		kvm.Status.NodeName = "infra-a"
+		g.Expect(patchKubeVirtMachine(context.Background(), c, original, kvm, true)).To(Succeed())
+		g.Expect(sent).To(Equal(sentWrites{statusPatch: 1}))
+
+		stored := &infrav1.KubeVirtMachine{}
+		g.Expect(c.Get(context.Background(), client.ObjectKeyFromObject(kvm), stored)).To(Succeed())
+		g.Expect(stored.Status.ObservedGeneration).To(Equal(stored.Generation))
+		g.Expect(stored.Status.Initialization.Provisioned).To(Equal(ptr.To(true)))
+		g.Expect(stored.Status.NodeName).To(Equal("infra-a"))
+		g.Expect(conditionOf(stored, infrav1.ReadyCondition)).To(HaveField("Status", metav1.ConditionTrue))
+
+		// The next reconcile that sees the same state sends nothing.
+		original = stored.DeepCopy()
+		setConditions(stored, provisionedConditions...)
+		g.Expect(patchKubeVirtMachine(context.Background(), c, original, stored, true)).To(Succeed())
+		g.Expect(sent).To(Equal(sentWrites{statusPatch: 1}))
+	})
+
+	t.Run("a failed reconcile does not record the generation as observed", func(t *testing.T) {
+		g := NewWithT(t)
+		var sent sentWrites
+		c := countingClient(t, &sent, machine())
+		kvm := &infrav1.KubeVirtMachine{}
+		g.Expect(c.Get(context.Background(), client.ObjectKey{Namespace: "ns", Name: "w"}, kvm)).To(Succeed())
+		original := kvm.DeepCopy()
+		setConditions(kvm, provisionedConditions...)
+		g.Expect(patchKubeVirtMachine(context.Background(), c, original, kvm, false)).To(Succeed())
+		g.Expect(sent).To(Equal(sentWrites{statusPatch: 1}))
+		g.Expect(kvm.Status.ObservedGeneration).To(BeZero())
+	})
+
+	t.Run("releasing the last finalizer sends no status patch after it", func(t *testing.T) {
+		g := NewWithT(t)
+		var sent sentWrites
+		deleting := machine()
+		deleting.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+		c := countingClient(t, &sent, deleting)
+		kvm := &infrav1.KubeVirtMachine{}
+		g.Expect(c.Get(context.Background(), client.ObjectKey{Namespace: "ns", Name: "w"}, kvm)).To(Succeed())
+		original := kvm.DeepCopy()
+		setConditions(kvm, deletingConditions(nil)...)
+		kvm.Finalizers = nil
+		g.Expect(patchKubeVirtMachine(context.Background(), c, original, kvm, true)).To(Succeed())
+		g.Expect(sent).To(Equal(sentWrites{patch: 1}))
+		err := c.Get(context.Background(), client.ObjectKeyFromObject(kvm), &infrav1.KubeVirtMachine{})
+		g.Expect(err).To(HaveOccurred(), "the machine is gone")
+	})
+}
+
+// TestFinalizerAndProviderIDInOnePatch: the finalizer, which must be stored
+// before the VM exists, and the providerID go out in one spec patch.
+func TestFinalizerAndProviderIDInOnePatch(t *testing.T) {
+	g := NewWithT(t)
+	var sent sentWrites
+	c := countingClient(t, &sent, &infrav1.KubeVirtMachine{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "w"}})
+	kvm := &infrav1.KubeVirtMachine{}
+	g.Expect(c.Get(context.Background(), client.ObjectKey{Namespace: "ns", Name: "w"}, kvm)).To(Succeed())
+	g.Expect(addFinalizerAndProviderID(context.Background(), c, kvm)).To(Succeed())
+	g.Expect(sent).To(Equal(sentWrites{patch: 1}))
+	stored := &infrav1.KubeVirtMachine{}
+	g.Expect(c.Get(context.Background(), client.ObjectKeyFromObject(kvm), stored)).To(Succeed())
+	g.Expect(stored.Finalizers).To(ConsistOf(infrav1.MachineFinalizer))
+	g.Expect(stored.Spec.ProviderID).To(Equal("kubevirt://w"))
+}
