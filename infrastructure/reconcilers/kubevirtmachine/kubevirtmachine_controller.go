@@ -24,6 +24,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -116,6 +117,11 @@ type Reconciler struct {
 	SharedImages *sharedimage.Images
 
 	ownWrites *ownwrites.Versions
+	// createdVMs holds the machines whose VirtualMachine a reconcile
+	// created and the cache has not shown yet: a reconcile in that window
+	// reads the VM from the API server rather than sending a create that
+	// can only fail.
+	createdVMs sync.Map
 }
 
 // SetupWithManager registers the controller and its watches. VirtualMachines,
@@ -239,6 +245,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	if err := r.Client.Get(ctx, req.NamespacedName, kvm); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.ownWrites.Forget(req.NamespacedName)
+			r.createdVMs.Delete(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -417,8 +424,16 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 // gone gets no new one (nil): the node it ran is gone with it.
 func (r *Reconciler) ensureVirtualMachine(ctx context.Context, s *scope) (*kubevirtv1.VirtualMachine, *blocked, error) {
 	kvm, machine, cluster := s.kubeVirtMachine, s.machine, s.cluster
+	key := client.ObjectKeyFromObject(kvm)
 	vm := &kubevirtv1.VirtualMachine{}
-	err := r.Client.Get(ctx, client.ObjectKeyFromObject(kvm), vm)
+	err := r.Client.Get(ctx, key, vm)
+	if _, created := r.createdVMs.Load(key); created {
+		if err == nil {
+			r.createdVMs.Delete(key)
+		} else if apierrors.IsNotFound(err) {
+			err = r.APIReader.Get(ctx, key, vm)
+		}
+	}
 	switch {
 	case err == nil:
 		return vm, r.notControlled(vm, kvm, "VirtualMachine"), nil
@@ -480,7 +495,11 @@ func (r *Reconciler) ensureVirtualMachine(ctx context.Context, s *scope) (*kubev
 			return nil, blocker, err
 		}
 	}
-	return ensureCreated(ctx, r, kvm, objs.VirtualMachine, "VirtualMachine")
+	vm, blocker, err = ensureCreated(ctx, r, kvm, objs.VirtualMachine, "VirtualMachine")
+	if err == nil && blocker == nil {
+		r.createdVMs.Store(key, struct{}{})
+	}
+	return vm, blocker, err
 }
 
 // authorizeClone authorizes the clone of a root DataVolume that does not

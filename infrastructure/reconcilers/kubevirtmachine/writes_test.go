@@ -153,3 +153,33 @@ func TestFinalizerAndProviderIDInOnePatch(t *testing.T) {
 	g.Expect(stored.Finalizers).To(ConsistOf(infrav1.MachineFinalizer))
 	g.Expect(stored.Spec.ProviderID).To(Equal("kubevirt://w"))
 }
+
+// TestCreatedVirtualMachineNotCachedYet: a reconcile right after the one
+// that created the machine's VM, on a cache that has not seen the VM yet,
+// reads it from the API server instead of creating it again.
+func TestCreatedVirtualMachineNotCachedYet(t *testing.T) {
+	g := NewWithT(t)
+	var sent sentWrites
+	kvm := &infrav1.KubeVirtMachine{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "w", UID: "kvm-uid"}}
+	kvm.SetGroupVersionKind(infrav1.GroupVersion.WithKind("KubeVirtMachine"))
+	vm := &kubevirtv1.VirtualMachine{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "w", OwnerReferences: []metav1.OwnerReference{{
+		APIVersion: infrav1.GroupVersion.String(), Kind: "KubeVirtMachine", Name: "w", UID: "kvm-uid", Controller: ptr.To(true)}}}}
+	live := countingClient(t, &sent, vm)
+	stale := countingClient(t, &sentWrites{})
+	r := &Reconciler{Client: cachedClient{Client: live, cache: stale}, APIReader: live}
+	key := client.ObjectKeyFromObject(kvm)
+	r.createdVMs.Store(key, struct{}{})
+
+	got, blocker, err := r.ensureVirtualMachine(context.Background(), &scope{kubeVirtMachine: kvm})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(blocker).To(BeNil())
+	g.Expect(got).To(HaveField("Name", "w"))
+	g.Expect(sent).To(Equal(sentWrites{}))
+
+	// Once the cache has it, the record goes.
+	r.Client = cachedClient{Client: live, cache: live}
+	_, _, err = r.ensureVirtualMachine(context.Background(), &scope{kubeVirtMachine: kvm})
+	g.Expect(err).NotTo(HaveOccurred())
+	_, recorded := r.createdVMs.Load(key)
+	g.Expect(recorded).To(BeFalse())
+}
