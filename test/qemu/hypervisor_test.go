@@ -40,6 +40,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/cozystack/cluster-api-workers/test/infra"
+	cdisim "github.com/cozystack/cluster-api-workers/test/sim/cdi"
 	kubevirtsim "github.com/cozystack/cluster-api-workers/test/sim/kubevirt"
 )
 
@@ -152,7 +153,7 @@ func TestConfigure(t *testing.T) {
 	r.Configure(&opts)
 	g.Expect(opts.Hosts.Hypervisor).To(BeAssignableToTypeOf(&hypervisor{}))
 	g.Expect(opts.Hosts.Pull).NotTo(BeNil())
-	g.Expect(opts.CDI.Importer).To(Equal(importer{}))
+	g.Expect(opts.CDI.Importer).To(Equal(cdisim.FileImporter{}))
 	g.Expect(opts.CDI.VolumeDir).To(Equal(filepath.Join(r.Dir(), "volumes")))
 	g.Expect(opts.Hosts.Nodes).To(HaveLen(2))
 	storage, guests := opts.Hosts.Nodes[0], opts.Hosts.Nodes[1]
@@ -455,4 +456,15 @@ func TestHypervisorStartsAndStopsGuests(t *testing.T) {
 	r.Stop()
 	_, err = hv.Start(ctx, kubevirtsim.StartRequest{Instance: vmi, Node: GuestNode, Reader: reader})
 	g.Expect(err).To(MatchError("the QEMU runner stopped"))
+}
+
+// testDisk makes a worker disk directory whose image is a small file: the
+// runner's tests read paths, never the image's content.
+func testDisk(tb testing.TB) Disk {
+	tb.Helper()
+	d := Disk{Dir: tb.TempDir()}
+	if err := os.WriteFile(d.Image(), []byte("rootfs"), 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	return d
 }

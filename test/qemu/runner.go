@@ -37,6 +37,8 @@ import (
 
 	"github.com/cozystack/cluster-api-workers/test/harness"
 	"github.com/cozystack/cluster-api-workers/test/infra"
+	cdisim "github.com/cozystack/cluster-api-workers/test/sim/cdi"
+	"github.com/cozystack/cluster-api-workers/test/sim/imageserver"
 	kubevirtsim "github.com/cozystack/cluster-api-workers/test/sim/kubevirt"
 )
 
@@ -191,7 +193,7 @@ func NewRunner(ctx context.Context, opts RunnerOptions) (*Runner, error) {
 		return nil, fmt.Errorf("listening for the disk image server: %w", err)
 	}
 	r.imageURL = "http://" + listener.Addr().String() + imagePath
-	r.server = &http.Server{Handler: diskServer(opts.Disk.Image()), ReadHeaderTimeout: 10 * time.Second}
+	r.server = &http.Server{Handler: imageserver.New(opts.Disk.Image(), imagePath), ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = r.server.Serve(listener) }()
 	return r, nil
 }
@@ -203,7 +205,7 @@ func (r *Runner) Configure(opts *infra.Options) {
 	opts.Hosts.Hypervisor = &hypervisor{runner: r}
 	opts.Hosts.Pull = r.pull
 	opts.Hosts.Nodes = r.nodes()
-	opts.CDI.Importer = importer{}
+	opts.CDI.Importer = cdisim.FileImporter{}
 	opts.CDI.VolumeDir = r.volumeDir()
 }
 
@@ -227,27 +229,6 @@ func (r *Runner) nodes() []kubevirtsim.InfraNode {
 
 // volumeDir holds the volume files CDI's stand-in provisions.
 func (r *Runner) volumeDir() string { return filepath.Join(r.opts.Dir, "volumes") }
-
-// diskServer serves one image at imagePath, with ranges, and 404 for
-// anything else.
-func diskServer(image string) http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET "+imagePath, func(w http.ResponseWriter, req *http.Request) {
-		f, err := os.Open(image) //nolint:gosec // The worker disk the runner serves.
-		if err != nil {
-			http.Error(w, "the worker disk is not readable", http.StatusInternalServerError)
-			return
-		}
-		defer func() { _ = f.Close() }()
-		st, err := f.Stat()
-		if err != nil {
-			http.Error(w, "the worker disk is not readable", http.StatusInternalServerError)
-			return
-		}
-		http.ServeContent(w, req, filepath.Base(image), st.ModTime(), f)
-	})
-	return mux
-}
 
 // ImageURL is the worker disk's HTTP address, for an httpImport source
 // (a KubeVirtMachine's or a WorkerClass's image).

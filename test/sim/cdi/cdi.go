@@ -41,7 +41,7 @@ limitations under the License.
 //
 // The importer's work is an Importer's: simulated with timings and faults
 // (FailImports, SlowImports) by default, or a real HTTP download and file
-// copy (test/qemu). Owner-reference garbage collection is not simulated:
+// copy (FileImporter: the QEMU tier and the import benchmark). Owner-reference garbage collection is not simulated:
 // run the real kube-controller-manager's garbage collector beside it.
 package cdi
 

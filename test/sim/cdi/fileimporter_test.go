@@ -14,13 +14,11 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package qemu
+package cdi
 
 import (
 	"bytes"
 	"context"
-	"io"
-	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -31,12 +29,15 @@ import (
 	"k8s.io/utils/ptr"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
-	cdisim "github.com/cozystack/cluster-api-workers/test/sim/cdi"
+	"github.com/cozystack/cluster-api-workers/test/sim/imageserver"
 )
 
+// imagePath is where the tests' image server serves the disk.
+const imagePath = "/worker-disk.img"
+
 // testDisk makes a worker disk stand-in: an 8 MiB raw image holding data
-// in two places and holes everywhere else.
-func testDisk(tb testing.TB) Disk {
+// in two places and holes everywhere else; it returns the file's path.
+func testDisk(tb testing.TB) string {
 	tb.Helper()
 	dir := tb.TempDir()
 	f, err := os.Create(filepath.Join(dir, "disk.img")) //nolint:gosec // A file in the test's temporary directory.
@@ -52,7 +53,7 @@ func testDisk(tb testing.TB) Disk {
 	if err := f.Truncate(8 << 20); err != nil {
 		tb.Fatal(err)
 	}
-	return Disk{Dir: dir}
+	return f.Name()
 }
 
 // allocated is how many bytes of a file are on disk.
@@ -68,7 +69,7 @@ func allocated(tb testing.TB, path string) int64 {
 func TestImportIsSparseAndExact(t *testing.T) {
 	g := NewWithT(t)
 	disk := testDisk(t)
-	server := httptest.NewServer(diskServer(disk.Image()))
+	server := httptest.NewServer(imageserver.New(disk, imagePath))
 	defer server.Close()
 
 	path := filepath.Join(t.TempDir(), "volume.img")
@@ -79,7 +80,7 @@ func TestImportIsSparseAndExact(t *testing.T) {
 		last, size = written, all
 	})
 	g.Expect(err).NotTo(HaveOccurred())
-	want, err := os.ReadFile(disk.Image())
+	want, err := os.ReadFile(disk)
 	g.Expect(err).NotTo(HaveOccurred())
 	got, err := os.ReadFile(path) //nolint:gosec // A file in the test's temporary directory.
 	g.Expect(err).NotTo(HaveOccurred())
@@ -94,7 +95,7 @@ func TestImportIsSparseAndExact(t *testing.T) {
 
 func TestImportFailuresAreWordedAsCDI(t *testing.T) {
 	disk := testDisk(t)
-	server := httptest.NewServer(diskServer(disk.Image()))
+	server := httptest.NewServer(imageserver.New(disk, imagePath))
 	defer server.Close()
 	for _, tc := range []struct {
 		name, url string
@@ -119,39 +120,15 @@ func TestImportFailuresAreWordedAsCDI(t *testing.T) {
 	}
 }
 
-func TestDiskServerServesRanges(t *testing.T) {
-	g := NewWithT(t)
-	disk := testDisk(t)
-	server := httptest.NewServer(diskServer(disk.Image()))
-	defer server.Close()
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, server.URL+imagePath, http.NoBody)
-	g.Expect(err).NotTo(HaveOccurred())
-	req.Header.Set("Range", "bytes=0-5")
-	resp, err := http.DefaultClient.Do(req)
-	g.Expect(err).NotTo(HaveOccurred())
-	defer func() { _ = resp.Body.Close() }()
-	g.Expect(resp.StatusCode).To(Equal(http.StatusPartialContent))
-	body, err := io.ReadAll(resp.Body)
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(string(body)).To(Equal("rootfs"))
-
-	req, err = http.NewRequestWithContext(t.Context(), http.MethodPost, server.URL+imagePath, http.NoBody)
-	g.Expect(err).NotTo(HaveOccurred())
-	resp, err = http.DefaultClient.Do(req)
-	g.Expect(err).NotTo(HaveOccurred())
-	_ = resp.Body.Close()
-	g.Expect(resp.StatusCode).To(Equal(http.StatusMethodNotAllowed), "the image is read-only")
-}
-
 // TestImporterPopulatesVolumes: the importer CDI's stand-in runs downloads
 // an HTTP source and copies a clone's source into the volume file (its
 // directory made on demand), sparse and with progress, and refuses what
 // it cannot do in CDI's words.
 func TestImporterPopulatesVolumes(t *testing.T) {
 	disk := testDisk(t)
-	server := httptest.NewServer(diskServer(disk.Image()))
+	server := httptest.NewServer(imageserver.New(disk, imagePath))
 	defer server.Close()
-	want, err := os.ReadFile(disk.Image())
+	want, err := os.ReadFile(disk)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,17 +142,17 @@ func TestImporterPopulatesVolumes(t *testing.T) {
 	}{
 		{name: "an HTTP source is downloaded", source: httpSource, size: 10 << 20},
 		{name: "a clone copies its source volume", source: &cdiv1.DataVolumeSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: "ns", Name: "golden"}},
-			sourcePath: disk.Image(), size: 10 << 20},
+			sourcePath: disk, size: 10 << 20},
 		{name: "a clone into a smaller volume is refused", source: &cdiv1.DataVolumeSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: "ns", Name: "golden"}},
-			sourcePath: disk.Image(), size: 1 << 20, message: "target resources requests storage size is smaller than the source"},
+			sourcePath: disk, size: 1 << 20, message: "target resources requests storage size is smaller than the source"},
 		{name: "a registry source is not imported", source: &cdiv1.DataVolumeSource{Registry: &cdiv1.DataVolumeSourceRegistry{URL: ptr.To("docker://quay.io/x/y:v1")}},
-			size: 10 << 20, message: "Unable to process data: the QEMU runner's importer reads HTTP sources and clones only"},
+			size: 10 << 20, message: "Unable to process data: the file importer reads HTTP sources and clones only"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
 			path := filepath.Join(t.TempDir(), "volumes", "ns-root.img")
 			var last, size int64
-			err := importer{}.Populate(context.Background(), cdisim.Job{
+			err := FileImporter{}.Populate(context.Background(), Job{
 				DataVolume: &cdiv1.DataVolume{Spec: cdiv1.DataVolumeSpec{Source: tc.source}},
 				Path:       path, SourcePath: tc.sourcePath, Size: tc.size,
 				Progress: func(written, all int64) { last, size = written, all },
@@ -199,7 +176,7 @@ func TestImporterPopulatesVolumes(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
 		path := filepath.Join(t.TempDir(), "volume.img")
-		err := importer{}.Populate(ctx, cdisim.Job{DataVolume: &cdiv1.DataVolume{}, Path: path, SourcePath: disk.Image()})
+		err := FileImporter{}.Populate(ctx, Job{DataVolume: &cdiv1.DataVolume{}, Path: path, SourcePath: disk})
 		g.Expect(err).To(MatchError(ContainSubstring("context canceled")))
 		g.Expect(path).NotTo(BeAnExistingFile())
 		g.Expect(path + ".part").NotTo(BeAnExistingFile())
@@ -262,7 +239,7 @@ func BenchmarkImportHTTP(b *testing.B) {
 		b.Fatal(err)
 	}
 	_ = f.Close()
-	server := httptest.NewServer(diskServer(image))
+	server := httptest.NewServer(imageserver.New(image, imagePath))
 	defer server.Close()
 	b.SetBytes(64 << 20)
 	for b.Loop() {

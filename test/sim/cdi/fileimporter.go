@@ -14,7 +14,7 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package qemu
+package cdi
 
 import (
 	"bytes"
@@ -25,24 +25,23 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-
-	cdisim "github.com/cozystack/cluster-api-workers/test/sim/cdi"
 )
 
 // importBlockSize is the unit in which zeros are skipped: a block of only
 // zeros becomes a hole in the volume file.
 const importBlockSize = 64 << 10
 
-// importer does the work of CDI's importer and clone Pods for the CDI
-// stand-in, for real: an HTTP source is downloaded (raw images only, as
-// ImageURL serves), a clone copies its source volume's file.
-type importer struct{}
+// FileImporter does the work of CDI's importer and clone Pods for real: an
+// HTTP source is downloaded (raw images only) into the volume file, a clone
+// copies its source volume's file. The QEMU tier boots guests from those
+// files; the import benchmark counts what is downloaded.
+type FileImporter struct{}
 
-var _ cdisim.Importer = importer{}
+var _ Importer = FileImporter{}
 
 // Populate fills the job's volume file. Its error is the worker Pod's,
 // worded as CDI words it; the stand-in restarts the Pod.
-func (importer) Populate(ctx context.Context, job cdisim.Job) error {
+func (FileImporter) Populate(ctx context.Context, job Job) error {
 	progress := job.Progress
 	if progress == nil {
 		progress = func(int64, int64) {}
@@ -57,7 +56,7 @@ func (importer) Populate(ctx context.Context, job cdisim.Job) error {
 	case source != nil && source.HTTP != nil:
 		return importHTTP(ctx, source.HTTP.URL, job.Path, job.Size, progress)
 	default:
-		return newCDIError("Unable to process data: the QEMU runner's importer reads HTTP sources and clones only")
+		return newCDIError("Unable to process data: the file importer reads HTTP sources and clones only")
 	}
 }
 
