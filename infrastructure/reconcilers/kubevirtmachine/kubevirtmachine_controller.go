@@ -349,7 +349,9 @@ func (r *Reconciler) newScope(ctx context.Context, kvm *infrav1.KubeVirtMachine)
 func addFinalizerAndProviderID(ctx context.Context, c client.Client, kvm *infrav1.KubeVirtMachine) error {
 	original := kvm.DeepCopy()
 	controllerutil.AddFinalizer(kvm, infrav1.MachineFinalizer)
-	kvm.Spec.ProviderID = infrav1.ProviderID(kvm.Name)
+	if kvm.Spec.ProviderID == "" {
+		kvm.Spec.ProviderID = infrav1.ProviderID(kvm.Name)
+	}
 	if err := c.Patch(ctx, kvm, client.MergeFrom(original)); err != nil {
 		return fmt.Errorf("adding the finalizer and spec.providerID: %w", err)
 	}
