@@ -71,7 +71,7 @@ func TestSharedImport(t *testing.T) {
 		tc := newCluster(t)
 		ca := caBundle(t)
 		first := factoryTemplate(t, tc, "first", func(tmpl *infrav1.KubeVirtMachineTemplate) {
-			tmpl.Spec.Talos = &workerclassv1.TalosScalars{ImageFactoryCA: ptr.To(ca)}
+			tmpl.Spec.Template.Spec.WorkerClass.Talos = &workerclassv1.TalosScalars{ImageFactoryCA: ptr.To(ca)}
 		})
 		shared := sharedimage.Name(first)
 		machines := templateMachines(t, tc, first, 3)
@@ -98,7 +98,7 @@ func TestSharedImport(t *testing.T) {
 
 		// Another template of the same resolution shares the import.
 		second := factoryTemplate(t, tc, "second", func(tmpl *infrav1.KubeVirtMachineTemplate) {
-			tmpl.Spec.Talos = &workerclassv1.TalosScalars{ImageFactoryCA: ptr.To(ca)}
+			tmpl.Spec.Template.Spec.WorkerClass.Talos = &workerclassv1.TalosScalars{ImageFactoryCA: ptr.To(ca)}
 		})
 		g.Expect(second.Status.Resolved.ContentHash).To(Equal(first.Status.Resolved.ContentHash))
 		g.Expect(sharedimage.Name(second)).To(Equal(shared))
@@ -113,7 +113,7 @@ func TestSharedImport(t *testing.T) {
 
 		// A template of another disk size imports its own.
 		bigger := factoryTemplate(t, tc, "bigger", func(tmpl *infrav1.KubeVirtMachineTemplate) {
-			tmpl.Spec.Talos = &workerclassv1.TalosScalars{ImageFactoryCA: ptr.To(ca)}
+			tmpl.Spec.Template.Spec.WorkerClass.Talos = &workerclassv1.TalosScalars{ImageFactoryCA: ptr.To(ca)}
 			tmpl.Spec.Template.Spec.RootDisk.Size = ptr.To(resource.MustParse("20Gi"))
 		})
 		g.Expect(sharedimage.Name(bigger)).NotTo(Equal(shared))

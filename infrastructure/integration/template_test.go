@@ -54,8 +54,7 @@ func classlessTemplate(ns, name string, spec infrav1.KubeVirtMachineSpec) *infra
 func classTemplate(ns, name, class, version string, spec infrav1.KubeVirtMachineSpec) *infrav1.KubeVirtMachineTemplate {
 	spec.Image = nil
 	t := classlessTemplate(ns, name, spec)
-	t.Spec.WorkerClassName = class
-	t.Spec.Version = version
+	t.Spec.Template.Spec.WorkerClass = &infrav1.WorkerClassSelection{Name: class, PoolSettings: workerclassv1.PoolSettings{Version: version}}
 	return t
 }
 
@@ -154,7 +153,7 @@ func TestTemplateAdmission(t *testing.T) {
 			spec := containerDiskSpec()
 			spec.Image = nil
 			return classlessTemplate(tc.namespace, "neither", spec)
-		}(), "set workerClassName, or an explicit spec.template.spec.image"},
+		}(), "set spec.template.spec.workerClass, or an explicit spec.template.spec.image"},
 		{"an instancetype and cpu", func() *infrav1.KubeVirtMachineTemplate {
 			spec := containerDiskSpec()
 			spec.Instancetype = &infrav1.InstancetypeReference{Name: "u1.large"}
@@ -269,8 +268,8 @@ func TestClassBasedTemplates(t *testing.T) {
 			g := NewWithT(t)
 			ca := caBundle(t)
 			tmpl := classTemplate(tc.namespace, "talos-factory", "talos-builtin-r1", "v1.35", containerDiskSpec())
-			tmpl.Spec.OSImage = &workerclassv1.OSImageSource{Factory: &workerclassv1.FactoryImageSource{}}
-			tmpl.Spec.Talos = &workerclassv1.TalosScalars{ImageFactoryCA: ptr.To(ca)}
+			tmpl.Spec.Template.Spec.WorkerClass.OSImage = &workerclassv1.OSImageSource{Factory: &workerclassv1.FactoryImageSource{}}
+			tmpl.Spec.Template.Spec.WorkerClass.Talos = &workerclassv1.TalosScalars{ImageFactoryCA: ptr.To(ca)}
 			g.Expect(c.Create(ctx, tmpl)).To(Succeed())
 			g.Eventually(func(g Gomega) {
 				g.Expect(c.Get(ctx, client.ObjectKeyFromObject(tmpl), tmpl)).To(Succeed())
@@ -279,8 +278,8 @@ func TestClassBasedTemplates(t *testing.T) {
 			}).Should(Succeed())
 
 			sized := classTemplate(tc.namespace, "talos-factory-sized", "talos-builtin-r1", "v1.35", containerDiskSpec())
-			sized.Spec.OSImage = tmpl.Spec.OSImage
-			sized.Spec.Talos = tmpl.Spec.Talos
+			sized.Spec.Template.Spec.WorkerClass.OSImage = tmpl.Spec.Template.Spec.WorkerClass.OSImage
+			sized.Spec.Template.Spec.WorkerClass.Talos = tmpl.Spec.Template.Spec.WorkerClass.Talos
 			sized.Spec.Template.Spec.RootDisk = &infrav1.RootDisk{Size: ptr.To(resource.MustParse("10Gi"))}
 			g.Expect(c.Create(ctx, sized)).To(Succeed())
 			waitResolved(t, sized)
@@ -297,7 +296,7 @@ func TestClassBasedTemplates(t *testing.T) {
 			g.Eventually(func(g Gomega) {
 				g.Expect(c.Get(ctx, client.ObjectKeyFromObject(tmpl), tmpl)).To(Succeed())
 				cond := expectCondition(g, tmpl, infrav1.ResolvedCondition, metav1.ConditionFalse, infrav1.ResolutionFailedReason)
-				g.Expect(cond.Message).To(HavePrefix("spec.version: "))
+				g.Expect(cond.Message).To(HavePrefix("spec.template.spec.workerClass.version: "))
 			}).Should(Succeed())
 		})
 
@@ -309,7 +308,7 @@ func TestClassBasedTemplates(t *testing.T) {
 			g.Eventually(func(g Gomega) {
 				g.Expect(c.Get(ctx, client.ObjectKeyFromObject(tmpl), tmpl)).To(Succeed())
 				cond := expectCondition(g, tmpl, infrav1.ResolvedCondition, metav1.ConditionFalse, infrav1.ResolutionFailedReason)
-				g.Expect(cond.Message).To(Equal(`spec.workerClassName: Not found: "kairos-late-r1"`))
+				g.Expect(cond.Message).To(Equal(`spec.template.spec.workerClass.name: Not found: "kairos-late-r1"`))
 			}).Should(Succeed())
 			late := &workerclassv1.WorkerClass{ObjectMeta: metav1.ObjectMeta{Name: "kairos-late-r1"}, Spec: workerclassv1.WorkerClassSpec{Bootstrap: workerclassv1.BootstrapKairos}}
 			g.Expect(c.Create(ctx, late)).To(Succeed())

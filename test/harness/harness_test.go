@@ -55,7 +55,7 @@ func TestRenderTemplateDefaults(t *testing.T) {
 	replicas, _, _ := unstructured.NestedFieldNoCopy(md.Object, "spec", "replicas")
 	g.Expect(replicas).To(BeEquivalentTo(3))
 	template := kinds["KubeVirtMachineTemplate"]
-	class, _, _ := unstructured.NestedString(template.Object, "spec", "workerClassName")
+	class, _, _ := unstructured.NestedString(template.Object, "spec", "template", "spec", "workerClass", "name")
 	g.Expect(class).To(Equal("kairos"))
 	g.Expect(template.GetName()).To(Equal("tenant-kairos-r1"))
 }

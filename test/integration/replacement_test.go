@@ -208,9 +208,7 @@ func applyImportPool(t *testing.T, w *harness.WorkloadCluster, vars map[string]s
 	t.Helper()
 	objs := pool(t, w, vars)
 	harness.EditMachineTemplates(objs, func(template *unstructured.Unstructured, machine map[string]any) {
-		spec := template.Object["spec"].(map[string]any)
-		delete(spec, "workerClassName")
-		delete(spec, "version")
+		delete(machine, "workerClass")
 		labels := template.GetLabels()
 		delete(labels, "cozystack.io/worker-class")
 		template.SetLabels(labels)

@@ -167,8 +167,9 @@ func TestTopologyPoolJoins(t *testing.T) {
 
 	template := &infrav1.KubeVirtMachineTemplate{}
 	g.Expect(h.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: md.Spec.Template.Spec.InfrastructureRef.Name}, template)).To(Succeed())
-	g.Expect(template.Spec.WorkerClassName).To(Equal("kairos"))
-	g.Expect(template.Spec.Version).To(Equal("v1.36"), "the minor of spec.topology.version")
+	g.Expect(template.Spec.Template.Spec.WorkerClass).NotTo(BeNil())
+	g.Expect(template.Spec.Template.Spec.WorkerClass.Name).To(Equal("kairos"), "the workerClass variable's default")
+	g.Expect(template.Spec.Template.Spec.WorkerClass.Version).To(Equal("v1.36"), "the minor of spec.topology.version")
 	g.Expect(template.Labels).To(HaveKeyWithValue(infrav1.WorkerClassLabel, "kairos"))
 	g.Expect(template.Spec.Template.Spec.CPU.Cores).To(BeEquivalentTo(3))
 	g.Expect(template.Spec.Template.Spec.Memory.String()).To(Equal("6Gi"))
@@ -190,14 +191,14 @@ func TestTopologyPoolJoins(t *testing.T) {
 	expectNoOrphans(t, w)
 }
 
-// TestTopologyWorkerClassChangeRollsOut: pointing the ClusterClass's
-// worker class at a template of another WorkerClass (the class is not a
-// variable: topology patches spec.template.spec only, and the class sits
-// beside it) makes topology clone a new KubeVirtMachineTemplate (ours are
-// immutable; its server-side-apply dry runs against the stored clone pass
-// our webhook) and roll the MachineDeployment out onto it; every Machine is
-// replaced by one that boots the new class's image and joins, and the old
-// clone goes.
+// TestTopologyWorkerClassChangeRollsOut: setting the Cluster's workerClass
+// variable to another WorkerClass makes topology clone a new
+// KubeVirtMachineTemplate with the class patched into
+// spec.template.spec.workerClass (ours are immutable; its server-side-apply
+// dry runs against the stored clone pass our webhook, which relabels the
+// clone with its class) and roll the MachineDeployment out onto it; every
+// Machine is replaced by one that boots the new class's image and joins,
+// and the old clone goes.
 func TestTopologyWorkerClassChangeRollsOut(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
@@ -216,20 +217,18 @@ func TestTopologyWorkerClassChangeRollsOut(t *testing.T) {
 	}
 	g.Expect(h.Client.Create(ctx, class)).To(Succeed())
 	t.Cleanup(func() { _ = h.Client.Delete(context.Background(), class) })
-	clusterClass := &clusterv1.ClusterClass{}
-	g.Expect(h.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: kairosClusterClass}, clusterClass)).To(Succeed())
-	source := &infrav1.KubeVirtMachineTemplate{}
-	sourceRef := clusterClass.Spec.Workers.MachineDeployments[0].Infrastructure.TemplateRef
-	g.Expect(h.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: sourceRef.Name}, source)).To(Succeed())
-	r2 := &infrav1.KubeVirtMachineTemplate{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: sourceRef.Name + "-r2"},
-		Spec:       *source.Spec.DeepCopy(),
+	cluster := &clusterv1.Cluster{}
+	g.Expect(h.Client.Get(ctx, w.Key, cluster)).To(Succeed())
+	patch := client.MergeFrom(cluster.DeepCopy())
+	set := false
+	for i, v := range cluster.Spec.Topology.Variables {
+		if v.Name == "workerClass" {
+			cluster.Spec.Topology.Variables[i].Value.Raw = []byte(`"` + class.Name + `"`)
+			set = true
+		}
 	}
-	r2.Spec.WorkerClassName = class.Name
-	g.Expect(h.Client.Create(ctx, r2)).To(Succeed())
-	patch := client.MergeFrom(clusterClass.DeepCopy())
-	clusterClass.Spec.Workers.MachineDeployments[0].Infrastructure.TemplateRef.Name = r2.Name
-	g.Expect(h.Client.Patch(ctx, clusterClass, patch)).To(Succeed())
+	g.Expect(set).To(BeTrue(), "the flavor sets the workerClass variable")
+	g.Expect(h.Client.Patch(ctx, cluster, patch)).To(Succeed())
 
 	var newTemplate string
 	g.Eventually(func(g Gomega) {
@@ -238,7 +237,8 @@ func TestTopologyWorkerClassChangeRollsOut(t *testing.T) {
 	}, timeout, poll).Should(Succeed(), func() string { return describeTopology(w) })
 	template := &infrav1.KubeVirtMachineTemplate{}
 	g.Expect(h.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: newTemplate}, template)).To(Succeed())
-	g.Expect(template.Spec.WorkerClassName).To(Equal(class.Name))
+	g.Expect(template.Spec.Template.Spec.WorkerClass.Name).To(Equal(class.Name))
+	g.Expect(template.Spec.Template.Spec.WorkerClass.Version).To(Equal("v1.36"))
 	g.Expect(template.Labels).To(HaveKeyWithValue(infrav1.WorkerClassLabel, class.Name), "the class controller finds the clone by its class")
 
 	expectReplacedOnto(t, w, before, customImage)
@@ -246,7 +246,6 @@ func TestTopologyWorkerClassChangeRollsOut(t *testing.T) {
 		err := h.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: oldTemplate}, &infrav1.KubeVirtMachineTemplate{})
 		return apierrors.IsNotFound(err)
 	}, timeout, poll).Should(BeTrue(), "topology deletes the template no MachineSet uses")
-	cluster := &clusterv1.Cluster{}
 	g.Expect(h.Client.Get(ctx, w.Key, cluster)).To(Succeed())
 	g.Expect(conditions.IsTrue(cluster, clusterv1.ClusterTopologyReconciledCondition)).To(BeTrue(), "TopologyReconciled: %s",
 		conditions.GetMessage(cluster, clusterv1.ClusterTopologyReconciledCondition))

@@ -162,7 +162,7 @@ func TestInPlaceBootstrapFamilySwitchIsRefused(t *testing.T) {
 
 	template := &infrav1.KubeVirtMachineTemplate{}
 	g.Expect(h.Client.Get(ctx, client.ObjectKey{Namespace: w.Key.Namespace, Name: w.Key.Name + "-kairos-r1"}, template)).To(Succeed())
-	template.Spec.WorkerClassName = workerclassv1.TalosClassName
+	template.Spec.Template.Spec.WorkerClass.Name = workerclassv1.TalosClassName
 	err = h.Client.Update(ctx, template)
 	g.Expect(apierrors.IsInvalid(err) || apierrors.IsForbidden(err)).To(BeTrue(), "the template switch was not refused: %v", err)
 

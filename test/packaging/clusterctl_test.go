@@ -628,7 +628,7 @@ func checkClusterObjects(t *testing.T, objs []*unstructured.Unstructured, namesp
 			g.Expect(labels.SelectorFromSet(sel).Matches(labels.Set(l))).To(BeTrue(), "MachineDeployment %s selects its machines", o.GetName())
 			machineLabels = append(machineLabels, l)
 		case "KubeVirtMachineTemplate":
-			class, _, _ := unstructured.NestedString(o.Object, "spec", "workerClassName")
+			class, _, _ := unstructured.NestedString(o.Object, "spec", "template", "spec", "workerClass", "name")
 			if class != "" {
 				g.Expect(o.GetLabels()).To(HaveKeyWithValue("cozystack.io/worker-class", class), "the class controller finds users by this label")
 				workerClass := key{"cozystack.io", "WorkerClass", class}

@@ -95,13 +95,11 @@ func importFromRunner(datasource string) func(*unstructured.Unstructured) {
 		if o.GetKind() != "KubeVirtMachineTemplate" {
 			return
 		}
-		spec := o.Object["spec"].(map[string]any)
-		delete(spec, "workerClassName")
-		delete(spec, "version")
 		labels := o.GetLabels()
 		delete(labels, "cozystack.io/worker-class")
 		o.SetLabels(labels)
 		machine := templateSpecOf(o)
+		delete(machine, "workerClass")
 		machine["image"] = map[string]any{"httpImport": map[string]any{"url": runner.ImageURL()}}
 		machine["rootDisk"] = map[string]any{"size": "4Gi"}
 		machine["cloudInitDatasource"] = datasource

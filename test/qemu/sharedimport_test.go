@@ -129,16 +129,15 @@ func TestSharedImportBootsGuestsFromOneDownload(t *testing.T) {
 
 	ns := workload.Key.Namespace
 	spec := infrav1.KubeVirtMachineSpec{
-		CPU:      &infrav1.CPU{Cores: 2},
-		Memory:   ptr.To(resource.MustParse("1536Mi")),
-		RootDisk: &infrav1.RootDisk{Size: ptr.To(resource.MustParse("4Gi"))},
+		WorkerClass: &infrav1.WorkerClassSelection{Name: class.Name, PoolSettings: workerclassv1.PoolSettings{Version: "v1.36"}},
+		CPU:         &infrav1.CPU{Cores: 2},
+		Memory:      ptr.To(resource.MustParse("1536Mi")),
+		RootDisk:    &infrav1.RootDisk{Size: ptr.To(resource.MustParse("4Gi"))},
 	}
 	tmpl := &infrav1.KubeVirtMachineTemplate{
 		ObjectMeta: metav1.ObjectMeta{Name: "shared-import", Namespace: ns},
 		Spec: infrav1.KubeVirtMachineTemplateSpec{
-			WorkerClassName: class.Name,
-			PoolSettings:    workerclassv1.PoolSettings{Version: "v1.36"},
-			Template:        infrav1.KubeVirtMachineTemplateResource{Spec: spec},
+			Template: infrav1.KubeVirtMachineTemplateResource{Spec: spec},
 		},
 	}
 	g.Expect(h.Client.Create(suiteCtx, tmpl)).To(Succeed())
@@ -192,7 +191,10 @@ func TestSharedImportBootsGuestsFromOneDownload(t *testing.T) {
 		g.Expect(h.Client.Create(suiteCtx, m)).To(Succeed())
 		machines = append(machines, m)
 		kvmSpec := *spec.DeepCopy()
-		kvmSpec.Image = image
+		if image != nil {
+			// A machine naming its own image selects no class.
+			kvmSpec.WorkerClass, kvmSpec.Image = nil, image
+		}
 		kvm := &infrav1.KubeVirtMachine{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns,
 				Labels: map[string]string{clusterv1.ClusterNameLabel: workload.Key.Name},

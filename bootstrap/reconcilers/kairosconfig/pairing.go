@@ -28,7 +28,7 @@ import (
 // Fields of an infrastructure machine template (see the infrastructure
 // provider's contract).
 var (
-	templateClassField     = []string{"spec", "workerClassName"}
+	templateClassField     = []string{"spec", "template", "spec", "workerClass", "name"}
 	resolvedField          = []string{"status", "resolved"}
 	resolvedClassField     = []string{"status", "resolved", "workerClassName"}
 	resolvedBootstrapField = []string{"status", "resolved", "bootstrap"}
@@ -46,7 +46,8 @@ type templateClass struct {
 	Source string
 	// WorkerClass is the class the template was resolved from
 	// (status.resolved.workerClassName) or, before that, the one it names
-	// (spec.workerClassName); empty for a classless template.
+	// (spec.template.spec.workerClass.name); empty for a classless
+	// template.
 	WorkerClass string
 	// Resolved says whether status.resolved has been written.
 	Resolved bool

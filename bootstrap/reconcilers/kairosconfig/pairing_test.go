@@ -40,13 +40,15 @@ import (
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
 )
 
-// templateObject is a TestMachineTemplate with the given spec.workerClassName
-// (empty: none) and status.resolved (nil: not resolved).
+// templateObject is a TestMachineTemplate with the given
+// spec.template.spec.workerClass.name (empty: none) and status.resolved
+// (nil: not resolved).
 func templateObject(class string, resolved map[string]any) *unstructured.Unstructured {
-	spec := map[string]any{"template": map[string]any{"spec": map[string]any{}}}
+	machine := map[string]any{}
 	if class != "" {
-		spec["workerClassName"] = class
+		machine["workerClass"] = map[string]any{"name": class}
 	}
+	spec := map[string]any{"template": map[string]any{"spec": machine}}
 	o := map[string]any{
 		"apiVersion": "infrastructure.test.cozystack.io/v1alpha1", "kind": "TestMachineTemplate",
 		"metadata": map[string]any{"namespace": "ns", "name": "pool-r1"}, "spec": spec,
@@ -157,9 +159,14 @@ func TestTemplatePairingReadsTheInfrastructureContract(t *testing.T) {
 		return &unstructured.Unstructured{Object: o}
 	}
 	resolved := func(class string, family workerclassv1.BootstrapFamily) *infrav1.KubeVirtMachineTemplate {
+		var selection *infrav1.WorkerClassSelection
+		if class != "" {
+			selection = &infrav1.WorkerClassSelection{Name: class}
+		}
 		return &infrav1.KubeVirtMachineTemplate{
 			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "pool-r1"},
-			Spec:       infrav1.KubeVirtMachineTemplateSpec{WorkerClassName: class},
+			Spec: infrav1.KubeVirtMachineTemplateSpec{Template: infrav1.KubeVirtMachineTemplateResource{
+				Spec: infrav1.KubeVirtMachineSpec{WorkerClass: selection}}},
 			Status: infrav1.KubeVirtMachineTemplateStatus{Resolved: &infrav1.ResolvedMachine{
 				WorkerClassName: class, Bootstrap: family, KubernetesVersion: "v1.35.6",
 				CloudInitDatasource: infrav1.NoCloudDatasource, ContentHash: "h",

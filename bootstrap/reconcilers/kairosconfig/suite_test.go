@@ -306,7 +306,8 @@ type machineOptions struct {
 	// template, when set, is the resolved status of the template the
 	// infrastructure machine was cloned from.
 	template map[string]any
-	// templateClass, when set, is the template's spec.workerClassName
+	// templateClass, when set, is the template's
+	// spec.template.spec.workerClass.name
 	// (the template is created, resolved only when template is set).
 	templateClass string
 	// skipInfrastructure does not create the infrastructure machine.
@@ -335,10 +336,11 @@ func (f *fixture) newWorker(name string, o machineOptions) *worker {
 		tmpl.SetKind("TestMachineTemplate")
 		tmpl.SetNamespace(f.namespace)
 		tmpl.SetName(templateName)
-		spec := map[string]any{"template": map[string]any{"spec": map[string]any{}}}
+		machine := map[string]any{}
 		if o.templateClass != "" {
-			spec["workerClassName"] = o.templateClass
+			machine["workerClass"] = map[string]any{"name": o.templateClass}
 		}
+		spec := map[string]any{"template": map[string]any{"spec": machine}}
 		tmpl.Object["spec"] = spec
 		g.Expect(c.Create(suiteCtx, tmpl)).To(Succeed())
 		if o.template != nil {

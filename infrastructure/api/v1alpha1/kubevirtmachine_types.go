@@ -21,6 +21,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+
+	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
 )
 
 // MachineFinalizer lets the controller delete the VirtualMachine and its
@@ -29,15 +31,26 @@ const MachineFinalizer = "infrastructure.cozystack.io/kubevirtmachine"
 
 // KubeVirtMachineSpec is the VM a machine runs.
 // +kubebuilder:validation:XValidation:rule="has(self.instancetype) ? !has(self.cpu) && !has(self.memory) : has(self.cpu) && has(self.memory)",message="set instancetype, or cpu and memory, not both"
+// +kubebuilder:validation:XValidation:rule="!has(self.workerClass) || !has(self.image)",message="a spec that selects a workerClass takes its image from the class; image must be empty"
 type KubeVirtMachineSpec struct {
 	// providerID is kubevirt://<KubeVirtMachine name>. The controller sets it.
 	// +optional
 	// +kubebuilder:validation:MaxLength=512
 	ProviderID string `json:"providerID,omitempty"`
 
+	// workerClass selects the WorkerClass the image and bootstrap family
+	// are resolved from, with the pool's Kubernetes minor and overrides.
+	// The KubeVirtMachineTemplate resolves it once into status.resolved;
+	// a KubeVirtMachine carries Cluster API's copy and boots the
+	// template's resolved image. It sits in the machine spec so that a
+	// ClusterClass patch, which reaches only spec.template.spec, can set
+	// it. Unset for a classless machine, which sets image.
+	// +optional
+	WorkerClass *WorkerClassSelection `json:"workerClass,omitempty"`
+
 	// image is the root disk source of a machine that does not use a
-	// WorkerClass. Leave it empty when the KubeVirtMachineTemplate names a
-	// class: the template's frozen status.resolved image is used then.
+	// WorkerClass. Leave it empty when workerClass is set: the template's
+	// frozen status.resolved image is used then.
 	// +optional
 	Image *ImageSource `json:"image,omitempty"`
 
@@ -119,6 +132,21 @@ type KubeVirtMachineSpec struct {
 	// which this provider reports as EphemeralDiskLost.
 	// +optional
 	RunStrategy RunStrategy `json:"runStrategy,omitempty"`
+}
+
+// WorkerClassSelection names a WorkerClass and the pool settings it is
+// resolved with.
+type WorkerClassSelection struct {
+	// name of the cluster-scoped WorkerClass.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+
+	// PoolSettings are the pool's Kubernetes minor and the overrides the
+	// class baseline is resolved with (version, talos, kernelModules,
+	// registryMirrors, osImage, proxmox, sshKeys, gpus).
+	workerclassv1.PoolSettings `json:",inline"`
 }
 
 // KubeVirtMachineInitializationStatus is the provisioning state the Cluster

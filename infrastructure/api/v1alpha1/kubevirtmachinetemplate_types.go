@@ -25,26 +25,12 @@ import (
 )
 
 // KubeVirtMachineTemplateSpec is a machine template, optionally bound to a
-// WorkerClass.
-// +kubebuilder:validation:XValidation:rule="!has(self.workerClassName) || !has(self.template.spec.image)",message="a template that names a workerClassName takes its image from the class; spec.template.spec.image must be empty"
-// +kubebuilder:validation:XValidation:rule="has(self.workerClassName) || has(self.template.spec.image)",message="set workerClassName, or an explicit spec.template.spec.image for a classless template"
+// WorkerClass through spec.template.spec.workerClass.
+// +kubebuilder:validation:XValidation:rule="has(self.template.spec.workerClass) || has(self.template.spec.image)",message="set spec.template.spec.workerClass, or an explicit spec.template.spec.image for a classless template"
 type KubeVirtMachineTemplateSpec struct {
-	// workerClassName is the cluster-scoped WorkerClass the image and
-	// bootstrap family are resolved from, once, into status.resolved. Empty
-	// for a classless template, which then sets spec.template.spec.image and
-	// looks no class up.
-	// +optional
-	// +kubebuilder:validation:MinLength=1
-	// +kubebuilder:validation:MaxLength=253
-	WorkerClassName string `json:"workerClassName,omitempty"`
-
-	// PoolSettings are the pool's Kubernetes minor and the overrides the
-	// class baseline is resolved with (talos, kernelModules,
-	// registryMirrors, osImage, sshKeys, gpus). Only a class-based template
-	// sets them.
-	workerclassv1.PoolSettings `json:",inline"`
-
 	// template is the KubeVirtMachine every Machine of the template gets.
+	// Its spec.workerClass, when set, is resolved once into
+	// status.resolved.
 	// +required
 	Template KubeVirtMachineTemplateResource `json:"template"`
 }
@@ -161,7 +147,7 @@ type KubeVirtMachineTemplateStatus struct {
 // +kubebuilder:storageversion
 // +kubebuilder:subresource:status
 // +kubebuilder:metadata:labels="cluster.x-k8s.io/v1beta2=v1alpha1"
-// +kubebuilder:printcolumn:name="Class",type="string",JSONPath=".spec.workerClassName"
+// +kubebuilder:printcolumn:name="Class",type="string",JSONPath=".spec.template.spec.workerClass.name"
 // +kubebuilder:printcolumn:name="Resolved",type="string",JSONPath=`.status.conditions[?(@.type=="Resolved")].status`
 // +kubebuilder:printcolumn:name="Kubernetes",type="string",JSONPath=".status.resolved.kubernetesVersion"
 // +kubebuilder:printcolumn:name="Hash",type="string",JSONPath=".status.resolved.contentHash",priority=1

@@ -32,10 +32,12 @@ func TestGPUErrors(t *testing.T) {
 	it := &instancetypev1beta1.VirtualMachineInstancetypeSpec{GPUs: []kubevirtv1.GPU{{Name: "gpu1", DeviceName: a10}}}
 	template := func(class string, pool []string, vm []string) *infrav1.KubeVirtMachineTemplate {
 		t := &infrav1.KubeVirtMachineTemplate{}
-		t.Spec.WorkerClassName = class
+		if class != "" {
+			t.Spec.Template.Spec.WorkerClass = &infrav1.WorkerClassSelection{Name: class}
+		}
 		t.Spec.Template.Spec.Instancetype = &infrav1.InstancetypeReference{Name: "gn1.xlarge"}
 		for _, g := range pool {
-			t.Spec.GPUs = append(t.Spec.GPUs, workerclassv1.GPU{Name: g})
+			t.Spec.Template.Spec.WorkerClass.GPUs = append(t.Spec.Template.Spec.WorkerClass.GPUs, workerclassv1.GPU{Name: g})
 		}
 		for _, g := range vm {
 			t.Spec.Template.Spec.GPUs = append(t.Spec.Template.Spec.GPUs, infrav1.GPU{Name: "extra", DeviceName: g})
@@ -50,8 +52,8 @@ func TestGPUErrors(t *testing.T) {
 		{"the pool lists the instancetype's GPU", template("kairos", []string{a10}, nil), nil},
 		{"the pool lists the instancetype's and the VM's GPUs", template("kairos", []string{a10, l40}, []string{l40}), nil},
 		{"the VM lists the instancetype's GPU again", template("kairos", []string{a10, a10}, []string{a10}), []string{"spec.template.spec.gpus[0].deviceName"}},
-		{"the pool misses the instancetype's GPU", template("kairos", nil, nil), []string{"spec.gpus"}},
-		{"the pool lists a GPU the machines do not get", template("kairos", []string{a10, l40}, nil), []string{"spec.gpus"}},
+		{"the pool misses the instancetype's GPU", template("kairos", nil, nil), []string{"spec.template.spec.workerClass.gpus"}},
+		{"the pool lists a GPU the machines do not get", template("kairos", []string{a10, l40}, nil), []string{"spec.template.spec.workerClass.gpus"}},
 		{"a classless template has no pool GPUs to match", template("", nil, []string{l40}), nil},
 		{"a classless template may not list the instancetype's GPU either", template("", nil, []string{a10}), []string{"spec.template.spec.gpus[0].deviceName"}},
 	} {

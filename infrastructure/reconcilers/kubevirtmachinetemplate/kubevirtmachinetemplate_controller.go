@@ -243,20 +243,22 @@ func resolvedMessage(r *infrav1.ResolvedMachine) string {
 func (r *Reconciler) resolve(ctx context.Context, t *infrav1.KubeVirtMachineTemplate) (*infrav1.ResolvedMachine, field.ErrorList, error) {
 	machine := &t.Spec.Template.Spec
 	machinePath := field.NewPath("spec", "template", "spec")
-	if t.Spec.WorkerClassName == "" {
+	selection := machine.WorkerClass
+	if selection == nil {
 		if machine.Image == nil {
-			return nil, field.ErrorList{field.Required(machinePath.Child("image"), "a template without a workerClassName needs an explicit image")}, nil
+			return nil, field.ErrorList{field.Required(machinePath.Child("image"), "a template without a workerClass needs an explicit image")}, nil
 		}
 		return Classless(machine), nil, nil
 	}
-	classPath := field.NewPath("spec", "workerClassName")
+	selectionPath := machinePath.Child("workerClass")
+	classPath := selectionPath.Child("name")
 	if !r.WorkerClasses {
 		return nil, field.ErrorList{field.Forbidden(classPath, "the infrastructure manager runs with the WorkerClass feature gate off")}, nil
 	}
 	class := &workerclassv1.WorkerClass{}
-	if err := r.Client.Get(ctx, client.ObjectKey{Name: t.Spec.WorkerClassName}, class); err != nil {
+	if err := r.Client.Get(ctx, client.ObjectKey{Name: selection.Name}, class); err != nil {
 		if apierrors.IsNotFound(err) {
-			return nil, field.ErrorList{field.NotFound(classPath, t.Spec.WorkerClassName)}, nil
+			return nil, field.ErrorList{field.NotFound(classPath, selection.Name)}, nil
 		}
 		return nil, nil, err
 	}
@@ -273,10 +275,10 @@ func (r *Reconciler) resolve(ctx context.Context, t *infrav1.KubeVirtMachineTemp
 	}
 	res, errs := resolve.Resolve(resolve.Input{
 		Class:     class,
-		Pool:      t.Spec.PoolSettings,
+		Pool:      selection.PoolSettings,
 		Platform:  platform,
 		Substrate: resolve.KubeVirt,
-		Path:      field.NewPath("spec"),
+		Path:      selectionPath,
 	})
 	if len(errs) > 0 {
 		return nil, errs, nil
@@ -337,21 +339,22 @@ func gpuErrors(t *infrav1.KubeVirtMachineTemplate, it *instancetypev1beta1.Virtu
 	for i, g := range t.Spec.Template.Spec.GPUs {
 		if slices.Contains(byInstancetype, g.DeviceName) {
 			errs = append(errs, field.Invalid(vmPath.Index(i).Child("deviceName"), g.DeviceName,
-				fmt.Sprintf("instancetype %s attaches this GPU already, and KubeVirt refuses a VM that lists it again; list it only in spec.gpus", t.Spec.Template.Spec.Instancetype.Name)))
+				fmt.Sprintf("instancetype %s attaches this GPU already, and KubeVirt refuses a VM that lists it again; list it only in spec.template.spec.workerClass.gpus", t.Spec.Template.Spec.Instancetype.Name)))
 		}
 		attached = append(attached, g.DeviceName)
 	}
-	if t.Spec.WorkerClassName == "" {
+	selection := t.Spec.Template.Spec.WorkerClass
+	if selection == nil {
 		return errs
 	}
-	pool := make([]string, 0, len(t.Spec.GPUs))
-	for _, g := range t.Spec.GPUs {
+	pool := make([]string, 0, len(selection.GPUs))
+	for _, g := range selection.GPUs {
 		pool = append(pool, g.Name)
 	}
 	slices.Sort(pool)
 	slices.Sort(attached)
 	if !slices.Equal(pool, attached) {
-		errs = append(errs, field.Invalid(field.NewPath("spec", "gpus"), pool,
+		errs = append(errs, field.Invalid(field.NewPath("spec", "template", "spec", "workerClass", "gpus"), pool,
 			fmt.Sprintf("must list the GPUs the machines get, from instancetype %s and spec.template.spec.gpus: %v", t.Spec.Template.Spec.Instancetype.Name, attached)))
 	}
 	return errs

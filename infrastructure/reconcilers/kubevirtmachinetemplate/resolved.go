@@ -76,7 +76,7 @@ func FromResult(className string, res *resolve.Result, datasource infrav1.CloudI
 		}
 		out.Image.Clone = &infrav1.CloneSource{Kind: kind, Namespace: img.Clone.Namespace, Name: img.Clone.Name}
 	default:
-		return nil, field.ErrorList{field.Invalid(field.NewPath("spec", "workerClassName"), className,
+		return nil, field.ErrorList{field.Invalid(field.NewPath("spec", "template", "spec", "workerClass", "name"), className,
 			"the class resolves to no KubeVirt disk source")}
 	}
 	if datasource != "" && datasource != out.CloudInitDatasource {

@@ -111,6 +111,6 @@ func TestFromResult(t *testing.T) {
 		out, errs := FromResult("c", res, "")
 		g.Expect(out).To(BeNil())
 		g.Expect(errs).To(HaveLen(1))
-		g.Expect(errs[0].Field).To(Equal("spec.workerClassName"))
+		g.Expect(errs[0].Field).To(Equal("spec.template.spec.workerClass.name"))
 	})
 }

@@ -161,6 +161,20 @@ func TestValidateMachineSpec(t *testing.T) {
 				s.EvictionStrategy = infrav1.EvictionLiveMigrateIfPossible
 				s.Networks = []infrav1.Network{{Name: "pod", Pod: &infrav1.PodNetwork{}, Binding: infrav1.BridgeBinding}}
 			}), nil},
+		{"a class selection without an image is valid",
+			spec(func(s *infrav1.KubeVirtMachineSpec) {
+				s.Image = nil
+				s.WorkerClass = &infrav1.WorkerClassSelection{Name: "kairos", PoolSettings: workerclassv1.PoolSettings{Version: "v1.35"}}
+			}), nil},
+		{"a class selection beside an image is rejected: the class supplies it",
+			spec(func(s *infrav1.KubeVirtMachineSpec) {
+				s.WorkerClass = &infrav1.WorkerClassSelection{Name: "kairos"}
+			}), []string{"spec.image"}},
+		{"a class selection's GPUs that differ from the VM's are rejected",
+			spec(func(s *infrav1.KubeVirtMachineSpec) {
+				s.Image = nil
+				s.WorkerClass = &infrav1.WorkerClassSelection{Name: "kairos", PoolSettings: workerclassv1.PoolSettings{GPUs: []workerclassv1.GPU{{Name: "nvidia.com/A10"}}}}
+			}), []string{"spec.workerClass.gpus"}},
 		{"a host device name that is not a resource name is rejected",
 			spec(func(s *infrav1.KubeVirtMachineSpec) {
 				s.HostDevices = []infrav1.HostDevice{{Name: "nic", DeviceName: "/bad"}}
@@ -265,10 +279,8 @@ func template(mutate ...func(*infrav1.KubeVirtMachineTemplate)) *infrav1.KubeVir
 }
 
 func classBased(t *infrav1.KubeVirtMachineTemplate) {
-	t.Spec.WorkerClassName = "kairos"
-	t.Spec.Version = "v1.35"
+	t.Spec.Template.Spec.WorkerClass = &infrav1.WorkerClassSelection{Name: "kairos", PoolSettings: workerclassv1.PoolSettings{Version: "v1.35"}}
 	t.Spec.Template.Spec.Image = nil
-	t.Labels = map[string]string{infrav1.WorkerClassLabel: "kairos"}
 }
 
 func withRequest(dryRun bool) context.Context {
@@ -289,20 +301,16 @@ func TestKubeVirtMachineTemplateWebhook(t *testing.T) {
 		{"a class-based template with an image is rejected: the class supplies it", template(classBased, func(t *infrav1.KubeVirtMachineTemplate) {
 			t.Spec.Template.Spec.Image = spec().Image
 		}), "spec.template.spec.image"},
-		{"pool overrides without a class are rejected", template(func(t *infrav1.KubeVirtMachineTemplate) { t.Spec.Version = "v1.35" }), "spec"},
-		{"a class label that names another class is rejected", template(classBased, func(t *infrav1.KubeVirtMachineTemplate) {
-			t.Labels[infrav1.WorkerClassLabel] = "talos"
-		}), "metadata.labels[cozystack.io/worker-class]"},
 		{"a template providerID is rejected", template(func(t *infrav1.KubeVirtMachineTemplate) { t.Spec.Template.Spec.ProviderID = "kubevirt://x" }), "spec.template.spec.providerID"},
 		{"pool GPUs that differ from the VM's GPUs are rejected", template(classBased, func(t *infrav1.KubeVirtMachineTemplate) {
-			t.Spec.GPUs = []workerclassv1.GPU{{Name: "nvidia.com/A10"}}
-		}), "spec.gpus"},
+			t.Spec.Template.Spec.WorkerClass.GPUs = []workerclassv1.GPU{{Name: "nvidia.com/A10"}}
+		}), "spec.template.spec.workerClass.gpus"},
 		{"pool GPUs matching the VM's GPUs are valid", template(classBased, func(t *infrav1.KubeVirtMachineTemplate) {
-			t.Spec.GPUs = []workerclassv1.GPU{{Name: "nvidia.com/A10"}}
+			t.Spec.Template.Spec.WorkerClass.GPUs = []workerclassv1.GPU{{Name: "nvidia.com/A10"}}
 			t.Spec.Template.Spec.GPUs = []infrav1.GPU{{Name: "gpu", DeviceName: "nvidia.com/A10"}}
 		}), ""},
 		{"with a GPU instancetype, pool GPUs the instancetype attaches are valid (checked at resolution)", template(classBased, func(t *infrav1.KubeVirtMachineTemplate) {
-			t.Spec.GPUs = []workerclassv1.GPU{{Name: "nvidia.com/A10"}}
+			t.Spec.Template.Spec.WorkerClass.GPUs = []workerclassv1.GPU{{Name: "nvidia.com/A10"}}
 			t.Spec.Template.Spec.CPU, t.Spec.Template.Spec.Memory = nil, nil
 			t.Spec.Template.Spec.Instancetype = &infrav1.InstancetypeReference{Name: "gn1.xlarge"}
 		}), ""},
@@ -330,9 +338,18 @@ func TestKubeVirtMachineTemplateWebhook(t *testing.T) {
 
 	t.Run("defaulting labels a class-based template with its class", func(t *testing.T) {
 		g := NewWithT(t)
-		tmpl := template(classBased, func(t *infrav1.KubeVirtMachineTemplate) { t.Labels = nil })
+		tmpl := template(classBased)
 		g.Expect(w.Default(ctx, tmpl)).To(Succeed())
 		g.Expect(tmpl.Labels).To(HaveKeyWithValue(infrav1.WorkerClassLabel, "kairos"))
+		// Topology copies the ClusterClass template's label into a clone
+		// whose class a variable then changes.
+		copied := template(classBased, func(t *infrav1.KubeVirtMachineTemplate) {
+			t.Labels = map[string]string{infrav1.WorkerClassLabel: "talos"}
+		})
+		g.Expect(w.Default(ctx, copied)).To(Succeed())
+		g.Expect(copied.Labels).To(HaveKeyWithValue(infrav1.WorkerClassLabel, "kairos"))
+		_, err := w.ValidateCreate(ctx, copied)
+		g.Expect(err).NotTo(HaveOccurred())
 		classless := template()
 		g.Expect(w.Default(ctx, classless)).To(Succeed())
 		g.Expect(classless.Labels).NotTo(HaveKey(infrav1.WorkerClassLabel))
@@ -425,7 +442,7 @@ func TestUnchangedSpecsAreNotValidatedAgain(t *testing.T) {
 
 	classed := template(classBased)
 	relabelled := classed.DeepCopy()
-	relabelled.Labels[infrav1.WorkerClassLabel] = "talos"
+	relabelled.Labels = map[string]string{infrav1.WorkerClassLabel: "talos"}
 	_, err = w.ValidateUpdate(ctx, classed, relabelled)
 	g.Expect(err).To(MatchError(ContainSubstring(`must name the template's class "kairos"`)))
 

@@ -20,7 +20,6 @@ import (
 	"context"
 	"fmt"
 	"reflect"
-	"slices"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -29,7 +28,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
-	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/infrastructure/internal/cloneauth"
 )
@@ -57,17 +55,19 @@ func (w *KubeVirtMachineTemplate) SetupWebhookWithManager(mgr ctrl.Manager) erro
 }
 
 // Default labels a class-based template with its class, so the class
-// controller finds the template without reading this API.
+// controller finds the template without reading this API. The label
+// follows the class: topology copies a ClusterClass template's labels into
+// each clone and then patches spec.template.spec.workerClass, so a copied
+// label can name the class the clone no longer uses.
 func (w *KubeVirtMachineTemplate) Default(_ context.Context, t *infrav1.KubeVirtMachineTemplate) error {
-	if t.Spec.WorkerClassName == "" {
+	selection := t.Spec.Template.Spec.WorkerClass
+	if selection == nil {
 		return nil
 	}
 	if t.Labels == nil {
 		t.Labels = map[string]string{}
 	}
-	if _, set := t.Labels[infrav1.WorkerClassLabel]; !set {
-		t.Labels[infrav1.WorkerClassLabel] = t.Spec.WorkerClassName
-	}
+	t.Labels[infrav1.WorkerClassLabel] = selection.Name
 	return nil
 }
 
@@ -128,7 +128,8 @@ func (w *KubeVirtMachineTemplate) ValidateDelete(context.Context, *infrav1.KubeV
 // validateClassLabel checks that a class-based template carries the label
 // the class controller finds it by, naming its class.
 func validateClassLabel(t *infrav1.KubeVirtMachineTemplate) field.ErrorList {
-	if t.Spec.WorkerClassName == "" {
+	selection := t.Spec.Template.Spec.WorkerClass
+	if selection == nil {
 		return nil
 	}
 	label, ok := t.Labels[infrav1.WorkerClassLabel]
@@ -136,13 +137,16 @@ func validateClassLabel(t *infrav1.KubeVirtMachineTemplate) field.ErrorList {
 	case !ok:
 		return field.ErrorList{field.Required(field.NewPath("metadata", "labels").Key(infrav1.WorkerClassLabel),
 			"the class controller finds the templates that use a class by this label")}
-	case label != t.Spec.WorkerClassName:
+	case label != selection.Name:
 		return field.ErrorList{field.Invalid(field.NewPath("metadata", "labels").Key(infrav1.WorkerClassLabel), label,
-			fmt.Sprintf("must name the template's class %q", t.Spec.WorkerClassName))}
+			fmt.Sprintf("must name the template's class %q", selection.Name))}
 	}
 	return nil
 }
 
+// validateTemplate checks the template; the class rules of its machine
+// spec (no image beside a workerClass, the pool's GPUs) are
+// ValidateMachineSpec's, which a KubeVirtMachine gets too.
 func validateTemplate(t *infrav1.KubeVirtMachineTemplate) field.ErrorList {
 	spec := field.NewPath("spec")
 	machine := spec.Child("template", "spec")
@@ -151,47 +155,8 @@ func validateTemplate(t *infrav1.KubeVirtMachineTemplate) field.ErrorList {
 	if t.Spec.Template.Spec.ProviderID != "" {
 		errs = append(errs, field.Forbidden(machine.Child("providerID"), "the controller sets each machine's providerID"))
 	}
-
-	if t.Spec.WorkerClassName == "" {
-		if t.Spec.Template.Spec.Image == nil {
-			errs = append(errs, field.Required(machine.Child("image"), "a template without a workerClassName needs an explicit image"))
-		}
-		if !reflect.DeepEqual(t.Spec.PoolSettings, workerclassv1.PoolSettings{}) {
-			errs = append(errs, field.Forbidden(spec, "version and the pool overrides are resolved against a class; set workerClassName or remove them"))
-		}
-		return errs
+	if t.Spec.Template.Spec.WorkerClass == nil && t.Spec.Template.Spec.Image == nil {
+		errs = append(errs, field.Required(machine.Child("image"), "a template without a workerClass needs an explicit image"))
 	}
-	if t.Spec.Template.Spec.Image != nil {
-		errs = append(errs, field.Forbidden(machine.Child("image"), "a template that names a workerClassName takes its image from the class"))
-	}
-	errs = append(errs, validateClassLabel(t)...)
-	// The pool's GPUs drive class resolution (the NVIDIA module rule); the
-	// machines get the VM's GPUs and those of its instancetype. Without an
-	// instancetype the two lists name the same devices; with one, the VM
-	// lists only what the instancetype does not attach (KubeVirt refuses a
-	// GPU listed twice), which the template controller checks against the
-	// instancetype when it resolves the template.
-	poolGPUs := make([]string, 0, len(t.Spec.GPUs))
-	for _, g := range t.Spec.GPUs {
-		poolGPUs = append(poolGPUs, g.Name)
-	}
-	vmGPUs := make([]string, 0, len(t.Spec.Template.Spec.GPUs))
-	for _, g := range t.Spec.Template.Spec.GPUs {
-		vmGPUs = append(vmGPUs, g.DeviceName)
-	}
-	slices.Sort(poolGPUs)
-	slices.Sort(vmGPUs)
-	switch {
-	case t.Spec.Template.Spec.Instancetype == nil && !slices.Equal(poolGPUs, vmGPUs):
-		errs = append(errs, field.Invalid(spec.Child("gpus"), poolGPUs,
-			fmt.Sprintf("must list the same devices as spec.template.spec.gpus[].deviceName %v", vmGPUs)))
-	case t.Spec.Template.Spec.Instancetype != nil:
-		for i, g := range t.Spec.Template.Spec.GPUs {
-			if !slices.Contains(poolGPUs, g.DeviceName) {
-				errs = append(errs, field.Invalid(machine.Child("gpus").Index(i).Child("deviceName"), g.DeviceName,
-					fmt.Sprintf("must be listed in spec.gpus %v, which drive the class's GPU rules", poolGPUs)))
-			}
-		}
-	}
-	return errs
+	return append(errs, validateClassLabel(t)...)
 }

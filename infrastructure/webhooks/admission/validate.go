@@ -73,6 +73,49 @@ func ValidateMachineSpec(spec *infrav1.KubeVirtMachineSpec, path *field.Path) fi
 	for i, d := range spec.HostDevices {
 		errs = append(errs, validateResourceName(d.DeviceName, path.Child("hostDevices").Index(i).Child("deviceName"))...)
 	}
+	return append(errs, validateWorkerClass(spec, path)...)
+}
+
+// validateWorkerClass checks what a class selection requires of the rest
+// of the machine spec.
+func validateWorkerClass(spec *infrav1.KubeVirtMachineSpec, path *field.Path) field.ErrorList {
+	selection := spec.WorkerClass
+	if selection == nil {
+		return nil
+	}
+	var errs field.ErrorList
+	if spec.Image != nil {
+		errs = append(errs, field.Forbidden(path.Child("image"), "a spec that selects a workerClass takes its image from the class"))
+	}
+	// The pool's GPUs drive class resolution (the NVIDIA module rule); the
+	// machines get the VM's GPUs and those of its instancetype. Without an
+	// instancetype the two lists name the same devices; with one, the VM
+	// lists only what the instancetype does not attach (KubeVirt refuses a
+	// GPU listed twice), which the template controller checks against the
+	// instancetype when it resolves the template.
+	poolPath := path.Child("workerClass", "gpus")
+	poolGPUs := make([]string, 0, len(selection.GPUs))
+	for _, g := range selection.GPUs {
+		poolGPUs = append(poolGPUs, g.Name)
+	}
+	vmGPUs := make([]string, 0, len(spec.GPUs))
+	for _, g := range spec.GPUs {
+		vmGPUs = append(vmGPUs, g.DeviceName)
+	}
+	slices.Sort(poolGPUs)
+	slices.Sort(vmGPUs)
+	switch {
+	case spec.Instancetype == nil && !slices.Equal(poolGPUs, vmGPUs):
+		errs = append(errs, field.Invalid(poolPath, poolGPUs,
+			fmt.Sprintf("must list the same devices as %s %v", path.Child("gpus").String()+"[].deviceName", vmGPUs)))
+	case spec.Instancetype != nil:
+		for i, g := range spec.GPUs {
+			if !slices.Contains(poolGPUs, g.DeviceName) {
+				errs = append(errs, field.Invalid(path.Child("gpus").Index(i).Child("deviceName"), g.DeviceName,
+					fmt.Sprintf("must be listed in %s %v, which drive the class's GPU rules", poolPath, poolGPUs)))
+			}
+		}
+	}
 	return errs
 }
 
