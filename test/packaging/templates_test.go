@@ -17,6 +17,7 @@ limitations under the License.
 package packaging
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -25,14 +26,20 @@ import (
 	"testing"
 
 	. "github.com/onsi/gomega"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
 	"sigs.k8s.io/cluster-api/cmd/clusterctl/client/yamlprocessor"
+	"sigs.k8s.io/cluster-api/core/reconcilers/topology/cluster/patches/inline"
 	coreadmission "sigs.k8s.io/cluster-api/core/webhooks/admission"
 	"sigs.k8s.io/cluster-api/feature"
+
+	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
+	infraadmission "github.com/cozystack/cluster-api-workers/infrastructure/webhooks/admission"
 )
 
 // variableUse matches a clusterctl variable, ${NAME} or ${NAME:=default}.
@@ -212,9 +219,10 @@ func TestTopologyFlavorsAndTheirClusterClasses(t *testing.T) {
 
 			class := &clusterv1.ClusterClass{}
 			g.Expect(runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(found[0].Object, class, true)).To(Succeed())
-			// Topology copies spec.template of a patched template and drops
-			// the rest, so a patch anywhere else (a KubeVirtMachineTemplate's
-			// workerClassName, version or talos) would be silently lost.
+			// Topology applies patches to spec.template of a template and
+			// drops the rest, so a patch anywhere else would be silently
+			// lost; the KubeVirtMachineTemplate's class selection is in
+			// spec.template.spec.workerClass for this reason.
 			for _, patch := range class.Spec.Patches {
 				for _, definition := range patch.Definitions {
 					for _, op := range definition.JSONPatches {
@@ -271,5 +279,111 @@ func TestTopologyFlavorsAndTheirClusterClasses(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestClusterClassPatchesMakeValidMachineTemplates generates each shipped
+// ClusterClass's patches for its pools' KubeVirtMachineTemplates with
+// Cluster API's own inline patch generator, as topology does for a pool at
+// a sample version and WorkerClass, applies them and checks that the result
+// is a KubeVirtMachineTemplate our API and webhook accept, with the class
+// and the minor of the pool's version in spec.template.spec.workerClass. A
+// replace of a field the template lacks fails topology at run time, so it
+// fails here.
+func TestClusterClassPatchesMakeValidMachineTemplates(t *testing.T) {
+	const (
+		poolVersion = "v1.35.6"
+		poolMinor   = "v1.35"
+		poolClass   = "kairos-v1-35-6-r1"
+	)
+	for name, file := range clusterClassFiles(t, filepath.Join(repoRoot, "templates")) {
+		t.Run(name, func(t *testing.T) {
+			g := NewWithT(t)
+			objs := renderWithDefaults(t, file)
+			class := &clusterv1.ClusterClass{}
+			g.Expect(runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(byKind(objs, "ClusterClass")[0].Object, class, true)).To(Succeed())
+			var global []runtimehooksv1.Variable
+			for _, v := range class.Spec.Variables {
+				value := v.Schema.OpenAPIV3Schema.Default
+				if v.Name == "workerClass" {
+					value = &apiextensionsv1.JSON{Raw: []byte(`"` + poolClass + `"`)}
+				}
+				if value != nil {
+					global = append(global, runtimehooksv1.Variable{Name: v.Name, Value: *value})
+				}
+			}
+			g.Expect(global).To(ContainElement(HaveField("Name", "workerClass")), "the class declares the workerClass variable")
+			for _, md := range class.Spec.Workers.MachineDeployments {
+				var template *unstructured.Unstructured
+				for _, o := range byKind(objs, "KubeVirtMachineTemplate") {
+					if o.GetName() == md.Infrastructure.TemplateRef.Name {
+						template = o.DeepCopy()
+					}
+				}
+				g.Expect(template).NotTo(BeNil(), "worker class %s's KubeVirtMachineTemplate ships with the class", md.Class)
+				builtin, err := json.Marshal(map[string]any{"machineDeployment": map[string]any{
+					"class": md.Class, "version": poolVersion, "topologyName": "pool", "name": "tenant-pool"}})
+				g.Expect(err).NotTo(HaveOccurred())
+				req := &runtimehooksv1.GeneratePatchesRequest{Variables: global, Items: []runtimehooksv1.GeneratePatchesRequestItem{{
+					UID:             "pool",
+					HolderReference: runtimehooksv1.HolderReference{APIVersion: clusterv1.GroupVersion.String(), Kind: "MachineDeployment", Name: "tenant-pool", FieldPath: "spec.template.spec.infrastructureRef"},
+					Object:          runtime.RawExtension{Object: template},
+					Variables:       []runtimehooksv1.Variable{{Name: "builtin", Value: apiextensionsv1.JSON{Raw: builtin}}},
+				}}}
+				for _, patch := range class.Spec.Patches {
+					resp, err := inline.NewGenerator(&patch).Generate(t.Context(), nil, req)
+					g.Expect(err).NotTo(HaveOccurred(), "patch %s", patch.Name)
+					for _, item := range resp.Items {
+						applyJSONPatch(t, template, patch.Name, item.Patch)
+					}
+				}
+
+				typed := &infrav1.KubeVirtMachineTemplate{}
+				g.Expect(runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(template.Object, typed, true)).To(Succeed(),
+					"the patched template of worker class %s has only fields of our API", md.Class)
+				selection := typed.Spec.Template.Spec.WorkerClass
+				g.Expect(selection).NotTo(BeNil())
+				g.Expect(selection.Name).To(Equal(poolClass), "the workerClass variable")
+				g.Expect(selection.Version).To(Equal(poolMinor), "the minor of the pool's version")
+				webhook := &infraadmission.KubeVirtMachineTemplate{}
+				g.Expect(webhook.Default(t.Context(), typed)).To(Succeed())
+				g.Expect(typed.Labels).To(HaveKeyWithValue(infrav1.WorkerClassLabel, poolClass), "the webhook relabels the clone with its class")
+				_, err = webhook.ValidateCreate(t.Context(), typed)
+				g.Expect(err).NotTo(HaveOccurred(), "our webhook accepts the patched template of worker class %s", md.Class)
+			}
+		})
+	}
+}
+
+// applyJSONPatch applies the add and replace operations Cluster API
+// generates for the shipped classes, whose paths name object fields only;
+// a replace needs the field to exist, as in RFC 6902.
+func applyJSONPatch(t *testing.T, obj *unstructured.Unstructured, patchName string, patch []byte) {
+	t.Helper()
+	var ops []struct {
+		Op    string `json:"op"`
+		Path  string `json:"path"`
+		Value any    `json:"value"`
+	}
+	if err := json.Unmarshal(patch, &ops); err != nil {
+		t.Fatalf("patch %s: %v", patchName, err)
+	}
+	for _, op := range ops {
+		fields := strings.Split(strings.TrimPrefix(op.Path, "/"), "/")
+		for i, f := range fields {
+			fields[i] = strings.ReplaceAll(strings.ReplaceAll(f, "~1", "/"), "~0", "~")
+		}
+		switch op.Op {
+		case "replace":
+			if _, found, err := unstructured.NestedFieldNoCopy(obj.Object, fields...); err != nil || !found {
+				t.Fatalf("patch %s replaces %s, which %s %s does not have: topology would fail", patchName, op.Path, obj.GetKind(), obj.GetName())
+			}
+		case "add":
+		default:
+			t.Fatalf("patch %s: operation %s on %s: extend applyJSONPatch", patchName, op.Op, op.Path)
+		}
+		if err := unstructured.SetNestedField(obj.Object, runtime.DeepCopyJSONValue(op.Value), fields...); err != nil {
+			t.Fatalf("patch %s: %s %s: %v", patchName, op.Op, op.Path, err)
+		}
 	}
 }
