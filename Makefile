@@ -109,6 +109,10 @@ release-manifests: ## Write components, metadata and cluster templates to RELEAS
 
 ##@ Benchmarks (not part of CI)
 
+.PHONY: bench-imports
+bench-imports: ## Own imports against the shared import, in the harness: requests, MiB fetched and time to Running for N machines (IMPORT_BENCH_MACHINES="10 100", IMPORT_BENCH_UPLINK_MBPS).
+	TEST_PACKAGES=./test/bench/imports/ hack/test.sh -run '^$$' -bench Imports -benchtime 1x -timeout 90m
+
 .PHONY: bench-scale
 bench-scale: ## Side by side, Kairos, the contract-floor providers and the kubeadm peer from 0 to N machines in the harness, providers as processes, the floor and Cluster API alone (N="10 100", BOOT_DELAY, IDLE, PEER_IDLE, TIMEOUT, SETTLE, UPSTREAM, FLOOR_PROVIDERS, PEER, OUT); writes a report.
 	hack/bench-scale.sh

@@ -23,6 +23,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
 )
@@ -57,6 +58,15 @@ func get(t *testing.T, method, url, ranges string) (int, string) {
 	return resp.StatusCode, string(body)
 }
 
+// counts polls the server's counts: a client may have read a response
+// before its last bytes are counted.
+func counts(s *Server) func() [2]int64 {
+	return func() [2]int64 {
+		requests, sent := s.Counts()
+		return [2]int64{int64(requests), sent}
+	}
+}
+
 func TestServesItsPathWithRangesAndCounts(t *testing.T) {
 	g := NewWithT(t)
 	s := New(image(t), "/disk.img")
@@ -69,17 +79,13 @@ func TestServesItsPathWithRangesAndCounts(t *testing.T) {
 	status, body = get(t, http.MethodGet, server.URL+"/disk.img", "")
 	g.Expect(status).To(Equal(http.StatusOK))
 	g.Expect(body).To(Equal("rootfs and more"))
-	requests, sent := s.Counts()
-	g.Expect(requests).To(Equal(2))
-	g.Expect(sent).To(Equal(int64(6 + 15)))
+	g.Eventually(counts(s)).Should(Equal([2]int64{2, 6 + 15}))
 
 	status, _ = get(t, http.MethodGet, server.URL+"/absent.img", "")
 	g.Expect(status).To(Equal(http.StatusNotFound))
 	status, _ = get(t, http.MethodPost, server.URL+"/disk.img", "")
 	g.Expect(status).To(Equal(http.StatusMethodNotAllowed), "the image is read-only")
-	requests, sent = s.Counts()
-	g.Expect(requests).To(Equal(2), "refused requests send no image")
-	g.Expect(sent).To(Equal(int64(21)))
+	g.Expect(counts(s)()).To(Equal([2]int64{2, 21}), "refused requests are not counted")
 }
 
 func TestWithoutAPathServesEveryPath(t *testing.T) {
@@ -92,7 +98,34 @@ func TestWithoutAPathServesEveryPath(t *testing.T) {
 		g.Expect(status).To(Equal(http.StatusOK))
 		g.Expect(body).To(Equal("rootfs and more"))
 	}
-	requests, sent := s.Counts()
-	g.Expect(requests).To(Equal(2))
-	g.Expect(sent).To(Equal(int64(30)))
+	g.Eventually(counts(s)).Should(Equal([2]int64{2, 30}))
+}
+
+// TestTheUplinkIsSharedBetweenDownloads: two downloads at once through a
+// limited uplink take at least as long as their bytes need at its rate
+// (a lower bound only: a busy host may take longer).
+func TestTheUplinkIsSharedBetweenDownloads(t *testing.T) {
+	g := NewWithT(t)
+	path := filepath.Join(t.TempDir(), "disk.img")
+	g.Expect(os.WriteFile(path, make([]byte, 2*burst), 0o600)).To(Succeed())
+	s := New(path, "").WithUplink(4 * burst)
+	server := httptest.NewServer(s)
+	defer server.Close()
+	started := time.Now()
+	done := make(chan error, 2)
+	for range 2 {
+		go func() {
+			resp, err := http.Get(server.URL + "/disk.img") //nolint:noctx // The test server's URL.
+			if err == nil {
+				_, err = io.Copy(io.Discard, resp.Body)
+				_ = resp.Body.Close()
+			}
+			done <- err
+		}()
+	}
+	g.Expect(<-done).To(Succeed())
+	g.Expect(<-done).To(Succeed())
+	// 4 bursts at 4 bursts a second, less the first burst sent at once.
+	g.Expect(time.Since(started)).To(BeNumerically(">=", 750*time.Millisecond))
+	g.Eventually(counts(s)).Should(Equal([2]int64{2, 4 * burst}))
 }
