@@ -80,7 +80,7 @@ func TestImportIsSparseAndExact(t *testing.T) {
 		last, size = written, all
 	})
 	g.Expect(err).NotTo(HaveOccurred())
-	want, err := os.ReadFile(disk)
+	want, err := os.ReadFile(disk) //nolint:gosec // The test's own image file.
 	g.Expect(err).NotTo(HaveOccurred())
 	got, err := os.ReadFile(path) //nolint:gosec // A file in the test's temporary directory.
 	g.Expect(err).NotTo(HaveOccurred())
@@ -128,7 +128,7 @@ func TestImporterPopulatesVolumes(t *testing.T) {
 	disk := testDisk(t)
 	server := httptest.NewServer(imageserver.New(disk, imagePath))
 	defer server.Close()
-	want, err := os.ReadFile(disk)
+	want, err := os.ReadFile(disk) //nolint:gosec // The test's own image file.
 	if err != nil {
 		t.Fatal(err)
 	}
