@@ -22,9 +22,7 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -41,53 +39,8 @@ import (
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/render"
 	"github.com/cozystack/cluster-api-workers/infrastructure/reconcilers/sharedimage"
+	"github.com/cozystack/cluster-api-workers/test/sim/imageserver"
 )
-
-// countingFactory serves the worker disk at every path, as an image
-// factory serves a schematic's image, and counts the requests and the
-// bytes it sent.
-type countingFactory struct {
-	mu       sync.Mutex
-	requests int
-	bytes    int64
-}
-
-type countingWriter struct {
-	http.ResponseWriter
-	n *int64
-}
-
-func (w countingWriter) Write(p []byte) (int, error) {
-	n, err := w.ResponseWriter.Write(p)
-	*w.n += int64(n)
-	return n, err
-}
-
-func (f *countingFactory) ServeHTTP(w http.ResponseWriter, req *http.Request) {
-	file, err := os.Open(disk.Image())
-	if err != nil {
-		http.Error(w, "the worker disk is not readable", http.StatusInternalServerError)
-		return
-	}
-	defer func() { _ = file.Close() }()
-	st, err := file.Stat()
-	if err != nil {
-		http.Error(w, "the worker disk is not readable", http.StatusInternalServerError)
-		return
-	}
-	var sent int64
-	http.ServeContent(countingWriter{ResponseWriter: w, n: &sent}, req, filepath.Base(disk.Image()), st.ModTime(), file)
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.requests++
-	f.bytes += sent
-}
-
-func (f *countingFactory) counts() (int, int64) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.requests, f.bytes
-}
 
 // TestSharedImportBootsGuestsFromOneDownload: a Talos factory class
 // resolves to an HTTP import of the worker disk from a counting factory.
@@ -104,7 +57,7 @@ func TestSharedImportBootsGuestsFromOneDownload(t *testing.T) {
 	g := NewWithT(t)
 	p := newPool("shared")
 	onlyPool(t, p)
-	factory := &countingFactory{}
+	factory := imageserver.New(disk.Image(), "")
 	listener, err := (&net.ListenConfig{}).Listen(suiteCtx, "tcp", "127.0.0.1:0")
 	g.Expect(err).NotTo(HaveOccurred())
 	server := &http.Server{Handler: factory, ReadHeaderTimeout: 10 * time.Second}
@@ -239,7 +192,7 @@ func TestSharedImportBootsGuestsFromOneDownload(t *testing.T) {
 		g.Expect(h.Client.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: shared}, sharedDV)).To(Succeed())
 		g.Expect(sharedDV.Status.Phase).To(Equal(cdiv1.Succeeded))
 	}, 10*time.Minute, poll).Should(Succeed(), func() string { return describeInfrastructure(p) })
-	requests, bytes := factory.counts()
+	requests, bytes := factory.Counts()
 	g.Expect(requests).To(Equal(1))
 	g.Expect(bytes).To(Equal(diskBytes))
 	t.Logf("shared import %s: succeeded %s after the template was created; %d request, %d bytes",
@@ -249,7 +202,7 @@ func TestSharedImportBootsGuestsFromOneDownload(t *testing.T) {
 	created := create(name("own"), &infrav1.ImageSource{HTTPImport: &infrav1.HTTPImportSource{URL: imageURL}})
 	ownDV, ownTime := started(name("own"), created)
 	g.Expect(ownDV.Spec.Source.HTTP).NotTo(BeNil())
-	requests, bytes = factory.counts()
+	requests, bytes = factory.Counts()
 	g.Expect(requests).To(Equal(2))
 	g.Expect(bytes).To(Equal(2 * diskBytes))
 	t.Logf("own import: guest started %s after its Machine; the factory served %d requests, %d bytes", ownTime.Round(time.Second), requests, bytes)
@@ -266,7 +219,7 @@ func TestSharedImportBootsGuestsFromOneDownload(t *testing.T) {
 		g.Expect(dv.Spec.Source.PVC).To(Equal(&cdiv1.DataVolumeSourcePVC{Namespace: ns, Name: shared}))
 		t.Logf("%s: guest started %s after its Machine", name(suffix), elapsed.Round(time.Second))
 	}
-	requests, bytes = factory.counts()
+	requests, bytes = factory.Counts()
 	g.Expect(requests).To(Equal(2), "the own import and one shared import")
 	g.Expect(bytes).To(Equal(2 * diskBytes))
 
@@ -286,7 +239,7 @@ func TestSharedImportBootsGuestsFromOneDownload(t *testing.T) {
 	created = create(name("2"), nil)
 	dv, laterTime := started(name("2"), created)
 	g.Expect(dv.Spec.Source.PVC.Name).To(Equal(shared))
-	requests, bytes = factory.counts()
+	requests, bytes = factory.Counts()
 	g.Expect(requests).To(Equal(2), "the later machine downloaded nothing")
 	g.Expect(bytes).To(Equal(2 * diskBytes))
 	t.Logf("%s (after scaling to zero): guest started %s after its Machine; the factory served %d requests, %d bytes (the disk is %d bytes)",
