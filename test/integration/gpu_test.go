@@ -55,7 +55,7 @@ func TestPoolWithAGPUInstancetypeJoins(t *testing.T) {
 	t.Cleanup(func() { _ = h.Client.Delete(context.Background(), it) })
 	objs := pool(t, w, map[string]string{"WORKER_MACHINE_COUNT": "1"})
 	harness.EditMachineTemplates(objs, func(template *unstructured.Unstructured, machine map[string]any) {
-		template.Object["spec"].(map[string]any)["gpus"] = []any{map[string]any{"name": gpuDevice}}
+		machine["workerClass"].(map[string]any)["gpus"] = []any{map[string]any{"name": gpuDevice}}
 		delete(machine, "cpu")
 		delete(machine, "memory")
 		machine["instancetype"] = map[string]any{"name": it.Name}
