@@ -196,6 +196,9 @@ func Start(ctx context.Context, opts Options) (*Environment, error) {
 	}
 	cfg, err := env.Start()
 	if err != nil {
+		// controller-runtime leaves the control plane running when a later
+		// step of Start (installing the CRDs) fails.
+		_ = env.Stop()
 		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("starting envtest: %w", err)
 	}
