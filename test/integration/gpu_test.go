@@ -54,7 +54,7 @@ func TestPoolWithAGPUInstancetypeJoins(t *testing.T) {
 	g.Expect(h.Client.Create(ctx, it)).To(Succeed())
 	t.Cleanup(func() { _ = h.Client.Delete(context.Background(), it) })
 	objs := pool(t, w, map[string]string{"WORKER_MACHINE_COUNT": "1"})
-	harness.EditMachineTemplates(objs, func(template *unstructured.Unstructured, machine map[string]any) {
+	harness.EditMachineTemplates(objs, func(_ *unstructured.Unstructured, machine map[string]any) {
 		machine["workerClass"].(map[string]any)["gpus"] = []any{map[string]any{"name": gpuDevice}}
 		delete(machine, "cpu")
 		delete(machine, "memory")
