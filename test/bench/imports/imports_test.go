@@ -179,11 +179,14 @@ func start(b *testing.B, uplink int) *bench {
 		RootDisk: &infrav1.RootDisk{Size: ptr.To(resource.MustParse("1Gi"))},
 	}
 	// The class resolves to an import from the factory; the own-import
-	// machines name that URL themselves.
+	// machines name that URL themselves. Every run's template resolves as
+	// the probe does, so its machines clone the shared import the probe
+	// names: both sources boot before any machine is created.
 	probe := s.template(b, "probe")
 	s.imageURL = probe.Status.Resolved.Image.HTTPImport.URL
-	s.deleteTemplate(b, probe)
 	s.h.Nodes.SetImage(s.imageURL, bootImage())
+	s.h.Nodes.SetImage("PVC "+probe.Namespace+"/"+sharedimage.Name(probe), bootImage())
+	s.deleteTemplate(b, probe)
 	return s
 }
 
@@ -213,7 +216,6 @@ func writeImage(b *testing.B, path string) {
 // Running, then deletes them and what they left.
 func (s *bench) run(b *testing.B, n int, shared bool) {
 	b.Helper()
-	ns := s.cluster.Namespace
 	prefix := fmt.Sprintf("own-%d", n)
 	if shared {
 		prefix = fmt.Sprintf("shared-%d", n)
@@ -231,10 +233,6 @@ func (s *bench) run(b *testing.B, n int, shared bool) {
 		for i := range names {
 			names[i] = fmt.Sprintf("%s-%d", prefix, i)
 			s.createMachine(b, names[i], template)
-		}
-		if template != nil {
-			template = s.resolved(b, template)
-			s.h.Nodes.SetImage("PVC "+ns+"/"+sharedimage.Name(template), bootImage())
 		}
 		running := s.waitRunning(b, names, start)
 		requests, sent := s.server.Counts()
