@@ -35,6 +35,7 @@ import (
 	"sigs.k8s.io/cluster-api/util/annotations"
 	"sigs.k8s.io/cluster-api/util/conditions"
 	capicontrollerutil "sigs.k8s.io/cluster-api/util/controller"
+	"sigs.k8s.io/cluster-api/util/patch"
 	"sigs.k8s.io/cluster-api/util/predicates"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -236,7 +237,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		return ctrl.Result{}, err
 	}
 
-	p := newConfigPatch(config)
+	patchHelper, err := patch.NewHelper(config, writes)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
 	if annotations.IsPaused(cluster, config) {
 		// Record that, and nothing else, as Cluster API's controllers do.
 		err := r.ensurePausedCondition(ctx, writes, cluster, config)
@@ -248,7 +252,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	markNotPaused(config)
 	s := &scope{config: config, machine: machine, cluster: cluster}
 	defer func() {
-		if err := r.patchConfig(ctx, writes, p, config, rerr == nil); err != nil {
+		if err := r.patchConfig(ctx, patchHelper, config, rerr == nil); err != nil {
 			rerr = kerrors.NewAggregate([]error{rerr, err})
 		}
 		r.expect.Wrote(req.NamespacedName, before, writes.Written())

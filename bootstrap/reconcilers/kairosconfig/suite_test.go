@@ -422,7 +422,8 @@ func (f *fixture) waitForReason(w *worker, reason string) *metav1.Condition {
 
 // waitForData waits for the bootstrap data as a Machine controller does,
 // by status.dataSecretName and initialization.dataSecretCreated, and
-// returns the Secret.
+// returns the Secret. The condition alone is not enough: Cluster API's
+// patch helper writes conditions before the rest of status.
 func (f *fixture) waitForData(w *worker) *corev1.Secret {
 	f.waitForReason(w, bootstrapv1.DataSecretAvailableReason)
 	f.g.Eventually(func(g Gomega) {

@@ -24,12 +24,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util"
 	"sigs.k8s.io/cluster-api/util/annotations"
 	"sigs.k8s.io/cluster-api/util/conditions"
 	"sigs.k8s.io/cluster-api/util/finalizers"
+	"sigs.k8s.io/cluster-api/util/patch"
 	"sigs.k8s.io/cluster-api/util/paused"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -42,8 +42,10 @@ import (
 // Every write the reconciler sends to the management cluster is in this
 // file: to the KairosConfig its finalizer (ensureFinalizer,
 // removeFinalizer), the Paused condition of a paused config
-// (ensurePausedCondition) and the one patch of a reconcile (patchConfig,
-// reportWaiting); our token record (createTokenRecord, recordExpiration,
+// (ensurePausedCondition) and a reconcile's one patch through Cluster
+// API's patch helper (patchConfig, reportWaiting: up to three requests,
+// the conditions, metadata, the rest of the status, each only when it
+// changed); our token record (createTokenRecord, recordExpiration,
 // forgetToken); and the bootstrap data Secret (storeBootstrapData). Writes
 // to a workload cluster are token.go's.
 
@@ -61,8 +63,8 @@ func (r *Reconciler) ensurePausedCondition(ctx context.Context, writes client.Cl
 }
 
 // reportWaiting sends the conditions of a config that waits before it has a
-// Machine and a Cluster to work with, in one patch; none when they already
-// say so. A paused config only records that.
+// Machine and a Cluster to work with, through the patch helper; nothing
+// when they already say so. A paused config only records that.
 func (r *Reconciler) reportWaiting(ctx context.Context, config *bootstrapv1.KairosConfig, w waiting) error {
 	key, before, writes := client.ObjectKeyFromObject(config), config.ResourceVersion, ownwrites.NewRecorder(r.Client)
 	defer func() { r.expect.Wrote(key, before, writes.Written()) }()
@@ -73,31 +75,23 @@ func (r *Reconciler) reportWaiting(ctx context.Context, config *bootstrapv1.Kair
 		conditions.IsFalse(config, clusterv1.PausedCondition) && conditions.Has(config, bootstrapv1.ReadyCondition) {
 		return nil
 	}
-	p := newConfigPatch(config)
+	h, err := patch.NewHelper(config, writes)
+	if err != nil {
+		return err
+	}
 	markNotPaused(config)
 	w.report(config)
-	return r.patchConfig(ctx, writes, p, config, true)
+	return r.patchConfig(ctx, h, config, true)
 }
 
-// configPatch remembers a config as read, for patchConfig to send what a
-// reconcile changed.
-type configPatch struct {
-	before *bootstrapv1.KairosConfig
-}
-
-func newConfigPatch(config *bootstrapv1.KairosConfig) configPatch {
-	return configPatch{before: config.DeepCopy()}
-}
-
-// patchConfig sends a reconcile's changes to the config, with Ready
-// summarizing DataSecretAvailable: the whole status (conditions included)
-// in one merge patch, then metadata (the finalizer's removal) in another.
-// Cluster API's patch helper sends conditions and the rest of the status
-// as two patches, so that conditions other controllers own are merged;
-// no other controller writes a KairosConfig's conditions (the paused
-// helper's are ours and run in reconciles of their own), so one patch
-// does, and a config that gets its data costs one status write.
-func (r *Reconciler) patchConfig(ctx context.Context, writes client.Client, p configPatch, config *bootstrapv1.KairosConfig, observed bool) error {
+// patchConfig sends a reconcile's changes to the config through Cluster
+// API's patch helper, with Ready summarizing DataSecretAvailable, as
+// Cluster API's KubeadmConfig controller does: the conditions we own in a
+// patch of their own, then metadata and spec (the finalizer's removal),
+// then the rest of the status with status.observedGeneration when the
+// reconcile succeeded. A reconcile that changes conditions and other
+// status fields together (rendering) costs two status patches.
+func (r *Reconciler) patchConfig(ctx context.Context, h *patch.Helper, config *bootstrapv1.KairosConfig, observed bool) error {
 	if err := conditions.SetSummaryCondition(config, config, bootstrapv1.ReadyCondition,
 		conditions.ForConditionTypes{bootstrapv1.DataSecretAvailableCondition},
 		conditions.CustomMergeStrategy{MergeStrategy: conditions.DefaultMergeStrategy(
@@ -107,45 +101,13 @@ func (r *Reconciler) patchConfig(ctx context.Context, writes client.Client, p co
 	); err != nil {
 		return err
 	}
+	opts := []patch.Option{patch.WithOwnedConditions{Conditions: []string{
+		clusterv1.PausedCondition, bootstrapv1.ReadyCondition, bootstrapv1.DataSecretAvailableCondition,
+	}}}
 	if observed {
-		config.Status.ObservedGeneration = config.Generation
+		opts = append(opts, patch.WithStatusObservedGeneration{})
 	}
-	// The status goes first: once the finalizer goes, the config may be
-	// gone.
-	statusAfter := p.before.DeepCopy()
-	statusAfter.Status = config.Status
-	if patch, changed, err := mergePatch(p.before, statusAfter); err != nil || changed {
-		if err == nil {
-			err = writes.Status().Patch(ctx, statusAfter, patch)
-		}
-		if err != nil && (!apierrors.IsNotFound(err) || config.DeletionTimestamp.IsZero()) {
-			return fmt.Errorf("patching the KairosConfig status: %w", err)
-		}
-	}
-	metaAfter := config.DeepCopy()
-	metaAfter.Status = p.before.Status
-	if patch, changed, err := mergePatch(p.before, metaAfter); err != nil || changed {
-		if err == nil {
-			err = writes.Patch(ctx, metaAfter, patch)
-		}
-		if err != nil {
-			return fmt.Errorf("patching the KairosConfig: %w", err)
-		}
-	}
-	return nil
-}
-
-// mergePatch is the JSON merge patch from before to after; changed is
-// false when it is empty.
-func mergePatch(before, after *bootstrapv1.KairosConfig) (_ client.Patch, changed bool, _ error) {
-	data, err := client.MergeFrom(before).Data(after)
-	if err != nil {
-		return nil, false, fmt.Errorf("computing the KairosConfig patch: %w", err)
-	}
-	if bytes.Equal(data, []byte("{}")) {
-		return nil, false, nil
-	}
-	return client.RawPatch(types.MergePatchType, data), true, nil
+	return h.Patch(ctx, config, opts...)
 }
 
 // createTokenRecord stores a new token in our management Secret; an
