@@ -242,6 +242,25 @@ func TestClusterctl(t *testing.T) {
 		machines.SetGroupVersionKind(schema.GroupVersionKind{Group: "infrastructure.cozystack.io", Version: "v1alpha1", Kind: "KubeVirtMachineList"})
 		g.Expect(as.List(ctx, machines)).To(Satisfy(apierrors.IsForbidden), "the role reads templates only")
 	})
+
+	t.Run("move refuses a target without the providers", func(t *testing.T) {
+		g := NewWithT(t)
+		source := writeKubeconfig(t, env.Config)
+		targetEnv := startManagementCluster(ctx, t, cc.releaseDir)
+		target := writeKubeconfig(t, targetEnv.Config)
+		// Cluster API only: a second init into an envtest apiserver would
+		// find clusterctl's cert-manager probe namespace still terminating
+		// (no namespace controller) and try to download cert-manager.
+		cc.run(t, "init", "--kubeconfig", target, "--core", "cluster-api:"+clusterAPIVersion,
+			"--bootstrap", "-", "--control-plane", "-")
+
+		_, err := cc.try(t, "move", "--kubeconfig", source, "--to-kubeconfig", target)
+		g.Expect(err).To(HaveOccurred(), "clusterctl refuses to move into a management cluster that lacks our providers")
+		g.Expect(err.Error()).To(And(
+			ContainSubstring("provider bootstrap-kairos-kubeadm not found in the target cluster"),
+			ContainSubstring("provider infrastructure-kubevirt-workers not found in the target cluster"),
+		), "the refusal names each missing provider")
+	})
 }
 
 // clusterctl runs the pinned clusterctl against a local repository.
@@ -327,13 +346,25 @@ func (cc *clusterctl) run(t *testing.T, args ...string) string {
 
 func (cc *clusterctl) runEnv(t *testing.T, env []string, args ...string) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
-	defer cancel()
-	out, err := commandContext(ctx, append(cc.env, env...), cc.bin, append(args, "--config", cc.config)...)
+	out, err := cc.tryEnv(t, env, args...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// try runs clusterctl and returns its output and error, for the commands
+// a test expects to fail.
+func (cc *clusterctl) try(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	return cc.tryEnv(t, nil, args...)
+}
+
+func (cc *clusterctl) tryEnv(t *testing.T, env []string, args ...string) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	return commandContext(ctx, append(cc.env, env...), cc.bin, append(args, "--config", cc.config)...)
 }
 
 // requiredVariables lists the variables clusterctl reports as required for
