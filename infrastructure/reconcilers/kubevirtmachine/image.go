@@ -30,17 +30,15 @@ import (
 
 // machineImage returns the root disk source and datasource: the machine's
 // own spec.image, or the frozen resolution of the KubeVirtMachineTemplate it
-// was cloned from, or what the machine waits for.
+// was cloned from (a clone of its shared import when that is an HTTP
+// import), or what the machine waits for. sharedimage.OriginOf decides
+// which.
 func (r *Reconciler) machineImage(ctx context.Context, kvm *infrav1.KubeVirtMachine) (infrav1.ImageSource, infrav1.CloudInitDatasource, *blocked, error) {
-	if kvm.Spec.Image != nil {
-		datasource := kvm.Spec.CloudInitDatasource
-		if datasource == "" {
-			datasource = infrav1.NoCloudDatasource
-		}
-		return *kvm.Spec.Image, datasource, nil, nil
-	}
 	names := clonedFromTemplate(kvm)
 	if len(names) == 0 {
+		if kvm.Spec.Image != nil {
+			return *kvm.Spec.Image, ownDatasource(kvm), nil, nil
+		}
 		return infrav1.ImageSource{}, "", waitingFor(infrav1.InvalidSpecReason,
 			"spec.image: Required value: a KubeVirtMachine that is not cloned from a KubeVirtMachineTemplate needs an image"), nil
 	}
@@ -49,18 +47,25 @@ func (r *Reconciler) machineImage(ctx context.Context, kvm *infrav1.KubeVirtMach
 		if !apierrors.IsNotFound(err) {
 			return infrav1.ImageSource{}, "", nil, err
 		}
+		if kvm.Spec.Image != nil {
+			// A template that is gone shares nothing; the machine names
+			// its bytes itself.
+			return *kvm.Spec.Image, ownDatasource(kvm), nil, nil
+		}
 		return infrav1.ImageSource{}, "", waitingFor(infrav1.WaitingForTemplateReason,
 			fmt.Sprintf("KubeVirtMachineTemplate %s does not exist", names[0])), nil
 	}
 	resolved := template.Status.Resolved
-	if resolved == nil {
+	switch sharedimage.OriginOf(template, kvm.Spec.Image) {
+	case sharedimage.OwnImage:
+		return *kvm.Spec.Image, ownDatasource(kvm), nil, nil
+	case sharedimage.AwaitResolution:
 		message := fmt.Sprintf("KubeVirtMachineTemplate %s is not resolved yet", template.Name)
 		if c := conditions.Get(template, infrav1.ResolvedCondition); c != nil && c.Message != "" {
 			message += ": " + c.Message
 		}
 		return infrav1.ImageSource{}, "", waitingFor(infrav1.WaitingForTemplateReason, message), nil
-	}
-	if sharedimage.Shared(template) {
+	case sharedimage.SharedClone:
 		// The image is imported once for the template's namespace and
 		// cloned per machine.
 		image, wait, err := r.SharedImages.CloneSource(ctx, template)
@@ -70,7 +75,20 @@ func (r *Reconciler) machineImage(ctx context.Context, kvm *infrav1.KubeVirtMach
 		if wait != nil {
 			return infrav1.ImageSource{}, "", waitingFor(wait.Reason, wait.Message), nil
 		}
+		if kvm.Spec.Image != nil {
+			// The machine's own spec names the bytes and how they boot.
+			return image, ownDatasource(kvm), nil, nil
+		}
 		return image, resolved.CloudInitDatasource, nil, nil
 	}
 	return resolved.Image, resolved.CloudInitDatasource, nil, nil
+}
+
+// ownDatasource is the datasource a machine's own spec.image boots with:
+// its spec's, NoCloud unless set.
+func ownDatasource(kvm *infrav1.KubeVirtMachine) infrav1.CloudInitDatasource {
+	if kvm.Spec.CloudInitDatasource == "" {
+		return infrav1.NoCloudDatasource
+	}
+	return kvm.Spec.CloudInitDatasource
 }

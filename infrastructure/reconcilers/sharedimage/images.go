@@ -16,15 +16,17 @@ limitations under the License.
 
 // Package sharedimage imports a resolved template's HTTP image once per
 // namespace, content hash and disk shape, into a DataVolume that every
-// machine of the templates resolving to it clones. Its controller creates
-// the shared import, keeps the templates as its owners, retries a failed
-// import once and imports a deleted one again; Images tells a machine what
-// to clone, or what it waits for.
+// machine of the templates resolving to it clones, class-based or
+// classless. Its controller creates the shared import, keeps the templates
+// as its owners, retries a failed import once and imports a deleted one
+// again; OriginOf tells which machines clone it, and Images what they
+// clone or wait for.
 package sharedimage
 
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"strconv"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -87,12 +89,56 @@ func NewImages(mgr ctrl.Manager, controllerName, watchNamespace string, failureR
 // Cache is the cache of the shared imports, for watches.
 func (i *Images) Cache() ctrlcache.Cache { return i.cache }
 
-// Shared reports whether a template's machines clone a shared import: the
-// template's resolution is an HTTP import and its machines take their
-// image from it (a class-based template). A classless template copies its
-// spec.image into every machine, whose own image stays its own import.
+// Shared reports whether a template's machines may clone a shared import:
+// the template's resolution is an HTTP import, of its class or of its own
+// spec.image (a classless template).
 func Shared(t *infrav1.KubeVirtMachineTemplate) bool {
-	return t.Status.Resolved != nil && t.Status.Resolved.Image.HTTPImport != nil && t.Spec.Template.Spec.Image == nil
+	return t.Status.Resolved != nil && t.Status.Resolved.Image.HTTPImport != nil
+}
+
+// Origin is where a machine cloned from a template takes its root disk
+// from.
+type Origin int
+
+const (
+	// OwnImage is the machine's own spec.image, imported or cloned for it
+	// alone.
+	OwnImage Origin = iota
+	// AwaitResolution is the template's resolution, which the machine
+	// takes and which is not there yet.
+	AwaitResolution
+	// ResolvedImage is the template's resolved image as it is: a container
+	// disk or a golden clone.
+	ResolvedImage
+	// SharedClone is a clone of the template's shared import.
+	SharedClone
+)
+
+// OriginOf decides where a machine cloned from template t takes its root
+// disk from; image is the machine's spec.image, nil when it takes the
+// template's resolution (a class-based template's machine). A machine
+// whose spec.image is its template's, the rule by which the KubeVirtMachine
+// webhook knows Cluster API's copies, takes the template's resolution too
+// when that is an HTTP import: it waits for the resolution and clones the
+// shared import. Any other spec.image is the machine's own, and so are
+// container disks and clones, which are not shared. A machine gets the
+// bytes its own spec names: it clones the shared import only while its
+// image is the resolution's.
+func OriginOf(t *infrav1.KubeVirtMachineTemplate, image *infrav1.ImageSource) Origin {
+	if image != nil && (image.HTTPImport == nil || !reflect.DeepEqual(t.Spec.Template.Spec.Image, image)) {
+		return OwnImage
+	}
+	switch {
+	case t.Status.Resolved == nil:
+		return AwaitResolution
+	case image != nil && !reflect.DeepEqual(*image, t.Status.Resolved.Image):
+		// The shared import holds the resolution's bytes, which are not
+		// the ones the machine names.
+		return OwnImage
+	case Shared(t):
+		return SharedClone
+	}
+	return ResolvedImage
 }
 
 // Name is the shared import of a template that Shared.

@@ -84,18 +84,71 @@ func TestStateOf(t *testing.T) {
 
 func TestShared(t *testing.T) {
 	g := NewWithT(t)
-	tmpl := &infrav1.KubeVirtMachineTemplate{Status: infrav1.KubeVirtMachineTemplateStatus{Resolved: &infrav1.ResolvedMachine{
-		Image: infrav1.ImageSource{HTTPImport: &infrav1.HTTPImportSource{URL: "https://factory.example.com/image.raw.xz"}},
-	}}}
-	g.Expect(Shared(tmpl)).To(BeTrue(), "a class-based template's machines take the resolved import")
+	factory := infrav1.ImageSource{HTTPImport: &infrav1.HTTPImportSource{URL: "https://factory.example.com/image.raw.xz"}}
+	tmpl := &infrav1.KubeVirtMachineTemplate{Status: infrav1.KubeVirtMachineTemplateStatus{Resolved: &infrav1.ResolvedMachine{Image: factory}}}
+	g.Expect(Shared(tmpl)).To(BeTrue(), "a class-based template resolved to an HTTP import")
 
 	classless := tmpl.DeepCopy()
-	classless.Spec.Template.Spec.Image = classless.Status.Resolved.Image.DeepCopy()
-	g.Expect(Shared(classless)).To(BeFalse(), "a classless template's machines import their own spec.image")
+	classless.Spec.Template.Spec.Image = factory.DeepCopy()
+	g.Expect(Shared(classless)).To(BeTrue(), "a classless template whose spec.image is an HTTP import")
 
 	golden := tmpl.DeepCopy()
 	golden.Status.Resolved.Image = infrav1.ImageSource{Clone: &infrav1.CloneSource{Kind: infrav1.CloneFromDataSource, Name: "talos"}}
 	g.Expect(Shared(golden)).To(BeFalse(), "a golden clone is cloned as it is")
 
 	g.Expect(Shared(&infrav1.KubeVirtMachineTemplate{})).To(BeFalse(), "an unresolved template")
+}
+
+func TestOriginOf(t *testing.T) {
+	factory := infrav1.ImageSource{HTTPImport: &infrav1.HTTPImportSource{URL: "https://factory.example.com/image.raw.xz"}}
+	other := infrav1.ImageSource{HTTPImport: &infrav1.HTTPImportSource{URL: "https://images.example.com/other.raw"}}
+	withCA := infrav1.ImageSource{HTTPImport: &infrav1.HTTPImportSource{URL: factory.HTTPImport.URL, CABundle: "-----BEGIN CERTIFICATE-----"}}
+	containerDisk := infrav1.ImageSource{ContainerDisk: &infrav1.ContainerDiskSource{Reference: "registry.example.com/worker@sha256:" + strings.Repeat("0", 64)}}
+	golden := infrav1.ImageSource{Clone: &infrav1.CloneSource{Kind: infrav1.CloneFromDataSource, Name: "talos"}}
+
+	// template has spec.image specImage (nil: class-based) and, unless nil,
+	// the resolution resolved.
+	template := func(specImage, resolved *infrav1.ImageSource) *infrav1.KubeVirtMachineTemplate {
+		tmpl := &infrav1.KubeVirtMachineTemplate{}
+		tmpl.Spec.Template.Spec.Image = specImage
+		if resolved != nil {
+			tmpl.Status.Resolved = &infrav1.ResolvedMachine{Image: *resolved, ContentHash: strings.Repeat("0f", 32)}
+		}
+		return tmpl
+	}
+	for _, tc := range []struct {
+		name     string
+		template *infrav1.KubeVirtMachineTemplate
+		image    *infrav1.ImageSource
+		want     Origin
+	}{
+		{name: "a class-based template's machine clones the shared import",
+			template: template(nil, &factory), want: SharedClone},
+		{name: "a class-based template's machine waits for the resolution",
+			template: template(nil, nil), want: AwaitResolution},
+		{name: "a class-based template's golden clone is cloned as it is",
+			template: template(nil, &golden), want: ResolvedImage},
+		{name: "a class-based template's machine that names its own image imports it, even the resolution's",
+			template: template(nil, &factory), image: &factory, want: OwnImage},
+		{name: "a classless template's copy clones the shared import",
+			template: template(&factory, &factory), image: factory.DeepCopy(), want: SharedClone},
+		{name: "a classless template's copy waits for the resolution",
+			template: template(&factory, nil), image: factory.DeepCopy(), want: AwaitResolution},
+		{name: "a classless template's machine without an image clones the shared import",
+			template: template(&factory, &factory), want: SharedClone},
+		{name: "a machine that names another URL imports it, without waiting",
+			template: template(&factory, nil), image: &other, want: OwnImage},
+		{name: "a machine that names another CA bundle imports its own",
+			template: template(&factory, &factory), image: &withCA, want: OwnImage},
+		{name: "a copy of a template whose spec no longer names its resolution imports its own",
+			template: template(&other, &factory), image: other.DeepCopy(), want: OwnImage},
+		{name: "a classless container disk is the machine's own, without waiting",
+			template: template(&containerDisk, nil), image: containerDisk.DeepCopy(), want: OwnImage},
+		{name: "a classless golden clone is the machine's own",
+			template: template(&golden, &golden), image: golden.DeepCopy(), want: OwnImage},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			NewWithT(t).Expect(OriginOf(tc.template, tc.image)).To(Equal(tc.want))
+		})
+	}
 }
