@@ -29,6 +29,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	instancetypev1beta1 "kubevirt.io/api/instancetype/v1beta1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -224,6 +225,86 @@ func TestSharedImport(t *testing.T) {
 			g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "the shared import is released once its clone succeeded: %v", err)
 		}).Should(Succeed())
 	})
+}
+
+// TestSharedImportClassless: the machines Cluster API copies from a
+// classless template whose spec.image is an HTTP import wait for the
+// template's resolution and clone one import of it, as a class-based
+// template's do; a machine that names another image, or has no template,
+// imports its own.
+func TestSharedImportClassless(t *testing.T) {
+	t.Parallel()
+	tc := newCluster(t)
+	g := NewWithT(t)
+	ctx := context.Background()
+	spec := containerDiskSpec()
+	spec.Image = &infrav1.ImageSource{HTTPImport: &infrav1.HTTPImportSource{URL: "https://images.example.com/classless.raw", CABundle: caBundle(t)}}
+	spec.RootDisk = &infrav1.RootDisk{Size: ptr.To(resource.MustParse("10Gi"))}
+	// The instancetype comes late, so the machines are created before
+	// the template is resolved.
+	spec.CPU, spec.Memory = nil, nil
+	spec.Instancetype = &infrav1.InstancetypeReference{Kind: infrav1.NamespacedInstancetypeKind, Name: "late"}
+	tmpl := classlessTemplate(tc.namespace, "classless", spec)
+	g.Expect(c.Create(ctx, tmpl)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		g.Expect(c.Get(ctx, client.ObjectKeyFromObject(tmpl), tmpl)).To(Succeed())
+		expectCondition(g, tmpl, infrav1.ResolvedCondition, metav1.ConditionFalse, infrav1.ResolutionFailedReason)
+	}).Should(Succeed())
+
+	machines := templateMachines(t, tc, tmpl, 3)
+	for _, kvm := range machines {
+		g.Eventually(func(g Gomega) {
+			g.Expect(c.Get(ctx, client.ObjectKeyFromObject(kvm), kvm)).To(Succeed())
+			cond := expectCondition(g, kvm, infrav1.ReadyCondition, metav1.ConditionUnknown, infrav1.WaitingForTemplateReason)
+			g.Expect(cond.Message).To(HavePrefix("KubeVirtMachineTemplate classless is not resolved yet: spec.template.spec.instancetype.name: Not found"))
+		}).Should(Succeed())
+	}
+	g.Expect(httpImports(g, tc.namespace)).To(BeEmpty(), "a copy of the template's image waits for its resolution instead of importing it")
+
+	g.Expect(c.Create(ctx, &instancetypev1beta1.VirtualMachineInstancetype{
+		ObjectMeta: metav1.ObjectMeta{Name: "late", Namespace: tc.namespace},
+		Spec: instancetypev1beta1.VirtualMachineInstancetypeSpec{
+			CPU:    instancetypev1beta1.CPUInstancetype{Guest: 2},
+			Memory: instancetypev1beta1.MemoryInstancetype{Guest: resource.MustParse("4Gi")},
+		},
+	})).To(Succeed())
+	waitResolved(t, tmpl)
+	g.Expect(sharedimage.Shared(tmpl)).To(BeTrue())
+	shared := sharedimage.Name(tmpl)
+	for _, kvm := range machines {
+		expectReady(t, kvm, metav1.ConditionTrue, infrav1.ReadyReason)
+		root := rootDataVolume(g, kvm)
+		g.Expect(root.Spec.Source.PVC).To(Equal(&cdiv1.DataVolumeSourcePVC{Namespace: tc.namespace, Name: shared}), "DataVolume %s clones the shared import", root.Name)
+	}
+	dv := &cdiv1.DataVolume{}
+	g.Expect(c.Get(ctx, key(tc.namespace, shared), dv)).To(Succeed())
+	g.Expect(dv.Spec.Source.HTTP.URL).To(Equal(spec.Image.HTTPImport.URL))
+	g.Expect(dv.Annotations).To(HaveKeyWithValue(render.ContentHashAnnotation, tmpl.Status.Resolved.ContentHash))
+	g.Expect(dv.OwnerReferences).To(ConsistOf(render.TemplateOwnerReference(tmpl)))
+	caMap := &corev1.ConfigMap{}
+	g.Expect(c.Get(ctx, key(tc.namespace, render.SharedImportCAName(shared)), caMap)).To(Succeed())
+	g.Expect(caMap.Data).To(HaveKeyWithValue(render.ImportCAKey, spec.Image.HTTPImport.CABundle))
+	g.Expect(httpImports(g, tc.namespace)).To(ConsistOf(shared), "one download for three machines")
+
+	// A machine of the template that names another image gets the bytes
+	// its own spec names; so does one of the same image without a
+	// template.
+	ownSpec := *spec.DeepCopy()
+	ownSpec.Image.HTTPImport.URL = "https://images.example.com/other.raw"
+	own := tc.machine(t, "own-image", ownSpec, func(_ *clusterv1.Machine, k *infrav1.KubeVirtMachine, _ *corev1.Secret) {
+		k.Annotations = map[string]string{
+			clusterv1.TemplateClonedFromNameAnnotation:      tmpl.Name,
+			clusterv1.TemplateClonedFromGroupKindAnnotation: "KubeVirtMachineTemplate.infrastructure.cozystack.io",
+		}
+	})
+	standalone := tc.machine(t, "standalone", spec)
+	for _, kvm := range []*infrav1.KubeVirtMachine{own, standalone} {
+		expectReady(t, kvm, metav1.ConditionTrue, infrav1.ReadyReason)
+		root := rootDataVolume(g, kvm)
+		g.Expect(root.Spec.Source.PVC).To(BeNil(), "DataVolume %s imports its machine's own image", root.Name)
+		g.Expect(root.Spec.Source.HTTP.URL).To(Equal(kvm.Spec.Image.HTTPImport.URL))
+	}
+	g.Expect(httpImports(g, tc.namespace)).To(ConsistOf(shared, render.RootDataVolumeName(own.Name), render.RootDataVolumeName(standalone.Name)))
 }
 
 // factoryTemplate creates a template of the Talos factory class with a
