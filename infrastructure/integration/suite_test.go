@@ -434,7 +434,9 @@ func expectReady(t *testing.T, kvm *infrav1.KubeVirtMachine, status metav1.Condi
 	}).Should(Succeed(), func() string { return describe(kvm.Namespace) })
 }
 
-// expectProvisioned waits for the machine to be Ready and provisioned.
+// expectProvisioned waits for the machine to be Ready and provisioned:
+// Cluster API's patch helper writes the conditions before the other status
+// fields.
 func expectProvisioned(t *testing.T, kvm *infrav1.KubeVirtMachine) {
 	t.Helper()
 	NewWithT(t).Eventually(func(g Gomega) {

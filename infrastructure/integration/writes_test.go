@@ -101,10 +101,12 @@ func conditionMatching(conditionType string, status metav1.ConditionStatus, reas
 // is not ready yet, through KubeVirt's virt-controller and the node
 // stand-ins starting its instance, to its node joining, and pins the
 // provider's writes to its KubeVirtMachine:
-// the finalizer and the providerID in one spec patch, and one status patch
-// per lifecycle step (waiting for bootstrap data, VM created, provisioned),
-// each with the step's conditions and its other status fields (the first
-// observedGeneration, the provisioned fields) together.
+// the finalizer (Cluster API's finalizers.EnsureFinalizer), the providerID
+// (Cluster API's patch helper, in a reconcile of its own), and the status
+// of each lifecycle step (waiting for bootstrap data, VM created,
+// provisioned), where the patch helper sends a step's conditions and its
+// other status fields (the first observedGeneration, the provisioned
+// fields) as two patches.
 func TestOneMachineLifecycleWrites(t *testing.T) {
 	t.Parallel()
 	tc := newCluster(t)
@@ -128,13 +130,18 @@ func TestOneMachineLifecycleWrites(t *testing.T) {
 		g.Expect(kvm.Finalizers).To(ContainElement(infrav1.MachineFinalizer))
 		g.Expect(kvm.Spec.ProviderID).To(Equal("kubevirt://counted"))
 		g.Expect(kvm.Status.ObservedGeneration).To(Equal(kvm.Generation))
+		for _, c := range kvm.Status.Conditions {
+			g.Expect(c.ObservedGeneration).To(Equal(kvm.Generation), "condition %s", c.Type)
+		}
 	}).Should(Succeed())
 	waiting := []string{
-		// The finalizer and the providerID, before anything is created and
-		// before any condition records a generation.
+		// The finalizer, then the providerID, before anything is created
+		// and before any condition records a generation.
 		"management patch kubevirtmachines " + tc.namespace + "/counted",
-		// The waiting conditions, Paused=False among them, and the
+		"management patch kubevirtmachines " + tc.namespace + "/counted",
+		// The waiting conditions, Paused=False among them, then the
 		// observed generation.
+		"management patch kubevirtmachines/status " + tc.namespace + "/counted",
 		"management patch kubevirtmachines/status " + tc.namespace + "/counted",
 	}
 	settledWrites(t, kvm, waiting)
@@ -153,13 +160,14 @@ func TestOneMachineLifecycleWrites(t *testing.T) {
 	provisioned := append(waiting,
 		// The VM exists: its conditions.
 		"management patch kubevirtmachines/status "+tc.namespace+"/counted",
-		// The instance runs: conditions, addresses, nodeName,
+		// The instance runs: conditions, then addresses, nodeName,
 		// failureDomain, provisionedInstanceUID and
 		// initialization.provisioned. The states KubeVirt moves the VM
 		// and its instance through on the way cost nothing: the VM
 		// Stopped and Starting, the instance Pending, Scheduling and
 		// Scheduled, and Running before virt-controller has seen its
 		// launcher Pod ready and marked it Ready.
+		"management patch kubevirtmachines/status "+tc.namespace+"/counted",
 		"management patch kubevirtmachines/status "+tc.namespace+"/counted",
 	)
 	settledWrites(t, kvm, provisioned)

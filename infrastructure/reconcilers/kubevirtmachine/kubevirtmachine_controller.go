@@ -27,7 +27,6 @@ import (
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
@@ -42,6 +41,8 @@ import (
 	"sigs.k8s.io/cluster-api/util/annotations"
 	"sigs.k8s.io/cluster-api/util/conditions"
 	capicontrollerutil "sigs.k8s.io/cluster-api/util/controller"
+	"sigs.k8s.io/cluster-api/util/finalizers"
+	"sigs.k8s.io/cluster-api/util/patch"
 	"sigs.k8s.io/cluster-api/util/paused"
 	"sigs.k8s.io/cluster-api/util/predicates"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -270,9 +271,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	before, writes := kvm.ResourceVersion, ownwrites.NewRecorder(r.Client)
 	defer func() { r.ownWrites.Wrote(req.NamespacedName, before, writes.Written()) }()
 	// The finalizer is stored before the VM and disks exist, so that
-	// deletion always waits for them; the providerID goes with it.
-	if kvm.DeletionTimestamp.IsZero() && (!controllerutil.ContainsFinalizer(kvm, infrav1.MachineFinalizer) || kvm.Spec.ProviderID == "") {
-		return ctrl.Result{}, addFinalizerAndProviderID(ctx, writes, kvm)
+	// deletion always waits for them.
+	if added, err := finalizers.EnsureFinalizer(ctx, writes, kvm, infrav1.MachineFinalizer); err != nil || added {
+		return ctrl.Result{}, err
 	}
 	if (s.cluster != nil && ptr.Deref(s.cluster.Spec.Paused, false)) || annotations.HasPaused(kvm) {
 		// Record that, and nothing else, as Cluster API's controllers do.
@@ -280,12 +281,18 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		return ctrl.Result{}, err
 	}
 
-	original := kvm.DeepCopy()
+	patchHelper, err := patch.NewHelper(kvm, writes)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if kvm.DeletionTimestamp.IsZero() && kvm.Spec.ProviderID == "" {
+		return ctrl.Result{}, fillProviderID(ctx, patchHelper, kvm)
+	}
 	// Not paused: the condition goes out with this reconcile's patch rather
 	// than in a patch of its own (one write fewer per machine).
 	conditions.Set(kvm, metav1.Condition{Type: clusterv1.PausedCondition, Status: metav1.ConditionFalse, Reason: clusterv1.NotPausedReason})
 	defer func() {
-		if err := patchKubeVirtMachine(ctx, writes, original, kvm, reterr == nil); err != nil {
+		if err := patchKubeVirtMachine(ctx, patchHelper, kvm, reterr == nil); err != nil {
 			reterr = kerrors.NewAggregate([]error{reterr, err})
 		}
 	}()
@@ -339,61 +346,42 @@ func (r *Reconciler) newScope(ctx context.Context, kvm *infrav1.KubeVirtMachine)
 	return s, nil
 }
 
-// addFinalizerAndProviderID writes the finalizer and the providerID
-// (kubevirt://<name>) in one patch of their own, before anything is created
-// and before any condition records a generation: the providerID is known
-// before the VM exists, and as the only spec change it bumps the generation
-// once, so no condition is written against a generation that moves on.
-// Cluster API reads it only once the machine is provisioned. The event of
-// this patch reconciles the machine again.
-func addFinalizerAndProviderID(ctx context.Context, c client.Client, kvm *infrav1.KubeVirtMachine) error {
-	original := kvm.DeepCopy()
-	controllerutil.AddFinalizer(kvm, infrav1.MachineFinalizer)
-	if kvm.Spec.ProviderID == "" {
-		kvm.Spec.ProviderID = infrav1.ProviderID(kvm.Name)
-	}
-	if err := c.Patch(ctx, kvm, client.MergeFrom(original)); err != nil {
-		return fmt.Errorf("adding the finalizer and spec.providerID: %w", err)
+// fillProviderID sets the empty spec.providerID (kubevirt://<name>) and has
+// the patch helper write it in a reconcile of its own, before anything is
+// created and before any condition records a generation: the providerID
+// is known before the VM exists, and as the only spec change it bumps the
+// generation once. The patch helper sends conditions before spec, so
+// conditions and status.observedGeneration sent with it would record the
+// generation it replaces and be written again. Cluster API reads it only
+// once the machine is provisioned. The event of this patch reconciles the
+// machine again.
+func fillProviderID(ctx context.Context, h *patch.Helper, kvm *infrav1.KubeVirtMachine) error {
+	kvm.Spec.ProviderID = infrav1.ProviderID(kvm.Name)
+	if err := h.Patch(ctx, kvm); err != nil {
+		return fmt.Errorf("setting spec.providerID: %w", err)
 	}
 	return nil
 }
 
-// patchKubeVirtMachine writes what the reconcile changed: metadata and spec
-// in one patch, then the whole status in one patch. Cluster API's patch
-// helper would send the conditions and the rest of the status as two
-// patches whenever both change (the first observedGeneration, the
-// provisioned fields), a write more per machine each time; the controller
-// is the only writer of the status, so nothing needs the helper's merge of
-// conditions. Ready summarises the machine's two steps; the generation is
-// recorded as observed only when the reconcile succeeded.
-func patchKubeVirtMachine(ctx context.Context, c client.Client, original, kvm *infrav1.KubeVirtMachine, observed bool) error {
+// patchKubeVirtMachine writes the reconcile's changes through Cluster API's
+// patch helper: the conditions this controller owns, metadata and spec,
+// then the rest of the status, each in a patch of its own when it changed.
+// Ready summarises the machine's two steps; the generation is recorded as
+// observed only when the reconcile succeeded.
+func patchKubeVirtMachine(ctx context.Context, h *patch.Helper, kvm *infrav1.KubeVirtMachine, observed bool) error {
 	if err := setReady(kvm); err != nil {
 		return err
 	}
+	opts := []patch.Option{patch.WithOwnedConditions{Conditions: []string{
+		infrav1.ReadyCondition,
+		infrav1.VirtualMachineProvisionedCondition,
+		infrav1.BootDiskReadyCondition,
+		clusterv1.PausedCondition,
+	}}}
 	if observed {
-		kvm.Status.ObservedGeneration = kvm.Generation
+		opts = append(opts, patch.WithStatusObservedGeneration{})
 	}
-	status := kvm.Status.DeepCopy()
-	if !equality.Semantic.DeepEqual(original.ObjectMeta, kvm.ObjectMeta) || !equality.Semantic.DeepEqual(original.Spec, kvm.Spec) {
-		kvm.Status = *original.Status.DeepCopy()
-		if err := c.Patch(ctx, kvm, client.MergeFrom(original)); err != nil {
-			return fmt.Errorf("patching the KubeVirtMachine: %w", err)
-		}
-		kvm.Status = *status
-		if !kvm.DeletionTimestamp.IsZero() && len(kvm.Finalizers) == 0 {
-			// Releasing the last finalizer deleted it.
-			return nil
-		}
-	}
-	if equality.Semantic.DeepEqual(original.Status, *status) {
-		return nil
-	}
-	stored := kvm.DeepCopy()
-	stored.Status = original.Status
-	if err := c.Status().Patch(ctx, kvm, client.MergeFrom(stored)); err != nil {
-		return fmt.Errorf("patching the KubeVirtMachine status: %w", err)
-	}
-	return nil
+	return h.Patch(ctx, kvm, opts...)
 }
 
 // block reports on the machine why it cannot go on, and when to ask again.
