@@ -42,15 +42,19 @@ func KubeadmBinary() (string, error) {
 // YipBinary returns the path of the yip binary (github.com/mudler/yip,
 // the stage runner Kairos uses): $YIP_BIN when set, otherwise what
 // hack/tool.sh installs.
-func YipBinary() (string, error) {
-	if bin := os.Getenv("YIP_BIN"); bin != "" {
+func YipBinary() (string, error) { return HackTool("yip") }
+
+// HackTool returns the path of a pinned tool hack/tool.sh installs (and
+// builds on first use): $<NAME>_BIN when set.
+func HackTool(name string) (string, error) {
+	if bin := os.Getenv(strings.ToUpper(name) + "_BIN"); bin != "" {
 		return bin, nil
 	}
-	cmd := exec.Command("bash", filepath.Join(RepoRoot(), "hack", "tool.sh"), "yip") //nolint:gosec,noctx // The harness's own command; it ends on its own.
+	cmd := exec.Command("bash", filepath.Join(RepoRoot(), "hack", "tool.sh"), name) //nolint:gosec,noctx // The harness's own command; it ends on its own.
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("hack/tool.sh yip: %w: %s", err, stderr.String())
+		return "", fmt.Errorf("hack/tool.sh %s: %w: %s", name, err, stderr.String())
 	}
 	return strings.TrimSpace(stdout.String()), nil
 }

@@ -318,7 +318,11 @@ func Start(ctx context.Context, opts Options) (_ *Harness, rerr error) {
 		return nil, err
 	}
 	h.webhookDir = webhooks.dir
-	crdPaths := append(envtest.ExternalCRDPaths(), CRDPath())
+	inventoryCRD, err := ClusterctlProviderCRDPath()
+	if err != nil {
+		return nil, err
+	}
+	crdPaths := append(envtest.ExternalCRDPaths(), CRDPath(), inventoryCRD)
 	if opts.WorkerClasses {
 		crdPaths = append(crdPaths, envtest.PoolCRDPath)
 	}
@@ -343,6 +347,9 @@ func Start(ctx context.Context, opts Options) (_ *Harness, rerr error) {
 		return nil, err
 	}
 	h.Client = client.WithFieldValidation(h.Management.Client, "Strict")
+	if err := h.registerWithClusterctl(ctx); err != nil {
+		return nil, err
+	}
 	if h.gc, err = h.Management.StartControllerManager(envtest.ManagementControllers...); err != nil {
 		return nil, err
 	}

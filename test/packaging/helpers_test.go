@@ -87,20 +87,17 @@ var repoRoot = envtest.RepoRoot()
 // builds on first use); $<NAME>_BIN overrides it.
 func tool(tb testing.TB, name string) string {
 	tb.Helper()
-	if bin := os.Getenv(strings.ToUpper(name) + "_BIN"); bin != "" {
-		return bin
-	}
 	toolsMu.Lock()
 	defer toolsMu.Unlock()
 	if p, ok := tools[name]; ok {
 		return p
 	}
-	out, err := command(nil, "", "bash", filepath.Join(repoRoot, "hack", "tool.sh"), name)
+	p, err := envtest.HackTool(name)
 	if err != nil {
 		tb.Fatalf("installing %s: %v", name, err)
 	}
-	tools[name] = strings.TrimSpace(out)
-	return tools[name]
+	tools[name] = p
+	return p
 }
 
 var (

@@ -1,0 +1,164 @@
+/*
+Copyright 2026 The Cozystack Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package harness
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	clusterctlv1 "sigs.k8s.io/cluster-api/cmd/clusterctl/api/v1alpha3"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/cozystack/cluster-api-workers/test/envtest"
+)
+
+// inventoryVersion is the version the harness records for every provider
+// in clusterctl's inventory: clusterctl only compares the versions of two
+// inventories (a move's source and target), and every harness records the
+// same.
+const inventoryVersion = "v0.0.0-harness"
+
+// clusterctlProvider is one provider as `clusterctl init` records it.
+type clusterctlProvider struct {
+	// label is the provider's `cluster.x-k8s.io/provider` label and the
+	// name of its inventory entry.
+	label, name, namespace string
+	typ                    clusterctlv1.ProviderType
+	// groups are the API groups of the provider's CRDs.
+	groups []string
+}
+
+// clusterctlProviders are the providers of the harness's management
+// cluster, as a clusterctl-initialized one would list them.
+func (h *Harness) clusterctlProviders() []clusterctlProvider {
+	providers := []clusterctlProvider{
+		{label: "cluster-api", name: "cluster-api", namespace: "capi-system", typ: clusterctlv1.CoreProviderType,
+			groups: []string{"cluster.x-k8s.io", "addons.cluster.x-k8s.io", "ipam.cluster.x-k8s.io", "runtime.cluster.x-k8s.io"}},
+		{label: "infrastructure-kubevirt-workers", name: "kubevirt-workers", namespace: "kubevirt-workers-system", typ: clusterctlv1.InfrastructureProviderType,
+			groups: []string{"infrastructure.cozystack.io", "cozystack.io"}},
+		{label: "control-plane-harness", name: "harness", namespace: "harness-control-plane-system", typ: clusterctlv1.ControlPlaneProviderType,
+			groups: []string{"controlplane.harness.cozystack.io"}},
+	}
+	if h.opts.Bootstrap == BootstrapKubeadm {
+		return append(providers, clusterctlProvider{label: "bootstrap-kubeadm", name: "kubeadm", namespace: "capi-kubeadm-bootstrap-system",
+			typ: clusterctlv1.BootstrapProviderType, groups: []string{"bootstrap.cluster.x-k8s.io"}})
+	}
+	return append(providers, clusterctlProvider{label: "bootstrap-kairos-kubeadm", name: "kairos-kubeadm", namespace: "kairos-bootstrap-system",
+		typ: clusterctlv1.BootstrapProviderType, groups: []string{"bootstrap.cozystack.io"}})
+}
+
+// ClusterctlProviderCRDPath is clusterctl's inventory CRD (Provider), from
+// the Cluster API module go.mod pins.
+func ClusterctlProviderCRDPath() (string, error) {
+	dir, err := envtest.ModuleDir("sigs.k8s.io/cluster-api")
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(dir, "cmd", "clusterctl", "config", "crd", "bases", "clusterctl.cluster.x-k8s.io_providers.yaml"), nil
+}
+
+// registerWithClusterctl leaves the management cluster as `clusterctl
+// init` leaves one: every CRD of a provider carries clusterctl's label (a
+// move discovers the kinds of labelled CRDs only) and the provider's, and
+// clusterctl's inventory lists the providers.
+func (h *Harness) registerWithClusterctl(ctx context.Context) error {
+	providers := h.clusterctlProviders()
+	byGroup := map[string]clusterctlProvider{}
+	for _, p := range providers {
+		for _, g := range p.groups {
+			byGroup[g] = p
+		}
+	}
+	crds := &apiextensionsv1.CustomResourceDefinitionList{}
+	if err := h.Management.Client.List(ctx, crds); err != nil {
+		return fmt.Errorf("listing CRDs: %w", err)
+	}
+	for i := range crds.Items {
+		crd := &crds.Items[i]
+		p, ok := byGroup[crd.Spec.Group]
+		if !ok {
+			continue
+		}
+		patch := client.MergeFrom(crd.DeepCopy())
+		if crd.Labels == nil {
+			crd.Labels = map[string]string{}
+		}
+		crd.Labels[clusterctlv1.ClusterctlLabel] = ""
+		crd.Labels["cluster.x-k8s.io/provider"] = p.label
+		if err := h.Management.Client.Patch(ctx, crd, patch); err != nil {
+			return fmt.Errorf("labelling CRD %s: %w", crd.Name, err)
+		}
+	}
+	for _, p := range providers {
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: p.namespace}}
+		if err := h.Management.Client.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("creating namespace %s: %w", p.namespace, err)
+		}
+		entry := &unstructured.Unstructured{}
+		entry.SetGroupVersionKind(schema.GroupVersionKind{Group: clusterctlv1.GroupVersion.Group, Version: clusterctlv1.GroupVersion.Version, Kind: "Provider"})
+		entry.SetNamespace(p.namespace)
+		entry.SetName(p.label)
+		entry.SetLabels(map[string]string{clusterctlv1.ClusterctlLabel: "", "cluster.x-k8s.io/provider": p.label})
+		entry.Object["providerName"] = p.name
+		entry.Object["type"] = string(p.typ)
+		entry.Object["version"] = inventoryVersion
+		if err := h.Management.Client.Create(ctx, entry); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("recording provider %s in clusterctl's inventory: %w", p.label, err)
+		}
+	}
+	return nil
+}
+
+// ClusterctlBackup runs Cluster API's own `clusterctl move --to-directory`
+// on a namespace of the management cluster: clusterctl pauses its
+// Clusters, writes every object a move would carry to dir, one file per
+// object (<Kind>_<namespace>_<name>.yaml), and resumes them.
+func (h *Harness) ClusterctlBackup(ctx context.Context, namespace, dir string) error {
+	bin, err := envtest.HackTool("clusterctl")
+	if err != nil {
+		return err
+	}
+	home, err := os.MkdirTemp("", "harness-clusterctl-")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = os.RemoveAll(home) }()
+	kubeconfig := filepath.Join(home, "kubeconfig")
+	if err := envtest.WriteKubeconfig(kubeconfig, "management", h.Management.Config); err != nil {
+		return err
+	}
+	cmd := exec.CommandContext(ctx, bin, "move", "--kubeconfig", kubeconfig, "--namespace", namespace, "--to-directory", dir) //nolint:gosec // The pinned clusterctl with the harness's own arguments.
+	// Offline and isolated from the user's clusterctl configuration.
+	cmd.Env = append(os.Environ(), "CLUSTERCTL_DISABLE_VERSIONCHECK=true", "HOME="+home, "XDG_CONFIG_HOME="+home, "KUBECONFIG="+kubeconfig)
+	var stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stderr, &stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("clusterctl move --to-directory: %w: %s", err, strings.TrimSpace(stderr.String()))
+	}
+	return nil
+}
