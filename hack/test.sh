@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The project's test command (README: `make test`). Builds or reuses every
 # binary the suites need (kube-apiserver, etcd, kubeadm, kube-controller-manager,
-# virt-api, virt-controller, yip), then runs all
+# virt-api, virt-controller, yip, clusterctl), then runs all
 # Go tests, fuzz seed corpora included, with the race detector off to fit two
 # cores.
 set -euo pipefail
@@ -14,6 +14,10 @@ export KUBEADM_BIN="${bins}/kubeadm"
 export KUBE_CONTROLLER_MANAGER_BIN="${bins}/kube-controller-manager"
 YIP_BIN=$(hack/tool.sh yip)
 export YIP_BIN
+# Built once here: the packaging tests and the harness both run it, in
+# parallel packages.
+CLUSTERCTL_BIN=$(hack/tool.sh clusterctl)
+export CLUSTERCTL_BIN
 
 # TEST_PACKAGES narrows the run (make faults); every package by default.
 go test -count=1 -timeout 45m "$@" ${TEST_PACKAGES:-./...}
