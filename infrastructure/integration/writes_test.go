@@ -101,8 +101,9 @@ func conditionMatching(conditionType string, status metav1.ConditionStatus, reas
 // is not ready yet, through KubeVirt's virt-controller and the node
 // stand-ins starting its instance, to its node joining, and pins the
 // provider's writes to its KubeVirtMachine:
-// the finalizer (Cluster API's finalizers.EnsureFinalizer), the providerID
-// (Cluster API's patch helper, in a reconcile of its own), and the status
+// the finalizer (Cluster API's finalizers.EnsureFinalizer), Paused=False
+// (its paused.EnsurePausedCondition), the providerID (Cluster API's patch
+// helper, in a reconcile of its own), and the status
 // of each lifecycle step (waiting for bootstrap data, VM created,
 // provisioned), where the patch helper sends a step's conditions and its
 // other status fields (the first observedGeneration, the provisioned
@@ -135,12 +136,14 @@ func TestOneMachineLifecycleWrites(t *testing.T) {
 		}
 	}).Should(Succeed())
 	waiting := []string{
-		// The finalizer, then the providerID, before anything is created
-		// and before any condition records a generation.
+		// The finalizer (Cluster API's finalizer helper), Paused=False
+		// (its paused helper), then the providerID, each in a reconcile of
+		// its own before anything is created.
 		"management patch kubevirtmachines " + tc.namespace + "/counted",
+		"management patch kubevirtmachines/status " + tc.namespace + "/counted",
 		"management patch kubevirtmachines " + tc.namespace + "/counted",
-		// The waiting conditions, Paused=False among them, then the
-		// observed generation.
+		// The waiting conditions (Paused=False at the generation the
+		// providerID made), then the observed generation.
 		"management patch kubevirtmachines/status " + tc.namespace + "/counted",
 		"management patch kubevirtmachines/status " + tc.namespace + "/counted",
 	}

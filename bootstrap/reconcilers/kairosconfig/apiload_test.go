@@ -104,14 +104,16 @@ func TestOneMachineIsWrittenOnceFromCreationToJoin(t *testing.T) {
 	writes := func(r requests.Request) bool { return ours(r) && r.IsWrite() }
 	reads := func(r requests.Request) bool { return ours(r) && !r.IsWrite() }
 
-	// Until the data is ready: the finalizer, the status (its conditions
-	// and its other fields are two patches of Cluster API's patch helper),
-	// our token record, the workload token and the bootstrap data.
-	// Nothing more, though the Machine's and the Cluster's events
-	// reconcile the config again and again.
+	// Until the data is ready: the finalizer, Paused=False (Cluster API's
+	// paused helper, a patch of its own), the status (its conditions and
+	// its other fields are two patches of Cluster API's patch helper), our
+	// token record, the workload token and the bootstrap data. Nothing
+	// more, though the Machine's and the Cluster's events reconcile the
+	// config again and again.
 	ns := f.namespace
 	rendered := []string{
 		"management patch kairosconfigs " + ns + "/worker-0",
+		"management patch kairosconfigs/status " + ns + "/worker-0",
 		"management patch kairosconfigs/status " + ns + "/worker-0",
 		"management patch kairosconfigs/status " + ns + "/worker-0",
 		"management create secrets " + ns + "/" + tokenSecretName(w.config.Name),

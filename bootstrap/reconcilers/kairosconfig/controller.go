@@ -32,7 +32,6 @@ import (
 	"sigs.k8s.io/cluster-api/controllers/clustercache"
 	"sigs.k8s.io/cluster-api/controllers/external"
 	"sigs.k8s.io/cluster-api/util"
-	"sigs.k8s.io/cluster-api/util/annotations"
 	"sigs.k8s.io/cluster-api/util/conditions"
 	capicontrollerutil "sigs.k8s.io/cluster-api/util/controller"
 	"sigs.k8s.io/cluster-api/util/patch"
@@ -241,15 +240,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if annotations.IsPaused(cluster, config) {
-		// Record that, and nothing else, as Cluster API's controllers do.
-		err := r.ensurePausedCondition(ctx, writes, cluster, config)
+	// A paused config records that, and nothing else; an unpaused one
+	// records Paused=False in a patch of its own the first time, as Cluster
+	// API's controllers do.
+	if isPaused, requeue, err := r.ensurePausedCondition(ctx, writes, cluster, config); err != nil || isPaused || requeue {
 		r.expect.Wrote(req.NamespacedName, before, writes.Written())
 		return ctrl.Result{}, err
 	}
-	// Not paused: the condition goes out with this reconcile's patch rather
-	// than a patch of its own (one write fewer per Machine).
-	markNotPaused(config)
 	s := &scope{config: config, machine: machine, cluster: cluster}
 	defer func() {
 		if err := r.patchConfig(ctx, patchHelper, config, rerr == nil); err != nil {
@@ -406,12 +403,6 @@ func markWaiting(config *bootstrapv1.KairosConfig, reason, message string) {
 		Reason:  reason,
 		Message: message,
 	})
-}
-
-// markNotPaused sets Paused=False as Cluster API's paused helper does, for
-// the reconcile's one patch to send.
-func markNotPaused(config *bootstrapv1.KairosConfig) {
-	conditions.Set(config, metav1.Condition{Type: clusterv1.PausedCondition, Status: metav1.ConditionFalse, Reason: clusterv1.NotPausedReason})
 }
 
 func markInternalError(config *bootstrapv1.KairosConfig) {

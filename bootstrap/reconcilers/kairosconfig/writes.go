@@ -26,7 +26,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util"
-	"sigs.k8s.io/cluster-api/util/annotations"
 	"sigs.k8s.io/cluster-api/util/conditions"
 	"sigs.k8s.io/cluster-api/util/finalizers"
 	"sigs.k8s.io/cluster-api/util/patch"
@@ -41,7 +40,7 @@ import (
 
 // Every write the reconciler sends to the management cluster is in this
 // file: to the KairosConfig its finalizer (ensureFinalizer,
-// removeFinalizer), the Paused condition of a paused config
+// removeFinalizer), its Paused condition when it changes
 // (ensurePausedCondition) and a reconcile's one patch through Cluster
 // API's patch helper (patchConfig, reportWaiting: up to three requests,
 // the conditions, metadata, the rest of the status, each only when it
@@ -55,11 +54,11 @@ func (r *Reconciler) ensureFinalizer(ctx context.Context, writes client.Client, 
 	return finalizers.EnsureFinalizer(ctx, writes, config, bootstrapv1.ConfigFinalizer)
 }
 
-// ensurePausedCondition records that a config is paused, and nothing else,
-// as Cluster API's controllers do. cluster is nil where it is not known.
-func (r *Reconciler) ensurePausedCondition(ctx context.Context, writes client.Client, cluster *clusterv1.Cluster, config *bootstrapv1.KairosConfig) error {
-	_, _, err := paused.EnsurePausedCondition(ctx, writes, cluster, config)
-	return err
+// ensurePausedCondition is Cluster API's paused helper: the Paused
+// condition in a patch of its own when it changes; isPaused or requeue
+// say the reconcile ends there. cluster is nil where it is not known.
+func (r *Reconciler) ensurePausedCondition(ctx context.Context, writes client.Client, cluster *clusterv1.Cluster, config *bootstrapv1.KairosConfig) (isPaused, requeue bool, _ error) {
+	return paused.EnsurePausedCondition(ctx, writes, cluster, config)
 }
 
 // reportWaiting sends the conditions of a config that waits before it has a
@@ -68,18 +67,13 @@ func (r *Reconciler) ensurePausedCondition(ctx context.Context, writes client.Cl
 func (r *Reconciler) reportWaiting(ctx context.Context, config *bootstrapv1.KairosConfig, w waiting) error {
 	key, before, writes := client.ObjectKeyFromObject(config), config.ResourceVersion, ownwrites.NewRecorder(r.Client)
 	defer func() { r.expect.Wrote(key, before, writes.Written()) }()
-	if annotations.HasPaused(config) {
-		return r.ensurePausedCondition(ctx, writes, nil, config)
-	}
-	if c := conditions.Get(config, bootstrapv1.DataSecretAvailableCondition); c != nil && c.Reason == w.reason && c.Message == w.message &&
-		conditions.IsFalse(config, clusterv1.PausedCondition) && conditions.Has(config, bootstrapv1.ReadyCondition) {
-		return nil
-	}
 	h, err := patch.NewHelper(config, writes)
 	if err != nil {
 		return err
 	}
-	markNotPaused(config)
+	if isPaused, requeue, err := r.ensurePausedCondition(ctx, writes, nil, config); err != nil || isPaused || requeue {
+		return err
+	}
 	w.report(config)
 	return r.patchConfig(ctx, h, config, true)
 }

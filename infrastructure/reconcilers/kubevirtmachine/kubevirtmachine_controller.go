@@ -38,7 +38,6 @@ import (
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util"
-	"sigs.k8s.io/cluster-api/util/annotations"
 	"sigs.k8s.io/cluster-api/util/conditions"
 	capicontrollerutil "sigs.k8s.io/cluster-api/util/controller"
 	"sigs.k8s.io/cluster-api/util/finalizers"
@@ -275,22 +274,22 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	if added, err := finalizers.EnsureFinalizer(ctx, writes, kvm, infrav1.MachineFinalizer); err != nil || added {
 		return ctrl.Result{}, err
 	}
-	if (s.cluster != nil && ptr.Deref(s.cluster.Spec.Paused, false)) || annotations.HasPaused(kvm) {
-		// Record that, and nothing else, as Cluster API's controllers do.
-		_, _, err := paused.EnsurePausedCondition(ctx, writes, s.cluster, kvm)
-		return ctrl.Result{}, err
-	}
-
+	// The helper is made first: a Paused condition whose only change is
+	// its observedGeneration is set by the paused helper without a patch,
+	// for this reconcile's patch to carry.
 	patchHelper, err := patch.NewHelper(kvm, writes)
 	if err != nil {
+		return ctrl.Result{}, err
+	}
+	// A paused machine records that, and nothing else; an unpaused one
+	// records Paused=False in a patch of its own the first time, as Cluster
+	// API's controllers do.
+	if isPaused, requeue, err := paused.EnsurePausedCondition(ctx, writes, s.cluster, kvm); err != nil || isPaused || requeue {
 		return ctrl.Result{}, err
 	}
 	if kvm.DeletionTimestamp.IsZero() && kvm.Spec.ProviderID == "" {
 		return ctrl.Result{}, fillProviderID(ctx, patchHelper, kvm)
 	}
-	// Not paused: the condition goes out with this reconcile's patch rather
-	// than in a patch of its own (one write fewer per machine).
-	conditions.Set(kvm, metav1.Condition{Type: clusterv1.PausedCondition, Status: metav1.ConditionFalse, Reason: clusterv1.NotPausedReason})
 	defer func() {
 		if err := patchKubeVirtMachine(ctx, patchHelper, kvm, reterr == nil); err != nil {
 			reterr = kerrors.NewAggregate([]error{reterr, err})
