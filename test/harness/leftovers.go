@@ -32,12 +32,14 @@ import (
 
 	bootstrapv1 "github.com/cozystack/cluster-api-workers/bootstrap/api/v1alpha1"
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
+	"github.com/cozystack/cluster-api-workers/infrastructure/reconcilers/sharedimage"
 )
 
 // Leftovers lists what a Cluster's machines created that belongs to no
 // current Machine: KairosConfigs, KubeVirtMachines, VirtualMachines,
 // instances, DataVolumes, claims, Secrets and ConfigMaps in the Cluster's
-// namespace, and Nodes in its workload cluster. Empty is the "nothing left
+// namespace (a current template's shared import is its template's), and
+// Nodes in its workload cluster. Empty is the "nothing left
 // behind" half of every scenario.
 func (h *Harness) Leftovers(ctx context.Context, key client.ObjectKey) ([]string, error) {
 	s, err := h.State(ctx, key)
@@ -71,8 +73,22 @@ func (h *Harness) Leftovers(ctx context.Context, key client.ObjectKey) ([]string
 		}
 		return nil
 	}
+	// A template's shared import belongs to it while it resolves to it,
+	// whether or not a Machine clones it.
+	templates := &infrav1.KubeVirtMachineTemplateList{}
+	if err := h.Client.List(ctx, templates, in); err != nil {
+		return nil, err
+	}
+	sharedImports := map[string]bool{}
+	for i := range templates.Items {
+		if t := &templates.Items[i]; sharedimage.Shared(t) {
+			sharedImports[sharedimage.Name(t)] = true
+		}
+	}
 	isVM := func(name string) bool { return vms[name] }
-	isRootDisk := func(n string) bool { return vms[strings.TrimSuffix(n, "-root")] && strings.HasSuffix(n, "-root") }
+	isRootDisk := func(n string) bool {
+		return sharedImports[n] || (vms[strings.TrimSuffix(n, "-root")] && strings.HasSuffix(n, "-root"))
+	}
 	for _, c := range []struct {
 		kind  string
 		list  client.ObjectList
@@ -97,7 +113,8 @@ func (h *Harness) Leftovers(ctx context.Context, key client.ObjectKey) ([]string
 			return false
 		}},
 		{"ConfigMap", &corev1.ConfigMapList{}, func(n string) bool {
-			return n == "kube-root-ca.crt" || (strings.HasSuffix(n, "-import-ca") && vms[strings.TrimSuffix(n, "-import-ca")])
+			return n == "kube-root-ca.crt" || (strings.HasSuffix(n, "-import-ca") && vms[strings.TrimSuffix(n, "-import-ca")]) ||
+				(strings.HasSuffix(n, "-ca") && sharedImports[strings.TrimSuffix(n, "-ca")])
 		}},
 	} {
 		if err := check(c.kind, c.list, c.owned); err != nil {

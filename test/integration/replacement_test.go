@@ -24,6 +24,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -31,6 +32,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
+	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/render"
+	"github.com/cozystack/cluster-api-workers/infrastructure/reconcilers/kubevirtmachinetemplate"
 	"github.com/cozystack/cluster-api-workers/test/harness"
 	"github.com/cozystack/cluster-api-workers/test/sim/fault"
 )
@@ -123,15 +126,16 @@ func TestSingletonPoolWithHalfUnhealthyAllowedIsNotRemediated(t *testing.T) {
 }
 
 // TestImportFailureIsRemediatedThroughUnhealthyMachineConditions: the root
-// disk import of one Machine fails (its importer keeps restarting); the
-// provider reports InfrastructureReady False, the MachineHealthCheck's
-// unhealthyMachineConditions remediate it long before the node startup
-// timeout, and the replacement imports and joins.
+// disk of one Machine, its clone of the template's shared import, fails
+// (its importer keeps restarting); the provider reports InfrastructureReady
+// False, the MachineHealthCheck's unhealthyMachineConditions remediate it
+// long before the node startup timeout, and the replacement clones and
+// joins.
 func TestImportFailureIsRemediatedThroughUnhealthyMachineConditions(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
 	w := newCluster(t, harness.ClusterOptions{})
-	h.CDI.FailImports(fault.InNamespace(w.Key.Namespace), 1)
+	h.CDI.FailImports(machineDisksIn(w.Key.Namespace), 1)
 	applyImportPool(t, w, map[string]string{"WORKER_MACHINE_COUNT": "2", "NODE_STARTUP_TIMEOUT_SECONDS": "600"})
 
 	var failed types.UID
@@ -151,9 +155,10 @@ func TestImportFailureIsRemediatedThroughUnhealthyMachineConditions(t *testing.T
 	expectNoOrphans(t, w)
 }
 
-// TestSlowHealthyImportDoesNotLoop: imports that take far longer than the
-// infrastructure failure timeout but progress are not remediated: each
-// Machine keeps its one DataVolume until it joins. Remediation is allowed
+// TestSlowHealthyImportDoesNotLoop: root disks (clones of the template's
+// shared import) that take far longer than the infrastructure failure
+// timeout but progress are not remediated: each Machine keeps its one
+// DataVolume until it joins. Remediation is allowed
 // for every Machine here, so any false unhealthy verdict would show. CDI
 // makes each claim a few seconds late (the suite's ClaimDelay), so real
 // virt-controller reports the claim missing and then keeps a stale
@@ -163,7 +168,7 @@ func TestSlowHealthyImportDoesNotLoop(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
 	w := newCluster(t, harness.ClusterOptions{})
-	h.CDI.SlowImports(fault.InNamespace(w.Key.Namespace), 2, 20*time.Second)
+	h.CDI.SlowImports(machineDisksIn(w.Key.Namespace), 2, 20*time.Second)
 	applyImportPool(t, w, map[string]string{"WORKER_MACHINE_COUNT": "2", "MAX_UNHEALTHY": "100%", "NODE_STARTUP_TIMEOUT_SECONDS": "120"})
 
 	firstMachines := map[types.UID]bool{}
@@ -176,7 +181,7 @@ func TestSlowHealthyImportDoesNotLoop(t *testing.T) {
 				firstMachines[m.UID] = true
 			}
 			g.Expect(firstMachines).To(HaveKey(m.UID), "Machine %s replaced a Machine whose import was only slow", m.Name)
-			if c := conditions.Get(&m, clusterv1.MachineInfrastructureReadyCondition); c != nil && c.Reason == infrav1.ImportingReason {
+			if c := conditions.Get(&m, clusterv1.MachineInfrastructureReadyCondition); c != nil && c.Reason == infrav1.CloningReason {
 				g.Expect(c.Status).To(BeEquivalentTo("Unknown"))
 				sawProgress = true
 			}
@@ -195,15 +200,17 @@ func TestSlowHealthyImportDoesNotLoop(t *testing.T) {
 			g.Expect(m.Status.Phase).To(Equal(string(clusterv1.MachinePhaseRunning)))
 		}
 	}, timeout, poll).Should(Succeed(), func() string { return describe(w) })
-	g.Expect(sawProgress).To(BeTrue(), "no Machine reported import progress")
-	g.Expect(disks).To(HaveLen(2))
+	g.Expect(sawProgress).To(BeTrue(), "no Machine reported clone progress")
+	g.Expect(disks).To(HaveLen(3), "the shared import and each Machine's clone")
 	expectBootsClean(g, expectJoined(t, w, 2))
 	expectNoOrphans(t, w)
 }
 
 // applyImportPool applies the example pool with a classless template whose
 // root disk is imported over HTTP by CDI (a Kairos class always boots a
-// container disk).
+// container disk): once, into the template's shared import, which each
+// Machine's root disk clones. The node simulator is told, before any
+// machine exists, that the clones boot the imported image.
 func applyImportPool(t *testing.T, w *harness.WorkloadCluster, vars map[string]string) {
 	t.Helper()
 	objs := pool(t, w, vars)
@@ -214,9 +221,24 @@ func applyImportPool(t *testing.T, w *harness.WorkloadCluster, vars map[string]s
 		template.SetLabels(labels)
 		machine["image"] = map[string]any{"httpImport": map[string]any{"url": importedImage}}
 		machine["rootDisk"] = map[string]any{"size": "20Gi"}
+		spec := &infrav1.KubeVirtMachineSpec{}
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(machine, spec); err != nil {
+			t.Fatal(err)
+		}
+		shared := render.SharedImportName(kubevirtmachinetemplate.Classless(spec).ContentHash, spec.RootDisk)
+		h.Nodes.SetImage("PVC "+w.Key.Namespace+"/"+shared, importedOS)
 	})
 	if err := h.Apply(context.Background(), objs); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// machineDisksIn selects the Machines' root disks of a namespace for CDI's
+// faults, not the template's shared import.
+func machineDisksIn(namespace string) fault.Selector {
+	return func(o client.Object) bool {
+		_, machine := o.GetLabels()[infrav1.MachineNameLabel]
+		return machine && o.GetNamespace() == namespace
 	}
 }
 

@@ -60,6 +60,10 @@ const (
 	drainNodeLabel = "harness.cozystack.io/drain"
 )
 
+// importedOS is what importedImage boots, and the clones of its shared
+// imports.
+var importedOS = nodesim.Image{KubernetesVersion: "v1.36.3", OSImage: "Kairos v3.5.3 (imported)"}
+
 var (
 	h       *harness.Harness
 	verbose = flag.Bool("harness.log", false, "print the controllers' logs")
@@ -151,7 +155,7 @@ func run(m *testing.M) (code int) {
 			platformImage: {KubernetesVersion: "v1.36.3", OSImage: "Kairos v3.5.3 (Ubuntu 24.04)"},
 			rebuiltImage:  {KubernetesVersion: "v1.36.3", OSImage: "Kairos v3.5.3 (Ubuntu 24.04, rebuilt)"},
 			customImage:   {KubernetesVersion: "v1.36.3", OSImage: "Tenant Kairos v3.5.3"},
-			importedImage: {KubernetesVersion: "v1.36.3", OSImage: "Kairos v3.5.3 (imported)"},
+			importedImage: importedOS,
 		},
 		// One infrastructure node, with GPUs for the pools that ask for
 		// them.

@@ -32,14 +32,16 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
+	"github.com/cozystack/cluster-api-workers/infrastructure/reconcilers/sharedimage"
 )
 
 // TestScaleFromZero: a MachineDeployment at 0 replicas, with the cluster
 // autoscaler's min and max annotations, makes no Machine; its template
 // advertises what the autoscaler reads to scale from zero (capacity and
 // node info in the KubeVirtMachineTemplate's status). Scaled to 1, as the
-// autoscaler would, it joins a real guest whose root disk CDI imported over
-// HTTP from the runner (the DataVolume path), with a ConfigDrive seed, and
+// autoscaler would, it joins a real guest whose root disk is a clone of the
+// template's shared import, which CDI imported over HTTP from the runner
+// (the DataVolume path), with a ConfigDrive seed, and
 // the Node has the capacity the template promised, less what the guest's
 // kernel and file system keep.
 func TestScaleFromZero(t *testing.T) {
@@ -79,13 +81,18 @@ func TestScaleFromZero(t *testing.T) {
 	m := ms[0]
 	dv := &cdiv1.DataVolume{}
 	g.Expect(h.Client.Get(suiteCtx, client.ObjectKey{Namespace: m.Namespace, Name: m.Spec.InfrastructureRef.Name + "-root"}, dv)).To(Succeed())
-	g.Expect(dv.Spec.Source.HTTP).NotTo(BeNil())
-	g.Expect(dv.Spec.Source.HTTP.URL).To(Equal(runner.ImageURL()))
+	shared := sharedimage.Name(template)
+	g.Expect(dv.Spec.Source.PVC).To(Equal(&cdiv1.DataVolumeSourcePVC{Namespace: m.Namespace, Name: shared}),
+		"the classless template's machine clones its shared import")
 	g.Expect(dv.Status.Phase).To(Equal(cdiv1.Succeeded))
+	sharedDV := &cdiv1.DataVolume{}
+	g.Expect(h.Client.Get(suiteCtx, client.ObjectKey{Namespace: m.Namespace, Name: shared}, sharedDV)).To(Succeed())
+	g.Expect(sharedDV.Spec.Source.HTTP).NotTo(BeNil())
+	g.Expect(sharedDV.Spec.Source.HTTP.URL).To(Equal(runner.ImageURL()))
 	vm := &kubevirtv1.VirtualMachine{}
 	g.Expect(h.Client.Get(suiteCtx, vmKey(m), vm)).To(Succeed())
 	g.Expect(vm.Spec.Template.Spec.Volumes).To(ContainElement(HaveField("DataVolume.Name", dv.Name)))
-	// The guest boots the volume CDI's importer wrote: its claim's
+	// The guest boots the volume CDI's cloner wrote: its claim's
 	// PersistentVolume's file.
 	pvc := &corev1.PersistentVolumeClaim{}
 	g.Expect(h.Client.Get(suiteCtx, client.ObjectKeyFromObject(dv), pvc)).To(Succeed())
