@@ -17,6 +17,8 @@ limitations under the License.
 package v1alpha1
 
 import (
+	"reflect"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -169,6 +171,14 @@ type KubeVirtMachineTemplate struct {
 }
 
 // GetConditions returns the template's conditions.
+// CopiesImage reports whether image is the template's own
+// spec.template.spec.image, which Cluster API copies into every machine it
+// makes from the template: a machine with that image took it from its
+// template rather than naming it.
+func (t *KubeVirtMachineTemplate) CopiesImage(image *ImageSource) bool {
+	return reflect.DeepEqual(t.Spec.Template.Spec.Image, image)
+}
+
 func (t *KubeVirtMachineTemplate) GetConditions() []metav1.Condition {
 	return t.Status.Conditions
 }

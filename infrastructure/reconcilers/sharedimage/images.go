@@ -125,7 +125,7 @@ const (
 // bytes its own spec names: it clones the shared import only while its
 // image is the resolution's.
 func OriginOf(t *infrav1.KubeVirtMachineTemplate, image *infrav1.ImageSource) Origin {
-	if image != nil && (image.HTTPImport == nil || !reflect.DeepEqual(t.Spec.Template.Spec.Image, image)) {
+	if image != nil && (image.HTTPImport == nil || !t.CopiesImage(image)) {
 		return OwnImage
 	}
 	switch {

@@ -19,7 +19,6 @@ package admission
 import (
 	"context"
 	"fmt"
-	"reflect"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -82,5 +81,5 @@ func copiedFromTemplate(ctx context.Context, reader client.Reader, obj client.Ob
 		}
 		return false, apierrors.NewInternalError(fmt.Errorf("reading KubeVirtMachineTemplate %s: %w", name, err))
 	}
-	return reflect.DeepEqual(template.Spec.Template.Spec.Image, img), nil
+	return template.CopiesImage(img), nil
 }
