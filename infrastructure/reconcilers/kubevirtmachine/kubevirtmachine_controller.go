@@ -347,11 +347,13 @@ func (r *Reconciler) newScope(ctx context.Context, kvm *infrav1.KubeVirtMachine)
 
 // fillProviderID sets the empty spec.providerID (kubevirt://<name>) and has
 // the patch helper write it in a reconcile of its own, before anything is
-// created and before any condition records a generation: the providerID
-// is known before the VM exists, and as the only spec change it bumps the
+// created and before the first step's conditions: the providerID is known
+// before the VM exists, and as the only spec change it bumps the
 // generation once. The patch helper sends conditions before spec, so
 // conditions and status.observedGeneration sent with it would record the
-// generation it replaces and be written again. Cluster API reads it only
+// generation it replaces and be written again (only Paused=False, written
+// by the paused helper before, records the old one until the first step's
+// patch carries it). Cluster API reads it only
 // once the machine is provisioned. The event of this patch reconciles the
 // machine again.
 func fillProviderID(ctx context.Context, h *patch.Helper, kvm *infrav1.KubeVirtMachine) error {
