@@ -170,7 +170,6 @@ type KubeVirtMachineTemplate struct {
 	Status KubeVirtMachineTemplateStatus `json:"status,omitempty,omitzero"`
 }
 
-// GetConditions returns the template's conditions.
 // CopiesImage reports whether image is the template's own
 // spec.template.spec.image, which Cluster API copies into every machine it
 // makes from the template: a machine with that image took it from its
@@ -179,6 +178,7 @@ func (t *KubeVirtMachineTemplate) CopiesImage(image *ImageSource) bool {
 	return reflect.DeepEqual(t.Spec.Template.Spec.Image, image)
 }
 
+// GetConditions returns the template's conditions.
 func (t *KubeVirtMachineTemplate) GetConditions() []metav1.Condition {
 	return t.Status.Conditions
 }
