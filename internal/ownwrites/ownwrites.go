@@ -149,3 +149,41 @@ func (s statusRecorder) Patch(ctx context.Context, obj client.Object, patch clie
 func (s statusRecorder) Update(ctx context.Context, obj client.Object, opts ...client.SubResourceUpdateOption) error {
 	return s.recorder.record(obj, s.SubResourceWriter.Update(ctx, obj, opts...))
 }
+
+// Children remembers, per object, the one child a reconcile of it last
+// created or deleted, until the cache shows that write: a reconcile that
+// finds the cache disagreeing reads the API server or skips, instead of
+// repeating a create that can only fail or a deletion already done
+// (kube-controller-manager's ControllerExpectations, for one child). The
+// zero value is ready to use.
+type Children struct {
+	mu      sync.Mutex
+	written map[types.NamespacedName]string
+}
+
+// Wrote records that a reconcile of owner created or deleted its child
+// name.
+func (c *Children) Wrote(owner types.NamespacedName, name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.written == nil {
+		c.written = map[types.NamespacedName]string{}
+	}
+	c.written[owner] = name
+}
+
+// Pending reports whether owner's last recorded write was to its child
+// name and the cache has not been seen to show it yet.
+func (c *Children) Pending(owner types.NamespacedName, name string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	written, ok := c.written[owner]
+	return ok && written == name
+}
+
+// Seen drops owner's record: the cache shows the write, or owner is gone.
+func (c *Children) Seen(owner types.NamespacedName) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.written, owner)
+}

@@ -108,3 +108,18 @@ func TestRecorderNotesTheVersionOfEveryWrite(t *testing.T) {
 	g.Expect(r.Update(ctx, stale)).NotTo(Succeed(), "a conflict")
 	g.Expect(r.Written()).To(HaveLen(4), "a failed write records nothing")
 }
+
+func TestChildrenRememberTheLastWriteUntilSeen(t *testing.T) {
+	g := NewWithT(t)
+	owner := types.NamespacedName{Namespace: "ns", Name: "m"}
+	var c Children
+	g.Expect(c.Pending(owner, "vm")).To(BeFalse(), "the zero value remembers nothing")
+	c.Wrote(owner, "vm")
+	g.Expect(c.Pending(owner, "vm")).To(BeTrue())
+	g.Expect(c.Pending(owner, "other")).To(BeFalse(), "another child was not written")
+	g.Expect(c.Pending(types.NamespacedName{Namespace: "ns", Name: "n"}, "vm")).To(BeFalse(), "another owner's record")
+	c.Wrote(owner, "other")
+	g.Expect(c.Pending(owner, "vm")).To(BeFalse(), "only the last write is remembered")
+	c.Seen(owner)
+	g.Expect(c.Pending(owner, "other")).To(BeFalse())
+}

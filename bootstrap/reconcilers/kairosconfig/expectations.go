@@ -17,8 +17,6 @@ limitations under the License.
 package kairosconfig
 
 import (
-	"sync"
-
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/cozystack/cluster-api-workers/internal/ownwrites"
@@ -26,49 +24,39 @@ import (
 
 // expectations remember the controller's own writes until the cache shows
 // them: the versions of a config our writes replaced (ownwrites), and the
-// token records we deleted, so that a reconcile on a stale cache neither
+// token record we deleted, so that a reconcile on a stale cache neither
 // adds the finalizer again, renders again nor revokes again. Each entry
 // lives from a write to the next reconcile of the same config, which the
 // write's own watch event triggers.
 type expectations struct {
 	*ownwrites.Versions
-
-	mu sync.Mutex
-	// revoked maps a config to the ID of the token whose record we
+	// revoked holds, per config, the ID of the token whose record we
 	// deleted: a cached record with that ID is already gone.
-	revoked map[types.NamespacedName]string
+	revoked ownwrites.Children
 }
 
 func newExpectations() *expectations {
-	return &expectations{Versions: ownwrites.New(), revoked: map[types.NamespacedName]string{}}
+	return &expectations{Versions: ownwrites.New()}
 }
 
 // revokedToken records that the record of token id was deleted.
 func (e *expectations) revokedToken(config types.NamespacedName, id string) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.revoked[config] = id
+	e.revoked.Wrote(config, id)
 }
 
 // tokenRevoked reports whether a cached record of token id was already
 // deleted by us.
 func (e *expectations) tokenRevoked(config types.NamespacedName, id string) bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.revoked[config] == id
+	return e.revoked.Pending(config, id)
 }
 
 // tokenRecordGone drops the revocation once the cache has no record.
 func (e *expectations) tokenRecordGone(config types.NamespacedName) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	delete(e.revoked, config)
+	e.revoked.Seen(config)
 }
 
 // forget drops everything about a config that is gone.
 func (e *expectations) forget(config types.NamespacedName) {
 	e.Forget(config)
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	delete(e.revoked, config)
+	e.revoked.Seen(config)
 }

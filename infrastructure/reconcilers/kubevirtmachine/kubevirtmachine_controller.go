@@ -24,7 +24,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -121,7 +120,7 @@ type Reconciler struct {
 	// created and the cache has not shown yet: a reconcile in that window
 	// reads the VM from the API server rather than sending a create that
 	// can only fail.
-	createdVMs sync.Map
+	createdVMs ownwrites.Children
 }
 
 // SetupWithManager registers the controller and its watches. VirtualMachines,
@@ -245,7 +244,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	if err := r.Client.Get(ctx, req.NamespacedName, kvm); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.ownWrites.Forget(req.NamespacedName)
-			r.createdVMs.Delete(req.NamespacedName)
+			r.createdVMs.Seen(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -418,9 +417,9 @@ func (r *Reconciler) ensureVirtualMachine(ctx context.Context, s *scope) (*kubev
 	key := client.ObjectKeyFromObject(kvm)
 	vm := &kubevirtv1.VirtualMachine{}
 	err := r.Client.Get(ctx, key, vm)
-	if _, created := r.createdVMs.Load(key); created {
+	if r.createdVMs.Pending(key, key.Name) {
 		if err == nil {
-			r.createdVMs.Delete(key)
+			r.createdVMs.Seen(key)
 		} else if apierrors.IsNotFound(err) {
 			err = r.APIReader.Get(ctx, key, vm)
 		}
@@ -488,7 +487,7 @@ func (r *Reconciler) ensureVirtualMachine(ctx context.Context, s *scope) (*kubev
 	}
 	vm, blocker, err = ensureCreated(ctx, r, kvm, objs.VirtualMachine, "VirtualMachine")
 	if err == nil && blocker == nil {
-		r.createdVMs.Store(key, struct{}{})
+		r.createdVMs.Wrote(key, vm.Name)
 	}
 	return vm, blocker, err
 }

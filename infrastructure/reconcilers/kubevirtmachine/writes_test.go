@@ -178,7 +178,7 @@ func TestCreatedVirtualMachineNotCachedYet(t *testing.T) {
 	stale := countingClient(t, &sentWrites{})
 	r := &Reconciler{Client: cachedClient{Client: live, cache: stale}, APIReader: live}
 	key := client.ObjectKeyFromObject(kvm)
-	r.createdVMs.Store(key, struct{}{})
+	r.createdVMs.Wrote(key, key.Name)
 
 	got, blocker, err := r.ensureVirtualMachine(context.Background(), &scope{kubeVirtMachine: kvm})
 	g.Expect(err).NotTo(HaveOccurred())
@@ -190,6 +190,6 @@ func TestCreatedVirtualMachineNotCachedYet(t *testing.T) {
 	r.Client = cachedClient{Client: live, cache: live}
 	_, _, err = r.ensureVirtualMachine(context.Background(), &scope{kubeVirtMachine: kvm})
 	g.Expect(err).NotTo(HaveOccurred())
-	_, recorded := r.createdVMs.Load(key)
+	recorded := r.createdVMs.Pending(key, key.Name)
 	g.Expect(recorded).To(BeFalse())
 }
