@@ -155,10 +155,10 @@ func (h *Harness) ClusterctlBackup(ctx context.Context, namespace, dir string) e
 	cmd := exec.CommandContext(ctx, bin, "move", "--kubeconfig", kubeconfig, "--namespace", namespace, "--to-directory", dir) //nolint:gosec // The pinned clusterctl with the harness's own arguments.
 	// Offline and isolated from the user's clusterctl configuration.
 	cmd.Env = append(os.Environ(), "CLUSTERCTL_DISABLE_VERSIONCHECK=true", "HOME="+home, "XDG_CONFIG_HOME="+home, "KUBECONFIG="+kubeconfig)
-	var stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stderr, &stderr
+	var output bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &output, &output
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("clusterctl move --to-directory: %w: %s", err, strings.TrimSpace(stderr.String()))
+		return fmt.Errorf("clusterctl move --to-directory: %w: %s", err, strings.TrimSpace(output.String()))
 	}
 	return nil
 }
