@@ -134,12 +134,15 @@ func (h *Harness) CreateCluster(ctx context.Context, key client.ObjectKey, opts 
 // creates the cluster's Secrets, owned by the control plane.
 func (h *Harness) runControlPlane(ctx context.Context, key client.ObjectKey, controlPlane *unstructured.Unstructured, api *envtest.Workload) error {
 	// What a hosted control plane provider reports once its API server runs.
+	// A merge patch, not an update: under topology Cluster API's controllers
+	// write the same object meanwhile, and the status is ours alone.
+	base := controlPlane.DeepCopy()
 	controlPlane.Object["status"] = map[string]any{
 		"version":                     ControlPlaneKubernetesVersion,
 		"externalManagedControlPlane": true,
 		"initialization":              map[string]any{"controlPlaneInitialized": true},
 	}
-	if err := h.Client.Status().Update(ctx, controlPlane); err != nil {
+	if err := h.Client.Status().Patch(ctx, controlPlane, client.MergeFrom(base)); err != nil {
 		return fmt.Errorf("reporting the hosted control plane of %s initialized: %w", key, err)
 	}
 	secrets, err := api.ClusterSecrets(key)
