@@ -28,7 +28,13 @@ for t in "${targets[@]}"; do
   case "$t" in
     workerclass) gen workerclass exp/workerclass/api/v1alpha1 "exp/workerclass" ;;
     bootstrap) gen bootstrap bootstrap/api/v1alpha1 "bootstrap" ;;
-    infrastructure) gen infrastructure infrastructure/api/v1alpha1 "infrastructure" ;;
+    infrastructure)
+      gen infrastructure infrastructure/api/v1alpha1 "infrastructure"
+      # The role of the provider's identity in a remote infrastructure
+      # cluster (--infrastructure-kubeconfig), from infracluster's markers.
+      "${cg}" rbac:roleName=infrastructure-cluster-role "paths=./infrastructure/internal/infracluster/..." \
+        "output:rbac:dir=./config/infrastructure/infrastructure-cluster"
+      ;;
     *) echo "unknown target $t" >&2; exit 2 ;;
   esac
 done

@@ -2,7 +2,8 @@
 # Writes the clusterctl release artefacts into an output folder:
 # bootstrap-components.yaml, infrastructure-components.yaml, metadata.yaml
 # the cluster templates (cluster-template*.yaml) and the ClusterClasses their
-# topology flavors name (clusterclass-*.yaml).
+# topology flavors name (clusterclass-*.yaml); and, for hosters who run the
+# VMs in a cluster of their own, infrastructure-cluster-role.yaml.
 #
 # Environment:
 #   RELEASE_DIR           output folder (default out/), created if missing
@@ -86,6 +87,9 @@ build bootstrap default ghcr.io/cozystack/kairos-bootstrap-controller "${bootstr
 # the manager flag that serves them, and class-based templates are what the
 # provider is for. config/infrastructure/default (classless) serves Tilt.
 build infrastructure with-workerclass ghcr.io/cozystack/kubevirt-workers-controller "${infrastructure_image}" infrastructure-components.yaml
+# Not a clusterctl artefact: the role a hoster applies in a remote
+# infrastructure cluster (--infrastructure-kubeconfig).
+"${kustomize}" build config/infrastructure/infrastructure-cluster >"${out}/infrastructure-cluster-role.yaml"
 cp metadata.yaml "${out}/metadata.yaml"
 cp templates/cluster-template*.yaml templates/clusterclass-*.yaml "${out}/"
 echo "release manifests (availability ${level}) written to ${out}" >&2

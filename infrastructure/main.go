@@ -26,6 +26,8 @@ import (
 
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	cliflag "k8s.io/component-base/cli/flag"
 	"k8s.io/component-base/logs"
@@ -66,6 +68,7 @@ var (
 	webhookCertName             string
 	webhookKeyName              string
 	healthAddr                  string
+	infrastructureKubeconfig    string
 	importFailureRestarts       int32
 	machineConcurrency          int
 	templateConcurrency         int
@@ -101,6 +104,8 @@ func initFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&webhookCertName, "webhook-cert-name", "tls.crt", "File name of the webhook server's certificate.")
 	fs.StringVar(&webhookKeyName, "webhook-key-name", "tls.key", "File name of the webhook server's key.")
 	fs.StringVar(&healthAddr, "health-addr", ":9440", "Bind address of the health and readiness probes.")
+	fs.StringVar(&infrastructureKubeconfig, "infrastructure-kubeconfig", "",
+		"Kubeconfig of the cluster the machines' VirtualMachines run in (mounted from a Secret of the provider's namespace); the management cluster when empty.")
 	fs.Int32Var(&importFailureRestarts, "import-failure-restarts", kubevirtmachine.DefaultImportFailureRestarts,
 		"Importer pod restarts of a root DataVolume that count as a failed import (reported as ImportFailed).")
 	fs.IntVar(&machineConcurrency, "kubevirtmachine-concurrency", 10, "KubeVirtMachines reconciled in parallel.")
@@ -185,9 +190,19 @@ func run() error {
 		return err
 	}
 
+	var infraConfig *rest.Config
+	if infrastructureKubeconfig != "" {
+		if infraConfig, err = clientcmd.BuildConfigFromFlags("", infrastructureKubeconfig); err != nil {
+			return fmt.Errorf("loading --infrastructure-kubeconfig: %w", err)
+		}
+		infraConfig.QPS, infraConfig.Burst = restConfigQPS, restConfigBurst
+		infraConfig.UserAgent = restConfig.UserAgent
+		infraConfig.WarningHandler = restConfig.WarningHandler
+	}
+
 	ctx := ctrl.SetupSignalHandler()
 	workerClasses := feature.Gates.Enabled(feature.WorkerClass)
-	if err := setup.Webhooks(mgr); err != nil {
+	if err := setup.Webhooks(mgr, infraConfig); err != nil {
 		return err
 	}
 	if err := setup.Reconcilers(ctx, mgr, setup.Options{
@@ -199,6 +214,8 @@ func run() error {
 		MachineConcurrency:    machineConcurrency,
 		TemplateConcurrency:   templateConcurrency,
 		ClusterConcurrency:    clusterConcurrency,
+		Infrastructure:        infraConfig,
+		SyncPeriod:            syncPeriod,
 	}); err != nil {
 		return err
 	}
@@ -212,6 +229,16 @@ func run() error {
 			return err
 		}
 	}
-	setupLog.Info("Starting the manager", "namespace", watchNamespace, "watchFilter", watchFilterValue, "workerClasses", workerClasses)
+	setupLog.Info("Starting the manager", "namespace", watchNamespace, "watchFilter", watchFilterValue, "workerClasses", workerClasses,
+		"infrastructureCluster", infrastructureClusterName(infraConfig))
 	return mgr.Start(ctx)
+}
+
+// infrastructureClusterName names the infrastructure cluster in the start-up
+// log line: its API server's address, never its credentials.
+func infrastructureClusterName(cfg *rest.Config) string {
+	if cfg == nil {
+		return "the management cluster"
+	}
+	return cfg.Host
 }

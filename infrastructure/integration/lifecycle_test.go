@@ -148,8 +148,8 @@ func TestRestartNeverDuplicatesTheVM(t *testing.T) {
 		machines = append(machines, tc.machine(t, name, containerDiskSpec()))
 	}
 	waitForVM(t, machines[0])
-	restartControllers(t)
-	second, err := startControllers(ctx)
+	restartControllers(t, nil)
+	second, err := startControllers(ctx, nil)
 	g.Expect(err).NotTo(HaveOccurred())
 	defer second.stop()
 

@@ -43,6 +43,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
@@ -135,7 +136,7 @@ func run(m *testing.M) int {
 		Scheme:        scheme,
 		CRDPaths:      envtest.ExternalCRDPaths(),
 		WebhookPaths:  []string{"config/infrastructure/webhook"},
-		SetupWebhooks: setup.Webhooks,
+		SetupWebhooks: func(mgr ctrl.Manager) error { return setup.Webhooks(mgr, nil) },
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -161,7 +162,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer stopInfra()
-	cm, err := startControllers(ctx)
+	cm, err := startControllers(ctx, nil)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -241,9 +242,10 @@ type controllerManager struct {
 }
 
 // startControllers starts a manager running the provider's reconcilers with
-// the cache options main.go uses. Each manager has its own informer names,
+// the cache options main.go uses, and infra as the infrastructure cluster
+// (nil: the management cluster). Each manager has its own informer names,
 // as two managers in one process need.
-func startControllers(ctx context.Context) (*controllerManager, error) {
+func startControllers(ctx context.Context, infra *rest.Config) (*controllerManager, error) {
 	name := fmt.Sprintf("kubevirt-workers-test-%d", managers.Add(1))
 	cacheOptions, err := setup.ManagerCacheOptions(scheme, name, "", syncPeriod)
 	if err != nil {
@@ -260,7 +262,8 @@ func startControllers(ctx context.Context) (*controllerManager, error) {
 		return nil, err
 	}
 	mctx, cancel := context.WithCancel(ctx)
-	if err := setup.Reconcilers(mctx, mgr, setup.Options{ControllerName: name, WorkerClasses: true, ImportFailureRestarts: 3, MachineConcurrency: 10, TemplateConcurrency: 4}); err != nil {
+	if err := setup.Reconcilers(mctx, mgr, setup.Options{ControllerName: name, WorkerClasses: true, ImportFailureRestarts: 3, MachineConcurrency: 10, TemplateConcurrency: 4,
+		Infrastructure: infra, SyncPeriod: syncPeriod}); err != nil {
 		cancel()
 		return nil, err
 	}
@@ -284,11 +287,12 @@ func (cm *controllerManager) stop() {
 }
 
 // restartControllers replaces the running controllers with fresh ones, as a
-// new leader with empty caches would.
-func restartControllers(t *testing.T) {
+// new leader with empty caches would; infra is their infrastructure cluster
+// (nil: the management cluster).
+func restartControllers(t *testing.T, infra *rest.Config) {
 	t.Helper()
 	controllers.Load().stop()
-	cm, err := startControllers(context.Background())
+	cm, err := startControllers(context.Background(), infra)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,6 +30,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/selection"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	instancetypev1beta1 "kubevirt.io/api/instancetype/v1beta1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
@@ -38,11 +39,13 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/cluster"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 
 	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/infrastructure/internal/cloneauth"
+	"github.com/cozystack/cluster-api-workers/infrastructure/internal/infracluster"
 	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/render"
 	"github.com/cozystack/cluster-api-workers/infrastructure/reconcilers/kubevirtcluster"
 	"github.com/cozystack/cluster-api-workers/infrastructure/reconcilers/kubevirtmachine"
@@ -84,25 +87,43 @@ func AddToScheme(s *runtime.Scheme) error {
 // by their machine-name label. VMs of other providers, CAPK's included, are
 // never cached.
 func ManagerCacheOptions(scheme *runtime.Scheme, controllerName, watchNamespace string, syncPeriod time.Duration) (ctrlcache.Options, error) {
-	var namespaces map[string]ctrlcache.Config
-	if watchNamespace != "" {
-		namespaces = map[string]ctrlcache.Config{watchNamespace: {}}
-	}
 	withCluster, err := labels.NewRequirement(clusterv1.ClusterNameLabel, selection.Exists, nil)
 	if err != nil {
 		return ctrlcache.Options{}, err
+	}
+	return cacheOptions(scheme, controllerName, watchNamespace, syncPeriod, labels.NewSelector().Add(*withCluster))
+}
+
+// InfrastructureCacheOptions are ManagerCacheOptions for an infrastructure
+// cluster other than the management cluster: there the provider's only
+// Secrets are the machines' cloud-init Secrets, selected by their
+// machine-name label as the VMs are.
+func InfrastructureCacheOptions(scheme *runtime.Scheme, controllerName, watchNamespace string, syncPeriod time.Duration) (ctrlcache.Options, error) {
+	return cacheOptions(scheme, controllerName, watchNamespace, syncPeriod, nil)
+}
+
+// cacheOptions selects Secrets by secrets, or by the machine-name label
+// when nil, and the machines' own VMs, instances, DataVolumes and
+// ConfigMaps by that label.
+func cacheOptions(scheme *runtime.Scheme, controllerName, watchNamespace string, syncPeriod time.Duration, secrets labels.Selector) (ctrlcache.Options, error) {
+	var namespaces map[string]ctrlcache.Config
+	if watchNamespace != "" {
+		namespaces = map[string]ctrlcache.Config{watchNamespace: {}}
 	}
 	withMachine, err := labels.NewRequirement(infrav1.MachineNameLabel, selection.Exists, nil)
 	if err != nil {
 		return ctrlcache.Options{}, err
 	}
 	ours := ctrlcache.ByObject{Label: labels.NewSelector().Add(*withMachine)}
+	if secrets == nil {
+		secrets = ours.Label
+	}
 	return ctrlcache.Options{
 		DefaultNamespaces: namespaces,
 		SyncPeriod:        &syncPeriod,
 		DefaultTransform:  ctrlcache.TransformStripManagedFields(),
 		ByObject: map[client.Object]ctrlcache.ByObject{
-			&corev1.Secret{}:                     {Label: labels.NewSelector().Add(*withCluster), Transform: stripUnreadSecretData},
+			&corev1.Secret{}:                     {Label: secrets, Transform: stripUnreadSecretData},
 			&corev1.ConfigMap{}:                  ours,
 			&kubevirtv1.VirtualMachine{}:         ours,
 			&kubevirtv1.VirtualMachineInstance{}: ours,
@@ -133,6 +154,14 @@ type Options struct {
 	// MachineConcurrency, TemplateConcurrency and ClusterConcurrency bound
 	// the parallel reconciles of each kind; 1 when zero.
 	MachineConcurrency, TemplateConcurrency, ClusterConcurrency int
+	// Infrastructure is the cluster the machines' VMs run in when it is not
+	// the management cluster (--infrastructure-kubeconfig); nil for the
+	// management cluster. Shared imports are made only in the management
+	// cluster, where the templates that own them are.
+	Infrastructure *rest.Config
+	// SyncPeriod is the infrastructure cluster's cache resync period; 10m
+	// when zero.
+	SyncPeriod time.Duration
 }
 
 // Reconcilers registers the KubeVirtMachine, KubeVirtMachineTemplate and
@@ -149,22 +178,29 @@ func Reconcilers(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 	if controllerName == "" {
 		controllerName = "kubevirt-workers"
 	}
-	images, err := sharedimage.NewImages(mgr, controllerName, opts.WatchNamespace, restarts)
+	infra, err := infrastructureCluster(mgr, opts, controllerName)
 	if err != nil {
 		return err
 	}
-	if err := (&sharedimage.Reconciler{
-		Client:           strict,
-		APIReader:        mgr.GetAPIReader(),
-		Images:           images,
-		WatchFilterValue: opts.WatchFilterValue,
-	}).SetupWithManager(ctx, mgr, concurrency(opts.TemplateConcurrency)); err != nil {
-		return fmt.Errorf("setting up the shared image controller: %w", err)
+	var images *sharedimage.Images
+	if !infra.Remote {
+		if images, err = sharedimage.NewImages(mgr, controllerName, opts.WatchNamespace, restarts); err != nil {
+			return err
+		}
+		if err := (&sharedimage.Reconciler{
+			Client:           strict,
+			APIReader:        mgr.GetAPIReader(),
+			Images:           images,
+			WatchFilterValue: opts.WatchFilterValue,
+		}).SetupWithManager(ctx, mgr, concurrency(opts.TemplateConcurrency)); err != nil {
+			return fmt.Errorf("setting up the shared image controller: %w", err)
+		}
 	}
 	if err := (&kubevirtmachine.Reconciler{
 		Client:                strict,
 		APIReader:             mgr.GetAPIReader(),
-		Clones:                &cloneauth.Authorizer{Client: mgr.GetClient(), Reader: mgr.GetAPIReader()},
+		Infrastructure:        infra,
+		Clones:                &cloneauth.Authorizer{Client: infra.Client, Reader: infra.Reader},
 		SharedImages:          images,
 		WatchFilterValue:      opts.WatchFilterValue,
 		ImportFailureRestarts: opts.ImportFailureRestarts,
@@ -173,6 +209,7 @@ func Reconcilers(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 	}
 	if err := (&kubevirtmachinetemplate.Reconciler{
 		Client:           strict,
+		Infrastructure:   infra,
 		WatchFilterValue: opts.WatchFilterValue,
 		WorkerClasses:    opts.WorkerClasses,
 	}).SetupWithManager(ctx, mgr, concurrency(opts.TemplateConcurrency)); err != nil {
@@ -187,9 +224,56 @@ func Reconcilers(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 	return nil
 }
 
-// Webhooks registers the provider's admission webhooks.
-func Webhooks(mgr ctrl.Manager) error {
+// infrastructureCluster is the management cluster, or the cluster
+// opts.Infrastructure reaches, with a cache of its own that the manager
+// starts and stops.
+func infrastructureCluster(mgr ctrl.Manager, opts Options, controllerName string) (*infracluster.Cluster, error) {
+	if opts.Infrastructure == nil {
+		return &infracluster.Cluster{
+			Client: client.WithFieldValidation(mgr.GetClient(), metav1.FieldValidationStrict),
+			Reader: mgr.GetAPIReader(),
+			Cache:  mgr.GetCache(),
+		}, nil
+	}
+	syncPeriod := opts.SyncPeriod
+	if syncPeriod == 0 {
+		syncPeriod = 10 * time.Minute
+	}
+	cacheOpts, err := InfrastructureCacheOptions(mgr.GetScheme(), controllerName+"-infrastructure", opts.WatchNamespace, syncPeriod)
+	if err != nil {
+		return nil, err
+	}
+	c, err := cluster.New(opts.Infrastructure, func(o *cluster.Options) {
+		o.Scheme = mgr.GetScheme()
+		o.Logger = mgr.GetLogger().WithName("infrastructure-cluster")
+		o.Cache = cacheOpts
+	})
+	if err != nil {
+		return nil, fmt.Errorf("connecting to the infrastructure cluster: %w", err)
+	}
+	if err := mgr.Add(c); err != nil {
+		return nil, err
+	}
+	return &infracluster.Cluster{
+		Client: client.WithFieldValidation(c.GetClient(), metav1.FieldValidationStrict),
+		Reader: c.GetAPIReader(),
+		Cache:  c.GetCache(),
+		Remote: true,
+	}, nil
+}
+
+// Webhooks registers the provider's admission webhooks. Clones are
+// authorized in the infrastructure cluster infra reaches, or in the
+// management cluster when it is nil.
+func Webhooks(mgr ctrl.Manager, infra *rest.Config) error {
 	clones := &cloneauth.Authorizer{Client: mgr.GetClient(), Reader: mgr.GetAPIReader()}
+	if infra != nil {
+		c, err := client.New(infra, client.Options{Scheme: mgr.GetScheme()})
+		if err != nil {
+			return fmt.Errorf("connecting to the infrastructure cluster: %w", err)
+		}
+		clones = &cloneauth.Authorizer{Client: c, Reader: c}
+	}
 	for name, setup := range map[string]func(ctrl.Manager) error{
 		"KubeVirtMachine":         (&admission.KubeVirtMachine{Clones: clones, Templates: mgr.GetAPIReader()}).SetupWebhookWithManager,
 		"KubeVirtMachineTemplate": (&admission.KubeVirtMachineTemplate{Clones: clones, Templates: mgr.GetAPIReader()}).SetupWebhookWithManager,

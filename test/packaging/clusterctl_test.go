@@ -478,7 +478,7 @@ func startManagementCluster(ctx context.Context, t *testing.T, releaseDir string
 			if err := bootstrapadmission.SetupWebhooksWithManager(mgr); err != nil {
 				return err
 			}
-			if err := infrasetup.Webhooks(mgr); err != nil {
+			if err := infrasetup.Webhooks(mgr, nil); err != nil {
 				return err
 			}
 			return workerclass.SetupWebhooksWithManager(mgr)

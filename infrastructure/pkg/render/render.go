@@ -22,6 +22,8 @@ limitations under the License.
 package render
 
 import (
+	"slices"
+
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
@@ -74,6 +76,10 @@ type Input struct {
 	// requirement against that field), and a preferred disk bus leaves the
 	// disks' bus to it.
 	Preference *instancetypev1beta1.VirtualMachinePreferenceSpec
+	// Unowned leaves the owner reference to the machine out: the objects go
+	// to an infrastructure cluster other than the machine's, where it
+	// cannot point. Their labels name the machine.
+	Unowned bool
 }
 
 // Objects are a machine's rendered objects.
@@ -116,13 +122,16 @@ func Render(in Input) (*Objects, field.ErrorList) {
 	m := in.Machine
 	spec := &m.Spec
 	labels := Labels(in.ClusterName, m.Name)
-	owner := ownerReference(m)
+	var owners []metav1.OwnerReference
+	if !in.Unowned {
+		owners = []metav1.OwnerReference{ownerReference(m)}
+	}
 	meta := func(name string) metav1.ObjectMeta {
 		return metav1.ObjectMeta{
 			Name:            name,
 			Namespace:       m.Namespace,
 			Labels:          copyMap(labels),
-			OwnerReferences: []metav1.OwnerReference{owner},
+			OwnerReferences: slices.Clone(owners),
 		}
 	}
 

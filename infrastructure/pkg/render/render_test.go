@@ -200,6 +200,16 @@ func TestIdentity(t *testing.T) {
 			APIVersion: infrav1.GroupVersion.String(), Kind: "KubeVirtMachine", Name: "worker-0", UID: "uid-1",
 			Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}))
 	}
+
+	// In an infrastructure cluster of their own the labels alone name the
+	// machine: an owner reference cannot point across clusters.
+	in := input(machine(withRootDisk("10Gi")), infrav1.ImageSource{HTTPImport: &infrav1.HTTPImportSource{URL: "https://x.example.com/d.raw", CABundle: testCA}})
+	in.Unowned = true
+	out = mustRender(t, in)
+	for _, obj := range []metav1.Object{out.VirtualMachine, out.RootDataVolume, out.ImportCA, out.UserData} {
+		g.Expect(obj.GetLabels()).To(Equal(wantLabels))
+		g.Expect(obj.GetOwnerReferences()).To(BeEmpty(), "%s", obj.GetName())
+	}
 }
 
 func TestSizing(t *testing.T) {

@@ -56,7 +56,16 @@ func (r *Reconciler) machineImage(ctx context.Context, kvm *infrav1.KubeVirtMach
 			fmt.Sprintf("KubeVirtMachineTemplate %s does not exist", names[0])), nil
 	}
 	resolved := template.Status.Resolved
-	switch sharedimage.OriginOf(template, kvm.Spec.Image) {
+	origin := sharedimage.OriginOf(template, kvm.Spec.Image)
+	if origin == sharedimage.SharedClone && r.SharedImages == nil {
+		// No shared imports outside the management cluster: the machine
+		// imports the same bytes itself.
+		origin = sharedimage.ResolvedImage
+		if kvm.Spec.Image != nil {
+			origin = sharedimage.OwnImage
+		}
+	}
+	switch origin {
 	case sharedimage.OwnImage:
 		return *kvm.Spec.Image, ownDatasource(kvm), nil, nil
 	case sharedimage.AwaitResolution:

@@ -56,6 +56,7 @@ import (
 
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/infrastructure/internal/cloneauth"
+	"github.com/cozystack/cluster-api-workers/infrastructure/internal/infracluster"
 	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/instancetype"
 	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/render"
 	"github.com/cozystack/cluster-api-workers/infrastructure/reconcilers/sharedimage"
@@ -100,8 +101,13 @@ type Reconciler struct {
 	// KubeVirt or CDI does not know fails loudly instead of being dropped.
 	Client client.Client
 	// APIReader reads objects the cache does not hold: bootstrap Secrets
-	// without the cluster-name label, and objects in the way of a create.
+	// without the cluster-name label.
 	APIReader client.Reader
+	// Infrastructure is where the machines' VMs, instances, disks,
+	// cloud-init Secrets and import CAs live, and where clones are
+	// authorized: the management cluster (Client, APIReader and the
+	// manager's cache) when nil.
+	Infrastructure *infracluster.Cluster
 	// WatchFilterValue restricts the controller to objects with this
 	// cluster.x-k8s.io/watch-filter label value.
 	WatchFilterValue string
@@ -112,7 +118,8 @@ type Reconciler struct {
 	// machine's namespace before its DataVolume is created.
 	Clones *cloneauth.Authorizer
 	// SharedImages tells a machine of a template that resolves to an HTTP
-	// import which shared import to clone, or what it waits for.
+	// import which shared import to clone, or what it waits for. Nil with a
+	// remote infrastructure cluster: every machine imports its own image.
 	SharedImages *sharedimage.Images
 
 	ownWrites *ownwrites.Versions
@@ -128,8 +135,14 @@ type Reconciler struct {
 // machine-name label, so nothing is polled; their updates pass only when
 // they change what the controller reads (predicates.go).
 func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, options controller.Options) error {
-	if r.Client == nil || r.APIReader == nil || r.Clones == nil || r.SharedImages == nil {
-		return fmt.Errorf("the KubeVirtMachine reconciler needs a Client, an APIReader, a clone Authorizer and the shared Images")
+	if r.Client == nil || r.APIReader == nil || r.Clones == nil {
+		return fmt.Errorf("the KubeVirtMachine reconciler needs a Client, an APIReader and a clone Authorizer")
+	}
+	if r.Infrastructure == nil {
+		r.Infrastructure = &infracluster.Cluster{Client: r.Client, Reader: r.APIReader, Cache: mgr.GetCache()}
+	}
+	if r.SharedImages == nil && !r.Infrastructure.Remote {
+		return fmt.Errorf("the KubeVirtMachine reconciler needs the shared Images in the management cluster")
 	}
 	if r.ImportFailureRestarts == 0 {
 		r.ImportFailureRestarts = DefaultImportFailureRestarts
@@ -145,7 +158,8 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 	predicateLog := ctrl.LoggerFrom(ctx).WithValues("controller", "kubevirtmachine")
 	filter := predicates.ResourceHasFilterLabel(mgr.GetScheme(), predicateLog, r.WatchFilterValue)
 	byMachineLabel := handler.EnqueueRequestsFromMapFunc(machineForLabelledObject)
-	return capicontrollerutil.NewControllerManagedBy(mgr, predicateLog).
+	infra := r.Infrastructure.Cache
+	b := capicontrollerutil.NewControllerManagedBy(mgr, predicateLog).
 		For(&infrav1.KubeVirtMachine{}, builder.WithPredicates(filter)).
 		WithOptions(options).
 		Watches(&clusterv1.Machine{},
@@ -155,15 +169,26 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 			handler.EnqueueRequestsFromMapFunc(clusterToMachines),
 			predicates.ClusterPausedTransitionsOrInfrastructureProvisioned(mgr.GetScheme(), predicateLog),
 			filter).
-		Watches(&kubevirtv1.VirtualMachine{}, byMachineLabel, viewChanged(viewOfVirtualMachine)).
-		Watches(&kubevirtv1.VirtualMachineInstance{}, byMachineLabel, viewChanged(viewOfInstance)).
-		Watches(&cdiv1.DataVolume{}, byMachineLabel, viewChanged(viewOfDataVolume)).
+		WatchesRawSource(source.Kind[client.Object](infra, &kubevirtv1.VirtualMachine{}, byMachineLabel, viewChanged(viewOfVirtualMachine))).
+		WatchesRawSource(source.Kind[client.Object](infra, &kubevirtv1.VirtualMachineInstance{}, byMachineLabel, viewChanged(viewOfInstance))).
+		WatchesRawSource(source.Kind[client.Object](infra, &cdiv1.DataVolume{}, byMachineLabel, viewChanged(viewOfDataVolume))).
 		Watches(&infrav1.KubeVirtMachineTemplate{},
 			handler.EnqueueRequestsFromMapFunc(r.templateToMachines),
-			templateResolved()).
-		WatchesRawSource(source.Kind[client.Object](r.SharedImages.Cache(), &cdiv1.DataVolume{},
-			handler.EnqueueRequestsFromMapFunc(r.sharedImportToMachines), viewChanged(viewOfDataVolume))).
-		Complete(ctx, r)
+			templateResolved())
+	if r.SharedImages != nil {
+		b = b.WatchesRawSource(source.Kind[client.Object](r.SharedImages.Cache(), &cdiv1.DataVolume{},
+			handler.EnqueueRequestsFromMapFunc(r.sharedImportToMachines), viewChanged(viewOfDataVolume)))
+	}
+	return b.Complete(ctx, r)
+}
+
+// infra is where the machines' VMs live: Infrastructure, or the management
+// cluster when it is nil (as in tests that build a Reconciler by hand).
+func (r *Reconciler) infra() *infracluster.Cluster {
+	if r.Infrastructure != nil {
+		return r.Infrastructure
+	}
+	return &infracluster.Cluster{Client: r.Client, Reader: r.APIReader}
 }
 
 // clonedFromTemplate indexes a machine by the KubeVirtMachineTemplate named in
@@ -415,13 +440,14 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 func (r *Reconciler) ensureVirtualMachine(ctx context.Context, s *scope) (*kubevirtv1.VirtualMachine, *blocked, error) {
 	kvm, machine, cluster := s.kubeVirtMachine, s.machine, s.cluster
 	key := client.ObjectKeyFromObject(kvm)
+	infra := r.infra()
 	vm := &kubevirtv1.VirtualMachine{}
-	err := r.Client.Get(ctx, key, vm)
+	err := infra.Client.Get(ctx, key, vm)
 	if r.createdVMs.Pending(key, key.Name) {
 		if err == nil {
 			r.createdVMs.Seen(key)
 		} else if apierrors.IsNotFound(err) {
-			err = r.APIReader.Get(ctx, key, vm)
+			err = infra.Reader.Get(ctx, key, vm)
 		}
 	}
 	switch {
@@ -452,7 +478,7 @@ func (r *Reconciler) ensureVirtualMachine(ctx context.Context, s *scope) (*kubev
 	if ref := kvm.Spec.Preference; ref != nil {
 		// A preference that does not exist is KubeVirt's to refuse; the VM is
 		// rendered as without one.
-		if preference, _, err = instancetype.Preference(ctx, r.Client, kvm.Namespace, ref, field.NewPath("spec", "preference")); err != nil {
+		if preference, _, err = instancetype.Preference(ctx, infra.Client, kvm.Namespace, ref, field.NewPath("spec", "preference")); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -464,6 +490,7 @@ func (r *Reconciler) ensureVirtualMachine(ctx context.Context, s *scope) (*kubev
 		FailureDomain: machine.Spec.FailureDomain,
 		UserData:      userData,
 		Preference:    preference,
+		Unowned:       infra.Remote,
 	})
 	if len(errs) > 0 {
 		return nil, waitingFor(infrav1.InvalidSpecReason, errs.ToAggregate().Error()), nil
@@ -501,7 +528,7 @@ func (r *Reconciler) authorizeClone(ctx context.Context, kvm *infrav1.KubeVirtMa
 	if kvm.Spec.Image == nil || kvm.Spec.Image.Clone == nil {
 		return nil, nil
 	}
-	err := r.Client.Get(ctx, client.ObjectKeyFromObject(dv), &cdiv1.DataVolume{})
+	err := r.infra().Client.Get(ctx, client.ObjectKeyFromObject(dv), &cdiv1.DataVolume{})
 	if err == nil || !apierrors.IsNotFound(err) {
 		return nil, err
 	}
@@ -547,8 +574,9 @@ func (r *Reconciler) bootstrapData(ctx context.Context, machine *clusterv1.Machi
 // to the bootstrap data while the VM does not exist yet. A Secret of that
 // name the machine does not control blocks it, as any other object would.
 func (r *Reconciler) ensureUserData(ctx context.Context, kvm *infrav1.KubeVirtMachine, desired *corev1.Secret) (*blocked, error) {
+	infra := r.infra()
 	existing := &corev1.Secret{}
-	err := r.Client.Get(ctx, client.ObjectKeyFromObject(desired), existing)
+	err := infra.Client.Get(ctx, client.ObjectKeyFromObject(desired), existing)
 	if apierrors.IsNotFound(err) {
 		_, blocker, err := ensureCreated(ctx, r, kvm, desired, "Secret")
 		return blocker, err
@@ -564,7 +592,7 @@ func (r *Reconciler) ensureUserData(ctx context.Context, kvm *infrav1.KubeVirtMa
 	}
 	original := existing.DeepCopy()
 	existing.Data = desired.Data
-	if err := r.Client.Patch(ctx, existing, client.MergeFrom(original)); err != nil {
+	if err := infra.Client.Patch(ctx, existing, client.MergeFrom(original)); err != nil {
 		return nil, fmt.Errorf("updating cloud-init Secret %s: %w", desired.Name, err)
 	}
 	ctrl.LoggerFrom(ctx).Info("Updated the cloud-init user data Secret to the current bootstrap data", "Secret", klog.KObj(existing))
@@ -577,15 +605,16 @@ func (r *Reconciler) ensureUserData(ctx context.Context, kvm *infrav1.KubeVirtMa
 func ensureCreated[T client.Object](ctx context.Context, r *Reconciler, kvm *infrav1.KubeVirtMachine, desired T, kind string) (T, *blocked, error) {
 	var none T
 	key := client.ObjectKeyFromObject(desired)
+	infra := r.infra()
 	existing := desired.DeepCopyObject().(T)
-	err := r.Client.Get(ctx, key, existing)
+	err := infra.Client.Get(ctx, key, existing)
 	if err == nil {
 		return existing, r.notControlled(existing, kvm, kind), nil
 	}
 	if !apierrors.IsNotFound(err) {
 		return none, nil, err
 	}
-	if err := r.Client.Create(ctx, desired); err != nil {
+	if err := infra.Client.Create(ctx, desired); err != nil {
 		if refused(err) {
 			// Asking again at once would be refused again.
 			ctrl.LoggerFrom(ctx).Info("The API server refused the machine's "+kind, kind, klog.KObj(desired), "reason", err.Error())
@@ -595,7 +624,7 @@ func ensureCreated[T client.Object](ctx context.Context, r *Reconciler, kvm *inf
 			return none, nil, fmt.Errorf("creating %s %s: %w", kind, key.Name, err)
 		}
 		// Not in the cache yet, or not ours: the API server decides.
-		if err := r.APIReader.Get(ctx, key, existing); err != nil {
+		if err := infra.Reader.Get(ctx, key, existing); err != nil {
 			return none, nil, err
 		}
 		return existing, r.notControlled(existing, kvm, kind), nil
@@ -605,10 +634,12 @@ func ensureCreated[T client.Object](ctx context.Context, r *Reconciler, kvm *inf
 }
 
 // refused reports whether the API server refused a create for what it is
-// (an admission webhook's or policy's denial, a schema violation), as
+// (an admission webhook's or policy's denial, a schema violation, a
+// namespace missing from an infrastructure cluster of its own), as
 // opposed to failing to answer.
 func refused(err error) bool {
-	return apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) || apierrors.IsForbidden(err) || apierrors.IsRequestEntityTooLargeError(err)
+	return apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) || apierrors.IsForbidden(err) || apierrors.IsRequestEntityTooLargeError(err) ||
+		apierrors.IsNotFound(err)
 }
 
 // refusal is what blocks a machine whose object the API server refused,
@@ -626,7 +657,7 @@ func refusal(kind, name string, err error) *blocked {
 // control: the leftover of an earlier machine is waited for; anyone else's
 // is never adopted or touched.
 func (r *Reconciler) notControlled(o client.Object, kvm *infrav1.KubeVirtMachine, kind string) *blocked {
-	if metav1.IsControlledBy(o, kvm) {
+	if r.infra().Controls(o, kvm) {
 		return nil
 	}
 	if !o.GetDeletionTimestamp().IsZero() {
@@ -651,7 +682,7 @@ func (r *Reconciler) observe(ctx context.Context, s *scope, vm *kubevirtv1.Virtu
 		o.containerDisk = rootContainerDisk(vm)
 		o.rootDataVolumeName = rootDataVolume(vm)
 		vmi := &kubevirtv1.VirtualMachineInstance{}
-		if err := r.Client.Get(ctx, client.ObjectKeyFromObject(vm), vmi); err == nil {
+		if err := r.infra().Client.Get(ctx, client.ObjectKeyFromObject(vm), vmi); err == nil {
 			o.vmi = vmi
 		} else if !apierrors.IsNotFound(err) {
 			return err
@@ -659,7 +690,7 @@ func (r *Reconciler) observe(ctx context.Context, s *scope, vm *kubevirtv1.Virtu
 	}
 	if o.rootDataVolumeName != "" {
 		dv := &cdiv1.DataVolume{}
-		if err := r.Client.Get(ctx, client.ObjectKey{Namespace: kvm.Namespace, Name: o.rootDataVolumeName}, dv); err == nil {
+		if err := r.infra().Client.Get(ctx, client.ObjectKey{Namespace: kvm.Namespace, Name: o.rootDataVolumeName}, dv); err == nil {
 			o.rootDataVolume = dv
 		} else if !apierrors.IsNotFound(err) {
 			return err
@@ -673,7 +704,7 @@ func (r *Reconciler) observe(ctx context.Context, s *scope, vm *kubevirtv1.Virtu
 		// KubeVirt denied the eviction and leaves it to us (External): the
 		// drain ends once the instance is gone, and the run strategy starts
 		// the next one on another node.
-		if err := r.Client.Delete(ctx, o.vmi, client.Preconditions{UID: &o.vmi.UID}); client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
+		if err := r.infra().Client.Delete(ctx, o.vmi, client.Preconditions{UID: &o.vmi.UID}); client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
 			return fmt.Errorf("stopping VirtualMachineInstance %s of a drained node: %w", o.vmi.Name, err)
 		}
 		ctrl.LoggerFrom(ctx).Info("Stopped the instance on a drained infrastructure node so that KubeVirt starts it elsewhere", "VirtualMachineInstance", klog.KObj(o.vmi), "node", o.vmi.Status.EvacuationNodeName)
@@ -715,6 +746,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) error {
 	log := ctrl.LoggerFrom(ctx)
 	kvm := s.kubeVirtMachine
 	key := client.ObjectKeyFromObject(kvm)
+	infra := r.infra()
 	var pending []string
 	waitFor := func(reader client.Reader, obj client.Object, kind string, ours func(client.Object) bool) error {
 		if err := reader.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: obj.GetName()}, obj); err != nil {
@@ -727,13 +759,13 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) error {
 		if !obj.GetDeletionTimestamp().IsZero() {
 			return nil
 		}
-		if err := r.Client.Delete(ctx, obj); err != nil && !apierrors.IsNotFound(err) {
+		if err := infra.Client.Delete(ctx, obj); err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("deleting %s %s: %w", kind, obj.GetName(), err)
 		}
 		log.Info("Deleting the machine's "+kind, kind, klog.KObj(obj))
 		return nil
 	}
-	controlled := func(o client.Object) bool { return metav1.IsControlledBy(o, kvm) }
+	controlled := func(o client.Object) bool { return infra.Controls(o, kvm) }
 	labelled := func(o client.Object) bool { return o.GetLabels()[infrav1.MachineNameLabel] == kvm.Name }
 
 	waitForAll := func(reader client.Reader) error {
@@ -746,14 +778,14 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) error {
 			waitFor(reader, dv, "DataVolume", controlled),
 		})
 	}
-	if err := waitForAll(r.Client); err != nil {
+	if err := waitForAll(infra.Client); err != nil {
 		return err
 	}
 	if len(pending) == 0 {
 		// The cache says all is gone; the finalizer is the last guard of
 		// the VM and its disks, so the API server confirms it (a VM created
 		// moments ago may not be in the cache yet).
-		if err := waitForAll(r.APIReader); err != nil {
+		if err := waitForAll(infra.Reader); err != nil {
 			return err
 		}
 	}
@@ -778,11 +810,12 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) error {
 }
 
 func (r *Reconciler) deleteIfControlled(ctx context.Context, kvm *infrav1.KubeVirtMachine, obj client.Object) error {
-	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+	infra := r.infra()
+	if err := infra.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
 		return client.IgnoreNotFound(err)
 	}
-	if !metav1.IsControlledBy(obj, kvm) {
+	if !infra.Controls(obj, kvm) {
 		return nil
 	}
-	return client.IgnoreNotFound(r.Client.Delete(ctx, obj))
+	return client.IgnoreNotFound(infra.Client.Delete(ctx, obj))
 }

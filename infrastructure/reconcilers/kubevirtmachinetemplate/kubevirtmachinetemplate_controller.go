@@ -48,10 +48,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/exp/workerclass/resolve"
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
+	"github.com/cozystack/cluster-api-workers/infrastructure/internal/infracluster"
 	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/capacity"
 	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/instancetype"
 	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/migration"
@@ -72,6 +74,10 @@ const (
 // Reconciler resolves KubeVirtMachineTemplates.
 type Reconciler struct {
 	Client client.Client
+	// Infrastructure is where KubeVirt's instancetypes and preferences are
+	// read and watched: the cluster the VMs run in. The management cluster
+	// (Client and the manager's cache) when nil.
+	Infrastructure *infracluster.Cluster
 	// WatchFilterValue restricts the controller to objects with this
 	// cluster.x-k8s.io/watch-filter label value.
 	WatchFilterValue string
@@ -92,13 +98,19 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 	}
 	predicateLog := ctrl.LoggerFrom(ctx).WithValues("controller", "kubevirtmachinetemplate")
 	filter := predicates.ResourceHasFilterLabel(mgr.GetScheme(), predicateLog, r.WatchFilterValue)
+	if r.Infrastructure == nil {
+		r.Infrastructure = &infracluster.Cluster{Client: r.Client, Reader: mgr.GetAPIReader(), Cache: mgr.GetCache()}
+	}
+	referencing := func(o client.Object, kind string) source.Source {
+		return source.Kind[client.Object](r.Infrastructure.Cache, o, handler.EnqueueRequestsFromMapFunc(r.referencingTemplates(kind)))
+	}
 	b := capicontrollerutil.NewControllerManagedBy(mgr, predicateLog).
 		For(&infrav1.KubeVirtMachineTemplate{}, builder.WithPredicates(filter)).
 		WithOptions(options).
-		Watches(&instancetypev1beta1.VirtualMachineClusterInstancetype{}, handler.EnqueueRequestsFromMapFunc(r.referencingTemplates(string(infrav1.ClusterInstancetypeKind)))).
-		Watches(&instancetypev1beta1.VirtualMachineInstancetype{}, handler.EnqueueRequestsFromMapFunc(r.referencingTemplates(string(infrav1.NamespacedInstancetypeKind)))).
-		Watches(&instancetypev1beta1.VirtualMachineClusterPreference{}, handler.EnqueueRequestsFromMapFunc(r.referencingTemplates(string(infrav1.ClusterPreferenceKind)))).
-		Watches(&instancetypev1beta1.VirtualMachinePreference{}, handler.EnqueueRequestsFromMapFunc(r.referencingTemplates(string(infrav1.NamespacedPreferenceKind))))
+		WatchesRawSource(referencing(&instancetypev1beta1.VirtualMachineClusterInstancetype{}, string(infrav1.ClusterInstancetypeKind))).
+		WatchesRawSource(referencing(&instancetypev1beta1.VirtualMachineInstancetype{}, string(infrav1.NamespacedInstancetypeKind))).
+		WatchesRawSource(referencing(&instancetypev1beta1.VirtualMachineClusterPreference{}, string(infrav1.ClusterPreferenceKind))).
+		WatchesRawSource(referencing(&instancetypev1beta1.VirtualMachinePreference{}, string(infrav1.NamespacedPreferenceKind)))
 	if r.WorkerClasses {
 		b = b.
 			Watches(&workerclassv1.WorkerClass{}, handler.EnqueueRequestsFromMapFunc(r.classTemplates)).
@@ -304,7 +316,7 @@ func (r *Reconciler) capacity(ctx context.Context, t *infrav1.KubeVirtMachineTem
 	path := field.NewPath("spec", "template", "spec")
 	in := capacity.Input{Spec: spec, Image: image}
 	if ref := spec.Instancetype; ref != nil {
-		itSpec, missing, err := instancetype.Instancetype(ctx, r.Client, t.Namespace, ref, path.Child("instancetype"))
+		itSpec, missing, err := instancetype.Instancetype(ctx, r.Infrastructure.Client, t.Namespace, ref, path.Child("instancetype"))
 		if err != nil || missing != nil {
 			return nil, infrav1.NodeInfo{}, fieldErrors(missing), err
 		}
@@ -314,7 +326,7 @@ func (r *Reconciler) capacity(ctx context.Context, t *infrav1.KubeVirtMachineTem
 		in.Instancetype = itSpec
 	}
 	if ref := spec.Preference; ref != nil {
-		prefSpec, missing, err := instancetype.Preference(ctx, r.Client, t.Namespace, ref, path.Child("preference"))
+		prefSpec, missing, err := instancetype.Preference(ctx, r.Infrastructure.Client, t.Namespace, ref, path.Child("preference"))
 		if err != nil || missing != nil {
 			return nil, infrav1.NodeInfo{}, fieldErrors(missing), err
 		}

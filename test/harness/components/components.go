@@ -145,6 +145,10 @@ type Options struct {
 	// ImportFailureRestarts is the infrastructure provider's count of
 	// importer restarts that fail an import; its default when zero.
 	ImportFailureRestarts int32
+	// Infrastructure is the infrastructure provider's infrastructure
+	// cluster (--infrastructure-kubeconfig); the management cluster when
+	// nil.
+	Infrastructure *rest.Config
 }
 
 // Component is one component's manager, not started.
@@ -284,6 +288,8 @@ func (c *Component) infrastructure(ctx context.Context, cfg *rest.Config, opts O
 		ControllerName:        opts.ControllerName,
 		WorkerClasses:         opts.WorkerClasses,
 		ImportFailureRestarts: opts.ImportFailureRestarts,
+		Infrastructure:        opts.Infrastructure,
+		SyncPeriod:            opts.SyncPeriod,
 		// The flag defaults.
 		MachineConcurrency:  10,
 		TemplateConcurrency: 5,
