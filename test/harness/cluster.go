@@ -50,6 +50,9 @@ type WorkloadCluster struct {
 	Endpoint string
 
 	controllerManager *envtest.ControllerManager
+	// borrowed is a workload cluster another harness started and stops (a
+	// Cluster moved here with clusterctl); this harness only reads it.
+	borrowed bool
 }
 
 // ClusterOptions shape a workload cluster.
@@ -133,17 +136,8 @@ func (h *Harness) CreateCluster(ctx context.Context, key client.ObjectKey, opts 
 // workload API server runs: it reports the control plane initialized and
 // creates the cluster's Secrets, owned by the control plane.
 func (h *Harness) runControlPlane(ctx context.Context, key client.ObjectKey, controlPlane *unstructured.Unstructured, api *envtest.Workload) error {
-	// What a hosted control plane provider reports once its API server runs.
-	// A merge patch, not an update: under topology Cluster API's controllers
-	// write the same object meanwhile, and the status is ours alone.
-	base := controlPlane.DeepCopy()
-	controlPlane.Object["status"] = map[string]any{
-		"version":                     ControlPlaneKubernetesVersion,
-		"externalManagedControlPlane": true,
-		"initialization":              map[string]any{"controlPlaneInitialized": true},
-	}
-	if err := h.Client.Status().Patch(ctx, controlPlane, client.MergeFrom(base)); err != nil {
-		return fmt.Errorf("reporting the hosted control plane of %s initialized: %w", key, err)
+	if err := h.reportControlPlane(ctx, key, controlPlane); err != nil {
+		return err
 	}
 	secrets, err := api.ClusterSecrets(key)
 	if err != nil {
@@ -157,6 +151,23 @@ func (h *Harness) runControlPlane(ctx context.Context, key client.ObjectKey, con
 		if err := h.Client.Create(ctx, s); err != nil {
 			return fmt.Errorf("creating Secret %s: %w", s.Name, err)
 		}
+	}
+	return nil
+}
+
+// reportControlPlane writes what a hosted control plane provider reports
+// once its API server runs. A merge patch, not an update: under topology
+// Cluster API's controllers write the same object meanwhile, and the status
+// is ours alone.
+func (h *Harness) reportControlPlane(ctx context.Context, key client.ObjectKey, controlPlane *unstructured.Unstructured) error {
+	base := controlPlane.DeepCopy()
+	controlPlane.Object["status"] = map[string]any{
+		"version":                     ControlPlaneKubernetesVersion,
+		"externalManagedControlPlane": true,
+		"initialization":              map[string]any{"controlPlaneInitialized": true},
+	}
+	if err := h.Client.Status().Patch(ctx, controlPlane, client.MergeFrom(base)); err != nil {
+		return fmt.Errorf("reporting the hosted control plane of %s initialized: %w", key, err)
 	}
 	return nil
 }
@@ -268,6 +279,9 @@ func (h *Harness) ensureNamespace(ctx context.Context, name string) error {
 }
 
 func (w *WorkloadCluster) stop() error {
+	if w.borrowed {
+		return nil
+	}
 	if w.controllerManager != nil {
 		w.controllerManager.Stop()
 	}

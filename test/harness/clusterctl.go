@@ -31,6 +31,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	clusterctlv1 "sigs.k8s.io/cluster-api/cmd/clusterctl/api/v1alpha3"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -139,6 +140,74 @@ func (h *Harness) registerWithClusterctl(ctx context.Context) error {
 // Clusters, writes every object a move would carry to dir, one file per
 // object (<Kind>_<namespace>_<name>.yaml), and resumes them.
 func (h *Harness) ClusterctlBackup(ctx context.Context, namespace, dir string) error {
+	return h.clusterctlMove(ctx, namespace, "--to-directory", dir)
+}
+
+// ClusterctlMove runs Cluster API's own `clusterctl move` of a namespace to
+// another harness's management cluster (one started with InfrastructureOf
+// this harness, so that its infrastructure provider reaches the VMs left
+// here). clusterctl does not carry status, so the target then does what
+// the hosted control plane provider would once it runs against the moved
+// objects: it reports each moved control plane initialized. The workload
+// apiservers stay this harness's (it started them and Stop stops them);
+// the target reads them (Workload) for its helpers.
+func (h *Harness) ClusterctlMove(ctx context.Context, namespace string, to *Harness) error {
+	home, err := os.MkdirTemp("", "harness-clusterctl-target-")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = os.RemoveAll(home) }()
+	target := filepath.Join(home, "kubeconfig")
+	if err := envtest.WriteKubeconfig(target, "target", to.Management.Config); err != nil {
+		return err
+	}
+	if err := h.clusterctlMove(ctx, namespace, "--to-kubeconfig", target); err != nil {
+		return err
+	}
+	h.mu.Lock()
+	var moved []*WorkloadCluster
+	for key, w := range h.workloads {
+		if key.Namespace == namespace {
+			moved = append(moved, w)
+		}
+	}
+	h.mu.Unlock()
+	for _, w := range moved {
+		if err := to.adoptWorkload(ctx, w); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// adoptWorkload takes over the hosted control plane of a Cluster moved
+// here: it reports the control plane initialized again, registers the
+// workload cluster (borrowed: its owner stops it) and waits until Cluster
+// API reports the Cluster initialized.
+func (h *Harness) adoptWorkload(ctx context.Context, w *WorkloadCluster) error {
+	c := &clusterv1.Cluster{}
+	if err := h.Client.Get(ctx, w.Key, c); err != nil {
+		return fmt.Errorf("reading the moved Cluster %s: %w", w.Key, err)
+	}
+	controlPlane := &unstructured.Unstructured{}
+	controlPlane.SetGroupVersionKind(HostedControlPlaneGVK)
+	if err := h.Client.Get(ctx, client.ObjectKey{Namespace: w.Key.Namespace, Name: c.Spec.ControlPlaneRef.Name}, controlPlane); err != nil {
+		return fmt.Errorf("reading the moved hosted control plane of %s: %w", w.Key, err)
+	}
+	if err := h.reportControlPlane(ctx, w.Key, controlPlane); err != nil {
+		return err
+	}
+	h.mu.Lock()
+	h.workloads[w.Key] = &WorkloadCluster{Key: w.Key, API: w.API, Endpoint: w.Endpoint, borrowed: true}
+	h.mu.Unlock()
+	return h.waitForClusterInitialized(ctx, w.Key)
+}
+
+// clusterctlMove runs the pinned `clusterctl move` of a namespace of the
+// management cluster with the destination flags given, offline and isolated
+// from the user's clusterctl configuration; its combined output is in the
+// error.
+func (h *Harness) clusterctlMove(ctx context.Context, namespace string, destination ...string) error {
 	bin, err := envtest.HackTool("clusterctl")
 	if err != nil {
 		return err
@@ -152,13 +221,13 @@ func (h *Harness) ClusterctlBackup(ctx context.Context, namespace, dir string) e
 	if err := envtest.WriteKubeconfig(kubeconfig, "management", h.Management.Config); err != nil {
 		return err
 	}
-	cmd := exec.CommandContext(ctx, bin, "move", "--kubeconfig", kubeconfig, "--namespace", namespace, "--to-directory", dir) //nolint:gosec // The pinned clusterctl with the harness's own arguments.
-	// Offline and isolated from the user's clusterctl configuration.
+	args := append([]string{"move", "--kubeconfig", kubeconfig, "--namespace", namespace}, destination...)
+	cmd := exec.CommandContext(ctx, bin, args...) //nolint:gosec // The pinned clusterctl with the harness's own arguments.
 	cmd.Env = append(os.Environ(), "CLUSTERCTL_DISABLE_VERSIONCHECK=true", "HOME="+home, "XDG_CONFIG_HOME="+home, "KUBECONFIG="+kubeconfig)
 	var output bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &output, &output
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("clusterctl move --to-directory: %w: %s", err, strings.TrimSpace(output.String()))
+		return fmt.Errorf("clusterctl move %s: %w: %s", destination[0], err, strings.TrimSpace(output.String()))
 	}
 	return nil
 }

@@ -143,6 +143,21 @@ type Options struct {
 	// with the ClusterTopology feature gate on (topology.go), for Clusters
 	// made with CreateTopologyCluster.
 	Topology bool
+	// RemoteInfrastructure runs the infrastructure provider (and its
+	// webhooks) in its remote infrastructure cluster mode, with the
+	// harness's own apiserver as the infrastructure cluster reached through
+	// a config of its own: the VM side carries the provider's labels
+	// instead of owner references, so `clusterctl move` leaves it in place
+	// (ClusterctlMove).
+	RemoteInfrastructure bool
+	// InfrastructureOf, when set, starts a management cluster only, the
+	// target of a ClusterctlMove from that harness: the same CRDs, webhooks,
+	// garbage collector, Cluster API and both providers, whose
+	// infrastructure provider keeps the VM side in that harness's
+	// apiserver, where KubeVirt and the node simulator run. Infra, Nodes,
+	// Images and VMs are unused then, and KubeVirt, Hosts, CDI and Nodes
+	// are nil.
+	InfrastructureOf *Harness
 }
 
 // Bootstrap is a bootstrap provider the harness can run.
@@ -378,6 +393,15 @@ func Start(ctx context.Context, opts Options) (_ *Harness, rerr error) {
 		}
 	}
 	return h, nil
+}
+
+// infrastructure is the harness that runs the infrastructure cluster
+// (KubeVirt, CDI, the node simulator) this harness's VMs run in.
+func (h *Harness) infrastructure() *Harness {
+	if h.opts.InfrastructureOf != nil {
+		return h.opts.InfrastructureOf
+	}
+	return h
 }
 
 // Config returns an admin rest.Config of the management apiserver.

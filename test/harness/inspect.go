@@ -116,14 +116,16 @@ func NodeReady(n corev1.Node) bool {
 }
 
 // Describe summarizes a Cluster's Machines (with the conditions that are
-// not True and what the node simulator saw of their boots), VMs and Nodes,
-// for failure messages and the sandbox's timeout report.
+// not True and what the node simulator saw of their boots), VMs (in the
+// infrastructure cluster) and Nodes, for failure messages and the
+// sandbox's timeout report.
 func (h *Harness) Describe(ctx context.Context, key client.ObjectKey) string {
 	var b strings.Builder
 	s, err := h.State(ctx, key)
 	if err != nil {
 		fmt.Fprintf(&b, "reading the state of %s: %v\n", key, err)
 	}
+	sim := h.infrastructure().Nodes
 	for _, m := range s.Machines {
 		fmt.Fprintf(&b, "Machine %s phase=%s node=%s", m.Name, m.Status.Phase, m.Status.NodeRef.Name)
 		for _, c := range m.Status.Conditions {
@@ -131,11 +133,11 @@ func (h *Harness) Describe(ctx context.Context, key client.ObjectKey) string {
 				fmt.Fprintf(&b, " [%s=%s %s: %s]", c.Type, c.Status, c.Reason, c.Message)
 			}
 		}
-		if h.Nodes == nil {
+		if sim == nil {
 			b.WriteString("\n")
 			continue
 		}
-		if r, ok := h.Nodes.Boot(client.ObjectKey{Namespace: m.Namespace, Name: m.Spec.InfrastructureRef.Name}); ok {
+		if r, ok := sim.Boot(client.ObjectKey{Namespace: m.Namespace, Name: m.Spec.InfrastructureRef.Name}); ok {
 			fmt.Fprintf(&b, " boot=%s", r.Phase)
 			if r.Error != "" {
 				fmt.Fprintf(&b, " (%s)", r.Error)
@@ -144,7 +146,7 @@ func (h *Harness) Describe(ctx context.Context, key client.ObjectKey) string {
 		b.WriteString("\n")
 	}
 	vms := &kubevirtv1.VirtualMachineList{}
-	if err := h.Client.List(ctx, vms, client.InNamespace(key.Namespace)); err == nil {
+	if err := h.infrastructure().Client.List(ctx, vms, client.InNamespace(key.Namespace)); err == nil {
 		for _, vm := range vms.Items {
 			fmt.Fprintf(&b, "VirtualMachine %s %s\n", vm.Name, vm.Status.PrintableStatus)
 		}

@@ -38,9 +38,9 @@ import (
 // Leftovers lists what a Cluster's machines created that belongs to no
 // current Machine: KairosConfigs, KubeVirtMachines, VirtualMachines,
 // instances, DataVolumes, claims, Secrets and ConfigMaps in the Cluster's
-// namespace (a current template's shared import is its template's), and
-// Nodes in its workload cluster. Empty is the "nothing left
-// behind" half of every scenario.
+// namespace, of the management and the infrastructure cluster (a current
+// template's shared import is its template's), and Nodes in its workload
+// cluster. Empty is the "nothing left behind" half of every scenario.
 func (h *Harness) Leftovers(ctx context.Context, key client.ObjectKey) ([]string, error) {
 	s, err := h.State(ctx, key)
 	if err != nil {
@@ -57,8 +57,8 @@ func (h *Harness) Leftovers(ctx context.Context, key client.ObjectKey) ([]string
 		}
 	}
 	var left []string
-	check := func(kind string, list client.ObjectList, owned func(name string) bool) error {
-		if err := h.Client.List(ctx, list, in); err != nil {
+	check := func(c client.Client, kind string, list client.ObjectList, owned func(name string) bool) error {
+		if err := c.List(ctx, list, in); err != nil {
 			return err
 		}
 		items, err := meta.ExtractList(list)
@@ -72,6 +72,12 @@ func (h *Harness) Leftovers(ctx context.Context, key client.ObjectKey) ([]string
 			}
 		}
 		return nil
+	}
+	// The VM side is in the infrastructure cluster, in the namespace of the
+	// same name; Secrets and ConfigMaps are on both sides.
+	management, vmSide, both := []client.Client{h.Client}, []client.Client{h.infrastructure().Client}, []client.Client{h.Client}
+	if h.infrastructure() != h {
+		both = append(both, h.infrastructure().Client)
 	}
 	// A template's shared import belongs to it while it resolves to it,
 	// whether or not a Machine clones it.
@@ -90,17 +96,18 @@ func (h *Harness) Leftovers(ctx context.Context, key client.ObjectKey) ([]string
 		return sharedImports[n] || (vms[strings.TrimSuffix(n, "-root")] && strings.HasSuffix(n, "-root"))
 	}
 	for _, c := range []struct {
+		in    []client.Client
 		kind  string
 		list  client.ObjectList
 		owned func(string) bool
 	}{
-		{"KairosConfig", &bootstrapv1.KairosConfigList{}, func(n string) bool { return configs[n] }},
-		{"KubeVirtMachine", &infrav1.KubeVirtMachineList{}, isVM},
-		{"VirtualMachine", &kubevirtv1.VirtualMachineList{}, isVM},
-		{"VirtualMachineInstance", &kubevirtv1.VirtualMachineInstanceList{}, isVM},
-		{"DataVolume", &cdiv1.DataVolumeList{}, isRootDisk},
-		{"PersistentVolumeClaim", &corev1.PersistentVolumeClaimList{}, isRootDisk},
-		{"Secret", &corev1.SecretList{}, func(n string) bool {
+		{management, "KairosConfig", &bootstrapv1.KairosConfigList{}, func(n string) bool { return configs[n] }},
+		{management, "KubeVirtMachine", &infrav1.KubeVirtMachineList{}, isVM},
+		{vmSide, "VirtualMachine", &kubevirtv1.VirtualMachineList{}, isVM},
+		{vmSide, "VirtualMachineInstance", &kubevirtv1.VirtualMachineInstanceList{}, isVM},
+		{vmSide, "DataVolume", &cdiv1.DataVolumeList{}, isRootDisk},
+		{vmSide, "PersistentVolumeClaim", &corev1.PersistentVolumeClaimList{}, isRootDisk},
+		{both, "Secret", &corev1.SecretList{}, func(n string) bool {
 			switch {
 			case n == key.Name+"-kubeconfig", n == key.Name+"-ca", dataSecrets[n]:
 				return true
@@ -112,13 +119,15 @@ func (h *Harness) Leftovers(ctx context.Context, key client.ObjectKey) ([]string
 			}
 			return false
 		}},
-		{"ConfigMap", &corev1.ConfigMapList{}, func(n string) bool {
+		{both, "ConfigMap", &corev1.ConfigMapList{}, func(n string) bool {
 			return n == "kube-root-ca.crt" || (strings.HasSuffix(n, "-import-ca") && vms[strings.TrimSuffix(n, "-import-ca")]) ||
 				(strings.HasSuffix(n, "-ca") && sharedImports[strings.TrimSuffix(n, "-ca")])
 		}},
 	} {
-		if err := check(c.kind, c.list, c.owned); err != nil {
-			return nil, err
+		for _, cl := range c.in {
+			if err := check(cl, c.kind, c.list, c.owned); err != nil {
+				return nil, err
+			}
 		}
 	}
 	for _, n := range s.Nodes {

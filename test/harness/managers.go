@@ -114,7 +114,7 @@ func webhookSetup(opts Options, caches *lazyClusterCache) (webhooks, error) {
 			"IPAddress":                 (&coreadmission.IPAddress{Client: mgr.GetAPIReader()}).SetupWebhookWithManager,
 			"IPAddressClaim":            (&coreadmission.IPAddressClaim{}).SetupWebhookWithManager,
 			"Kairos bootstrap":          bootstrapsetup.Webhooks,
-			"KubeVirt infrastructure":   infrasetup.Webhooks,
+			"KubeVirt infrastructure":   func(mgr ctrl.Manager) error { return infrasetup.Webhooks(mgr, webhookInfrastructure(opts, mgr)) },
 		} {
 			if err := setup(mgr); err != nil {
 				return fmt.Errorf("serving the %s webhooks: %w", name, err)
@@ -256,8 +256,12 @@ func (h *Harness) setupManagers(ctx context.Context, caches *lazyClusterCache) (
 		if err != nil {
 			return nil, err
 		}
+		infraCfg, err := h.infrastructureConfig(ctx, name, providerCfg, int64(instance))
+		if err != nil {
+			return nil, err
+		}
 		if h.opts.Processes {
-			if err := h.startProcess(ctx, name, controllerName, providerCfg); err != nil {
+			if err := h.startProcess(ctx, name, controllerName, providerCfg, infraCfg); err != nil {
 				return nil, err
 			}
 			continue
@@ -269,6 +273,7 @@ func (h *Harness) setupManagers(ctx context.Context, caches *lazyClusterCache) (
 			WorkerClasses:         h.opts.WorkerClasses,
 			BootstrapTokenTTL:     h.opts.BootstrapTokenTTL,
 			ImportFailureRestarts: h.opts.ImportFailureRestarts,
+			Infrastructure:        infraCfg,
 		})
 		if err != nil {
 			return nil, err
@@ -277,6 +282,12 @@ func (h *Harness) setupManagers(ctx context.Context, caches *lazyClusterCache) (
 			h.clusterCaches = append(h.clusterCaches, c.ClusterCache)
 		}
 		managers[name.Role()] = c.Manager
+	}
+
+	if h.opts.InfrastructureOf != nil {
+		// A management cluster only: the VMs run in the other harness's
+		// infrastructure cluster, with its KubeVirt and simulators.
+		return managers, nil
 	}
 
 	// The infrastructure cluster: KubeVirt's real control plane, and the
@@ -320,6 +331,38 @@ func (h *Harness) setupManagers(ctx context.Context, caches *lazyClusterCache) (
 		return nil, err
 	}
 	return managers, nil
+}
+
+// infrastructureConfig is the infrastructure provider's config for its
+// infrastructure cluster in the remote mode, nil otherwise (and for other
+// components): with RemoteInfrastructure a copy of its own restricted
+// config, the harness's apiserver being the infrastructure cluster; with
+// InfrastructureOf a user of that harness's apiserver bound to the role the
+// provider ships for a remote infrastructure cluster.
+func (h *Harness) infrastructureConfig(ctx context.Context, name components.Name, providerCfg *rest.Config, instance int64) (*rest.Config, error) {
+	switch {
+	case name != components.Infrastructure:
+		return nil, nil
+	case h.opts.InfrastructureOf != nil:
+		return h.opts.InfrastructureOf.infrastructureClusterConfig(ctx, instance)
+	case h.opts.RemoteInfrastructure:
+		return rest.CopyConfig(providerCfg), nil
+	}
+	return nil, nil
+}
+
+// webhookInfrastructure is the infrastructure cluster the infrastructure
+// provider's webhooks read, nil for the management cluster. The harness
+// serves every webhook as the envtest manager's admin (mgr), so the
+// remote cluster's admin it is.
+func webhookInfrastructure(opts Options, mgr ctrl.Manager) *rest.Config {
+	switch {
+	case opts.InfrastructureOf != nil:
+		return opts.InfrastructureOf.Config()
+	case opts.RemoteInfrastructure:
+		return rest.CopyConfig(mgr.GetConfig())
+	}
+	return nil
 }
 
 func newClusterCache(ctx context.Context, mgr ctrl.Manager, controllerName string, limits components.Limits) (clustercache.ClusterCache, error) {

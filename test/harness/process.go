@@ -85,8 +85,9 @@ func (h *Harness) limits(name components.Name) components.Limits {
 const processStartTimeout = 2 * time.Minute
 
 // startProcess builds the component command once per harness, writes the
-// component's kubeconfig (cfg: the identity it runs as) and starts it.
-func (h *Harness) startProcess(ctx context.Context, name components.Name, controllerName string, cfg *rest.Config) error {
+// component's kubeconfig (cfg: the identity it runs as) and, in the remote
+// mode, its infrastructure cluster's (infraCfg), and starts it.
+func (h *Harness) startProcess(ctx context.Context, name components.Name, controllerName string, cfg, infraCfg *rest.Config) error {
 	if h.workDir == "" {
 		if err := h.makeWorkDir(); err != nil {
 			return err
@@ -111,6 +112,13 @@ func (h *Harness) startProcess(ctx context.Context, name components.Name, contro
 		"-worker-classes=" + strconv.FormatBool(h.opts.WorkerClasses),
 		"-bootstrap-token-ttl", h.opts.BootstrapTokenTTL.String(),
 		"-import-failure-restarts", strconv.Itoa(int(h.opts.ImportFailureRestarts)),
+	}
+	if infraCfg != nil {
+		infraKubeconfig := filepath.Join(h.workDir, string(name)+"-infrastructure.kubeconfig")
+		if err := envtest.WriteKubeconfig(infraKubeconfig, "infrastructure", infraCfg); err != nil {
+			return err
+		}
+		args = append(args, "-infrastructure-kubeconfig", infraKubeconfig)
 	}
 	logDir, err := h.processLogDir()
 	if err != nil {

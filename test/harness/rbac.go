@@ -60,6 +60,25 @@ func (h *Harness) providerConfig(ctx context.Context, cfg *rest.Config, name com
 	if len(files) == 0 {
 		return cfg, nil
 	}
+	return h.boundUser(ctx, cfg, name, instance, files)
+}
+
+// infrastructureClusterRole is the ClusterRole the infrastructure provider
+// ships for its identity in a remote infrastructure cluster.
+const infrastructureClusterRole = "config/infrastructure/infrastructure-cluster/role.yaml"
+
+// infrastructureClusterConfig returns a config of this harness's apiserver
+// as the infrastructure provider of another harness's instance would reach
+// it as its remote infrastructure cluster: a user bound to exactly the role
+// shipped for that.
+func (h *Harness) infrastructureClusterConfig(ctx context.Context, instance int64) (*rest.Config, error) {
+	return h.boundUser(ctx, h.Config(), components.Infrastructure, instance, []string{infrastructureClusterRole})
+}
+
+// boundUser creates the ClusterRoles of files in this harness's apiserver,
+// binds them to the provider's user of the instance and returns cfg
+// authenticated as that user.
+func (h *Harness) boundUser(ctx context.Context, cfg *rest.Config, name components.Name, instance int64, files []string) (*rest.Config, error) {
 	user := fmt.Sprintf("%s%d:%s", providerUserPrefix, instance, name)
 	for _, file := range files {
 		role, err := readClusterRole(filepath.Join(envtest.RepoRoot(), file))

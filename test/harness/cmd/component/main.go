@@ -31,6 +31,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -55,12 +56,22 @@ func main() {
 	flag.IntVar(&opts.Limits.ClusterCacheBurst, "clustercache-client-burst", 0, "workload client burst; the production default when 0")
 	flag.BoolVar(&opts.WorkerClasses, "worker-classes", false, "turn the WorkerClass feature gate on (infrastructure)")
 	flag.DurationVar(&opts.BootstrapTokenTTL, "bootstrap-token-ttl", 0, "bootstrap token lifetime; the provider's default when 0")
+	var infraKubeconfig string
+	flag.StringVar(&infraKubeconfig, "infrastructure-kubeconfig", "", "kubeconfig of the infrastructure cluster the VMs run in (infrastructure); the management cluster when empty")
 	var restarts int
 	flag.IntVar(&restarts, "import-failure-restarts", 0, "importer restarts that fail an import; the provider's default when 0")
 	klog.InitFlags(nil)
 	flag.Parse()
 	opts.Limits.QPS, opts.Limits.ClusterCacheQPS = float32(qps), float32(ccQPS)
 	opts.ImportFailureRestarts = int32(restarts)
+	if infraKubeconfig != "" {
+		cfg, err := clientcmd.BuildConfigFromFlags("", infraKubeconfig)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "component %s: loading the infrastructure cluster's kubeconfig: %v\n", name, err)
+			os.Exit(1)
+		}
+		opts.Infrastructure = cfg
+	}
 	if err := run(components.Name(name), addressFile, opts); err != nil {
 		fmt.Fprintf(os.Stderr, "component %s: %v\n", name, err)
 		os.Exit(1)
