@@ -87,6 +87,36 @@ func TestClasslessTemplate(t *testing.T) {
 	g.Expect(tmpl.Status.NodeInfo).To(Equal(infrav1.NodeInfo{Architecture: infrav1.ArchitectureAmd64, OperatingSystem: "linux"}))
 }
 
+// TestTemplateOfAPausedCluster: a template created while its Cluster is
+// paused, as clusterctl move creates every object in the target, reports
+// Paused and waits; when the Cluster resumes it is resolved.
+func TestTemplateOfAPausedCluster(t *testing.T) {
+	t.Parallel()
+	tc := newCluster(t)
+	g := NewWithT(t)
+	ctx := context.Background()
+	original := tc.cluster.DeepCopy()
+	tc.cluster.Spec.Paused = ptr.To(true)
+	g.Expect(c.Patch(ctx, tc.cluster, client.MergeFrom(original))).To(Succeed())
+	tmpl := classlessTemplate(tc.namespace, "moved", containerDiskSpec())
+	tmpl.Labels = map[string]string{clusterv1.ClusterNameLabel: tc.cluster.Name}
+	g.Expect(c.Create(ctx, tmpl)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		g.Expect(c.Get(ctx, client.ObjectKeyFromObject(tmpl), tmpl)).To(Succeed())
+		expectCondition(g, tmpl, clusterv1.PausedCondition, metav1.ConditionTrue, clusterv1.PausedReason)
+	}).Should(Succeed())
+	g.Expect(tmpl.Status.Resolved).To(BeNil(), "a paused template is not resolved")
+
+	original = tc.cluster.DeepCopy()
+	tc.cluster.Spec.Paused = nil
+	g.Expect(c.Patch(ctx, tc.cluster, client.MergeFrom(original))).To(Succeed())
+	// The suite resyncs every 2 s, so this checks the outcome; that the
+	// Cluster's event brings it is checked where the resync is 10 minutes,
+	// by the harness's TestClusterctlMoveCarriesAJoinedPool.
+	waitResolved(t, tmpl)
+	expectCondition(g, tmpl, clusterv1.PausedCondition, metav1.ConditionFalse, clusterv1.NotPausedReason)
+}
+
 func TestTemplateCapacityFromInstancetype(t *testing.T) {
 	t.Parallel()
 	tc := newCluster(t)

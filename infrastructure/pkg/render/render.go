@@ -22,9 +22,8 @@ limitations under the License.
 package render
 
 import (
-	"slices"
-
 	"fmt"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"

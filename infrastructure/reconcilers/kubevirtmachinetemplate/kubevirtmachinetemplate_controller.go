@@ -69,6 +69,7 @@ const (
 // +kubebuilder:rbac:groups=infrastructure.cozystack.io,resources=kubevirtmachinetemplates,verbs=get;list;watch
 // +kubebuilder:rbac:groups=infrastructure.cozystack.io,resources=kubevirtmachinetemplates/status,verbs=patch
 // +kubebuilder:rbac:groups=cozystack.io,resources=workerclasses;workerplatforms,verbs=get;list;watch
+// +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=clusters,verbs=get;list;watch
 // +kubebuilder:rbac:groups=instancetype.kubevirt.io,resources=virtualmachineclusterinstancetypes;virtualmachineinstancetypes;virtualmachineclusterpreferences;virtualmachinepreferences,verbs=get;list;watch
 
 // Reconciler resolves KubeVirtMachineTemplates.
@@ -107,6 +108,10 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 	b := capicontrollerutil.NewControllerManagedBy(mgr, predicateLog).
 		For(&infrav1.KubeVirtMachineTemplate{}, builder.WithPredicates(filter)).
 		WithOptions(options).
+		// A template created while its Cluster is paused (clusterctl move
+		// creates everything so) is resolved when the Cluster resumes.
+		Watches(&clusterv1.Cluster{}, handler.EnqueueRequestsFromMapFunc(r.clusterTemplates),
+			predicates.ClusterPausedTransitions(mgr.GetScheme(), predicateLog), filter).
 		WatchesRawSource(referencing(&instancetypev1beta1.VirtualMachineClusterInstancetype{}, string(infrav1.ClusterInstancetypeKind))).
 		WatchesRawSource(referencing(&instancetypev1beta1.VirtualMachineInstancetype{}, string(infrav1.NamespacedInstancetypeKind))).
 		WatchesRawSource(referencing(&instancetypev1beta1.VirtualMachineClusterPreference{}, string(infrav1.ClusterPreferenceKind))).
@@ -142,6 +147,21 @@ func (r *Reconciler) referencingTemplates(kind string) handler.MapFunc {
 		}
 		return r.unresolved(ctx, opts...)
 	}
+}
+
+// clusterTemplates maps a Cluster to its templates, which pause and resume
+// with it.
+func (r *Reconciler) clusterTemplates(ctx context.Context, o client.Object) []reconcile.Request {
+	templates := &infrav1.KubeVirtMachineTemplateList{}
+	if err := r.Client.List(ctx, templates, client.InNamespace(o.GetNamespace()), client.MatchingLabels{clusterv1.ClusterNameLabel: o.GetName()}); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Failed to list the KubeVirtMachineTemplates of a Cluster", "Cluster", klog.KObj(o))
+		return nil
+	}
+	requests := make([]reconcile.Request, 0, len(templates.Items))
+	for i := range templates.Items {
+		requests = append(requests, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&templates.Items[i])})
+	}
+	return requests
 }
 
 func (r *Reconciler) classTemplates(ctx context.Context, o client.Object) []reconcile.Request {
