@@ -22,8 +22,13 @@ import (
 	"testing"
 
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	kubevirtv1 "kubevirt.io/api/core/v1"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util/conditions"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -111,4 +116,187 @@ func TestClusterctlBackupCarriesThePoolAndResumesIt(t *testing.T) {
 	}
 	g.Consistently(func(g Gomega) []string { return bootstrapTokens(g, w) }, "3s", poll).Should(BeEmpty(), "no new token")
 	expectNoOrphans(t, w)
+}
+
+// TestClusterctlMoveCarriesAJoinedPool: Cluster API's own `clusterctl move`
+// of a joined pool to a second management cluster, the provider keeping the
+// VM side in an infrastructure cluster of its own (labelled, not owned, so
+// that the move neither carries nor deletes it). A paused Cluster is
+// refused first. After the move the source namespace holds no Cluster API
+// object, the target holds them all under the same names, and the VMs are
+// the same ones; the target's providers take the pool over without
+// replacing a Machine or making a token, scale it through the
+// infrastructure cluster, and delete its VMs there with the Cluster.
+func TestClusterctlMoveCarriesAJoinedPool(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ctx := context.Background()
+	source := startScenarioHarness(t, harness.Options{RemoteInfrastructure: true})
+	target := startScenarioHarness(t, harness.Options{InfrastructureOf: source})
+	key := client.ObjectKey{Namespace: "clusterctl-move", Name: "tenant"}
+	w, err := source.CreateCluster(ctx, key, harness.ClusterOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(source.Apply(ctx, pool(t, w, map[string]string{"WORKER_MACHINE_COUNT": "2"}))).To(Succeed())
+	before := expectJoinedIn(t, source, w, 2)
+	g.Eventually(func(g Gomega) { g.Expect(bootstrapTokensIn(g, source, w)).To(BeEmpty()) }, timeout, poll).Should(Succeed())
+	var names, nodeNames []string
+	vms := map[string]types.UID{}
+	for _, m := range before {
+		names = append(names, m.Name)
+		nodeNames = append(nodeNames, m.Status.NodeRef.Name)
+		vm := &kubevirtv1.VirtualMachine{}
+		g.Expect(source.Client.Get(ctx, vmKey(m), vm)).To(Succeed())
+		g.Expect(vm.OwnerReferences).To(BeEmpty(), "the remote mode labels the VM side instead of owning it")
+		g.Expect(vm.Labels).To(HaveKeyWithValue(infrav1.MachineNameLabel, m.Spec.InfrastructureRef.Name))
+		vms[vm.Name] = vm.UID
+	}
+
+	// clusterctl refuses a paused Cluster before it changes anything.
+	cluster := &clusterv1.Cluster{}
+	g.Expect(source.Client.Get(ctx, key, cluster)).To(Succeed())
+	paused := client.MergeFrom(cluster.DeepCopy())
+	cluster.Spec.Paused = ptr.To(true)
+	g.Expect(source.Client.Patch(ctx, cluster, paused)).To(Succeed())
+	err = source.ClusterctlMove(ctx, key.Namespace, target)
+	g.Expect(err).To(MatchError(ContainSubstring("cannot start operation while the following Clusters are paused: " + key.String())))
+	g.Expect(apierrors.IsNotFound(target.Client.Get(ctx, key, &clusterv1.Cluster{}))).To(BeTrue(), "nothing was moved")
+	resumed := client.MergeFrom(cluster.DeepCopy())
+	cluster.Spec.Paused = nil
+	g.Expect(source.Client.Patch(ctx, cluster, resumed)).To(Succeed())
+
+	g.Expect(source.ClusterctlMove(ctx, key.Namespace, target)).To(Succeed())
+
+	in := client.InNamespace(key.Namespace)
+	g.Eventually(func(g Gomega) {
+		var left []string
+		for kind, list := range map[string]client.ObjectList{
+			"Cluster":                 &clusterv1.ClusterList{},
+			"MachineDeployment":       &clusterv1.MachineDeploymentList{},
+			"MachineSet":              &clusterv1.MachineSetList{},
+			"Machine":                 &clusterv1.MachineList{},
+			"MachineHealthCheck":      &clusterv1.MachineHealthCheckList{},
+			"KairosConfig":            &bootstrapv1.KairosConfigList{},
+			"KairosConfigTemplate":    &bootstrapv1.KairosConfigTemplateList{},
+			"KubeVirtMachine":         &infrav1.KubeVirtMachineList{},
+			"KubeVirtMachineTemplate": &infrav1.KubeVirtMachineTemplateList{},
+			"KubeVirtCluster":         &infrav1.KubeVirtClusterList{},
+		} {
+			g.Expect(source.Client.List(ctx, list, in)).To(Succeed())
+			items, err := meta.ExtractList(list)
+			g.Expect(err).NotTo(HaveOccurred())
+			for _, item := range items {
+				left = append(left, kind+" "+item.(client.Object).GetName())
+			}
+		}
+		g.Expect(left).To(BeEmpty(), "the source namespace keeps no Cluster API object")
+	}, timeout, poll).Should(Succeed())
+
+	g.Expect(target.Client.Get(ctx, key, &clusterv1.Cluster{})).To(Succeed())
+	g.Expect(target.Client.Get(ctx, poolOf(w).Deployment(), &clusterv1.MachineDeployment{})).To(Succeed())
+	for _, m := range before {
+		moved := &clusterv1.Machine{}
+		g.Expect(target.Client.Get(ctx, client.ObjectKeyFromObject(&m), moved)).To(Succeed())
+		configKey := client.ObjectKey{Namespace: m.Namespace, Name: m.Spec.Bootstrap.ConfigRef.Name}
+		g.Expect(target.Client.Get(ctx, configKey, &bootstrapv1.KairosConfig{})).To(Succeed())
+		dataKey := client.ObjectKey{Namespace: m.Namespace, Name: *m.Spec.Bootstrap.DataSecretName}
+		g.Expect(target.Client.Get(ctx, dataKey, &corev1.Secret{})).To(Succeed())
+		g.Expect(apierrors.IsNotFound(source.Client.Get(ctx, dataKey, &corev1.Secret{}))).To(BeTrue(), "Secret %s was moved", dataKey.Name)
+		g.Expect(target.Client.Get(ctx, vmKey(m), &infrav1.KubeVirtMachine{})).To(Succeed())
+	}
+	expectSameVMs := func() {
+		for name, uid := range vms {
+			vm := &kubevirtv1.VirtualMachine{}
+			g.Expect(source.Client.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: name}, vm)).To(Succeed())
+			g.Expect(vm.UID).To(Equal(uid), "VM %s was kept", name)
+			g.Expect(vm.DeletionTimestamp).To(BeNil(), "VM %s is not being deleted", name)
+		}
+	}
+	expectSameVMs()
+
+	// The target's providers take the pool over as it is: the same Nodes
+	// and providerIDs, no Machine replaced, no token made.
+	after := expectJoinedIn(t, target, w, 2)
+	for i, m := range after {
+		g.Expect(m.Name).To(Equal(names[i]), "no MachineSet made a new Machine")
+		g.Expect(m.Status.NodeRef.Name).To(Equal(nodeNames[i]))
+		kvm := &infrav1.KubeVirtMachine{}
+		g.Expect(target.Client.Get(ctx, vmKey(m), kvm)).To(Succeed())
+		g.Expect(kvm.Spec.ProviderID).To(Equal(infrav1.ProviderID(kvm.Name)))
+		g.Expect(kvm.Status.Initialization.Provisioned).To(HaveValue(BeTrue()), "KubeVirtMachine %s reports provisioned", kvm.Name)
+	}
+	g.Consistently(func(g Gomega) {
+		g.Expect(bootstrapTokensIn(g, target, w)).To(BeEmpty(), "no new token")
+		ms, err := target.PoolMachines(ctx, poolOf(w))
+		g.Expect(err).NotTo(HaveOccurred())
+		var now []string
+		for _, m := range ms {
+			now = append(now, m.Name)
+		}
+		g.Expect(now).To(Equal(names), "no MachineSet made a new Machine")
+	}, "5s", poll).Should(Succeed())
+	expectSameVMs()
+
+	// Scaling in the target makes a VM in the infrastructure cluster, which
+	// joins.
+	md := &clusterv1.MachineDeployment{}
+	g.Expect(target.Client.Get(ctx, poolOf(w).Deployment(), md)).To(Succeed())
+	scale := client.MergeFrom(md.DeepCopy())
+	md.Spec.Replicas = ptr.To[int32](3)
+	g.Expect(target.Client.Patch(ctx, md, scale)).To(Succeed())
+	scaled := expectJoinedIn(t, target, w, 3)
+	for _, m := range scaled {
+		vm := &kubevirtv1.VirtualMachine{}
+		g.Expect(source.Client.Get(ctx, vmKey(m), vm)).To(Succeed(), "the VM of Machine %s is in the infrastructure cluster", m.Name)
+		g.Expect(vm.Labels).To(HaveKeyWithValue(infrav1.MachineNameLabel, m.Spec.InfrastructureRef.Name))
+	}
+	expectSameVMs()
+	expectNoOrphansIn(t, target, w)
+
+	// Deleting the Cluster in the target deletes the VM side in the
+	// infrastructure cluster.
+	g.Expect(target.DeleteCluster(ctx, key, timeout)).To(Succeed(), func() string { return target.Describe(ctx, key) })
+	g.Eventually(func(g Gomega) {
+		var left []string
+		for kind, list := range map[string]client.ObjectList{
+			"VirtualMachine":         &kubevirtv1.VirtualMachineList{},
+			"VirtualMachineInstance": &kubevirtv1.VirtualMachineInstanceList{},
+			"DataVolume":             &cdiv1.DataVolumeList{},
+			"PersistentVolumeClaim":  &corev1.PersistentVolumeClaimList{},
+			"Secret":                 &corev1.SecretList{},
+			"ConfigMap":              &corev1.ConfigMapList{},
+		} {
+			g.Expect(source.Client.List(ctx, list, in)).To(Succeed())
+			items, err := meta.ExtractList(list)
+			g.Expect(err).NotTo(HaveOccurred())
+			for _, item := range items {
+				if o := item.(client.Object); kind != "ConfigMap" || o.GetName() != "kube-root-ca.crt" {
+					left = append(left, kind+" "+o.GetName())
+				}
+			}
+		}
+		g.Expect(left).To(BeEmpty(), "the infrastructure cluster keeps nothing of the pool")
+		g.Expect(bootstrapTokensIn(g, target, w)).To(BeEmpty())
+	}, timeout, poll).Should(Succeed())
+}
+
+// startScenarioHarness starts a harness of a scenario's own with the
+// suite's logger (its lines are scanned too), images and platform; the
+// scenario's cleanup stops it, the last started first.
+func startScenarioHarness(t *testing.T, opts harness.Options) *harness.Harness {
+	t.Helper()
+	ctx := context.Background()
+	opts.Logger, opts.WorkerClasses, opts.Images = logger, true, suiteImages
+	started, err := harness.Start(ctx, opts)
+	if err != nil {
+		t.Fatalf("starting a harness: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := started.Stop(); err != nil {
+			t.Errorf("stopping a harness: %v", err)
+		}
+	})
+	if err := started.ConfigurePlatform(ctx, suitePlatform); err != nil {
+		t.Fatalf("configuring the platform: %v", err)
+	}
+	return started
 }

@@ -30,6 +30,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -64,8 +65,27 @@ const (
 // imports.
 var importedOS = nodesim.Image{KubernetesVersion: "v1.36.3", OSImage: "Kairos v3.5.3 (imported)"}
 
+// suiteImages is what the node simulator boots from each image.
+var suiteImages = map[string]nodesim.Image{
+	platformImage: {KubernetesVersion: "v1.36.3", OSImage: "Kairos v3.5.3 (Ubuntu 24.04)"},
+	rebuiltImage:  {KubernetesVersion: "v1.36.3", OSImage: "Kairos v3.5.3 (Ubuntu 24.04, rebuilt)"},
+	customImage:   {KubernetesVersion: "v1.36.3", OSImage: "Tenant Kairos v3.5.3"},
+	importedImage: importedOS,
+}
+
+// suitePlatform is the suite's platform configuration.
+func suitePlatform(p *workerclassv1.WorkerPlatformSpec) {
+	p.KubernetesVersions = []workerclassv1.KubernetesVersion{{Minor: "v1.36", Patch: "v1.36.3"}}
+	p.KairosImages = []workerclassv1.KairosImage{{Minor: "v1.36", Reference: platformImage}}
+	p.TalosFactory.Version = "v1.13.6"
+	p.TalosFactory.SchematicID = "376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba"
+}
+
 var (
-	h       *harness.Harness
+	h *harness.Harness
+	// logger is the suite's scanned logger, for harnesses a scenario starts
+	// of its own.
+	logger  logr.Logger
 	verbose = flag.Bool("harness.log", false, "print the controllers' logs")
 )
 
@@ -95,6 +115,7 @@ func run(m *testing.M) (code int) {
 	// Every line of every component, at every verbosity, is read for
 	// tokens, private keys and bootstrap data; the suite fails on any.
 	scanner, log := harness.NewSuiteLogScanner(*verbose)
+	logger = log
 	defer func() {
 		if scanner.Report(os.Stderr) {
 			code = 1
@@ -151,12 +172,7 @@ func run(m *testing.M) (code int) {
 		AuditLog:      filepath.Join(auditDir, "audit.log"),
 		WorkerClasses: true,
 		Topology:      true,
-		Images: map[string]nodesim.Image{
-			platformImage: {KubernetesVersion: "v1.36.3", OSImage: "Kairos v3.5.3 (Ubuntu 24.04)"},
-			rebuiltImage:  {KubernetesVersion: "v1.36.3", OSImage: "Kairos v3.5.3 (Ubuntu 24.04, rebuilt)"},
-			customImage:   {KubernetesVersion: "v1.36.3", OSImage: "Tenant Kairos v3.5.3"},
-			importedImage: importedOS,
-		},
+		Images:        suiteImages,
 		// One infrastructure node, with GPUs for the pools that ask for
 		// them.
 		Infra: infra.Options{
@@ -187,12 +203,7 @@ func run(m *testing.M) (code int) {
 			fmt.Fprintln(os.Stderr, "stopping the harness:", err)
 		}
 	}()
-	if err := h.ConfigurePlatform(ctx, func(p *workerclassv1.WorkerPlatformSpec) {
-		p.KubernetesVersions = []workerclassv1.KubernetesVersion{{Minor: "v1.36", Patch: "v1.36.3"}}
-		p.KairosImages = []workerclassv1.KairosImage{{Minor: "v1.36", Reference: platformImage}}
-		p.TalosFactory.Version = "v1.13.6"
-		p.TalosFactory.SchematicID = "376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba"
-	}); err != nil {
+	if err := h.ConfigurePlatform(ctx, suitePlatform); err != nil {
 		fmt.Fprintln(os.Stderr, "configuring the platform:", err)
 		return 1
 	}
@@ -268,11 +279,17 @@ func nodes(g Gomega, w *harness.WorkloadCluster) []corev1.Node {
 // (harness.PoolJoined).
 func expectJoined(t *testing.T, w *harness.WorkloadCluster, n int) []clusterv1.Machine {
 	t.Helper()
+	return expectJoinedIn(t, h, w, n)
+}
+
+// expectJoinedIn is expectJoined in a harness other than the suite's.
+func expectJoinedIn(t *testing.T, in *harness.Harness, w *harness.WorkloadCluster, n int) []clusterv1.Machine {
+	t.Helper()
 	var ms []clusterv1.Machine
 	NewWithT(t).Eventually(func() (err error) {
-		ms, err = h.PoolJoined(context.Background(), poolOf(w), n)
+		ms, err = in.PoolJoined(context.Background(), poolOf(w), n)
 		return err
-	}, timeout, poll).Should(Succeed(), func() string { return describe(w) })
+	}, timeout, poll).Should(Succeed(), func() string { return in.Describe(context.Background(), w.Key) })
 	return ms
 }
 
@@ -297,7 +314,12 @@ func expectBootsClean(g Gomega, ms []clusterv1.Machine) {
 // bootstrapTokens lists the bootstrap token Secrets left in the workload
 // cluster.
 func bootstrapTokens(g Gomega, w *harness.WorkloadCluster) []string {
-	tokens, err := h.PoolJoinTokens(context.Background(), poolOf(w))
+	return bootstrapTokensIn(g, h, w)
+}
+
+// bootstrapTokensIn is bootstrapTokens in a harness other than the suite's.
+func bootstrapTokensIn(g Gomega, in *harness.Harness, w *harness.WorkloadCluster) []string {
+	tokens, err := in.PoolJoinTokens(context.Background(), poolOf(w))
 	g.Expect(err).NotTo(HaveOccurred())
 	return tokens
 }
@@ -315,9 +337,15 @@ func describe(w *harness.WorkloadCluster) string {
 // cluster). It is the "nothing left behind" half of every scenario.
 func expectNoOrphans(t *testing.T, w *harness.WorkloadCluster) {
 	t.Helper()
+	expectNoOrphansIn(t, h, w)
+}
+
+// expectNoOrphansIn is expectNoOrphans in a harness other than the suite's.
+func expectNoOrphansIn(t *testing.T, in *harness.Harness, w *harness.WorkloadCluster) {
+	t.Helper()
 	NewWithT(t).Eventually(func(g Gomega) {
-		left, err := h.Leftovers(context.Background(), w.Key)
+		left, err := in.Leftovers(context.Background(), w.Key)
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(left).To(BeEmpty())
-	}, timeout, poll).Should(Succeed(), func() string { return describe(w) })
+	}, timeout, poll).Should(Succeed(), func() string { return in.Describe(context.Background(), w.Key) })
 }
