@@ -19,6 +19,7 @@ package integration
 import (
 	"context"
 	"os"
+	"slices"
 	"testing"
 
 	. "github.com/onsi/gomega"
@@ -36,6 +37,7 @@ import (
 	bootstrapv1 "github.com/cozystack/cluster-api-workers/bootstrap/api/v1alpha1"
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/test/harness"
+	"github.com/cozystack/cluster-api-workers/test/sim/fault"
 )
 
 // TestClusterctlBackupCarriesThePoolAndResumesIt: Cluster API's own
@@ -121,8 +123,8 @@ func TestClusterctlBackupCarriesThePoolAndResumesIt(t *testing.T) {
 // TestClusterctlMoveCarriesAJoinedPool: Cluster API's own `clusterctl move`
 // of a joined pool to a second management cluster, the provider keeping the
 // VM side in an infrastructure cluster of its own (labelled, not owned, so
-// that the move neither carries nor deletes it). A paused Cluster is
-// refused first. After the move the source namespace holds no Cluster API
+// that the move neither carries nor deletes it). A paused Cluster and a
+// machine in flight are refused first. After the move the source namespace holds no Cluster API
 // object, the target holds them all under the same names, and the VMs are
 // the same ones; the target's providers take the pool over without
 // replacing a Machine or making a token, scale it through the
@@ -163,6 +165,39 @@ func TestClusterctlMoveCarriesAJoinedPool(t *testing.T) {
 	resumed := client.MergeFrom(cluster.DeepCopy())
 	cluster.Spec.Paused = nil
 	g.Expect(source.Client.Patch(ctx, cluster, resumed)).To(Succeed())
+
+	// clusterctl refuses a machine in flight (its instance is never
+	// scheduled, so its node never joins) before it changes anything.
+	source.Hosts.NeverSchedule(fault.InNamespace(key.Namespace), 1)
+	scaleTo(t, source, poolOf(w), 3)
+	var inFlight clusterv1.Machine
+	g.Eventually(func(g Gomega) {
+		ms, err := source.PoolMachines(ctx, poolOf(w))
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(ms).To(HaveLen(3))
+		for _, m := range ms {
+			if !slices.Contains(names, m.Name) {
+				inFlight = m
+			}
+		}
+		g.Expect(inFlight.Spec.InfrastructureRef.Name).NotTo(BeEmpty())
+		vm := &kubevirtv1.VirtualMachine{}
+		g.Expect(source.Client.Get(ctx, vmKey(inFlight), vm)).To(Succeed(), "the machine in flight has its VM")
+	}, timeout, poll).Should(Succeed())
+	err = source.ClusterctlMove(ctx, key.Namespace, target)
+	g.Expect(err).To(MatchError(ContainSubstring("cannot start the move operation while")))
+	g.Expect(err).To(MatchError(ContainSubstring(inFlight.Name + " is still provisioning the node")))
+	g.Expect(apierrors.IsNotFound(target.Client.Get(ctx, key, &clusterv1.Cluster{}))).To(BeTrue(), "nothing was moved")
+	// Back to the joined pool: the machine in flight goes.
+	marked := client.MergeFrom(inFlight.DeepCopy())
+	inFlight.Annotations = map[string]string{clusterv1.DeleteMachineAnnotation: ""}
+	g.Expect(source.Client.Patch(ctx, &inFlight, marked)).To(Succeed())
+	scaleTo(t, source, poolOf(w), 2)
+	g.Eventually(func(g Gomega) {
+		g.Expect(apierrors.IsNotFound(source.Client.Get(ctx, client.ObjectKeyFromObject(&inFlight), &clusterv1.Machine{}))).To(BeTrue())
+		g.Expect(apierrors.IsNotFound(source.Client.Get(ctx, vmKey(inFlight), &kubevirtv1.VirtualMachine{}))).To(BeTrue(), "its VM goes with it")
+	}, timeout, poll).Should(Succeed())
+	source.Hosts.ClearFaults()
 
 	g.Expect(source.ClusterctlMove(ctx, key.Namespace, target)).To(Succeed())
 
@@ -238,11 +273,7 @@ func TestClusterctlMoveCarriesAJoinedPool(t *testing.T) {
 
 	// Scaling in the target makes a VM in the infrastructure cluster, which
 	// joins.
-	md := &clusterv1.MachineDeployment{}
-	g.Expect(target.Client.Get(ctx, poolOf(w).Deployment(), md)).To(Succeed())
-	scale := client.MergeFrom(md.DeepCopy())
-	md.Spec.Replicas = ptr.To[int32](3)
-	g.Expect(target.Client.Patch(ctx, md, scale)).To(Succeed())
+	scaleTo(t, target, poolOf(w), 3)
 	scaled := expectJoinedIn(t, target, w, 3)
 	for _, m := range scaled {
 		vm := &kubevirtv1.VirtualMachine{}
@@ -277,6 +308,18 @@ func TestClusterctlMoveCarriesAJoinedPool(t *testing.T) {
 		g.Expect(left).To(BeEmpty(), "the infrastructure cluster keeps nothing of the pool")
 		g.Expect(bootstrapTokensIn(g, target, w)).To(BeEmpty())
 	}, timeout, poll).Should(Succeed())
+}
+
+// scaleTo sets the replicas of the pool's MachineDeployment in h.
+func scaleTo(t *testing.T, h *harness.Harness, p harness.Pool, replicas int32) {
+	t.Helper()
+	g := NewWithT(t)
+	ctx := context.Background()
+	md := &clusterv1.MachineDeployment{}
+	g.Expect(h.Client.Get(ctx, p.Deployment(), md)).To(Succeed())
+	scale := client.MergeFrom(md.DeepCopy())
+	md.Spec.Replicas = ptr.To(replicas)
+	g.Expect(h.Client.Patch(ctx, md, scale)).To(Succeed())
 }
 
 // startScenarioHarness starts a harness of a scenario's own with the
