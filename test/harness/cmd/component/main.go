@@ -29,6 +29,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"k8s.io/client-go/tools/clientcmd"
@@ -112,6 +113,11 @@ func run(name components.Name, addressFile string, opts components.Options) erro
 		Logger:                 log,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
+		// The production binaries' --profiler-address, from the
+		// environment so that a benchmark run can profile one component
+		// (HARNESS_PROFILER_ADDRESS_BOOTSTRAP, ..._INFRASTRUCTURE): off
+		// when unset.
+		PprofBindAddress: os.Getenv("HARNESS_PROFILER_ADDRESS_" + strings.ToUpper(name.Role())),
 	}
 	c, err := components.New(ctx, cfg, name, opts)
 	if err != nil {
