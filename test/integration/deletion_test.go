@@ -53,8 +53,7 @@ func TestDeletionLeavesNothing(t *testing.T) {
 
 	in := client.InNamespace(w.Key.Namespace)
 	g.Eventually(func(g Gomega) {
-		var left []string
-		for kind, list := range map[string]client.ObjectList{
+		left := objectsLeft(g, h.Client, w.Key.Namespace, map[string]client.ObjectList{
 			"MachineDeployment":       &clusterv1.MachineDeploymentList{},
 			"MachineSet":              &clusterv1.MachineSetList{},
 			"Machine":                 &clusterv1.MachineList{},
@@ -70,18 +69,7 @@ func TestDeletionLeavesNothing(t *testing.T) {
 			"PersistentVolumeClaim":   &corev1.PersistentVolumeClaimList{},
 			"Secret":                  &corev1.SecretList{},
 			"ConfigMap":               &corev1.ConfigMapList{},
-		} {
-			g.Expect(h.Client.List(ctx, list, in)).To(Succeed())
-			items, err := meta.ExtractList(list)
-			g.Expect(err).NotTo(HaveOccurred())
-			for _, item := range items {
-				o := item.(client.Object)
-				if kind == "ConfigMap" && o.GetName() == "kube-root-ca.crt" {
-					continue
-				}
-				left = append(left, kind+" "+o.GetName())
-			}
-		}
+		})
 		controlPlanes := &unstructured.UnstructuredList{}
 		controlPlanes.SetGroupVersionKind(harness.HostedControlPlaneGVK.GroupVersion().WithKind(harness.HostedControlPlaneGVK.Kind + "List"))
 		g.Expect(h.Client.List(ctx, controlPlanes, in)).To(Succeed())
@@ -97,4 +85,21 @@ func TestDeletionLeavesNothing(t *testing.T) {
 		g.Expect(w.API.Client.List(ctx, csrs)).To(Succeed())
 		g.Expect(csrs.Items).To(BeEmpty())
 	}, timeout, poll).Should(Succeed())
+}
+
+// objectsLeft lists, as "<kind> <name>", the objects of the kinds given in a
+// namespace, but the kube-root-ca.crt ConfigMap every namespace has.
+func objectsLeft(g Gomega, c client.Client, namespace string, kinds map[string]client.ObjectList) []string {
+	var left []string
+	for kind, list := range kinds {
+		g.Expect(c.List(context.Background(), list, client.InNamespace(namespace))).To(Succeed())
+		items, err := meta.ExtractList(list)
+		g.Expect(err).NotTo(HaveOccurred())
+		for _, item := range items {
+			if o := item.(client.Object); kind != "ConfigMap" || o.GetName() != "kube-root-ca.crt" {
+				left = append(left, kind+" "+o.GetName())
+			}
+		}
+	}
+	return left
 }

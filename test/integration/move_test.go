@@ -25,7 +25,6 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	kubevirtv1 "kubevirt.io/api/core/v1"
@@ -201,10 +200,8 @@ func TestClusterctlMoveCarriesAJoinedPool(t *testing.T) {
 
 	g.Expect(source.ClusterctlMove(ctx, key.Namespace, target)).To(Succeed())
 
-	in := client.InNamespace(key.Namespace)
 	g.Eventually(func(g Gomega) {
-		var left []string
-		for kind, list := range map[string]client.ObjectList{
+		left := objectsLeft(g, source.Client, key.Namespace, map[string]client.ObjectList{
 			"Cluster":                 &clusterv1.ClusterList{},
 			"MachineDeployment":       &clusterv1.MachineDeploymentList{},
 			"MachineSet":              &clusterv1.MachineSetList{},
@@ -215,14 +212,7 @@ func TestClusterctlMoveCarriesAJoinedPool(t *testing.T) {
 			"KubeVirtMachine":         &infrav1.KubeVirtMachineList{},
 			"KubeVirtMachineTemplate": &infrav1.KubeVirtMachineTemplateList{},
 			"KubeVirtCluster":         &infrav1.KubeVirtClusterList{},
-		} {
-			g.Expect(source.Client.List(ctx, list, in)).To(Succeed())
-			items, err := meta.ExtractList(list)
-			g.Expect(err).NotTo(HaveOccurred())
-			for _, item := range items {
-				left = append(left, kind+" "+item.(client.Object).GetName())
-			}
-		}
+		})
 		g.Expect(left).To(BeEmpty(), "the source namespace keeps no Cluster API object")
 	}, timeout, poll).Should(Succeed())
 
@@ -287,24 +277,14 @@ func TestClusterctlMoveCarriesAJoinedPool(t *testing.T) {
 	// infrastructure cluster.
 	g.Expect(target.DeleteCluster(ctx, key, timeout)).To(Succeed(), func() string { return target.Describe(ctx, key) })
 	g.Eventually(func(g Gomega) {
-		var left []string
-		for kind, list := range map[string]client.ObjectList{
+		left := objectsLeft(g, source.Client, key.Namespace, map[string]client.ObjectList{
 			"VirtualMachine":         &kubevirtv1.VirtualMachineList{},
 			"VirtualMachineInstance": &kubevirtv1.VirtualMachineInstanceList{},
 			"DataVolume":             &cdiv1.DataVolumeList{},
 			"PersistentVolumeClaim":  &corev1.PersistentVolumeClaimList{},
 			"Secret":                 &corev1.SecretList{},
 			"ConfigMap":              &corev1.ConfigMapList{},
-		} {
-			g.Expect(source.Client.List(ctx, list, in)).To(Succeed())
-			items, err := meta.ExtractList(list)
-			g.Expect(err).NotTo(HaveOccurred())
-			for _, item := range items {
-				if o := item.(client.Object); kind != "ConfigMap" || o.GetName() != "kube-root-ca.crt" {
-					left = append(left, kind+" "+o.GetName())
-				}
-			}
-		}
+		})
 		g.Expect(left).To(BeEmpty(), "the infrastructure cluster keeps nothing of the pool")
 		g.Expect(bootstrapTokensIn(g, target, w)).To(BeEmpty())
 	}, timeout, poll).Should(Succeed())
