@@ -31,6 +31,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
+	"github.com/cozystack/cluster-api-workers/infrastructure/internal/infracluster"
 )
 
 // TestDeletionConfirmsWithTheAPIServer: the finalizer is the last guard of
@@ -62,7 +63,8 @@ func TestDeletionConfirmsWithTheAPIServer(t *testing.T) {
 		kvm := machine()
 		live := fake.NewClientBuilder().WithScheme(scheme).WithObjects(vmOf(kvm)).Build()
 		stale := fake.NewClientBuilder().WithScheme(scheme).Build()
-		r := &Reconciler{Client: cachedClient{Client: live, cache: stale}, APIReader: live}
+		r := &Reconciler{Client: cachedClient{Client: live, cache: stale}, APIReader: live,
+			Infrastructure: &infracluster.Cluster{Client: cachedClient{Client: live, cache: stale}, Reader: live}}
 		g.Expect(r.reconcileDelete(context.Background(), &scope{kubeVirtMachine: kvm})).To(Succeed())
 		g.Expect(kvm.Finalizers).To(ContainElement(infrav1.MachineFinalizer))
 		g.Expect(setReady(kvm)).To(Succeed())
@@ -75,7 +77,7 @@ func TestDeletionConfirmsWithTheAPIServer(t *testing.T) {
 		g := NewWithT(t)
 		kvm := machine()
 		empty := fake.NewClientBuilder().WithScheme(scheme).Build()
-		r := &Reconciler{Client: empty, APIReader: empty}
+		r := &Reconciler{Client: empty, APIReader: empty, Infrastructure: &infracluster.Cluster{Client: empty, Reader: empty}}
 		g.Expect(r.reconcileDelete(context.Background(), &scope{kubeVirtMachine: kvm})).To(Succeed())
 		g.Expect(kvm.Finalizers).NotTo(ContainElement(infrav1.MachineFinalizer))
 	})

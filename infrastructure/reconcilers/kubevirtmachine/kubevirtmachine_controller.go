@@ -104,9 +104,8 @@ type Reconciler struct {
 	// without the cluster-name label.
 	APIReader client.Reader
 	// Infrastructure is where the machines' VMs, instances, disks,
-	// cloud-init Secrets and import CAs live, and where clones are
-	// authorized: the management cluster (Client, APIReader and the
-	// manager's cache) when nil.
+	// cloud-init Secrets and import CAs live: the management cluster or
+	// one of its own (setup.Reconcilers makes it).
 	Infrastructure *infracluster.Cluster
 	// WatchFilterValue restricts the controller to objects with this
 	// cluster.x-k8s.io/watch-filter label value.
@@ -135,11 +134,8 @@ type Reconciler struct {
 // machine-name label, so nothing is polled; their updates pass only when
 // they change what the controller reads (predicates.go).
 func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, options controller.Options) error {
-	if r.Client == nil || r.APIReader == nil || r.Clones == nil {
-		return fmt.Errorf("the KubeVirtMachine reconciler needs a Client, an APIReader and a clone Authorizer")
-	}
-	if r.Infrastructure == nil {
-		r.Infrastructure = &infracluster.Cluster{Client: r.Client, Reader: r.APIReader, Cache: mgr.GetCache()}
+	if r.Client == nil || r.APIReader == nil || r.Infrastructure == nil || r.Clones == nil {
+		return fmt.Errorf("the KubeVirtMachine reconciler needs a Client, an APIReader, the infrastructure cluster and a clone Authorizer")
 	}
 	if r.SharedImages == nil && !r.Infrastructure.Remote {
 		return fmt.Errorf("the KubeVirtMachine reconciler needs the shared Images in the management cluster")
@@ -180,15 +176,6 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 			handler.EnqueueRequestsFromMapFunc(r.sharedImportToMachines), viewChanged(viewOfDataVolume)))
 	}
 	return b.Complete(ctx, r)
-}
-
-// infra is where the machines' VMs live: Infrastructure, or the management
-// cluster when it is nil (as in tests that build a Reconciler by hand).
-func (r *Reconciler) infra() *infracluster.Cluster {
-	if r.Infrastructure != nil {
-		return r.Infrastructure
-	}
-	return &infracluster.Cluster{Client: r.Client, Reader: r.APIReader}
 }
 
 // clonedFromTemplate indexes a machine by the KubeVirtMachineTemplate named in
@@ -440,7 +427,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 func (r *Reconciler) ensureVirtualMachine(ctx context.Context, s *scope) (*kubevirtv1.VirtualMachine, *blocked, error) {
 	kvm, machine, cluster := s.kubeVirtMachine, s.machine, s.cluster
 	key := client.ObjectKeyFromObject(kvm)
-	infra := r.infra()
+	infra := r.Infrastructure
 	vm := &kubevirtv1.VirtualMachine{}
 	err := infra.Client.Get(ctx, key, vm)
 	if r.createdVMs.Pending(key, key.Name) {
@@ -528,7 +515,7 @@ func (r *Reconciler) authorizeClone(ctx context.Context, kvm *infrav1.KubeVirtMa
 	if kvm.Spec.Image == nil || kvm.Spec.Image.Clone == nil {
 		return nil, nil
 	}
-	err := r.infra().Client.Get(ctx, client.ObjectKeyFromObject(dv), &cdiv1.DataVolume{})
+	err := r.Infrastructure.Client.Get(ctx, client.ObjectKeyFromObject(dv), &cdiv1.DataVolume{})
 	if err == nil || !apierrors.IsNotFound(err) {
 		return nil, err
 	}
@@ -574,7 +561,7 @@ func (r *Reconciler) bootstrapData(ctx context.Context, machine *clusterv1.Machi
 // to the bootstrap data while the VM does not exist yet. A Secret of that
 // name the machine does not control blocks it, as any other object would.
 func (r *Reconciler) ensureUserData(ctx context.Context, kvm *infrav1.KubeVirtMachine, desired *corev1.Secret) (*blocked, error) {
-	infra := r.infra()
+	infra := r.Infrastructure
 	existing := &corev1.Secret{}
 	err := infra.Client.Get(ctx, client.ObjectKeyFromObject(desired), existing)
 	if apierrors.IsNotFound(err) {
@@ -605,7 +592,7 @@ func (r *Reconciler) ensureUserData(ctx context.Context, kvm *infrav1.KubeVirtMa
 func ensureCreated[T client.Object](ctx context.Context, r *Reconciler, kvm *infrav1.KubeVirtMachine, desired T, kind string) (T, *blocked, error) {
 	var none T
 	key := client.ObjectKeyFromObject(desired)
-	infra := r.infra()
+	infra := r.Infrastructure
 	existing := desired.DeepCopyObject().(T)
 	err := infra.Client.Get(ctx, key, existing)
 	if err == nil {
@@ -657,7 +644,7 @@ func refusal(kind, name string, err error) *blocked {
 // control: the leftover of an earlier machine is waited for; anyone else's
 // is never adopted or touched.
 func (r *Reconciler) notControlled(o client.Object, kvm *infrav1.KubeVirtMachine, kind string) *blocked {
-	if r.infra().Controls(o, kvm) {
+	if r.Infrastructure.Controls(o, kvm) {
 		return nil
 	}
 	if !o.GetDeletionTimestamp().IsZero() {
@@ -682,7 +669,7 @@ func (r *Reconciler) observe(ctx context.Context, s *scope, vm *kubevirtv1.Virtu
 		o.containerDisk = rootContainerDisk(vm)
 		o.rootDataVolumeName = rootDataVolume(vm)
 		vmi := &kubevirtv1.VirtualMachineInstance{}
-		if err := r.infra().Client.Get(ctx, client.ObjectKeyFromObject(vm), vmi); err == nil {
+		if err := r.Infrastructure.Client.Get(ctx, client.ObjectKeyFromObject(vm), vmi); err == nil {
 			o.vmi = vmi
 		} else if !apierrors.IsNotFound(err) {
 			return err
@@ -690,7 +677,7 @@ func (r *Reconciler) observe(ctx context.Context, s *scope, vm *kubevirtv1.Virtu
 	}
 	if o.rootDataVolumeName != "" {
 		dv := &cdiv1.DataVolume{}
-		if err := r.infra().Client.Get(ctx, client.ObjectKey{Namespace: kvm.Namespace, Name: o.rootDataVolumeName}, dv); err == nil {
+		if err := r.Infrastructure.Client.Get(ctx, client.ObjectKey{Namespace: kvm.Namespace, Name: o.rootDataVolumeName}, dv); err == nil {
 			o.rootDataVolume = dv
 		} else if !apierrors.IsNotFound(err) {
 			return err
@@ -704,7 +691,7 @@ func (r *Reconciler) observe(ctx context.Context, s *scope, vm *kubevirtv1.Virtu
 		// KubeVirt denied the eviction and leaves it to us (External): the
 		// drain ends once the instance is gone, and the run strategy starts
 		// the next one on another node.
-		if err := r.infra().Client.Delete(ctx, o.vmi, client.Preconditions{UID: &o.vmi.UID}); client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
+		if err := r.Infrastructure.Client.Delete(ctx, o.vmi, client.Preconditions{UID: &o.vmi.UID}); client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
 			return fmt.Errorf("stopping VirtualMachineInstance %s of a drained node: %w", o.vmi.Name, err)
 		}
 		ctrl.LoggerFrom(ctx).Info("Stopped the instance on a drained infrastructure node so that KubeVirt starts it elsewhere", "VirtualMachineInstance", klog.KObj(o.vmi), "node", o.vmi.Status.EvacuationNodeName)
@@ -746,7 +733,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) error {
 	log := ctrl.LoggerFrom(ctx)
 	kvm := s.kubeVirtMachine
 	key := client.ObjectKeyFromObject(kvm)
-	infra := r.infra()
+	infra := r.Infrastructure
 	var pending []string
 	waitFor := func(reader client.Reader, obj client.Object, kind string, ours func(client.Object) bool) error {
 		if err := reader.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: obj.GetName()}, obj); err != nil {
@@ -810,7 +797,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) error {
 }
 
 func (r *Reconciler) deleteIfControlled(ctx context.Context, kvm *infrav1.KubeVirtMachine, obj client.Object) error {
-	infra := r.infra()
+	infra := r.Infrastructure
 	if err := infra.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
 		return client.IgnoreNotFound(err)
 	}

@@ -35,6 +35,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
+	"github.com/cozystack/cluster-api-workers/infrastructure/internal/infracluster"
 )
 
 // sentWrites counts what a fake API server was sent, by kind of write.
@@ -176,7 +177,8 @@ func TestCreatedVirtualMachineNotCachedYet(t *testing.T) {
 		APIVersion: infrav1.GroupVersion.String(), Kind: "KubeVirtMachine", Name: "w", UID: "kvm-uid", Controller: ptr.To(true)}}}}
 	live := countingClient(t, &sent, vm)
 	stale := countingClient(t, &sentWrites{})
-	r := &Reconciler{Client: cachedClient{Client: live, cache: stale}, APIReader: live}
+	r := &Reconciler{Client: cachedClient{Client: live, cache: stale}, APIReader: live,
+		Infrastructure: &infracluster.Cluster{Client: cachedClient{Client: live, cache: stale}, Reader: live}}
 	key := client.ObjectKeyFromObject(kvm)
 	r.createdVMs.Wrote(key, key.Name)
 
@@ -187,7 +189,7 @@ func TestCreatedVirtualMachineNotCachedYet(t *testing.T) {
 	g.Expect(sent).To(Equal(sentWrites{}))
 
 	// Once the cache has it, the record goes.
-	r.Client = cachedClient{Client: live, cache: live}
+	r.Infrastructure.Client = cachedClient{Client: live, cache: live}
 	_, _, err = r.ensureVirtualMachine(context.Background(), &scope{kubeVirtMachine: kvm})
 	g.Expect(err).NotTo(HaveOccurred())
 	recorded := r.createdVMs.Pending(key, key.Name)

@@ -76,8 +76,7 @@ const (
 type Reconciler struct {
 	Client client.Client
 	// Infrastructure is where KubeVirt's instancetypes and preferences are
-	// read and watched: the cluster the VMs run in. The management cluster
-	// (Client and the manager's cache) when nil.
+	// read and watched: the cluster the VMs run in.
 	Infrastructure *infracluster.Cluster
 	// WatchFilterValue restricts the controller to objects with this
 	// cluster.x-k8s.io/watch-filter label value.
@@ -91,17 +90,14 @@ type Reconciler struct {
 // class, the platform configuration, an instancetype or a preference are
 // reconciled again when that object changes.
 func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, options controller.Options) error {
-	if r.Client == nil {
-		return fmt.Errorf("the KubeVirtMachineTemplate reconciler needs a Client")
+	if r.Client == nil || r.Infrastructure == nil {
+		return fmt.Errorf("the KubeVirtMachineTemplate reconciler needs a Client and the infrastructure cluster")
 	}
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &infrav1.KubeVirtMachineTemplate{}, instancetypeIndex, referencedKinds); err != nil {
 		return fmt.Errorf("indexing KubeVirtMachineTemplates by instancetype: %w", err)
 	}
 	predicateLog := ctrl.LoggerFrom(ctx).WithValues("controller", "kubevirtmachinetemplate")
 	filter := predicates.ResourceHasFilterLabel(mgr.GetScheme(), predicateLog, r.WatchFilterValue)
-	if r.Infrastructure == nil {
-		r.Infrastructure = &infracluster.Cluster{Client: r.Client, Reader: mgr.GetAPIReader(), Cache: mgr.GetCache()}
-	}
 	referencing := func(o client.Object, kind string) source.Source {
 		return source.Kind[client.Object](r.Infrastructure.Cache, o, handler.EnqueueRequestsFromMapFunc(r.referencingTemplates(kind)))
 	}
