@@ -27,8 +27,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	kubevirtv1 "kubevirt.io/api/core/v1"
+	"sigs.k8s.io/cluster-api/util/conditions"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/test/harness"
 )
 
@@ -101,4 +103,76 @@ func TestInfrastructureNodeDrainEnds(t *testing.T) {
 	after := expectJoined(t, w, 2)
 	expectBootsClean(g, after)
 	expectNoOrphans(t, w)
+}
+
+// TestInfrastructureNodeDrainLiveMigrates: the hoster drains the node of a
+// machine whose VM has eviction strategy LiveMigrate and can migrate (a
+// container disk on a masqueraded pod network). virt-api denies the
+// launcher Pod's eviction, marks the instance for evacuation and
+// virt-controller creates a kubevirt-evacuation migration for it; the
+// provider leaves the instance alone, since stopping it would kill a VM
+// KubeVirt is moving, and shows the migration on the machine, which stays
+// provisioned. (The node stand-in does not carry a migration out: what is
+// checked is what the provider does while KubeVirt migrates.)
+func TestInfrastructureNodeDrainLiveMigrates(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ctx := context.Background()
+	w := newCluster(t, harness.ClusterOptions{})
+	objs := pool(t, w, map[string]string{"WORKER_MACHINE_COUNT": "1"})
+	harness.EditMachineTemplates(objs, func(_ *unstructured.Unstructured, machine map[string]any) {
+		machine["evictionStrategy"] = "LiveMigrate"
+	})
+	g.Expect(h.Apply(ctx, objs)).To(Succeed())
+	before := expectJoined(t, w, 1)
+	key := vmKey(before[0])
+	vmi := &kubevirtv1.VirtualMachineInstance{}
+	g.Expect(h.Client.Get(ctx, key, vmi)).To(Succeed())
+	t.Cleanup(func() { deleteMigrationsOf(t, vmi) })
+
+	// kubectl drain evicts the launcher Pod: virt-api denies it and
+	// evacuates the instance instead.
+	pods := &corev1.PodList{}
+	g.Expect(h.Client.List(ctx, pods, client.InNamespace(key.Namespace), client.MatchingLabels{kubevirtv1.CreatedByLabel: string(vmi.UID)})).To(Succeed())
+	g.Expect(pods.Items).To(HaveLen(1))
+	err := h.Client.SubResource("eviction").Create(ctx, &pods.Items[0], &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: pods.Items[0].Name}})
+	g.Expect(err).To(MatchError(ContainSubstring("Eviction triggered evacuation of VMI")))
+
+	// virt-controller migrates it, and the machine shows the migration.
+	kvm := &infrav1.KubeVirtMachine{}
+	g.Eventually(func(g Gomega) {
+		g.Expect(h.Client.Get(ctx, key, kvm)).To(Succeed())
+		c := conditions.Get(kvm, infrav1.VirtualMachineProvisionedCondition)
+		g.Expect(c).NotTo(BeNil())
+		g.Expect(c.Reason).To(Equal(infrav1.LiveMigratingReason))
+		g.Expect(c.Status).To(Equal(metav1.ConditionTrue))
+		g.Expect(c.Message).To(MatchRegexp(`^Infrastructure node \S+ is being drained: KubeVirt live-migrates the instance \(eviction strategy LiveMigrate\); migration kubevirt-evacuation-\S+ is `))
+	}, timeout, poll).Should(Succeed(), func() string { return describe(w) })
+	g.Expect(conditions.IsTrue(kvm, infrav1.ReadyCondition)).To(BeTrue(), "the machine stopped being ready while KubeVirt migrates it")
+
+	// The provider has seen the evacuation (the condition above) and left
+	// the instance running: the same instance, not being deleted.
+	current := &kubevirtv1.VirtualMachineInstance{}
+	g.Expect(h.Client.Get(ctx, key, current)).To(Succeed())
+	g.Expect(current.UID).To(Equal(vmi.UID))
+	g.Expect(current.DeletionTimestamp.IsZero()).To(BeTrue(), "the provider stopped an instance KubeVirt live-migrates")
+	g.Expect(current.Status.EvacuationNodeName).To(Equal(vmi.Status.NodeName))
+	g.Expect(machineUIDs(machines(g, w))).To(Equal(machineUIDs(before)))
+}
+
+// deleteMigrationsOf cancels KubeVirt's migrations of an instance.
+func deleteMigrationsOf(t *testing.T, vmi *kubevirtv1.VirtualMachineInstance) {
+	t.Helper()
+	migrations := &kubevirtv1.VirtualMachineInstanceMigrationList{}
+	if err := h.Client.List(context.Background(), migrations, client.InNamespace(vmi.Namespace)); err != nil {
+		t.Errorf("listing the migrations of %s: %v", vmi.Name, err)
+		return
+	}
+	for i := range migrations.Items {
+		if m := &migrations.Items[i]; m.Spec.VMIName == vmi.Name {
+			if err := h.Client.Delete(context.Background(), m); client.IgnoreNotFound(err) != nil {
+				t.Errorf("deleting migration %s: %v", m.Name, err)
+			}
+		}
+	}
 }

@@ -88,6 +88,11 @@ const (
 	// (a persistent disk rejoins; a container disk comes back blank and is
 	// reported EphemeralDiskLost, so the machine is replaced).
 	EvacuationRequestedReason = "EvacuationRequested"
+	// LiveMigratingReason: the infrastructure node is being drained and
+	// KubeVirt live-migrates the VM (eviction strategy LiveMigrate or
+	// LiveMigrateIfPossible); the machine keeps running and the provider
+	// leaves the VM alone. The message names KubeVirt's migration.
+	LiveMigratingReason = "LiveMigrating"
 	// InstanceRestartingReason: the VM of a persistent root disk is starting
 	// a new instance; the node keeps its state.
 	InstanceRestartingReason = "InstanceRestarting"
@@ -179,4 +184,9 @@ const (
 	// ResolutionFailedReason: a template cannot be resolved; the message
 	// names the field.
 	ResolutionFailedReason = "ResolutionFailed"
+	// KubeVirtFeatureNotEnabledReason: a template's VMs need a KubeVirt
+	// feature gate, or a GPU or host device permitted, that the KubeVirt
+	// of the infrastructure cluster does not enable; the message names the
+	// gate or device. The template is resolved once the hoster enables it.
+	KubeVirtFeatureNotEnabledReason = "KubeVirtFeatureNotEnabled"
 )

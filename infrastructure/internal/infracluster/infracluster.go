@@ -33,11 +33,17 @@ import (
 // the hoster binds to the identity of --infrastructure-kubeconfig there
 // (config/infrastructure/infrastructure-cluster): the machines' VMs,
 // instances, disks, cloud-init Secrets and import CAs; instancetype reads;
+// the reads that show a drained instance's fate (KubeVirt's migrations and
+// its cluster-wide eviction strategy);
 // and the clone authorization (cloneauth), which asks the API server as the
-// tenant and reads namespaces and DataSources. The management cluster's
-// role holds the same rules for the management cluster.
+// tenant and reads namespaces and DataSources; and the KubeVirt CR, whose
+// feature gates and permitted host devices decide whether a template's
+// VMs can run (listed and watched through the cache, never read by
+// name). The management cluster's role holds the same rules for the
+// management cluster.
 // +kubebuilder:rbac:groups=kubevirt.io,resources=virtualmachines,verbs=get;list;watch;create;delete
 // +kubebuilder:rbac:groups=kubevirt.io,resources=virtualmachineinstances,verbs=get;list;watch;delete
+// +kubebuilder:rbac:groups=kubevirt.io,resources=virtualmachineinstancemigrations;kubevirts,verbs=list
 // +kubebuilder:rbac:groups=cdi.kubevirt.io,resources=datavolumes,verbs=get;list;watch;create;delete
 // +kubebuilder:rbac:groups=cdi.kubevirt.io,resources=datavolumes/source,verbs=create
 // +kubebuilder:rbac:groups=cdi.kubevirt.io,resources=datasources,verbs=get
@@ -46,6 +52,7 @@ import (
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get
 // +kubebuilder:rbac:groups=instancetype.kubevirt.io,resources=virtualmachineclusterinstancetypes;virtualmachineinstancetypes;virtualmachineclusterpreferences;virtualmachinepreferences,verbs=get;list;watch
 // +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
+// +kubebuilder:rbac:groups=kubevirt.io,resources=kubevirts,verbs=list;watch
 
 // Cluster is where a machine's VirtualMachine, instance, root DataVolume,
 // cloud-init Secret and import CA ConfigMap live, where KubeVirt's

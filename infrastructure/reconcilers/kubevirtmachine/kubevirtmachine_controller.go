@@ -24,6 +24,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -89,6 +90,7 @@ var templateGroupKind = infrav1.GroupVersion.WithKind("KubeVirtMachineTemplate")
 // +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=clusters;machines,verbs=get;list;watch
 // +kubebuilder:rbac:groups=kubevirt.io,resources=virtualmachines,verbs=get;list;watch;create;delete
 // +kubebuilder:rbac:groups=kubevirt.io,resources=virtualmachineinstances,verbs=get;list;watch;delete
+// +kubebuilder:rbac:groups=kubevirt.io,resources=virtualmachineinstancemigrations;kubevirts,verbs=list
 // +kubebuilder:rbac:groups=cdi.kubevirt.io,resources=datavolumes,verbs=get;list;watch;create;delete
 // +kubebuilder:rbac:groups=cdi.kubevirt.io,resources=datavolumes/source,verbs=create
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;patch;delete
@@ -416,7 +418,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 	if blocker != nil {
 		return s.block(blocker), nil
 	}
-	return ctrl.Result{}, r.observe(ctx, s, vm)
+	return r.observe(ctx, s, vm)
 }
 
 // ensureVirtualMachine returns the machine's VM, creating it and what it
@@ -656,7 +658,7 @@ func (r *Reconciler) notControlled(o client.Object, kvm *infrav1.KubeVirtMachine
 }
 
 // observe reports the VM, its instance and its root disk.
-func (r *Reconciler) observe(ctx context.Context, s *scope, vm *kubevirtv1.VirtualMachine) error {
+func (r *Reconciler) observe(ctx context.Context, s *scope, vm *kubevirtv1.VirtualMachine) (ctrl.Result, error) {
 	kvm, machine := s.kubeVirtMachine, s.machine
 	o := &observation{
 		provisioned:            ptr.Deref(kvm.Status.Initialization.Provisioned, false),
@@ -672,15 +674,18 @@ func (r *Reconciler) observe(ctx context.Context, s *scope, vm *kubevirtv1.Virtu
 		if err := r.Infrastructure.Client.Get(ctx, client.ObjectKeyFromObject(vm), vmi); err == nil {
 			o.vmi = vmi
 		} else if !apierrors.IsNotFound(err) {
-			return err
+			return ctrl.Result{}, err
 		}
+	}
+	if err := r.observeEvacuation(ctx, o); err != nil {
+		return ctrl.Result{}, err
 	}
 	if o.rootDataVolumeName != "" {
 		dv := &cdiv1.DataVolume{}
 		if err := r.Infrastructure.Client.Get(ctx, client.ObjectKey{Namespace: kvm.Namespace, Name: o.rootDataVolumeName}, dv); err == nil {
 			o.rootDataVolume = dv
 		} else if !apierrors.IsNotFound(err) {
-			return err
+			return ctrl.Result{}, err
 		}
 	}
 
@@ -692,7 +697,7 @@ func (r *Reconciler) observe(ctx context.Context, s *scope, vm *kubevirtv1.Virtu
 		// drain ends once the instance is gone, and the run strategy starts
 		// the next one on another node.
 		if err := r.Infrastructure.Client.Delete(ctx, o.vmi, client.Preconditions{UID: &o.vmi.UID}); client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
-			return fmt.Errorf("stopping VirtualMachineInstance %s of a drained node: %w", o.vmi.Name, err)
+			return ctrl.Result{}, fmt.Errorf("stopping VirtualMachineInstance %s of a drained node: %w", o.vmi.Name, err)
 		}
 		ctrl.LoggerFrom(ctx).Info("Stopped the instance on a drained infrastructure node so that KubeVirt starts it elsewhere", "VirtualMachineInstance", klog.KObj(o.vmi), "node", o.vmi.Status.EvacuationNodeName)
 	}
@@ -708,6 +713,57 @@ func (r *Reconciler) observe(ctx context.Context, s *scope, vm *kubevirtv1.Virtu
 			kvm.Status.Initialization.Provisioned = ptr.To(true)
 			kvm.Status.ProvisionedInstanceUID = string(o.vmi.UID)
 			ctrl.LoggerFrom(ctx).Info("The machine's VirtualMachine is provisioned", "VirtualMachineInstance", klog.KObj(o.vmi), "node", o.vmi.Status.NodeName)
+		}
+	}
+	if o.liveMigrating() {
+		// KubeVirt's migrations carry no label of this provider's, so
+		// they are not in its label-selected cache, and the instance
+		// shows a local migration only once its target runs: while
+		// KubeVirt live-migrates the instance, which a drain makes rare
+		// and short, the machine looks again.
+		return ctrl.Result{RequeueAfter: liveMigrationRecheck}, nil
+	}
+	return ctrl.Result{}, nil
+}
+
+// liveMigrationRecheck is how often a machine whose instance KubeVirt
+// live-migrates off a drained node looks at the migration again.
+const liveMigrationRecheck = 10 * time.Second
+
+// observeEvacuation reads what decides and shows an evacuating instance's
+// fate: the KubeVirt CR's cluster-wide eviction strategy when the instance
+// names none, and KubeVirt's migration of it. Both are read from the API
+// server, and only while KubeVirt evacuates the instance, which is rare.
+func (r *Reconciler) observeEvacuation(ctx context.Context, o *observation) error {
+	if !o.evacuating() {
+		return nil
+	}
+	reader := r.Infrastructure.Reader
+	if o.vmi.Spec.EvictionStrategy == nil {
+		kubevirts := &kubevirtv1.KubeVirtList{}
+		if err := reader.List(ctx, kubevirts); err != nil {
+			return fmt.Errorf("reading the cluster-wide eviction strategy of KubeVirt: %w", err)
+		}
+		// KubeVirt runs one installation per cluster.
+		for i := range kubevirts.Items {
+			o.clusterEvictionStrategy = kubevirts.Items[i].Spec.Configuration.EvictionStrategy
+		}
+	}
+	if !o.liveMigrating() {
+		return nil
+	}
+	migrations := &kubevirtv1.VirtualMachineInstanceMigrationList{}
+	if err := reader.List(ctx, migrations, client.InNamespace(o.vmi.Namespace)); err != nil {
+		return fmt.Errorf("reading the migrations of VirtualMachineInstance %s: %w", o.vmi.Name, err)
+	}
+	for i := range migrations.Items {
+		m := &migrations.Items[i]
+		if m.Spec.VMIName != o.vmi.Name || m.CreationTimestamp.Before(&o.vmi.CreationTimestamp) {
+			continue
+		}
+		if o.migration == nil || o.migration.CreationTimestamp.Before(&m.CreationTimestamp) ||
+			(o.migration.CreationTimestamp.Equal(&m.CreationTimestamp) && o.migration.Name < m.Name) {
+			o.migration = m
 		}
 	}
 	return nil

@@ -104,6 +104,7 @@ type instanceView struct {
 	LaunchFailed *kubevirtv1.VirtualMachineInstanceCondition
 	IPs          []string
 	Evacuation   string
+	Migration    kubevirtv1.VirtualMachineInstanceMigrationState
 }
 
 func viewOfInstance(vmi *kubevirtv1.VirtualMachineInstance) any {
@@ -115,8 +116,12 @@ func viewOfInstance(vmi *kubevirtv1.VirtualMachineInstance) any {
 		Hostname: vmi.Spec.Hostname,
 		Ready:    instanceReady(vmi),
 		IPs:      instanceIPs(vmi),
-		// KubeVirt asks for an External eviction here.
+		// KubeVirt evacuates the instance: the provider stops it
+		// (External) or shows its live migration.
 		Evacuation: vmi.Status.EvacuationNodeName,
+	}
+	if m := vmi.Status.MigrationState; m != nil {
+		v.Migration = kubevirtv1.VirtualMachineInstanceMigrationState{MigrationUID: m.MigrationUID, TargetNode: m.TargetNode, Completed: m.Completed, Failed: m.Failed}
 	}
 	if c := instanceCondition(vmi, kubevirtv1.VirtualMachineInstanceConditionType(corev1.PodScheduled)); c != nil {
 		v.PodScheduled = &kubevirtv1.VirtualMachineInstanceCondition{Type: c.Type, Status: c.Status, Reason: c.Reason, Message: c.Message}

@@ -121,6 +121,19 @@ func TestUpdatesPassOnlyWhenTheyChangeWhatTheControllerReads(t *testing.T) {
 			}), false},
 		{"an instance's node passes", vmiPredicate.Update, baseVMI,
 			vmi(func(v *kubevirtv1.VirtualMachineInstance) { v.Status.NodeName = "infra-2" }), true},
+		{"an instance's evacuation passes", vmiPredicate.Update, baseVMI,
+			vmi(func(v *kubevirtv1.VirtualMachineInstance) { v.Status.EvacuationNodeName = "infra-1" }), true},
+		{"an instance's migration target passes", vmiPredicate.Update, baseVMI,
+			vmi(func(v *kubevirtv1.VirtualMachineInstance) {
+				v.Status.MigrationState = &kubevirtv1.VirtualMachineInstanceMigrationState{MigrationUID: "m-1", TargetNode: "infra-2"}
+			}), true},
+		{"an instance's migration transfer details are dropped", vmiPredicate.Update,
+			vmi(func(v *kubevirtv1.VirtualMachineInstance) {
+				v.Status.MigrationState = &kubevirtv1.VirtualMachineInstanceMigrationState{MigrationUID: "m-1", TargetNode: "infra-2"}
+			}),
+			vmi(func(v *kubevirtv1.VirtualMachineInstance) {
+				v.Status.MigrationState = &kubevirtv1.VirtualMachineInstanceMigrationState{MigrationUID: "m-1", TargetNode: "infra-2", TargetNodeAddress: "10.0.0.9"}
+			}), false},
 		{"an instance's stop reason passes", vmiPredicate.Update, baseVMI,
 			vmi(func(v *kubevirtv1.VirtualMachineInstance) { v.Status.Reason = "Evicted" }), true},
 		{"an instance's machine label passes", vmiPredicate.Update, baseVMI,

@@ -51,9 +51,58 @@ type observation struct {
 	// importFailureRestarts is how many importer pod restarts count as a
 	// failed import.
 	importFailureRestarts int32
+	// clusterEvictionStrategy is the KubeVirt CR's cluster-wide eviction
+	// strategy, read only for an evacuating instance that names none.
+	clusterEvictionStrategy *kubevirtv1.EvictionStrategy
+	// migration is KubeVirt's newest migration of an instance it
+	// live-migrates off a drained node; nil otherwise.
+	migration *kubevirtv1.VirtualMachineInstanceMigration
 }
 
 func (o *observation) ephemeral() bool { return o.containerDisk != "" }
+
+// evacuating reports whether KubeVirt marked the instance for evacuation
+// from the node it runs on: its eviction admitter sets
+// status.evacuationNodeName for the strategies it acts on (External,
+// LiveMigrate, LiveMigrateIfPossible) and denies the eviction. A migrated
+// instance runs elsewhere and is no longer evacuating.
+func (o *observation) evacuating() bool {
+	vmi := o.vmi
+	return vmi != nil && vmi.Status.EvacuationNodeName != "" && vmi.Status.EvacuationNodeName == vmi.Status.NodeName &&
+		vmi.DeletionTimestamp.IsZero() && !vmi.IsFinal()
+}
+
+// evictionStrategy is the strategy KubeVirt applies to the instance, as its
+// eviction admitter chooses it: the instance's own (virt-api fills it in
+// from the KubeVirt CR when the VM names none), else the cluster-wide one,
+// else None.
+func (o *observation) evictionStrategy() kubevirtv1.EvictionStrategy {
+	switch {
+	case o.vmi != nil && o.vmi.Spec.EvictionStrategy != nil:
+		return *o.vmi.Spec.EvictionStrategy
+	case o.clusterEvictionStrategy != nil:
+		return *o.clusterEvictionStrategy
+	}
+	return kubevirtv1.EvictionStrategyNone
+}
+
+// stopsForEvacuation reports whether KubeVirt leaves the evacuation of the
+// instance to this provider: only eviction strategy External does. Under
+// LiveMigrate and LiveMigrateIfPossible KubeVirt live-migrates it itself,
+// and stopping it would kill a VM on the move.
+func (o *observation) stopsForEvacuation() bool {
+	return o.evacuating() && o.evictionStrategy() == kubevirtv1.EvictionStrategyExternal
+}
+
+// liveMigrating reports whether KubeVirt live-migrates the instance off a
+// drained node.
+func (o *observation) liveMigrating() bool {
+	switch o.evictionStrategy() {
+	case kubevirtv1.EvictionStrategyLiveMigrate, kubevirtv1.EvictionStrategyLiveMigrateIfPossible:
+		return o.evacuating()
+	}
+	return false
+}
 
 func (o *observation) runStrategy() kubevirtv1.VirtualMachineRunStrategy {
 	if o.vm != nil && o.vm.Spec.RunStrategy != nil {
@@ -220,9 +269,9 @@ func virtualMachineCondition(o *observation) metav1.Condition {
 		}
 	}
 
-	if node := vmi.Status.EvacuationNodeName; node != "" && vmi.DeletionTimestamp.IsZero() && !vmi.IsFinal() {
+	if o.stopsForEvacuation() {
 		return condition(t, metav1.ConditionUnknown, infrav1.EvacuationRequestedReason,
-			fmt.Sprintf("Infrastructure node %s is being drained (eviction strategy External): stopping the instance so that KubeVirt starts it on another node", node))
+			fmt.Sprintf("Infrastructure node %s is being drained (eviction strategy External): stopping the instance so that KubeVirt starts it on another node", vmi.Status.EvacuationNodeName))
 	}
 
 	switch vmi.Status.Phase {
@@ -265,6 +314,9 @@ func virtualMachineCondition(o *observation) metav1.Condition {
 			return condition(t, metav1.ConditionUnknown, infrav1.ProvisioningReason,
 				"VirtualMachineInstance is ready; waiting for it to report an address")
 		}
+		if o.liveMigrating() {
+			return condition(t, metav1.ConditionTrue, infrav1.LiveMigratingReason, liveMigrationMessage(o))
+		}
 		return condition(t, metav1.ConditionTrue, infrav1.ProvisionedReason,
 			fmt.Sprintf("VirtualMachineInstance runs on node %s", vmi.Status.NodeName))
 	case kubevirtv1.Unknown:
@@ -288,6 +340,27 @@ func virtualMachineCondition(o *observation) metav1.Condition {
 		return condition(t, metav1.ConditionUnknown, infrav1.InstanceRestartingReason, restartingMessage)
 	}
 	return condition(t, metav1.ConditionUnknown, infrav1.ProvisioningReason, startingMessage)
+}
+
+// liveMigrationMessage reports KubeVirt's live migration of an instance off
+// a drained node, with the migration once KubeVirt has made it.
+func liveMigrationMessage(o *observation) string {
+	vmi := o.vmi
+	message := fmt.Sprintf("Infrastructure node %s is being drained: KubeVirt live-migrates the instance (eviction strategy %s)",
+		vmi.Status.EvacuationNodeName, o.evictionStrategy())
+	m := o.migration
+	if m == nil {
+		return message + "; waiting for its migration"
+	}
+	phase := m.Status.Phase
+	if phase == "" {
+		phase = kubevirtv1.MigrationPending
+	}
+	message += fmt.Sprintf("; migration %s is %s", m.Name, phase)
+	if target := m.Status.MigrationState; target != nil && target.TargetNode != "" {
+		message += " to node " + target.TargetNode
+	}
+	return message
 }
 
 // failedCreateReason is virt-controller's reason on an instance's

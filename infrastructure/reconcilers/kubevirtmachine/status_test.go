@@ -151,6 +151,17 @@ func unschedulable(message string) vmiOption {
 	}
 }
 
+// evacuated is an instance KubeVirt marked for evacuation from node under
+// an eviction strategy ("" names none).
+func evacuated(node string, strategy kubevirtv1.EvictionStrategy) vmiOption {
+	return func(i *kubevirtv1.VirtualMachineInstance) {
+		i.Status.EvacuationNodeName = node
+		if strategy != "" {
+			i.Spec.EvictionStrategy = &strategy
+		}
+	}
+}
+
 func reason(r string) vmiOption {
 	return func(i *kubevirtv1.VirtualMachineInstance) { i.Status.Reason = r }
 }
@@ -279,10 +290,34 @@ func TestVirtualMachineCondition(t *testing.T) {
 			observation{provisioned: true, vm: vm(runStrategy(kubevirtv1.RunStrategyOnce))},
 			metav1.ConditionFalse, infrav1.InstanceStoppedReason, "VirtualMachineInstance stopped and run strategy Once starts no other"},
 		{"KubeVirt leaving an External eviction to the provider: the instance is stopped and starts elsewhere",
-			observation{provisioned: true, vm: vm(), vmi: vmi("1", kubevirtv1.Running, ready, address("10.0.0.5"), func(i *kubevirtv1.VirtualMachineInstance) {
-				i.Status.EvacuationNodeName = "infra-1"
-			})},
+			observation{provisioned: true, vm: vm(), vmi: vmi("1", kubevirtv1.Running, ready, address("10.0.0.5"), evacuated("infra-1", kubevirtv1.EvictionStrategyExternal))},
 			metav1.ConditionUnknown, infrav1.EvacuationRequestedReason, "Infrastructure node infra-1 is being drained (eviction strategy External): stopping the instance so that KubeVirt starts it on another node"},
+		{"an instance naming no eviction strategy follows the KubeVirt CR's External",
+			observation{provisioned: true, vm: vm(), vmi: vmi("1", kubevirtv1.Running, ready, address("10.0.0.5"), evacuated("infra-1", "")),
+				clusterEvictionStrategy: ptr.To(kubevirtv1.EvictionStrategyExternal)},
+			metav1.ConditionUnknown, infrav1.EvacuationRequestedReason, "Infrastructure node infra-1 is being drained (eviction strategy External): stopping the instance so that KubeVirt starts it on another node"},
+		{"the instance's own strategy wins over the KubeVirt CR's",
+			observation{provisioned: true, vm: vm(), vmi: vmi("1", kubevirtv1.Running, ready, address("10.0.0.5"), evacuated("infra-1", kubevirtv1.EvictionStrategyLiveMigrate)),
+				clusterEvictionStrategy: ptr.To(kubevirtv1.EvictionStrategyExternal)},
+			metav1.ConditionTrue, infrav1.LiveMigratingReason, "Infrastructure node infra-1 is being drained: KubeVirt live-migrates the instance (eviction strategy LiveMigrate); waiting for its migration"},
+		{"KubeVirt live-migrating an instance off a drained node: it keeps running and shows the migration",
+			observation{provisioned: true, vm: vm(), vmi: vmi("1", kubevirtv1.Running, ready, address("10.0.0.5"), evacuated("infra-1", kubevirtv1.EvictionStrategyLiveMigrateIfPossible)),
+				migration: &kubevirtv1.VirtualMachineInstanceMigration{ObjectMeta: metav1.ObjectMeta{Name: "kubevirt-evacuation-x7k2p"},
+					Status: kubevirtv1.VirtualMachineInstanceMigrationStatus{Phase: kubevirtv1.MigrationRunning, MigrationState: &kubevirtv1.VirtualMachineInstanceMigrationState{TargetNode: "infra-2"}}}},
+			metav1.ConditionTrue, infrav1.LiveMigratingReason, "Infrastructure node infra-1 is being drained: KubeVirt live-migrates the instance (eviction strategy LiveMigrateIfPossible); migration kubevirt-evacuation-x7k2p is Running to node infra-2"},
+		{"a migration KubeVirt has not picked up yet is pending",
+			observation{provisioned: true, vm: vm(), vmi: vmi("1", kubevirtv1.Running, ready, address("10.0.0.5"), evacuated("infra-1", kubevirtv1.EvictionStrategyLiveMigrate)),
+				migration: &kubevirtv1.VirtualMachineInstanceMigration{ObjectMeta: metav1.ObjectMeta{Name: "kubevirt-evacuation-x7k2p"}}},
+			metav1.ConditionTrue, infrav1.LiveMigratingReason, "Infrastructure node infra-1 is being drained: KubeVirt live-migrates the instance (eviction strategy LiveMigrate); migration kubevirt-evacuation-x7k2p is Pending"},
+		{"an instance migrated off the drained node runs where it is",
+			observation{provisioned: true, vm: vm(), vmi: vmi("1", kubevirtv1.Running, ready, address("10.0.0.5"), evacuated("infra-0", kubevirtv1.EvictionStrategyLiveMigrate))},
+			metav1.ConditionTrue, infrav1.ProvisionedReason, "VirtualMachineInstance runs on node infra-1"},
+		{"an External instance that already left the drained node is not stopped",
+			observation{provisioned: true, vm: vm(), vmi: vmi("1", kubevirtv1.Running, ready, address("10.0.0.5"), evacuated("infra-0", kubevirtv1.EvictionStrategyExternal))},
+			metav1.ConditionTrue, infrav1.ProvisionedReason, "VirtualMachineInstance runs on node infra-1"},
+		{"an evacuation mark under strategy None is not acted on",
+			observation{provisioned: true, vm: vm(), vmi: vmi("1", kubevirtv1.Running, ready, address("10.0.0.5"), evacuated("infra-1", kubevirtv1.EvictionStrategyNone))},
+			metav1.ConditionTrue, infrav1.ProvisionedReason, "VirtualMachineInstance runs on node infra-1"},
 		{"an instance on an unreachable node is unknown",
 			observation{provisioned: true, vm: vm(), vmi: vmi("1", kubevirtv1.Unknown)},
 			metav1.ConditionUnknown, infrav1.InstanceNotReadyReason, "VirtualMachineInstance state is unknown; its node may be unreachable"},
