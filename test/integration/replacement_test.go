@@ -23,6 +23,7 @@ import (
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -163,11 +164,17 @@ func TestImportFailureIsRemediatedThroughUnhealthyMachineConditions(t *testing.T
 // makes each claim a few seconds late (the suite's ClaimDelay), so real
 // virt-controller reports the claim missing and then keeps a stale
 // unschedulable condition for the whole import: the provider reported
-// both as failures and the health check replaced healthy machines.
+// both as failures and the health check replaced healthy machines. After
+// the import, until virt-controller has made the launcher Pod, the stale
+// condition is still there: a watch on the KubeVirtMachines checks that
+// no instant of it read as a failure.
 func TestSlowHealthyImportDoesNotLoop(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
 	w := newCluster(t, harness.ClusterOptions{})
+	watcher, err := client.NewWithWatch(h.Config(), client.Options{Scheme: h.Scheme})
+	g.Expect(err).NotTo(HaveOccurred())
+	provisioning := harness.WatchConditions(t, watcher, &infrav1.KubeVirtMachineList{}, infrav1.VirtualMachineProvisionedCondition, client.InNamespace(w.Key.Namespace))
 	h.CDI.SlowImports(machineDisksIn(w.Key.Namespace), 2, 20*time.Second)
 	applyImportPool(t, w, map[string]string{"WORKER_MACHINE_COUNT": "2", "MAX_UNHEALTHY": "100%", "NODE_STARTUP_TIMEOUT_SECONDS": "120"})
 
@@ -203,6 +210,8 @@ func TestSlowHealthyImportDoesNotLoop(t *testing.T) {
 	g.Expect(sawProgress).To(BeTrue(), "no Machine reported clone progress")
 	g.Expect(disks).To(HaveLen(3), "the shared import and each Machine's clone")
 	expectBootsClean(g, expectJoined(t, w, 2))
+	g.Expect(provisioning.Objects()).To(Equal(2))
+	g.Expect(provisioning.With(metav1.ConditionFalse)).To(BeEmpty(), "a machine read as failed on its way to provisioned")
 	expectNoOrphans(t, w)
 }
 

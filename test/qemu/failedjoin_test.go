@@ -146,7 +146,7 @@ func TestFailedJoinIsReplaced(t *testing.T) {
 	setStartupTimeout(g, p, brokenStartupTimeout)
 	g.Eventually(func(g Gomega) {
 		for _, m := range brokenMachines {
-			g.Expect(history.reasons(m.UID)).To(ContainElement(clusterv1.MachineHealthCheckNodeStartupTimeoutReason),
+			g.Expect(history.Reasons(m.UID, metav1.ConditionFalse)).To(ContainElement(clusterv1.MachineHealthCheckNodeStartupTimeoutReason),
 				"Machine %s was not remediated for its node startup timeout", m.Name)
 			current := &clusterv1.Machine{}
 			err := h.Client.Get(suiteCtx, client.ObjectKeyFromObject(&m), current)

@@ -29,14 +29,10 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/watch"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
-	"sigs.k8s.io/cluster-api/util/conditions"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/cozystack/cluster-api-workers/test/harness"
@@ -329,69 +325,17 @@ func describeInfrastructure(p pool) string {
 	return b.String()
 }
 
-// machineHistory follows a pool's Machines through a watch and keeps the
-// MachineHealthCheck verdicts each showed, so a verdict that lasts only
-// until the Machine is deleted is not missed.
-type machineHistory struct {
-	mu sync.Mutex
-	// verdicts are the reasons of HealthCheckSucceeded=False, by Machine.
-	verdicts map[types.UID][]string
-}
-
-// watchMachines records the pool's Machines until the test ends.
-func watchMachines(t *testing.T, p pool) *machineHistory {
+// watchMachines records the MachineHealthCheck's verdicts on the pool's
+// Machines until the test ends, through a watch, so a verdict that lasts
+// only until the Machine is deleted is not missed.
+func watchMachines(t *testing.T, p pool) *harness.ConditionHistory {
 	t.Helper()
 	c, err := client.NewWithWatch(h.Config(), client.Options{Scheme: h.Scheme})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(suiteCtx)
-	hist := &machineHistory{verdicts: map[types.UID][]string{}}
-	done := make(chan struct{})
-	t.Cleanup(func() { cancel(); <-done })
-	go func() {
-		defer close(done)
-		// A watch the apiserver ends is opened again until the test ends.
-		for ctx.Err() == nil {
-			w, err := c.Watch(ctx, &clusterv1.MachineList{}, client.InNamespace(p.deployment().Namespace),
-				client.MatchingLabels{clusterv1.MachineDeploymentNameLabel: p.deployment().Name})
-			if err != nil {
-				select {
-				case <-ctx.Done():
-				case <-time.After(time.Second):
-				}
-				continue
-			}
-			for ev := range w.ResultChan() {
-				if m, ok := ev.Object.(*clusterv1.Machine); ok && ev.Type != watch.Error {
-					hist.observe(m)
-				}
-			}
-			w.Stop()
-		}
-	}()
-	return hist
-}
-
-func (hist *machineHistory) observe(m *clusterv1.Machine) {
-	hist.mu.Lock()
-	defer hist.mu.Unlock()
-	c := conditions.Get(m, clusterv1.MachineHealthCheckSucceededCondition)
-	if c == nil || c.Status != metav1.ConditionFalse {
-		return
-	}
-	seen := hist.verdicts[m.UID]
-	if len(seen) == 0 || seen[len(seen)-1] != c.Reason {
-		hist.verdicts[m.UID] = append(seen, c.Reason)
-	}
-}
-
-// reasons are the MachineHealthCheck's unhealthy verdicts seen for a
-// Machine, in order.
-func (hist *machineHistory) reasons(uid types.UID) []string {
-	hist.mu.Lock()
-	defer hist.mu.Unlock()
-	return append([]string(nil), hist.verdicts[uid]...)
+	return harness.WatchConditions(t, c, &clusterv1.MachineList{}, clusterv1.MachineHealthCheckSucceededCondition,
+		client.InNamespace(p.deployment().Namespace), client.MatchingLabels{clusterv1.MachineDeploymentNameLabel: p.deployment().Name})
 }
 
 // timingLog collects what the suite measured, for docs/real-guests.md.

@@ -25,6 +25,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -93,9 +94,9 @@ func TestKilledGuestIsReplaced(t *testing.T) {
 			g.Expect(m.UID).NotTo(Equal(victim.UID), "Machine %s was not remediated", m.Name)
 		}
 	}, 5*time.Minute, poll).Should(Succeed(), func() string { return describe(joinPool()) })
-	g.Expect(history.reasons(victim.UID)).To(ContainElement(clusterv1.MachineHealthCheckUnhealthyNodeReason),
+	g.Expect(history.Reasons(victim.UID, metav1.ConditionFalse)).To(ContainElement(clusterv1.MachineHealthCheckUnhealthyNodeReason),
 		"the MachineHealthCheck did not find the killed guest's node unhealthy")
-	g.Expect(history.reasons(survivor.UID)).To(BeEmpty(), "the healthy Machine was found unhealthy")
+	g.Expect(history.Reasons(survivor.UID, metav1.ConditionFalse)).To(BeEmpty(), "the healthy Machine was found unhealthy")
 
 	after := joinPool().expectJoined(t, 2)
 	var replacement []clusterv1.Machine

@@ -234,6 +234,19 @@ func virtualMachineCondition(o *observation) metav1.Condition {
 		}
 	}
 
+	// Once the root disk is ready, virt-controller creates the launcher
+	// Pod; until it has (the instance is still Pending), the VM and the
+	// instance keep what they said about the claim while it was missing
+	// (ErrorPvcNotFound, ErrorUnschedulable). A Pending instance has no Pod
+	// that could be unschedulable, so that instant is still the start, never
+	// a failure a MachineHealthCheck would act on.
+	if o.claimStatusStale() {
+		if c := launchRefusal(vmi); c != nil {
+			return launchRefusedCondition(c)
+		}
+		return o.startingCondition()
+	}
+
 	switch vm.Status.PrintableStatus {
 	case kubevirtv1.VirtualMachineStatusUnschedulable:
 		return condition(t, metav1.ConditionFalse, infrav1.UnschedulableReason, unschedulableMessage(vm, vmi))
@@ -324,22 +337,36 @@ func virtualMachineCondition(o *observation) metav1.Condition {
 			"VirtualMachineInstance state is unknown; its node may be unreachable")
 	}
 	if c := launchRefusal(vmi); c != nil {
-		return condition(t, metav1.ConditionUnknown, infrav1.CreateRefusedReason,
-			fmt.Sprintf("KubeVirt cannot create the instance's launcher Pod: %s", c.Message))
+		return launchRefusedCondition(c)
 	}
 	if c := instanceCondition(vmi, kubevirtv1.VirtualMachineInstanceConditionType(corev1.PodScheduled)); c != nil &&
 		c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
 		return condition(t, metav1.ConditionFalse, infrav1.UnschedulableReason, unschedulableMessage(vm, vmi))
 	}
-	// Pending, Scheduling and Scheduled are one step for the machine:
-	// reporting each phase would cost a status write per phase and machine,
-	// and the instance shows its phase itself. KubeVirt replaces a failed
-	// instance within moments, so a provisioned machine mostly shows its
-	// restart here.
+	return o.startingCondition()
+}
+
+// startingCondition reports an instance on its way to Running. Pending,
+// Scheduling and Scheduled are one step for the machine: reporting each
+// phase would cost a status write per phase and machine, and the instance
+// shows its phase itself. KubeVirt replaces a failed instance within
+// moments, so a provisioned machine mostly shows its restart here.
+func (o *observation) startingCondition() metav1.Condition {
+	const t = infrav1.VirtualMachineProvisionedCondition
 	if o.provisioned {
 		return condition(t, metav1.ConditionUnknown, infrav1.InstanceRestartingReason, restartingMessage)
 	}
 	return condition(t, metav1.ConditionUnknown, infrav1.ProvisioningReason, startingMessage)
+}
+
+// claimStatusStale reports whether the instance waits for virt-controller
+// to create its launcher Pod although its root disk is ready: what KubeVirt
+// reported about the claim before (missing, or a WaitForFirstConsumer
+// claim's unschedulable temporary Pod) no longer holds, since a ready disk
+// is a bound, filled claim.
+func (o *observation) claimStatusStale() bool {
+	return o.rootDataVolumeName != "" && o.vmi != nil && o.vmi.Status.Phase == kubevirtv1.Pending &&
+		o.vmi.DeletionTimestamp.IsZero() && bootDiskCondition(o).Status == metav1.ConditionTrue
 }
 
 // liveMigrationMessage reports KubeVirt's live migration of an instance off
@@ -377,6 +404,13 @@ func launchRefusal(vmi *kubevirtv1.VirtualMachineInstance) *kubevirtv1.VirtualMa
 		return nil
 	}
 	return c
+}
+
+// launchRefusedCondition reports virt-controller's refusal to create the
+// instance's launcher Pod, in its words.
+func launchRefusedCondition(c *kubevirtv1.VirtualMachineInstanceCondition) metav1.Condition {
+	return condition(infrav1.VirtualMachineProvisionedCondition, metav1.ConditionUnknown, infrav1.CreateRefusedReason,
+		fmt.Sprintf("KubeVirt cannot create the instance's launcher Pod: %s", c.Message))
 }
 
 // restartingMessage reports a provisioned machine's new instance on its way

@@ -1,0 +1,150 @@
+/*
+Copyright 2026 The Cozystack Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package harness
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// ConditionHistory is every state of one condition type that the objects
+// of one kind showed while a test watched them, so a state that lasted an
+// instant (a verdict until the object is deleted, a status written and
+// overwritten within a second) is not missed, as polling would miss it.
+type ConditionHistory struct {
+	conditionType string
+	mu            sync.Mutex
+	states        map[types.UID][]metav1.Condition
+	names         map[types.UID]string
+}
+
+// WatchConditions records the states of conditionType on the objects that
+// list and opts select, from now until the test ends. The watch resumes
+// where it stopped when the API server ends it, and lists afresh only when
+// the API server no longer has that point.
+func WatchConditions(t testing.TB, c client.WithWatch, list client.ObjectList, conditionType string, opts ...client.ListOption) *ConditionHistory {
+	t.Helper()
+	hist := &ConditionHistory{conditionType: conditionType, states: map[types.UID][]metav1.Condition{}, names: map[types.UID]string{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	t.Cleanup(func() { cancel(); <-done })
+	go func() {
+		defer close(done)
+		resourceVersion := ""
+		for ctx.Err() == nil {
+			listOpts := append([]client.ListOption{}, opts...)
+			if resourceVersion != "" {
+				listOpts = append(listOpts, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: resourceVersion}})
+			}
+			w, err := c.Watch(ctx, list.DeepCopyObject().(client.ObjectList), listOpts...)
+			if err != nil {
+				if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
+					resourceVersion = ""
+				}
+				select {
+				case <-ctx.Done():
+				case <-time.After(time.Second):
+				}
+				continue
+			}
+			for ev := range w.ResultChan() {
+				if ev.Type == watch.Error {
+					// Most often the point the watch resumed from is gone.
+					resourceVersion = ""
+					break
+				}
+				if o, ok := ev.Object.(client.Object); ok {
+					resourceVersion = o.GetResourceVersion()
+					hist.observe(o)
+				}
+			}
+			w.Stop()
+		}
+	}()
+	return hist
+}
+
+// conditionsGetter is what Cluster API's v1beta2 objects and ours have.
+type conditionsGetter interface {
+	GetConditions() []metav1.Condition
+}
+
+func (hist *ConditionHistory) observe(o client.Object) {
+	getter, ok := o.(conditionsGetter)
+	if !ok {
+		return
+	}
+	hist.mu.Lock()
+	defer hist.mu.Unlock()
+	hist.names[o.GetUID()] = o.GetName()
+	for _, c := range getter.GetConditions() {
+		if c.Type != hist.conditionType {
+			continue
+		}
+		seen := hist.states[o.GetUID()]
+		if n := len(seen); n > 0 && seen[n-1].Status == c.Status && seen[n-1].Reason == c.Reason && seen[n-1].Message == c.Message {
+			return
+		}
+		hist.states[o.GetUID()] = append(seen, c)
+	}
+}
+
+// Reasons are the reasons an object's condition showed with status, in
+// order, each once per stretch.
+func (hist *ConditionHistory) Reasons(uid types.UID, status metav1.ConditionStatus) []string {
+	hist.mu.Lock()
+	defer hist.mu.Unlock()
+	var reasons []string
+	for _, c := range hist.states[uid] {
+		if c.Status == status && (len(reasons) == 0 || reasons[len(reasons)-1] != c.Reason) {
+			reasons = append(reasons, c.Reason)
+		}
+	}
+	return reasons
+}
+
+// With lists, as "<object>: <reason>: <message>", every state any object
+// showed with status.
+func (hist *ConditionHistory) With(status metav1.ConditionStatus) []string {
+	hist.mu.Lock()
+	defer hist.mu.Unlock()
+	var out []string
+	for uid, states := range hist.states {
+		for _, c := range states {
+			if c.Status == status {
+				out = append(out, fmt.Sprintf("%s: %s: %s", hist.names[uid], c.Reason, c.Message))
+			}
+		}
+	}
+	return out
+}
+
+// Objects counts the objects seen with the condition.
+func (hist *ConditionHistory) Objects() int {
+	hist.mu.Lock()
+	defer hist.mu.Unlock()
+	return len(hist.states)
+}
