@@ -263,20 +263,23 @@ func infrastructureCluster(mgr ctrl.Manager, opts Options, controllerName string
 }
 
 // Webhooks registers the provider's admission webhooks. Clones are
-// authorized in the infrastructure cluster infra reaches, or in the
-// management cluster when it is nil.
+// authorized, and instancetypes and preferences read, in the
+// infrastructure cluster infra reaches, or in the management cluster when
+// it is nil.
 func Webhooks(mgr ctrl.Manager, infra *rest.Config) error {
 	clones := &cloneauth.Authorizer{Client: mgr.GetClient(), Reader: mgr.GetAPIReader()}
+	instancetypes := mgr.GetAPIReader()
 	if infra != nil {
 		c, err := client.New(infra, client.Options{Scheme: mgr.GetScheme()})
 		if err != nil {
 			return fmt.Errorf("connecting to the infrastructure cluster: %w", err)
 		}
 		clones = &cloneauth.Authorizer{Client: c, Reader: c}
+		instancetypes = c
 	}
 	for name, setup := range map[string]func(ctrl.Manager) error{
-		"KubeVirtMachine":         (&admission.KubeVirtMachine{Clones: clones, Templates: mgr.GetAPIReader()}).SetupWebhookWithManager,
-		"KubeVirtMachineTemplate": (&admission.KubeVirtMachineTemplate{Clones: clones, Templates: mgr.GetAPIReader()}).SetupWebhookWithManager,
+		"KubeVirtMachine":         (&admission.KubeVirtMachine{Clones: clones, Templates: mgr.GetAPIReader(), Instancetypes: instancetypes}).SetupWebhookWithManager,
+		"KubeVirtMachineTemplate": (&admission.KubeVirtMachineTemplate{Clones: clones, Templates: mgr.GetAPIReader(), Instancetypes: instancetypes}).SetupWebhookWithManager,
 		"KubeVirtCluster":         (&admission.KubeVirtCluster{}).SetupWebhookWithManager,
 		"KubeVirtClusterTemplate": (&admission.KubeVirtClusterTemplate{}).SetupWebhookWithManager,
 	} {

@@ -18,6 +18,7 @@ package integration
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	. "github.com/onsi/gomega"
@@ -29,6 +30,7 @@ import (
 	instancetypev1beta1 "kubevirt.io/api/instancetype/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/test/harness"
 )
 
@@ -53,6 +55,22 @@ func TestPoolWithAGPUInstancetypeJoins(t *testing.T) {
 	}
 	g.Expect(h.Client.Create(ctx, it)).To(Succeed())
 	t.Cleanup(func() { _ = h.Client.Delete(context.Background(), it) })
+
+	// KubeVirt refuses any GPU in a VM whose instancetype attaches GPUs,
+	// not only the same device: a template that lists another one beside
+	// the instancetype is refused when it is written, not by virt-api on
+	// every machine.
+	beside := &infrav1.KubeVirtMachineTemplate{
+		ObjectMeta: metav1.ObjectMeta{Namespace: w.Key.Namespace, Name: "gpu-beside"},
+		Spec: infrav1.KubeVirtMachineTemplateSpec{Template: infrav1.KubeVirtMachineTemplateResource{Spec: infrav1.KubeVirtMachineSpec{
+			Image:        &infrav1.ImageSource{ContainerDisk: &infrav1.ContainerDiskSource{Reference: "registry.example.com/w@sha256:" + strings.Repeat("1", 64)}},
+			Instancetype: &infrav1.InstancetypeReference{Name: it.Name},
+			GPUs:         []infrav1.GPU{{Name: "extra", DeviceName: "nvidia.com/AD102GL_L40S"}},
+		}}},
+	}
+	g.Expect(h.Client.Create(ctx, beside)).To(MatchError(ContainSubstring(
+		"spec.template.spec.gpus: Forbidden: instancetype " + it.Name + " attaches GPUs (" + gpuDevice + ")")))
+
 	objs := pool(t, w, map[string]string{"WORKER_MACHINE_COUNT": "1"})
 	harness.EditMachineTemplates(objs, func(_ *unstructured.Unstructured, machine map[string]any) {
 		machine["workerClass"].(map[string]any)["gpus"] = []any{map[string]any{"name": gpuDevice}}

@@ -66,12 +66,18 @@ func Compute(in Input) (corev1.ResourceList, infrav1.NodeInfo) {
 			capacity[corev1.ResourceMemory] = spec.Memory.DeepCopy()
 		}
 	}
+	// The machines get the instancetype's GPUs when it attaches any, else
+	// the spec's: KubeVirt copies an instancetype's GPUs only into a VM
+	// that lists none and refuses one that lists others, which the
+	// template's resolution refuses first (instancetype.Conflicts).
 	counts := map[corev1.ResourceName]int64{}
 	for _, g := range gpus {
 		counts[NodeResourceName("", g.DeviceName)]++
 	}
-	for _, g := range spec.GPUs {
-		counts[NodeResourceName(g.NodeResourceName, g.DeviceName)]++
+	if len(gpus) == 0 {
+		for _, g := range spec.GPUs {
+			counts[NodeResourceName(g.NodeResourceName, g.DeviceName)]++
+		}
 	}
 	for name, n := range counts {
 		capacity[name] = *resource.NewQuantity(n, resource.DecimalSI)

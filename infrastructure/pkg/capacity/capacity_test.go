@@ -50,11 +50,28 @@ func TestCompute(t *testing.T) {
 			nodeInfo: infrav1.NodeInfo{Architecture: infrav1.ArchitectureAmd64, OperatingSystem: "linux"},
 		},
 		{
-			name: "cpu, memory and GPUs from the instancetype, plus the spec's GPUs",
+			name: "cpu, memory and GPUs from the instancetype",
+			in: Input{
+				Spec: &infrav1.KubeVirtMachineSpec{Instancetype: &infrav1.InstancetypeReference{Name: "gn1.xlarge"}},
+				Instancetype: &instancetypev1beta1.VirtualMachineInstancetypeSpec{
+					CPU:    instancetypev1beta1.CPUInstancetype{Guest: 8},
+					Memory: instancetypev1beta1.MemoryInstancetype{Guest: q("32Gi")},
+					GPUs:   []kubevirtv1.GPU{{Name: "gpu1", DeviceName: "nvidia.com/GA102GL_A10"}, {Name: "gpu2", DeviceName: "nvidia.com/GA102GL_A10"}},
+				},
+				Image: containerDisk,
+			},
+			capacity: corev1.ResourceList{corev1.ResourceCPU: q("8"), corev1.ResourceMemory: q("32Gi"), "nvidia.com/gpu": q("2")},
+			nodeInfo: infrav1.NodeInfo{Architecture: infrav1.ArchitectureAmd64, OperatingSystem: "linux"},
+		},
+		{
+			// KubeVirt copies an instancetype's GPUs into a VM that lists
+			// none and refuses one that lists others (the resolution
+			// refuses that template first): never both.
+			name: "the instancetype's GPUs, not the spec's beside them",
 			in: Input{
 				Spec: &infrav1.KubeVirtMachineSpec{
 					Instancetype: &infrav1.InstancetypeReference{Name: "gn1.xlarge"},
-					GPUs:         []infrav1.GPU{{Name: "extra", DeviceName: "nvidia.com/GA102GL_A10"}},
+					GPUs:         []infrav1.GPU{{Name: "extra", DeviceName: "nvidia.com/AD102GL_L40S", NodeResourceName: "nvidia.com/l40s"}},
 				},
 				Instancetype: &instancetypev1beta1.VirtualMachineInstancetypeSpec{
 					CPU:    instancetypev1beta1.CPUInstancetype{Guest: 8},
@@ -63,7 +80,23 @@ func TestCompute(t *testing.T) {
 				},
 				Image: containerDisk,
 			},
-			capacity: corev1.ResourceList{corev1.ResourceCPU: q("8"), corev1.ResourceMemory: q("32Gi"), "nvidia.com/gpu": q("2")},
+			capacity: corev1.ResourceList{corev1.ResourceCPU: q("8"), corev1.ResourceMemory: q("32Gi"), "nvidia.com/gpu": q("1")},
+			nodeInfo: infrav1.NodeInfo{Architecture: infrav1.ArchitectureAmd64, OperatingSystem: "linux"},
+		},
+		{
+			name: "an instancetype without GPUs and the spec's GPUs",
+			in: Input{
+				Spec: &infrav1.KubeVirtMachineSpec{
+					Instancetype: &infrav1.InstancetypeReference{Name: "u1.xlarge"},
+					GPUs:         []infrav1.GPU{{Name: "extra", DeviceName: "nvidia.com/AD102GL_L40S", NodeResourceName: "nvidia.com/l40s"}},
+				},
+				Instancetype: &instancetypev1beta1.VirtualMachineInstancetypeSpec{
+					CPU:    instancetypev1beta1.CPUInstancetype{Guest: 4},
+					Memory: instancetypev1beta1.MemoryInstancetype{Guest: q("16Gi")},
+				},
+				Image: containerDisk,
+			},
+			capacity: corev1.ResourceList{corev1.ResourceCPU: q("4"), corev1.ResourceMemory: q("16Gi"), "nvidia.com/l40s": q("1")},
 			nodeInfo: infrav1.NodeInfo{Architecture: infrav1.ArchitectureAmd64, OperatingSystem: "linux"},
 		},
 		{

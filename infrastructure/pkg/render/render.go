@@ -22,7 +22,6 @@ limitations under the License.
 package render
 
 import (
-	"fmt"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
@@ -36,6 +35,7 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
+	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/instancetype"
 	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/migration"
 )
 
@@ -205,7 +205,7 @@ func Render(in Input) (*Objects, field.ErrorList) {
 		Architecture: string(spec.Architecture),
 	}
 	if spec.Instancetype == nil {
-		vmi.Domain.CPU, _ = cpuTopology(uint32(spec.CPU.Cores), in.Preference)
+		vmi.Domain.CPU, _ = instancetype.CPUTopology(uint32(spec.CPU.Cores), in.Preference)
 		vmi.Domain.CPU.DedicatedCPUPlacement = spec.CPU.DedicatedCPUPlacement
 		vmi.Domain.Memory = &kubevirtv1.Memory{Guest: ptr.To(spec.Memory.DeepCopy())}
 	}
@@ -255,8 +255,6 @@ func validateInput(in Input) field.ErrorList {
 	if m.Spec.Instancetype == nil {
 		if m.Spec.CPU == nil || m.Spec.CPU.Cores < 1 {
 			errs = append(errs, field.Required(spec.Child("cpu", "cores"), "set cpu and memory, or an instancetype"))
-		} else if _, problem := cpuTopology(uint32(m.Spec.CPU.Cores), in.Preference); problem != "" {
-			errs = append(errs, field.Invalid(spec.Child("cpu", "cores"), m.Spec.CPU.Cores, problem))
 		}
 		if m.Spec.Memory == nil || m.Spec.Memory.Sign() <= 0 {
 			errs = append(errs, field.Required(spec.Child("memory"), "set cpu and memory, or an instancetype"))
@@ -284,6 +282,10 @@ func validateInput(in Input) field.ErrorList {
 	if set == 1 {
 		errs = append(errs, migration.Validate(&m.Spec, in.Image, spec)...)
 	}
+	// The webhooks' and the template resolution's rule: vCPUs the
+	// preference cannot place are refused everywhere alike. The
+	// instancetype is KubeVirt's to apply and not read here.
+	errs = append(errs, instancetype.Validate(&m.Spec, nil, in.Preference, spec)...)
 	switch in.Datasource {
 	case "", infrav1.NoCloudDatasource, infrav1.ConfigDriveDatasource:
 	default:
@@ -365,57 +367,6 @@ func diskBus(preference *instancetypev1beta1.VirtualMachinePreferenceSpec) kubev
 		return ""
 	}
 	return kubevirtv1.DiskBusVirtio
-}
-
-// cpuTopology places a cpu/memory sized VM's vCPUs as KubeVirt places an
-// instancetype's under the preference's preferred topology (sockets unless
-// it says otherwise; spread splits them across sockets and cores, or cores
-// and threads, at its ratio), since KubeVirt checks the preference's CPU
-// requirement against that field alone. Without a preference the vCPUs
-// are cores of one socket. problem says why the count cannot be spread.
-func cpuTopology(vCPUs uint32, preference *instancetypev1beta1.VirtualMachinePreferenceSpec) (*kubevirtv1.CPU, string) {
-	cpu := &kubevirtv1.CPU{Sockets: 1, Cores: 1, Threads: 1}
-	if preference == nil {
-		return &kubevirtv1.CPU{Cores: vCPUs}, ""
-	}
-	topology := instancetypev1beta1.Sockets
-	if preference.CPU != nil && preference.CPU.PreferredCPUTopology != nil {
-		topology = *preference.CPU.PreferredCPUTopology
-	}
-	switch topology {
-	case instancetypev1beta1.Cores, instancetypev1beta1.DeprecatedPreferCores:
-		cpu.Cores = vCPUs
-	case instancetypev1beta1.Threads, instancetypev1beta1.DeprecatedPreferThreads:
-		cpu.Threads = vCPUs
-	case instancetypev1beta1.Spread, instancetypev1beta1.DeprecatedPreferSpread:
-		ratio, across := uint32(2), instancetypev1beta1.SpreadAcrossSocketsCores
-		if preference.PreferSpreadSocketToCoreRatio != 0 {
-			ratio = preference.PreferSpreadSocketToCoreRatio
-		}
-		if o := preference.CPU.SpreadOptions; o != nil {
-			ratio = ptr.Deref(o.Ratio, ratio)
-			across = ptr.Deref(o.Across, across)
-		}
-		per := ratio
-		if across == instancetypev1beta1.SpreadAcrossSocketsCoresThreads {
-			per = ratio * 2
-		}
-		if vCPUs%per != 0 {
-			return cpu, fmt.Sprintf("the preference spreads vCPUs %s in groups of %d; use a multiple of %d", across, per, per)
-		}
-		switch across {
-		case instancetypev1beta1.SpreadAcrossCoresThreads:
-			cpu.Threads, cpu.Cores = ratio, vCPUs/ratio
-		case instancetypev1beta1.SpreadAcrossSocketsCoresThreads:
-			cpu.Threads, cpu.Cores, cpu.Sockets = 2, ratio, vCPUs/per
-		default:
-			cpu.Cores, cpu.Sockets = ratio, vCPUs/ratio
-		}
-	default:
-		// Sockets, and Any, which KubeVirt fills as sockets.
-		cpu.Sockets = vCPUs
-	}
-	return cpu, ""
 }
 
 func renderNetworks(in []infrav1.Network) ([]kubevirtv1.Interface, []kubevirtv1.Network) {

@@ -27,9 +27,14 @@ import (
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
 )
 
+// TestGPUErrors: a class-based template's pool GPUs, which drive the
+// class's GPU rules, are the GPUs its machines get: the instancetype's when
+// it attaches any (a VM GPU beside them is instancetype.Conflicts', run by
+// the webhooks and the resolution alike), else the VM's.
 func TestGPUErrors(t *testing.T) {
 	const a10, l40 = "nvidia.com/GA102GL_A10", "nvidia.com/AD102GL_L40S"
-	it := &instancetypev1beta1.VirtualMachineInstancetypeSpec{GPUs: []kubevirtv1.GPU{{Name: "gpu1", DeviceName: a10}}}
+	withGPU := &instancetypev1beta1.VirtualMachineInstancetypeSpec{GPUs: []kubevirtv1.GPU{{Name: "gpu1", DeviceName: a10}}}
+	withoutGPU := &instancetypev1beta1.VirtualMachineInstancetypeSpec{}
 	template := func(class string, pool []string, vm []string) *infrav1.KubeVirtMachineTemplate {
 		t := &infrav1.KubeVirtMachineTemplate{}
 		if class != "" {
@@ -47,20 +52,21 @@ func TestGPUErrors(t *testing.T) {
 	for _, c := range []struct {
 		name     string
 		template *infrav1.KubeVirtMachineTemplate
+		it       *instancetypev1beta1.VirtualMachineInstancetypeSpec
 		fields   []string
 	}{
-		{"the pool lists the instancetype's GPU", template("kairos", []string{a10}, nil), nil},
-		{"the pool lists the instancetype's and the VM's GPUs", template("kairos", []string{a10, l40}, []string{l40}), nil},
-		{"the VM lists the instancetype's GPU again", template("kairos", []string{a10, a10}, []string{a10}), []string{"spec.template.spec.gpus[0].deviceName"}},
-		{"the pool misses the instancetype's GPU", template("kairos", nil, nil), []string{"spec.template.spec.workerClass.gpus"}},
-		{"the pool lists a GPU the machines do not get", template("kairos", []string{a10, l40}, nil), []string{"spec.template.spec.workerClass.gpus"}},
-		{"a classless template has no pool GPUs to match", template("", nil, []string{l40}), nil},
-		{"a classless template may not list the instancetype's GPU either", template("", nil, []string{a10}), []string{"spec.template.spec.gpus[0].deviceName"}},
+		{"the pool lists the instancetype's GPU", template("kairos", []string{a10}, nil), withGPU, nil},
+		{"the pool misses the instancetype's GPU", template("kairos", nil, nil), withGPU, []string{"spec.template.spec.workerClass.gpus"}},
+		{"the pool lists a GPU the machines do not get", template("kairos", []string{a10, l40}, nil), withGPU, []string{"spec.template.spec.workerClass.gpus"}},
+		{"the pool lists the VM's GPUs beside an instancetype without GPUs", template("kairos", []string{l40}, []string{l40}), withoutGPU, nil},
+		{"the pool misses the VM's GPU beside an instancetype without GPUs", template("kairos", nil, []string{l40}), withoutGPU, []string{"spec.template.spec.workerClass.gpus"}},
+		{"VM GPUs beside the instancetype's are not what the machines get", template("kairos", []string{a10, l40}, []string{l40}), withGPU, []string{"spec.template.spec.workerClass.gpus"}},
+		{"a classless template has no pool GPUs to match", template("", nil, []string{l40}), withoutGPU, nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			g := NewWithT(t)
 			var fields []string
-			for _, e := range gpuErrors(c.template, it) {
+			for _, e := range gpuErrors(c.template, c.it) {
 				fields = append(fields, e.Field)
 			}
 			g.Expect(fields).To(Equal(c.fields))

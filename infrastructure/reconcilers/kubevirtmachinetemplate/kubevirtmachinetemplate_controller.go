@@ -236,12 +236,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		return ctrl.Result{}, err
 	}
 	if len(errs) == 0 {
-		var capacityErrs field.ErrorList
-		t.Status.Capacity, t.Status.NodeInfo, capacityErrs, err = r.capacity(ctx, t, resolved.Image)
+		t.Status.Capacity, t.Status.NodeInfo, errs, err = r.capacity(ctx, t, resolved.Image)
 		if err != nil {
 			return ctrl.Result{}, err
 		}
-		errs = capacityErrs
 	}
 	if len(errs) > 0 {
 		t.Status.Capacity, t.Status.NodeInfo = nil, infrav1.NodeInfo{}
@@ -325,67 +323,64 @@ func (r *Reconciler) resolve(ctx context.Context, t *infrav1.KubeVirtMachineTemp
 	return resolved, nil, nil
 }
 
-// capacity reads the template's instancetype and preference and computes
-// one machine's capacity and node info.
+// capacity reads the template's instancetype and preference, refuses a
+// template whose VMs KubeVirt would refuse once it applies them, and
+// computes one machine's capacity and node info.
 func (r *Reconciler) capacity(ctx context.Context, t *infrav1.KubeVirtMachineTemplate, image infrav1.ImageSource) (corev1.ResourceList, infrav1.NodeInfo, field.ErrorList, error) {
 	spec := &t.Spec.Template.Spec
 	path := field.NewPath("spec", "template", "spec")
 	in := capacity.Input{Spec: spec, Image: image}
+	var prefSpec *instancetypev1beta1.VirtualMachinePreferenceSpec
 	if ref := spec.Instancetype; ref != nil {
 		itSpec, missing, err := instancetype.Instancetype(ctx, r.Infrastructure.Client, t.Namespace, ref, path.Child("instancetype"))
 		if err != nil || missing != nil {
 			return nil, infrav1.NodeInfo{}, fieldErrors(missing), err
 		}
-		if errs := gpuErrors(t, itSpec); len(errs) > 0 {
-			return nil, infrav1.NodeInfo{}, errs, nil
-		}
 		in.Instancetype = itSpec
 	}
 	if ref := spec.Preference; ref != nil {
-		prefSpec, missing, err := instancetype.Preference(ctx, r.Infrastructure.Client, t.Namespace, ref, path.Child("preference"))
+		var missing *field.Error
+		var err error
+		prefSpec, missing, err = instancetype.Preference(ctx, r.Infrastructure.Client, t.Namespace, ref, path.Child("preference"))
 		if err != nil || missing != nil {
 			return nil, infrav1.NodeInfo{}, fieldErrors(missing), err
 		}
 		in.PreferredArchitecture = ptr.Deref(prefSpec.PreferredArchitecture, "")
 	}
+	// The webhooks' rule, with what they may not have seen: the
+	// instancetype or preference can have been created or changed since.
+	errs := instancetype.Validate(spec, in.Instancetype, prefSpec, path)
+	if in.Instancetype != nil {
+		errs = append(errs, gpuErrors(t, in.Instancetype)...)
+	}
+	if len(errs) > 0 {
+		return nil, infrav1.NodeInfo{}, errs, nil
+	}
 	resources, nodeInfo := capacity.Compute(in)
 	return resources, nodeInfo, nil, nil
 }
 
-// gpuErrors checks a template's GPUs against its instancetype's: KubeVirt
-// refuses a VM that lists a GPU its instancetype attaches, and a pool's
-// GPUs (which drive the class's GPU rules) must be what its machines get,
-// the VM's GPUs and the instancetype's.
+// gpuErrors checks a class-based template's pool GPUs, which drive the
+// class's GPU rules, against the GPUs its machines get: the instancetype's
+// when it attaches any, else the VM's (instancetype.GPUs; that a VM lists
+// none beside an instancetype's is instancetype.Conflicts').
 func gpuErrors(t *infrav1.KubeVirtMachineTemplate, it *instancetypev1beta1.VirtualMachineInstancetypeSpec) field.ErrorList {
-	var errs field.ErrorList
-	attached := make([]string, 0, len(it.GPUs)+len(t.Spec.Template.Spec.GPUs))
-	for _, g := range it.GPUs {
-		attached = append(attached, g.DeviceName)
-	}
-	byInstancetype := slices.Clone(attached)
-	vmPath := field.NewPath("spec", "template", "spec", "gpus")
-	for i, g := range t.Spec.Template.Spec.GPUs {
-		if slices.Contains(byInstancetype, g.DeviceName) {
-			errs = append(errs, field.Invalid(vmPath.Index(i).Child("deviceName"), g.DeviceName,
-				fmt.Sprintf("instancetype %s attaches this GPU already, and KubeVirt refuses a VM that lists it again; list it only in spec.template.spec.workerClass.gpus", t.Spec.Template.Spec.Instancetype.Name)))
-		}
-		attached = append(attached, g.DeviceName)
-	}
 	selection := t.Spec.Template.Spec.WorkerClass
 	if selection == nil {
-		return errs
+		return nil
 	}
+	attached := instancetype.GPUs(&t.Spec.Template.Spec, it)
 	pool := make([]string, 0, len(selection.GPUs))
 	for _, g := range selection.GPUs {
 		pool = append(pool, g.Name)
 	}
 	slices.Sort(pool)
 	slices.Sort(attached)
-	if !slices.Equal(pool, attached) {
-		errs = append(errs, field.Invalid(field.NewPath("spec", "template", "spec", "workerClass", "gpus"), pool,
-			fmt.Sprintf("must list the GPUs the machines get, from instancetype %s and spec.template.spec.gpus: %v", t.Spec.Template.Spec.Instancetype.Name, attached)))
+	if slices.Equal(pool, attached) {
+		return nil
 	}
-	return errs
+	return field.ErrorList{field.Invalid(field.NewPath("spec", "template", "spec", "workerClass", "gpus"), pool,
+		fmt.Sprintf("must list the GPUs the machines get, from instancetype %s or spec.template.spec.gpus: %v", t.Spec.Template.Spec.Instancetype.Name, attached))}
 }
 
 // fieldErrors wraps a single field error, if any.

@@ -288,7 +288,7 @@ func withRequest(dryRun bool) context.Context {
 }
 
 func TestKubeVirtMachineTemplateWebhook(t *testing.T) {
-	w := &KubeVirtMachineTemplate{}
+	w := &KubeVirtMachineTemplate{Instancetypes: instancetypeReader(t)}
 	ctx := withRequest(false)
 	for _, tc := range []struct {
 		name     string

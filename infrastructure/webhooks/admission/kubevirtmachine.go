@@ -40,6 +40,9 @@ type KubeVirtMachine struct {
 	// Templates reads the KubeVirtMachineTemplate a machine was copied
 	// from, uncached.
 	Templates client.Reader
+	// Instancetypes reads KubeVirt's instancetypes and preferences in the
+	// infrastructure cluster, uncached.
+	Instancetypes client.Reader
 }
 
 var _ admission.Validator[*infrav1.KubeVirtMachine] = &KubeVirtMachine{}
@@ -49,8 +52,8 @@ func (w *KubeVirtMachine) SetupWebhookWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewWebhookManagedBy(mgr, &infrav1.KubeVirtMachine{}).WithValidator(w).Complete()
 }
 
-// ValidateCreate checks the spec and that the name can name a VM, and
-// authorizes a clone source as the requesting user unless the machine is
+// ValidateCreate checks the spec, against its instancetype and preference
+// too, and that the name can name a VM, and authorizes a clone source as the requesting user unless the machine is
 // Cluster API's copy of a template that has the same image.
 func (w *KubeVirtMachine) ValidateCreate(ctx context.Context, m *infrav1.KubeVirtMachine) (admission.Warnings, error) {
 	var errs field.ErrorList
@@ -62,6 +65,13 @@ func (w *KubeVirtMachine) ValidateCreate(ctx context.Context, m *infrav1.KubeVir
 	if m.Spec.ProviderID != "" && m.Spec.ProviderID != infrav1.ProviderID(m.Name) {
 		errs = append(errs, field.Invalid(field.NewPath("spec", "providerID"), m.Spec.ProviderID,
 			"must be empty or "+infrav1.ProviderID(m.Name)))
+	}
+	if len(errs) > 0 {
+		return nil, invalid("KubeVirtMachine", m.Name, errs)
+	}
+	errs, err := validateReferences(ctx, w.Instancetypes, m.Namespace, &m.Spec, field.NewPath("spec"))
+	if err != nil {
+		return nil, err
 	}
 	if len(errs) > 0 {
 		return nil, invalid("KubeVirtMachine", m.Name, errs)

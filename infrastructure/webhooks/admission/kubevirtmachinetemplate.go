@@ -42,6 +42,9 @@ type KubeVirtMachineTemplate struct {
 	// Templates reads the KubeVirtMachineTemplate a template was copied
 	// from, uncached.
 	Templates client.Reader
+	// Instancetypes reads KubeVirt's instancetypes and preferences in the
+	// infrastructure cluster, uncached.
+	Instancetypes client.Reader
 }
 
 var (
@@ -80,12 +83,17 @@ func (w *KubeVirtMachineTemplate) ValidateCreate(ctx context.Context, t *infrav1
 	return nil, invalid("KubeVirtMachineTemplate", t.Name, errs)
 }
 
-// validate checks the template and, once it is valid, authorizes its clone
-// source as the requesting user.
+// validate checks the template, against its instancetype and preference
+// too, and, once it is valid, authorizes its clone source as the
+// requesting user.
 func (w *KubeVirtMachineTemplate) validate(ctx context.Context, t *infrav1.KubeVirtMachineTemplate) (field.ErrorList, error) {
 	errs := validateTemplate(t)
 	if len(errs) > 0 {
 		return errs, nil
+	}
+	errs, err := validateReferences(ctx, w.Instancetypes, t.Namespace, &t.Spec.Template.Spec, field.NewPath("spec", "template", "spec"))
+	if err != nil || len(errs) > 0 {
+		return errs, err
 	}
 	img := t.Spec.Template.Spec.Image
 	if copied, err := copiedFromTemplate(ctx, w.Templates, t, img); err != nil || copied {

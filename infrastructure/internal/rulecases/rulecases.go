@@ -1,0 +1,183 @@
+/*
+Copyright 2026 The Cozystack Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package rulecases is one table of machine specs, with the instancetype
+// and preference they meet, and where real KubeVirt v1.7 refuses their
+// VMs. The webhooks' tests, the template resolution's,
+// the renderer's and the envtest suite (against virt-api itself) all run
+// it, so the places that apply KubeVirt's rules cannot drift apart. Tests
+// only.
+package rulecases
+
+import (
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	instancetypev1beta1 "kubevirt.io/api/instancetype/v1beta1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
+)
+
+// Devices the cases ask for.
+const (
+	A10  = "nvidia.com/GA102GL_A10"
+	E810 = "intel.com/E810"
+)
+
+// Names of the instancetype and preference a case's spec refers to, as
+// namespaced objects.
+const (
+	InstancetypeName = "rules-it"
+	PreferenceName   = "rules-pref"
+)
+
+// Case is a machine spec and what KubeVirt makes of it.
+//
+// Where each place refuses a case with a Field: the webhooks and the
+// template's resolution; the renderer, which is not given the
+// instancetype, when it has no Instancetype. virt-api refuses the
+// rendered VM of every case with a Field.
+type Case struct {
+	Name string
+	// Spec is a classless machine spec with a container disk; it names
+	// InstancetypeName and PreferenceName when Instancetype and
+	// Preference are set.
+	Spec infrav1.KubeVirtMachineSpec
+	// Instancetype and Preference are the specs of the objects the spec
+	// names; nil for none.
+	Instancetype *instancetypev1beta1.VirtualMachineInstancetypeSpec
+	Preference   *instancetypev1beta1.VirtualMachinePreferenceSpec
+	// Field is where the provider refuses the spec (under a spec path),
+	// empty when KubeVirt runs its VM.
+	Field string
+}
+
+// SpecRefused tells whether the case is refused for its spec: by the
+// webhooks and the template's resolution.
+func (c Case) SpecRefused() bool { return c.Field != "" }
+
+// RenderRefused tells whether the renderer refuses the case: it is given
+// the preference, not the instancetype.
+func (c Case) RenderRefused() bool { return c.SpecRefused() && c.Instancetype == nil }
+
+// Objects are the case's instancetype and preference in namespace.
+func (c Case) Objects(namespace string) []client.Object {
+	var objs []client.Object
+	if c.Instancetype != nil {
+		objs = append(objs, &instancetypev1beta1.VirtualMachineInstancetype{
+			ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: InstancetypeName}, Spec: *c.Instancetype.DeepCopy()})
+	}
+	if c.Preference != nil {
+		objs = append(objs, &instancetypev1beta1.VirtualMachinePreference{
+			ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: PreferenceName}, Spec: *c.Preference.DeepCopy()})
+	}
+	return objs
+}
+
+func spec(mutate func(*infrav1.KubeVirtMachineSpec)) infrav1.KubeVirtMachineSpec {
+	s := infrav1.KubeVirtMachineSpec{
+		Image: &infrav1.ImageSource{ContainerDisk: &infrav1.ContainerDiskSource{
+			Reference: "registry.example.com/workers/kairos-worker@sha256:1111111111111111111111111111111111111111111111111111111111111111"}},
+		CPU:    &infrav1.CPU{Cores: 2},
+		Memory: ptr.To(resource.MustParse("4Gi")),
+	}
+	if mutate != nil {
+		mutate(&s)
+	}
+	return s
+}
+
+// sized replaces cpu and memory by the instancetype.
+func sized(s *infrav1.KubeVirtMachineSpec) {
+	s.CPU, s.Memory = nil, nil
+	s.Instancetype = &infrav1.InstancetypeReference{Kind: infrav1.NamespacedInstancetypeKind, Name: InstancetypeName}
+}
+
+func preferred(s *infrav1.KubeVirtMachineSpec) {
+	s.Preference = &infrav1.PreferenceReference{Kind: infrav1.NamespacedPreferenceKind, Name: PreferenceName}
+}
+
+func instancetype(vCPUs uint32, gpus []string, hostDevices []string) *instancetypev1beta1.VirtualMachineInstancetypeSpec {
+	it := &instancetypev1beta1.VirtualMachineInstancetypeSpec{
+		CPU:    instancetypev1beta1.CPUInstancetype{Guest: vCPUs},
+		Memory: instancetypev1beta1.MemoryInstancetype{Guest: resource.MustParse("8Gi")},
+	}
+	for i, g := range gpus {
+		it.GPUs = append(it.GPUs, kubevirtv1.GPU{Name: "itgpu" + string(rune('a'+i)), DeviceName: g})
+	}
+	for i, d := range hostDevices {
+		it.HostDevices = append(it.HostDevices, kubevirtv1.HostDevice{Name: "itdev" + string(rune('a'+i)), DeviceName: d})
+	}
+	return it
+}
+
+func spread(ratio uint32, across instancetypev1beta1.SpreadAcross) *instancetypev1beta1.VirtualMachinePreferenceSpec {
+	p := &instancetypev1beta1.VirtualMachinePreferenceSpec{CPU: &instancetypev1beta1.CPUPreferences{
+		PreferredCPUTopology: ptr.To(instancetypev1beta1.Spread)}}
+	if ratio != 0 {
+		p.CPU.SpreadOptions = &instancetypev1beta1.SpreadOptions{Ratio: ptr.To(ratio), Across: ptr.To(across)}
+	}
+	return p
+}
+
+func gpu(device string) infrav1.GPU { return infrav1.GPU{Name: "vmgpu", DeviceName: device} }
+
+func hostDevice(device string) infrav1.HostDevice {
+	return infrav1.HostDevice{Name: "vmdev", DeviceName: device}
+}
+
+// Cases are the rules' table.
+func Cases() []Case {
+	return []Case{
+		// GPUs and host devices beside an instancetype's
+		// (pkg/instancetype/apply: applyGPUs, applyHostDevices).
+		{Name: "an instancetype's GPU", Spec: spec(sized), Instancetype: instancetype(4, []string{A10}, nil)},
+		{Name: "a GPU in the VM beside an instancetype without GPUs",
+			Spec: spec(func(s *infrav1.KubeVirtMachineSpec) { sized(s); s.GPUs = []infrav1.GPU{gpu(A10)} }), Instancetype: instancetype(4, nil, nil)},
+		{Name: "the instancetype's GPU listed again in the VM",
+			Spec: spec(func(s *infrav1.KubeVirtMachineSpec) { sized(s); s.GPUs = []infrav1.GPU{gpu(A10)} }), Instancetype: instancetype(4, []string{A10}, nil),
+			Field: "gpus"},
+		{Name: "another GPU in the VM beside an instancetype's",
+			Spec: spec(func(s *infrav1.KubeVirtMachineSpec) { sized(s); s.GPUs = []infrav1.GPU{gpu(E810)} }), Instancetype: instancetype(4, []string{A10}, nil),
+			Field: "gpus"},
+		{Name: "a host device in the VM beside an instancetype's",
+			Spec: spec(func(s *infrav1.KubeVirtMachineSpec) { sized(s); s.HostDevices = []infrav1.HostDevice{hostDevice(A10)} }), Instancetype: instancetype(4, nil, []string{E810}),
+			Field: "hostDevices"},
+		{Name: "a GPU in the VM beside an instancetype's host device",
+			Spec: spec(func(s *infrav1.KubeVirtMachineSpec) { sized(s); s.GPUs = []infrav1.GPU{gpu(A10)} }), Instancetype: instancetype(4, nil, []string{E810})},
+
+		// vCPUs a spread preference cannot divide
+		// (pkg/instancetype/preference/validation: CheckSpreadCPUTopology).
+		{Name: "4 cores spread at the default ratio", Spec: spec(func(s *infrav1.KubeVirtMachineSpec) { preferred(s); s.CPU.Cores = 4 }),
+			Preference: spread(0, "")},
+		{Name: "3 cores spread at the default ratio", Spec: spec(func(s *infrav1.KubeVirtMachineSpec) { preferred(s); s.CPU.Cores = 3 }),
+			Preference: spread(0, ""), Field: "cpu.cores"},
+		{Name: "6 cores spread across sockets, cores and threads at 2", Spec: spec(func(s *infrav1.KubeVirtMachineSpec) { preferred(s); s.CPU.Cores = 6 }),
+			Preference: spread(2, instancetypev1beta1.SpreadAcrossSocketsCoresThreads), Field: "cpu.cores"},
+		{Name: "an instancetype's 3 vCPUs spread", Spec: spec(func(s *infrav1.KubeVirtMachineSpec) { sized(s); preferred(s) }),
+			Instancetype: instancetype(3, nil, nil), Preference: spread(0, ""), Field: "instancetype.name"},
+		// KubeVirt's preference webhook allows only 2 across cores and
+		// threads.
+		{Name: "an instancetype's 6 vCPUs spread across cores and threads", Spec: spec(func(s *infrav1.KubeVirtMachineSpec) { sized(s); preferred(s) }),
+			Instancetype: instancetype(6, nil, nil), Preference: spread(2, instancetypev1beta1.SpreadAcrossCoresThreads)},
+		{Name: "an instancetype's 8 vCPUs spread across sockets, cores and threads at 3", Spec: spec(func(s *infrav1.KubeVirtMachineSpec) { sized(s); preferred(s) }),
+			Instancetype: instancetype(8, nil, nil), Preference: spread(3, instancetypev1beta1.SpreadAcrossSocketsCoresThreads), Field: "instancetype.name"},
+		{Name: "3 cores in sockets", Spec: spec(func(s *infrav1.KubeVirtMachineSpec) { preferred(s); s.CPU.Cores = 3 }),
+			Preference: &instancetypev1beta1.VirtualMachinePreferenceSpec{}},
+	}
+}
