@@ -42,6 +42,11 @@ func TestKubeVirtAgreesWithTheRules(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	for _, rc := range rulecases.Cases() {
+		if rc.Configuration || rc.KubeVirt != nil {
+			// The installed KubeVirt's configuration is the template
+			// resolution's, and this suite's is rulecases.Configured.
+			continue
+		}
 		t.Run(rc.Name, func(t *testing.T) {
 			g := NewWithT(t)
 			ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "rules-"}}

@@ -34,6 +34,7 @@ import (
 
 	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
+	"github.com/cozystack/cluster-api-workers/test/kubevirt"
 )
 
 var (
@@ -117,6 +118,16 @@ func TestTemplateOfAPausedCluster(t *testing.T) {
 	expectCondition(g, tmpl, clusterv1.PausedCondition, metav1.ConditionFalse, clusterv1.NotPausedReason)
 }
 
+// TestTemplateCapacityFromInstancetype: a template sized by an
+// instancetype that attaches GPUs, with a preference for arm64, waits for
+// both to exist, then for KubeVirt's MultiArchitecture feature gate, which
+// virt-api needs for a VM of another architecture than its own: the
+// autoscaler gets no capacity to scale from zero into machines KubeVirt
+// refuses. Once the hoster enables the gate, the template resolves with
+// the instancetype's capacity and the preference's architecture.
+//
+// It enables the gate on the suite's KubeVirt CR, which no other test
+// needs off, and turns it off again at the end.
 func TestTemplateCapacityFromInstancetype(t *testing.T) {
 	t.Parallel()
 	tc := newCluster(t)
@@ -143,7 +154,7 @@ func TestTemplateCapacityFromInstancetype(t *testing.T) {
 		Spec: instancetypev1beta1.VirtualMachineInstancetypeSpec{
 			CPU:    instancetypev1beta1.CPUInstancetype{Guest: 8},
 			Memory: instancetypev1beta1.MemoryInstancetype{Guest: resource.MustParse("32Gi")},
-			GPUs:   []kubevirtv1.GPU{{Name: "gpu1", DeviceName: "nvidia.com/AD102GL_L40S"}, {Name: "gpu2", DeviceName: "nvidia.com/AD102GL_L40S"}},
+			GPUs:   []kubevirtv1.GPU{{Name: "gpu1", DeviceName: gpuResource}, {Name: "gpu2", DeviceName: gpuResource}},
 		},
 	})).To(Succeed())
 	g.Eventually(func(g Gomega) {
@@ -156,11 +167,65 @@ func TestTemplateCapacityFromInstancetype(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "arm", Namespace: tc.namespace},
 		Spec:       instancetypev1beta1.VirtualMachinePreferenceSpec{PreferredArchitecture: ptr.To("arm64")},
 	})).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		g.Expect(c.Get(ctx, client.ObjectKeyFromObject(tmpl), tmpl)).To(Succeed())
+		cond := expectCondition(g, tmpl, infrav1.ResolvedCondition, metav1.ConditionFalse, infrav1.KubeVirtFeatureNotEnabledReason)
+		g.Expect(cond.Message).To(Equal("spec.template.spec.preference.name: Forbidden: KubeVirt kubevirt/kubevirt runs amd64 and does not enable " +
+			"the MultiArchitecture feature gate (spec.configuration.developerConfiguration.featureGates), and virt-api refuses a VM of architecture arm64 without it"))
+		g.Expect(tmpl.Status.Capacity).To(BeEmpty(), "nothing to scale from zero into")
+	}).Should(Succeed())
+
+	enableFeatureGate(t, "MultiArchitecture")
 	waitResolved(t, tmpl)
 	expectCapacity(g, tmpl.Status.Capacity, corev1.ResourceList{
 		corev1.ResourceCPU: resource.MustParse("8"), corev1.ResourceMemory: resource.MustParse("32Gi"),
 		"nvidia.com/gpu": resource.MustParse("2"), corev1.ResourceEphemeralStorage: resource.MustParse("50Gi")})
 	g.Expect(tmpl.Status.NodeInfo).To(Equal(infrav1.NodeInfo{Architecture: infrav1.ArchitectureArm64, OperatingSystem: "linux"}))
+}
+
+// TestTemplateWaitsForKubeVirtFeatures: a template whose VMs ask for a GPU
+// that the suite's KubeVirt does not list in permittedHostDevices (virt-api
+// would admit the VM, virt-controller never start it) is not resolved, has
+// no capacity and names the device. The other gates and devices are the
+// rules' table's (kubevirtmachinetemplate's TestKubeVirtRules).
+func TestTemplateWaitsForKubeVirtFeatures(t *testing.T) {
+	t.Parallel()
+	tc := newCluster(t)
+	g := NewWithT(t)
+	ctx := context.Background()
+	const missing = "nvidia.com/TU104GL_Tesla_T4"
+	spec := containerDiskSpec()
+	spec.GPUs = []infrav1.GPU{{Name: "gpu1", DeviceName: missing}}
+	tmpl := classlessTemplate(tc.namespace, "unpermitted-gpu", spec)
+	g.Expect(c.Create(ctx, tmpl)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		g.Expect(c.Get(ctx, client.ObjectKeyFromObject(tmpl), tmpl)).To(Succeed())
+		cond := expectCondition(g, tmpl, infrav1.ResolvedCondition, metav1.ConditionFalse, infrav1.KubeVirtFeatureNotEnabledReason)
+		g.Expect(cond.Message).To(Equal("spec.template.spec.gpus[0].deviceName: Forbidden: KubeVirt kubevirt/kubevirt does not permit GPU " + missing +
+			" (spec.configuration.permittedHostDevices), and virt-controller cannot start a VM that asks for it"))
+		g.Expect(tmpl.Status.Resolved).To(BeNil())
+		g.Expect(tmpl.Status.Capacity).To(BeEmpty())
+	}).Should(Succeed())
+}
+
+// enableFeatureGate enables a KubeVirt feature gate on the suite's KubeVirt
+// CR, as a hoster would, until the test ends.
+func enableFeatureGate(t *testing.T, gate string) {
+	t.Helper()
+	g := NewWithT(t)
+	ctx := context.Background()
+	kv := &kubevirtv1.KubeVirt{}
+	g.Expect(c.Get(ctx, client.ObjectKey{Namespace: kubevirt.Namespace, Name: "kubevirt"}, kv)).To(Succeed())
+	original := kv.DeepCopy()
+	kv.Spec.Configuration.DeveloperConfiguration.FeatureGates = append(kv.Spec.Configuration.DeveloperConfiguration.FeatureGates, gate)
+	g.Expect(c.Patch(ctx, kv, client.MergeFrom(original))).To(Succeed())
+	t.Cleanup(func() {
+		current := &kubevirtv1.KubeVirt{}
+		g.Expect(c.Get(ctx, client.ObjectKeyFromObject(kv), current)).To(Succeed())
+		before := current.DeepCopy()
+		current.Spec.Configuration.DeveloperConfiguration.FeatureGates = original.Spec.Configuration.DeveloperConfiguration.FeatureGates
+		g.Expect(c.Patch(ctx, current, client.MergeFrom(before))).To(Succeed())
+	})
 }
 
 // TestTemplateAdmission checks the CRD schema and webhook rules on the real

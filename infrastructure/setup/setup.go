@@ -128,6 +128,10 @@ func cacheOptions(scheme *runtime.Scheme, controllerName, watchNamespace string,
 			&kubevirtv1.VirtualMachine{}:         ours,
 			&kubevirtv1.VirtualMachineInstance{}: ours,
 			&cdiv1.DataVolume{}:                  ours,
+			// KubeVirt's CR lives in KubeVirt's namespace, which --namespace
+			// does not name; the template controller reads its
+			// configuration.
+			&kubevirtv1.KubeVirt{}: {Namespaces: map[string]ctrlcache.Config{ctrlcache.AllNamespaces: {}}},
 		},
 		NewInformer: capicontrollerutil.NewInformerFunc(scheme, controllerName),
 	}, nil

@@ -34,21 +34,23 @@ import (
 	"github.com/cozystack/cluster-api-workers/test/harness"
 )
 
-// TestVirtualMachineRefusedByKubeVirt: a pool asks for a host device while
-// the hoster has not enabled KubeVirt's HostDevices feature gate. virt-api
-// refuses the VirtualMachine; the machine reports the refusal in KubeVirt's
-// words on InfrastructureReady (Unknown: a replacement would be refused
-// too, so the MachineHealthCheck does not churn Machines over it), asks
-// again only after a minute, and what it created before the VM (the
+// TestVirtualMachineRefusedByKubeVirt: a pool's machines have fewer vCPUs
+// than their preference requires (KubeVirt's common preference oraclelinux
+// asks for 2). The template resolves (KubeVirt's feature gates and
+// permitted devices, which the template controller checks, allow it), but
+// virt-api refuses the VirtualMachine; the machine reports the refusal in
+// KubeVirt's words on InfrastructureReady (Unknown: a replacement would be
+// refused too, so the MachineHealthCheck does not churn Machines over it),
+// asks again only after a minute, and what it created before the VM (the
 // cloud-init Secret) belongs to it and goes with the Cluster.
 func TestVirtualMachineRefusedByKubeVirt(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
 	ctx := context.Background()
 	w := newCluster(t, harness.ClusterOptions{})
-	objs := pool(t, w, map[string]string{"WORKER_MACHINE_COUNT": "1"})
+	objs := pool(t, w, map[string]string{"WORKER_MACHINE_COUNT": "1", "WORKER_CPU_CORES": "1"})
 	harness.EditMachineTemplates(objs, func(_ *unstructured.Unstructured, machine map[string]any) {
-		machine["hostDevices"] = []any{map[string]any{"name": "nic", "deviceName": "example.com/SRIOV_VF"}}
+		machine["preference"] = map[string]any{"name": "oraclelinux"}
 	})
 	g.Expect(h.Apply(ctx, objs)).To(Succeed())
 
@@ -62,7 +64,7 @@ func TestVirtualMachineRefusedByKubeVirt(t *testing.T) {
 		g.Expect(c.Status).To(Equal(metav1.ConditionUnknown))
 		g.Expect(c.Reason).To(Equal(infrav1.CreateRefusedReason))
 		g.Expect(c.Message).To(ContainSubstring(`admission webhook "virtualmachine-validator.kubevirt.io" denied the request`))
-		g.Expect(c.Message).To(ContainSubstring("Host Devices feature gate is not enabled in kubevirt-config"))
+		g.Expect(c.Message).To(ContainSubstring("failure checking preference requirements: insufficient CPU resources of 1 vCPU"))
 	}, timeout, poll).Should(Succeed(), func() string { return describe(w) })
 
 	kvm := &infrav1.KubeVirtMachine{}

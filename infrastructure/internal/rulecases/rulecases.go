@@ -14,9 +14,9 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-// Package rulecases is one table of machine specs, with the instancetype
-// and preference they meet, and where real KubeVirt v1.7 refuses their
-// VMs. The webhooks' tests, the template resolution's,
+// Package rulecases is one table of machine specs, with the instancetype,
+// preference and KubeVirt configuration they meet, and where real KubeVirt
+// v1.7 refuses their VMs. The webhooks' tests, the template resolution's,
 // the renderer's and the envtest suite (against virt-api itself) all run
 // it, so the places that apply KubeVirt's rules cannot drift apart. Tests
 // only.
@@ -33,9 +33,10 @@ import (
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
 )
 
-// Devices the cases ask for.
+// Devices the cases ask for. KubeVirt (Configured) permits A10 and E810.
 const (
 	A10  = "nvidia.com/GA102GL_A10"
+	L40S = "nvidia.com/AD102GL_L40S"
 	E810 = "intel.com/E810"
 )
 
@@ -49,9 +50,10 @@ const (
 // Case is a machine spec and what KubeVirt makes of it.
 //
 // Where each place refuses a case with a Field: the webhooks and the
-// template's resolution; the renderer, which is not given the
-// instancetype, when it has no Instancetype. virt-api refuses the
-// rendered VM of every case with a Field.
+// template's resolution when it is not Configuration; the resolution alone
+// (KubeVirtFeatureNotEnabled) when it is; the renderer, which is not given
+// the instancetype, when it is not Configuration and has no Instancetype.
+// virt-api refuses the rendered VM of every case refused for its spec.
 type Case struct {
 	Name string
 	// Spec is a classless machine spec with a container disk; it names
@@ -62,14 +64,47 @@ type Case struct {
 	// names; nil for none.
 	Instancetype *instancetypev1beta1.VirtualMachineInstancetypeSpec
 	Preference   *instancetypev1beta1.VirtualMachinePreferenceSpec
+	// KubeVirt is the KubeVirt CR's configuration; Configured when nil.
+	KubeVirt *kubevirtv1.KubeVirtConfiguration
 	// Field is where the provider refuses the spec (under a spec path),
 	// empty when KubeVirt runs its VM.
 	Field string
+	// Configuration tells that the refusal is the installed KubeVirt's
+	// configuration, not the spec: the webhooks and the renderer accept
+	// it, the template's resolution waits with KubeVirtFeatureNotEnabled.
+	Configuration bool
+}
+
+// Configured is the KubeVirt configuration of the cases that do not set
+// their own, and of the envtest suite: the HostDevices gate, A10 and E810
+// permitted.
+func Configured() *kubevirtv1.KubeVirtConfiguration {
+	return &kubevirtv1.KubeVirtConfiguration{
+		DeveloperConfiguration: &kubevirtv1.DeveloperConfiguration{FeatureGates: []string{"HostDevices"}},
+		PermittedHostDevices: &kubevirtv1.PermittedHostDevices{PciHostDevices: []kubevirtv1.PciHostDevice{
+			{PCIVendorSelector: "10DE:2236", ResourceName: A10},
+			{PCIVendorSelector: "8086:1593", ResourceName: E810},
+		}},
+	}
+}
+
+// KubeVirtCR is the deployed KubeVirt CR of a case, as virt-operator
+// reports it on amd64.
+func (c Case) KubeVirtCR() *kubevirtv1.KubeVirt {
+	configuration := c.KubeVirt
+	if configuration == nil {
+		configuration = Configured()
+	}
+	return &kubevirtv1.KubeVirt{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "kubevirt", Name: "kubevirt"},
+		Spec:       kubevirtv1.KubeVirtSpec{Configuration: *configuration.DeepCopy()},
+		Status:     kubevirtv1.KubeVirtStatus{Phase: kubevirtv1.KubeVirtPhaseDeployed, DefaultArchitecture: "amd64"},
+	}
 }
 
 // SpecRefused tells whether the case is refused for its spec: by the
 // webhooks and the template's resolution.
-func (c Case) SpecRefused() bool { return c.Field != "" }
+func (c Case) SpecRefused() bool { return c.Field != "" && !c.Configuration }
 
 // RenderRefused tells whether the renderer refuses the case: it is given
 // the preference, not the instancetype.
@@ -179,5 +214,35 @@ func Cases() []Case {
 			Instancetype: instancetype(8, nil, nil), Preference: spread(3, instancetypev1beta1.SpreadAcrossSocketsCoresThreads), Field: "instancetype.name"},
 		{Name: "3 cores in sockets", Spec: spec(func(s *infrav1.KubeVirtMachineSpec) { preferred(s); s.CPU.Cores = 3 }),
 			Preference: &instancetypev1beta1.VirtualMachinePreferenceSpec{}},
+
+		// The installed KubeVirt's configuration (virt-api's feature gate
+		// checks, virt-controller's permittedHostDevices).
+		{Name: "a host device without the HostDevices gate",
+			Spec:     spec(func(s *infrav1.KubeVirtMachineSpec) { s.HostDevices = []infrav1.HostDevice{hostDevice(E810)} }),
+			KubeVirt: &kubevirtv1.KubeVirtConfiguration{}, Field: "hostDevices", Configuration: true},
+		{Name: "an instancetype's host device without the HostDevices gate", Spec: spec(sized),
+			Instancetype: instancetype(4, nil, []string{E810}), KubeVirt: &kubevirtv1.KubeVirtConfiguration{}, Field: "instancetype.name", Configuration: true},
+		{Name: "a host device with the HostDevices gate",
+			Spec: spec(func(s *infrav1.KubeVirtMachineSpec) { s.HostDevices = []infrav1.HostDevice{hostDevice(E810)} })},
+		{Name: "a GPU KubeVirt does not permit", Spec: spec(func(s *infrav1.KubeVirtMachineSpec) { s.GPUs = []infrav1.GPU{gpu(L40S)} }),
+			Field: "gpus[0].deviceName", Configuration: true},
+		{Name: "an instancetype's GPU KubeVirt does not permit", Spec: spec(sized), Instancetype: instancetype(4, []string{L40S}, nil),
+			Field: "instancetype.name", Configuration: true},
+		{Name: "any GPU when KubeVirt permits no list", Spec: spec(func(s *infrav1.KubeVirtMachineSpec) { s.GPUs = []infrav1.GPU{gpu(L40S)} }),
+			KubeVirt: &kubevirtv1.KubeVirtConfiguration{}},
+		{Name: "a GPU KubeVirt does not permit, with GPUs from DRA", Spec: spec(func(s *infrav1.KubeVirtMachineSpec) { s.GPUs = []infrav1.GPU{gpu(L40S)} }),
+			KubeVirt: &kubevirtv1.KubeVirtConfiguration{
+				DeveloperConfiguration: &kubevirtv1.DeveloperConfiguration{FeatureGates: []string{"GPUsWithDRA"}},
+				PermittedHostDevices:   Configured().PermittedHostDevices}},
+		{Name: "a host device KubeVirt does not permit", Spec: spec(func(s *infrav1.KubeVirtMachineSpec) { s.HostDevices = []infrav1.HostDevice{hostDevice(L40S)} }),
+			Field: "hostDevices[0].deviceName", Configuration: true},
+		{Name: "arm64 without the MultiArchitecture gate", Spec: spec(func(s *infrav1.KubeVirtMachineSpec) { s.Architecture = infrav1.ArchitectureArm64 }),
+			Field: "architecture", Configuration: true},
+		{Name: "a preference's arm64 without the MultiArchitecture gate", Spec: spec(preferred),
+			Preference: &instancetypev1beta1.VirtualMachinePreferenceSpec{PreferredArchitecture: ptr.To("arm64")}, Field: "preference.name", Configuration: true},
+		{Name: "arm64 with the MultiArchitecture gate", Spec: spec(func(s *infrav1.KubeVirtMachineSpec) { s.Architecture = infrav1.ArchitectureArm64 }),
+			KubeVirt: &kubevirtv1.KubeVirtConfiguration{DeveloperConfiguration: &kubevirtv1.DeveloperConfiguration{FeatureGates: []string{"MultiArchitecture"}}}},
+		{Name: "KubeVirt's own architecture", Spec: spec(func(s *infrav1.KubeVirtMachineSpec) { s.Architecture = infrav1.ArchitectureAmd64 }),
+			KubeVirt: &kubevirtv1.KubeVirtConfiguration{}},
 	}
 }

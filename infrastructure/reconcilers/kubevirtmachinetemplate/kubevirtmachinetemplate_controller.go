@@ -28,12 +28,14 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
+	kubevirtv1 "kubevirt.io/api/core/v1"
 	instancetypev1beta1 "kubevirt.io/api/instancetype/v1beta1"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util"
@@ -46,7 +48,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
@@ -56,6 +60,7 @@ import (
 	"github.com/cozystack/cluster-api-workers/infrastructure/internal/infracluster"
 	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/capacity"
 	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/instancetype"
+	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/kubevirtconfig"
 	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/migration"
 )
 
@@ -87,8 +92,9 @@ type Reconciler struct {
 }
 
 // SetupWithManager registers the controller. Templates that wait for a
-// class, the platform configuration, an instancetype or a preference are
-// reconciled again when that object changes.
+// class, the platform configuration, an instancetype, a preference or the
+// KubeVirt CR's configuration are reconciled again when that object
+// changes.
 func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, options controller.Options) error {
 	if r.Client == nil || r.Infrastructure == nil {
 		return fmt.Errorf("the KubeVirtMachineTemplate reconciler needs a Client and the infrastructure cluster")
@@ -111,13 +117,35 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 		WatchesRawSource(referencing(&instancetypev1beta1.VirtualMachineClusterInstancetype{}, string(infrav1.ClusterInstancetypeKind))).
 		WatchesRawSource(referencing(&instancetypev1beta1.VirtualMachineInstancetype{}, string(infrav1.NamespacedInstancetypeKind))).
 		WatchesRawSource(referencing(&instancetypev1beta1.VirtualMachineClusterPreference{}, string(infrav1.ClusterPreferenceKind))).
-		WatchesRawSource(referencing(&instancetypev1beta1.VirtualMachinePreference{}, string(infrav1.NamespacedPreferenceKind)))
+		WatchesRawSource(referencing(&instancetypev1beta1.VirtualMachinePreference{}, string(infrav1.NamespacedPreferenceKind))).
+		// A hoster enabling a feature gate or permitting a device resolves
+		// the templates that waited for it; resolved ones stay frozen.
+		WatchesRawSource(source.Kind[client.Object](r.Infrastructure.Cache, &kubevirtv1.KubeVirt{},
+			handler.EnqueueRequestsFromMapFunc(r.unresolvedTemplates), kubeVirtConfigChanged))
 	if r.WorkerClasses {
 		b = b.
 			Watches(&workerclassv1.WorkerClass{}, handler.EnqueueRequestsFromMapFunc(r.classTemplates)).
 			Watches(&workerclassv1.WorkerPlatform{}, handler.EnqueueRequestsFromMapFunc(r.unresolvedTemplates))
 	}
 	return b.Complete(ctx, r)
+}
+
+// kubeVirtConfigChanged passes the KubeVirt CR's events that can change
+// what kubevirtconfig.Validate decides: its creation and deletion, and
+// updates of its configuration, phase or default architecture, not its
+// status' conditions and versions.
+var kubeVirtConfigChanged = predicate.Funcs{
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		oldKV, okOld := e.ObjectOld.(*kubevirtv1.KubeVirt)
+		newKV, okNew := e.ObjectNew.(*kubevirtv1.KubeVirt)
+		if !okOld || !okNew {
+			return true
+		}
+		return !equality.Semantic.DeepEqual(oldKV.Spec.Configuration, newKV.Spec.Configuration) ||
+			oldKV.Status.Phase != newKV.Status.Phase ||
+			oldKV.Status.DefaultArchitecture != newKV.Status.DefaultArchitecture ||
+			oldKV.DeletionTimestamp.IsZero() != newKV.DeletionTimestamp.IsZero()
+	},
 }
 
 func referencedKinds(o client.Object) []string {
@@ -235,15 +263,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	reason := infrav1.ResolutionFailedReason
 	if len(errs) == 0 {
-		t.Status.Capacity, t.Status.NodeInfo, errs, err = r.capacity(ctx, t, resolved.Image)
+		t.Status.Capacity, t.Status.NodeInfo, errs, reason, err = r.capacity(ctx, t, resolved.Image)
 		if err != nil {
 			return ctrl.Result{}, err
 		}
 	}
 	if len(errs) > 0 {
 		t.Status.Capacity, t.Status.NodeInfo = nil, infrav1.NodeInfo{}
-		setResolved(t, metav1.ConditionFalse, infrav1.ResolutionFailedReason, errs.ToAggregate().Error())
+		setResolved(t, metav1.ConditionFalse, reason, errs.ToAggregate().Error())
 		return ctrl.Result{}, nil
 	}
 	t.Status.Resolved = resolved
@@ -324,9 +353,12 @@ func (r *Reconciler) resolve(ctx context.Context, t *infrav1.KubeVirtMachineTemp
 }
 
 // capacity reads the template's instancetype and preference, refuses a
-// template whose VMs KubeVirt would refuse once it applies them, and
-// computes one machine's capacity and node info.
-func (r *Reconciler) capacity(ctx context.Context, t *infrav1.KubeVirtMachineTemplate, image infrav1.ImageSource) (corev1.ResourceList, infrav1.NodeInfo, field.ErrorList, error) {
+// template whose VMs KubeVirt would refuse, and computes one machine's
+// capacity and node info. reason is the Resolved condition's reason for
+// the errors: KubeVirtFeatureNotEnabled when the spec is sound but the
+// installed KubeVirt does not run it (a hoster's configuration change
+// resolves it), ResolutionFailed otherwise.
+func (r *Reconciler) capacity(ctx context.Context, t *infrav1.KubeVirtMachineTemplate, image infrav1.ImageSource) (corev1.ResourceList, infrav1.NodeInfo, field.ErrorList, string, error) {
 	spec := &t.Spec.Template.Spec
 	path := field.NewPath("spec", "template", "spec")
 	in := capacity.Input{Spec: spec, Image: image}
@@ -334,7 +366,7 @@ func (r *Reconciler) capacity(ctx context.Context, t *infrav1.KubeVirtMachineTem
 	if ref := spec.Instancetype; ref != nil {
 		itSpec, missing, err := instancetype.Instancetype(ctx, r.Infrastructure.Client, t.Namespace, ref, path.Child("instancetype"))
 		if err != nil || missing != nil {
-			return nil, infrav1.NodeInfo{}, fieldErrors(missing), err
+			return nil, infrav1.NodeInfo{}, fieldErrors(missing), infrav1.ResolutionFailedReason, err
 		}
 		in.Instancetype = itSpec
 	}
@@ -343,7 +375,7 @@ func (r *Reconciler) capacity(ctx context.Context, t *infrav1.KubeVirtMachineTem
 		var err error
 		prefSpec, missing, err = instancetype.Preference(ctx, r.Infrastructure.Client, t.Namespace, ref, path.Child("preference"))
 		if err != nil || missing != nil {
-			return nil, infrav1.NodeInfo{}, fieldErrors(missing), err
+			return nil, infrav1.NodeInfo{}, fieldErrors(missing), infrav1.ResolutionFailedReason, err
 		}
 		in.PreferredArchitecture = ptr.Deref(prefSpec.PreferredArchitecture, "")
 	}
@@ -354,10 +386,17 @@ func (r *Reconciler) capacity(ctx context.Context, t *infrav1.KubeVirtMachineTem
 		errs = append(errs, gpuErrors(t, in.Instancetype)...)
 	}
 	if len(errs) > 0 {
-		return nil, infrav1.NodeInfo{}, errs, nil
+		return nil, infrav1.NodeInfo{}, errs, infrav1.ResolutionFailedReason, nil
+	}
+	kv, err := kubevirtconfig.Installed(ctx, r.Infrastructure.Client)
+	if err != nil {
+		return nil, infrav1.NodeInfo{}, nil, "", err
+	}
+	if errs := kubevirtconfig.Validate(kubevirtconfig.Input{Spec: spec, Instancetype: in.Instancetype, Preference: prefSpec, KubeVirt: kv}, path); len(errs) > 0 {
+		return nil, infrav1.NodeInfo{}, errs, infrav1.KubeVirtFeatureNotEnabledReason, nil
 	}
 	resources, nodeInfo := capacity.Compute(in)
-	return resources, nodeInfo, nil, nil
+	return resources, nodeInfo, nil, "", nil
 }
 
 // gpuErrors checks a class-based template's pool GPUs, which drive the
