@@ -125,18 +125,23 @@ EOF
 
 # build_kubevirt builds virt-api and virt-controller from kubevirt.io/kubevirt
 # in hack/kubevirt, the module that repeats kubevirt's replace block (its
-# go.mod names both commands as tools). CGO is off: neither links libvirt. A
-# stamp of that module's go.mod and go.sum rebuilds them when it changes.
+# go.mod names both commands as tools), and kubevirt-cloudinit, which writes
+# a guest's cloud-init disk with KubeVirt's own package as virt-launcher
+# does (hack/kubevirt/cloudinit). CGO is off: none links libvirt. A stamp of
+# that module's go.mod, go.sum and command source rebuilds them when it
+# changes.
 build_kubevirt() {
   local mod="${KUBEVIRT_MODULE}" stamp
-  stamp=$(cat "${mod}/go.mod" "${mod}/go.sum" <(go env GOVERSION) | sha256sum | cut -c1-16)
-  if [[ -x "${BIN_DIR}/virt-api" && -x "${BIN_DIR}/virt-controller" && "$(cat "${BIN_DIR}/kubevirt.stamp" 2>/dev/null)" == "${stamp}" ]]; then
+  stamp=$(cat "${mod}/go.mod" "${mod}/go.sum" "${mod}/cloudinit/main.go" <(go env GOVERSION) | sha256sum | cut -c1-16)
+  if [[ -x "${BIN_DIR}/virt-api" && -x "${BIN_DIR}/virt-controller" && -x "${BIN_DIR}/kubevirt-cloudinit" &&
+    "$(cat "${BIN_DIR}/kubevirt.stamp" 2>/dev/null)" == "${stamp}" ]]; then
     return
   fi
-  log "building virt-api and virt-controller $(kubevirt_version "${mod}") (about 10 minutes on two cores)"
-  GOFLAGS=-mod=readonly CGO_ENABLED=0 go_build "${mod}" "virt-api and virt-controller" \
-    "kubevirt.io/kubevirt/cmd/virt-api kubevirt.io/kubevirt/cmd/virt-controller" -trimpath -ldflags "-s -w" -o "${BIN_DIR}/kubevirt.tmp/"
+  log "building virt-api, virt-controller and kubevirt-cloudinit $(kubevirt_version "${mod}") (about 4 minutes on two cores)"
+  GOFLAGS=-mod=readonly CGO_ENABLED=0 go_build "${mod}" "virt-api, virt-controller and kubevirt-cloudinit" \
+    "kubevirt.io/kubevirt/cmd/virt-api kubevirt.io/kubevirt/cmd/virt-controller ./cloudinit" -trimpath -ldflags "-s -w" -o "${BIN_DIR}/kubevirt.tmp/"
   mv "${BIN_DIR}/kubevirt.tmp/virt-api" "${BIN_DIR}/kubevirt.tmp/virt-controller" "${BIN_DIR}/"
+  mv "${BIN_DIR}/kubevirt.tmp/cloudinit" "${BIN_DIR}/kubevirt-cloudinit"
   rmdir "${BIN_DIR}/kubevirt.tmp"
   echo "${stamp}" >"${BIN_DIR}/kubevirt.stamp"
 }

@@ -84,7 +84,7 @@ func (h *hypervisor) Start(ctx context.Context, req kubevirtsim.StartRequest) (k
 		return nil, err
 	}
 	vm, err := r.startGuest(ctx, VMOptions{
-		Name: vmi.Name, Disk: plan.disk, RootImage: plan.rootImage, RootBus: plan.rootBus, UserData: data, Seed: plan.seed,
+		Name: vmi.Name, Disk: plan.disk, RootImage: plan.rootImage, RootBus: plan.rootBus, UserData: data, Instance: vmi, Seed: plan.seed,
 		MemoryMiB: r.opts.MemoryMiB, CPUs: r.opts.CPUs, Dir: dir,
 	})
 	if err != nil {

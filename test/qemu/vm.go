@@ -27,6 +27,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	kubevirtv1 "kubevirt.io/api/core/v1"
 )
 
 // GuestAddress is the address QEMU user networking's DHCP server gives the
@@ -53,7 +55,12 @@ type VMOptions struct {
 	KernelArgs []string
 	// UserData is the bootstrap Secret's value, attached unchanged.
 	UserData []byte
-	// Seed is the cloud-init volume kind; NoCloud when empty.
+	// Instance is the VirtualMachineInstance the guest runs for, whose
+	// cloud-init volume KubeVirt's writer turns into the seed; when nil, an
+	// instance named after the guest with a cloud-init volume of kind Seed.
+	Instance *kubevirtv1.VirtualMachineInstance
+	// Seed is the cloud-init volume kind without an Instance; NoCloud when
+	// empty.
 	Seed SeedKind
 	// MemoryMiB is the guest's memory; 1536 when zero.
 	MemoryMiB int
@@ -105,7 +112,11 @@ func StartVM(ctx context.Context, opts VMOptions) (*VM, error) {
 		return nil, fmt.Errorf("qemu-system-x86_64 is needed (apt-get install qemu-system-x86): %w", err)
 	}
 	seed := filepath.Join(opts.Dir, opts.Name+"-seed.iso")
-	if err := WriteSeed(ctx, seed, opts.Seed, opts.Name, opts.UserData); err != nil {
+	instance := opts.Instance
+	if instance == nil {
+		instance = seedInstance(opts.Name, opts.Seed)
+	}
+	if err := WriteSeed(ctx, seed, instance, opts.UserData); err != nil {
 		return nil, err
 	}
 	vm := &VM{
