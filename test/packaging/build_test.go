@@ -17,8 +17,10 @@ limitations under the License.
 package packaging
 
 import (
+	"cmp"
 	"encoding/json"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -27,6 +29,8 @@ import (
 
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
+
+	"github.com/cozystack/cluster-api-workers/test/envtest"
 )
 
 const modulePath = "github.com/cozystack/cluster-api-workers"
@@ -86,13 +90,94 @@ func localDeps(t *testing.T, mainPkg string) []string {
 	return dirs
 }
 
-// TestTiltProviders checks tilt-provider.json against what it describes:
-// both providers, the package it builds, the directories whose changes
-// rebuild it, and a kustomization whose manager runs exactly the image Tilt
-// builds.
+// tiltfile is what Cluster API's Tiltfile (in the sigs.k8s.io/cluster-api
+// module go.mod pins) does with a provider's context, go_main and
+// live_reload_deps, read from its text: the test fails, naming the line it
+// looked for, when a Cluster API upgrade changes how the Tiltfile uses
+// them.
+type tiltfile struct {
+	// defaultGoMain is the go_main of a provider that sets none.
+	defaultGoMain string
+	// binary is where `go build` writes the manager, relative to the
+	// directory it runs in, which is the provider's context.
+	binary string
+	// imageContext is the docker build context of the provider's image,
+	// relative to its context.
+	imageContext string
+}
+
+func readTiltfile(t *testing.T) tiltfile {
+	t.Helper()
+	capi, err := envtest.ModuleDir("sigs.k8s.io/cluster-api")
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(filepath.Join(capi, "Tiltfile")) //nolint:gosec // Cluster API's Tiltfile in the module cache.
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(data)
+	find := func(what, pattern string) []string {
+		t.Helper()
+		m := regexp.MustCompile(pattern).FindStringSubmatch(text)
+		if m == nil {
+			t.Fatalf("Cluster API's Tiltfile no longer says how %s (looked for %s): read it again and update this test and tilt-provider.json", what, pattern)
+		}
+		return m
+	}
+	// A provider repository's context is relative to the repository.
+	find("a provider's context is resolved", `provider_config\["context"\] = repo \+ "/" \+ provider_config\["context"\]`)
+	// go build runs in the context, so go_main is relative to it.
+	find("the build runs", `cmd = "cd \{context\};\{build_cmd\}"`)
+	// Each live reload dependency is prefixed with the context.
+	find("live_reload_deps are resolved", `live_reload_deps\.append\(context \+ "/" \+ d\)`)
+	defaultGoMain := find("go_main defaults", `provider_config\["go_main"\] = "([^"]+)"`)[1]
+	out := find("the binary is written", `-o (\S+)/\{binary_name\} \{go_main\}`)[1]
+	name := find("the binary is named", `binary_name = "([^"]+)"`)[1]
+	imageContext := find("the image is built", `docker_build\([^)]*?context = context \+ "/([^"]+)"`)[1]
+	return tiltfile{defaultGoMain: defaultGoMain, binary: path.Join(out, name), imageContext: path.Clean(imageContext)}
+}
+
+// tiltMainPackage is the import path and package name of what Tilt builds
+// for a provider: go_main, relative to its context.
+func tiltMainPackage(t *testing.T, p tiltProvider, tf tiltfile) string {
+	t.Helper()
+	goMain := cmp.Or(p.Config.GoMain, tf.defaultGoMain)
+	dir := filepath.Join(repoRoot, p.Config.Context)
+	if strings.HasSuffix(goMain, ".go") {
+		// A file: go build compiles that file alone, so it must be its
+		// package's only file.
+		files := run(t, nil, filepath.Join(dir, filepath.Dir(goMain)), "go", "list", "-f", `{{join .GoFiles " "}}`, ".")
+		if strings.TrimSpace(files) != filepath.Base(goMain) {
+			t.Fatalf("go_main %s is one file of a package of several (%s): go build would compile it alone", goMain, strings.TrimSpace(files))
+		}
+		goMain = filepath.Dir(goMain)
+	}
+	out := strings.Fields(run(t, nil, dir, "go", "list", "-f", "{{.Name}} {{.ImportPath}}", goMain))
+	if len(out) != 2 || out[0] != "main" {
+		t.Fatalf("go_main %s in %s is not a main package: %v", goMain, dir, out)
+	}
+	return out[1]
+}
+
+// within reports whether path is dir or inside it.
+func within(path, dir string) bool {
+	rel, err := filepath.Rel(dir, path)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
+}
+
+// TestTiltProviders checks tilt-provider.json against Cluster API's
+// Tiltfile and against what it describes: each provider builds its own
+// main package to a binary and an image context of its own (two providers
+// sharing them overwrite each other's manager), every directory the
+// manager imports from triggers a rebuild but the build's own output does
+// not, and the kustomization's manager runs exactly the image Tilt builds.
 func TestTiltProviders(t *testing.T) {
 	tilt := tiltProviders(t)
+	tf := readTiltfile(t)
 	NewWithT(t).Expect(tilt).To(HaveLen(len(providers)))
+	binaries := map[string]string{}
+	imageContexts := map[string]string{}
 	for _, p := range providers {
 		t.Run(p.name, func(t *testing.T) {
 			g := NewWithT(t)
@@ -101,14 +186,35 @@ func TestTiltProviders(t *testing.T) {
 			g.Expect(c.Label).NotTo(BeEmpty())
 			g.Expect(c.Image).To(Equal(p.image))
 			context := filepath.Join(repoRoot, c.Context)
-			g.Expect(filepath.Join(context, "go.mod")).To(BeAnExistingFile(), "the context is the module root")
-			g.Expect(c.GoMain).To(Equal("./" + p.dir))
+			g.Expect(within(context, repoRoot)).To(BeTrue(), "the context is inside the repository")
+			g.Expect(context).To(BeADirectory())
 
-			deps := localDeps(t, c.GoMain)
-			g.Expect(deps).To(ContainElement(p.dir))
-			g.Expect(c.LiveReloadDeps).To(ContainElements(append(deps, "go.mod", "go.sum")),
-				"every directory the manager imports from triggers a rebuild")
+			g.Expect(tiltMainPackage(t, tilt[p.name], tf)).To(Equal(modulePath+"/"+p.dir), "Tilt builds the provider's main package")
+			binary := filepath.Join(context, tf.binary)
+			imageContext := filepath.Join(context, tf.imageContext)
+			g.Expect(within(binary, imageContext)).To(BeTrue(), "the image is built from the folder the binary is written to")
+			binaries[p.name], imageContexts[p.name] = binary, imageContext
 
+			deps := make([]string, 0, len(c.LiveReloadDeps))
+			for _, d := range c.LiveReloadDeps {
+				dep := filepath.Join(context, d)
+				g.Expect(dep).To(BeAnExistingFile(), "live_reload_deps %s exists", d)
+				g.Expect(within(imageContext, dep)).To(BeFalse(), "live_reload_deps %s holds Tilt's own output, which would rebuild the manager forever", d)
+				deps = append(deps, dep)
+			}
+			g.Expect(deps).To(ContainElements(filepath.Join(repoRoot, "go.mod"), filepath.Join(repoRoot, "go.sum")))
+			// Every file the manager is compiled from (its module's Go and
+			// embedded files).
+			files := run(t, nil, repoRoot, "go", "list", "-deps", "-f",
+				`{{if .Module}}{{if eq .Module.Path "`+modulePath+`"}}{{range .GoFiles}}{{$.Dir}}/{{.}} {{end}}{{range .EmbedFiles}}{{$.Dir}}/{{.}} {{end}}{{end}}{{end}}`, "./"+p.dir)
+			for _, file := range strings.Fields(files) {
+				g.Expect(slices.ContainsFunc(deps, func(dep string) bool { return within(file, dep) })).To(BeTrue(),
+					"a change in %s, which the manager is built from, triggers a rebuild", file)
+			}
+
+			// Cluster API's tilt-prepare applies path.Join(context,
+			// kustomize_folder) (it is in Cluster API's hack/tools module,
+			// not in the module go.mod pins).
 			out, stderr := buildKustomization(t, filepath.Join(context, c.KustomizeFolder))
 			g.Expect(stderr).To(BeEmpty())
 			objs := decode(t, []byte(out))
@@ -135,6 +241,18 @@ func TestTiltProviders(t *testing.T) {
 			}
 		})
 	}
+	t.Run("each provider builds apart", func(t *testing.T) {
+		g := NewWithT(t)
+		for a := range imageContexts {
+			for b := range imageContexts {
+				if a < b {
+					g.Expect(binaries[a]).NotTo(Equal(binaries[b]), "%s and %s write one binary", a, b)
+					g.Expect(within(imageContexts[a], imageContexts[b]) || within(imageContexts[b], imageContexts[a])).To(BeFalse(),
+						"%s and %s build their images from one folder (%s, %s)", a, b, imageContexts[a], imageContexts[b])
+				}
+			}
+		}
+	})
 }
 
 var (
@@ -164,7 +282,8 @@ func TestDockerfiles(t *testing.T) {
 			g.Expect(user[1]).NotTo(Equal("0"))
 			g.Expect(df).To(ContainSubstring(`ENTRYPOINT ["/manager"]`), "the command the Deployment runs")
 			g.Expect(df).To(ContainSubstring("CGO_ENABLED=0"))
-			g.Expect(df).To(MatchRegexp(`go build .* %s\n`, regexp.QuoteMeta(tilt[p.name].Config.GoMain)), "the package Tilt builds")
+			g.Expect(df).To(MatchRegexp(`go build .* \./%s\n`, regexp.QuoteMeta(p.dir)), "the package Tilt builds")
+			g.Expect(tiltMainPackage(t, tilt[p.name], readTiltfile(t))).To(Equal(modulePath+"/"+p.dir), "Tilt builds the same package")
 
 			var copied []string
 			for _, m := range dockerCopy.FindAllStringSubmatch(df, -1) {
