@@ -21,6 +21,7 @@ limitations under the License.
 package clustersecrets
 
 import (
+	"fmt"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -61,4 +62,43 @@ func Is(cluster string, s *corev1.Secret) bool {
 		return true
 	}
 	return s.Type == clusterv1.ClusterSecretType
+}
+
+// Split reports whether name is named as one of Cluster API's Secrets of
+// some cluster, <cluster>-<purpose>, and of which cluster and purpose.
+func Split(name string) (cluster string, purpose secret.Purpose, ok bool) {
+	for _, p := range purposes {
+		if c, found := strings.CutSuffix(name, "-"+string(p)); found && c != "" {
+			return c, p, true
+		}
+	}
+	return "", "", false
+}
+
+// Of says whether s is one of Cluster API's own Secrets of any cluster in
+// its namespace, not only of the cluster a reader belongs to: of Cluster
+// API's Secret type, or named <cluster>-<purpose> for a cluster that the
+// Secret's cluster-name label names or that exists (clusterExists), which
+// covers a bring-your-own CA that carries no label. It returns what the
+// Secret is, for messages, or "" when it is none of them.
+func Of(s *corev1.Secret, clusterExists func(cluster string) (bool, error)) (string, error) {
+	if s.Type == clusterv1.ClusterSecretType {
+		return fmt.Sprintf("of Cluster API's Secret type %s", clusterv1.ClusterSecretType), nil
+	}
+	cluster, purpose, ok := Split(s.Name)
+	if !ok {
+		return "", nil
+	}
+	own := s.Labels[clusterv1.ClusterNameLabel] == cluster
+	if !own {
+		exists, err := clusterExists(cluster)
+		if err != nil {
+			return "", err
+		}
+		own = exists
+	}
+	if !own {
+		return "", nil
+	}
+	return fmt.Sprintf("Cluster API's %q Secret of cluster %s", purpose, cluster), nil
 }

@@ -48,3 +48,31 @@ func TestClusterSecrets(t *testing.T) {
 		})
 	}
 }
+
+// TestOfAnyCluster: Cluster API's Secrets of every cluster of the
+// namespace, known by type, by the cluster-name label that matches the
+// name, or by a Cluster of that name (a bring-your-own CA without label).
+func TestOfAnyCluster(t *testing.T) {
+	exists := func(c string) (bool, error) { return c == "staging", nil }
+	for _, tc := range []struct {
+		name   string
+		secret corev1.Secret
+		want   string
+	}{
+		{"a neighbour's bring-your-own CA, no label", corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "staging-ca"}, Type: corev1.SecretTypeTLS},
+			`Cluster API's "ca" Secret of cluster staging`},
+		{"labelled for a cluster not yet created", corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "next-sa", Labels: map[string]string{"cluster.x-k8s.io/cluster-name": "next"}}},
+			`Cluster API's "sa" Secret of cluster next`},
+		{"any Machine's bootstrap data, by type", corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "w-1"}, Type: "cluster.x-k8s.io/secret"},
+			"of Cluster API's Secret type cluster.x-k8s.io/secret"},
+		{"named like a cluster that does not exist", corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "registry-ca"}}, ""},
+		{"not named like any", corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "staging-ca-bundle"}}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			got, err := Of(&tc.secret, exists)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(got).To(Equal(tc.want))
+		})
+	}
+}

@@ -484,12 +484,62 @@ func TestFilesFromClusterAPISecretsAreNeverRendered(t *testing.T) {
 			ContentFrom: bootstrapv1.FileSource{Secret: bootstrapv1.SecretKeySource{Name: "neighbour", Key: "value"}}}},
 	}})
 	cond := f.waitForReason(w, bootstrapv1.FileSourceForbiddenReason)
-	g.Expect(cond.Message).To(Equal("spec.files[0].contentFrom.secret: Secret neighbour is one of Cluster API's own Secrets of the cluster and is never copied into a worker"))
+	g.Expect(cond.Message).To(Equal("spec.files[0].contentFrom.secret: Secret neighbour is of Cluster API's Secret type cluster.x-k8s.io/secret and is never copied into a worker"))
 	g.Consistently(func(g Gomega) {
 		config := &bootstrapv1.KairosConfig{}
 		g.Expect(mgmt.Client.Get(suiteCtx, client.ObjectKeyFromObject(w.config), config)).To(Succeed())
 		g.Expect(config.Status.DataSecretName).To(BeEmpty())
 		g.Expect(workloadTokensFor(g, w)).To(BeEmpty(), "no token is minted for data that is never rendered")
+	}).WithTimeout(2 * time.Second).Should(Succeed())
+}
+
+// TestFilesFromAnotherClustersSecretsAreNeverRendered: the Secrets of
+// every cluster of the namespace are Cluster API's, not only the config's
+// own cluster's. A neighbour's bring-your-own CA carries neither Cluster
+// API's type nor, necessarily, a label: its name and the neighbour
+// Cluster say whose it is. One labelled for a cluster still to come is
+// refused by its label.
+func TestFilesFromAnotherClustersSecretsAreNeverRendered(t *testing.T) {
+	startController(t, testTokenTTL)
+	f := newFixture(t, readyCluster)
+	g := f.g
+	fileFrom := func(name, key string) bootstrapv1.KairosConfigSpec {
+		return bootstrapv1.KairosConfigSpec{Files: []bootstrapv1.File{{Path: "/etc/stolen",
+			ContentFrom: bootstrapv1.FileSource{Secret: bootstrapv1.SecretKeySource{Name: name, Key: key}}}}}
+	}
+	byoCA := func(name string, labels map[string]string) *corev1.Secret {
+		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace, Name: name, Labels: labels},
+			Type: corev1.SecretTypeTLS, Data: map[string][]byte{"tls.crt": []byte("certificate"), "tls.key": []byte("the neighbour's CA key")}}
+	}
+
+	// Written before the neighbour Cluster and its CA exist, so the webhook
+	// had nothing to know it by; the controller waits for the Secret.
+	w := f.newWorker("worker-0", machineOptions{vmName: "byo-thief", spec: fileFrom("staging-ca", "tls.key")})
+	f.waitForReason(w, bootstrapv1.FileSourceNotAvailableReason)
+	g.Expect(mgmt.Client.Create(suiteCtx, &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace, Name: "staging"},
+		Spec: clusterv1.ClusterSpec{Paused: ptr.To(false)}})).To(Succeed())
+	g.Expect(mgmt.Client.Create(suiteCtx, byoCA("staging-ca", nil))).To(Succeed())
+	cond := f.waitForReason(w, bootstrapv1.FileSourceForbiddenReason)
+	g.Expect(cond.Message).To(Equal(`spec.files[0].contentFrom.secret: Secret staging-ca is Cluster API's "ca" Secret of cluster staging and is never copied into a worker`))
+
+	// A CA labelled for a Cluster not created yet.
+	g.Expect(mgmt.Client.Create(suiteCtx, byoCA("next-ca", map[string]string{clusterv1.ClusterNameLabel: "next"}))).To(Succeed())
+	next := f.newWorker("worker-1", machineOptions{vmName: "next-thief", spec: fileFrom("next-ca", "tls.key")})
+	cond = f.waitForReason(next, bootstrapv1.FileSourceForbiddenReason)
+	g.Expect(cond.Message).To(Equal(`spec.files[0].contentFrom.secret: Secret next-ca is Cluster API's "ca" Secret of cluster next and is never copied into a worker`))
+
+	// Once the neighbour Cluster exists, the webhook refuses at once.
+	thief := &bootstrapv1.KairosConfig{ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace, Name: "byo-thief-2"}, Spec: fileFrom("staging-ca", "tls.key")}
+	g.Expect(mgmt.Client.Create(suiteCtx, thief)).To(MatchError(ContainSubstring(
+		`spec.files[0].contentFrom.secret.name: Forbidden: Secret staging-ca is Cluster API's "ca" Secret of cluster staging`)))
+
+	g.Consistently(func(g Gomega) {
+		for _, w := range []*worker{w, next} {
+			config := &bootstrapv1.KairosConfig{}
+			g.Expect(mgmt.Client.Get(suiteCtx, client.ObjectKeyFromObject(w.config), config)).To(Succeed())
+			g.Expect(config.Status.DataSecretName).To(BeEmpty())
+			g.Expect(workloadTokensFor(g, w)).To(BeEmpty(), "no token is minted for data that is never rendered")
+		}
 	}).WithTimeout(2 * time.Second).Should(Succeed())
 }
 

@@ -269,8 +269,12 @@ func (r *Reconciler) resolveFiles(ctx context.Context, config *bootstrapv1.Kairo
 				}
 				return nil, fmt.Errorf("reading spec.files[%d].contentFrom.secret %s: %w", i, key.Name, err)
 			}
-			if clustersecrets.Is(clusterName, src) {
-				return nil, &forbiddenFileSourceError{msg: fmt.Sprintf("spec.files[%d].contentFrom.secret: Secret %s is one of Cluster API's own Secrets of the cluster and is never copied into a worker", i, key.Name)}
+			what, err := clustersecrets.Of(src, r.clusterExists(ctx, config.Namespace, clusterName))
+			if err != nil {
+				return nil, fmt.Errorf("checking spec.files[%d].contentFrom.secret %s: %w", i, key.Name, err)
+			}
+			if what != "" {
+				return nil, &forbiddenFileSourceError{msg: fmt.Sprintf("spec.files[%d].contentFrom.secret: Secret %s is %s and is never copied into a worker", i, key.Name, what)}
 			}
 			content, ok := src.Data[f.ContentFrom.Secret.Key]
 			if !ok {
@@ -283,6 +287,22 @@ func (r *Reconciler) resolveFiles(ctx context.Context, config *bootstrapv1.Kairo
 		files = append(files, out)
 	}
 	return files, nil
+}
+
+// clusterExists says whether a Cluster of that name exists in the
+// namespace (from the cache): the config's own always does. Any cluster's
+// Secrets are Cluster API's, not only those of the config's cluster.
+func (r *Reconciler) clusterExists(ctx context.Context, namespace, own string) func(string) (bool, error) {
+	return func(name string) (bool, error) {
+		if name == own {
+			return true, nil
+		}
+		err := r.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &clusterv1.Cluster{})
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return err == nil, err
+	}
 }
 
 // filePermissions parses an octal mode; content from a Secret defaults to

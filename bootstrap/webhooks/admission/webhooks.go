@@ -26,6 +26,7 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util/topology"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	bootstrapv1 "github.com/cozystack/cluster-api-workers/bootstrap/api/v1alpha1"
@@ -37,7 +38,12 @@ import (
 
 // KairosConfig validates KairosConfigs. Their spec is immutable: a
 // bootstrap change needs a new worker, never an edit of a rendered one.
-type KairosConfig struct{}
+type KairosConfig struct {
+	// Clusters reads Clusters, uncached, to refuse files from the Secrets
+	// of any cluster of the namespace; without it only the object's own
+	// cluster (its label) is known.
+	Clusters client.Reader
+}
 
 var _ admission.Validator[*bootstrapv1.KairosConfig] = &KairosConfig{}
 
@@ -47,41 +53,65 @@ func (w *KairosConfig) SetupWebhookWithManager(mgr ctrl.Manager) error {
 }
 
 // ValidateCreate validates a new KairosConfig.
-func (w *KairosConfig) ValidateCreate(_ context.Context, c *bootstrapv1.KairosConfig) (admission.Warnings, error) {
-	return nil, invalid("KairosConfig", c.Name, validateConfig(c))
+func (w *KairosConfig) ValidateCreate(ctx context.Context, c *bootstrapv1.KairosConfig) (admission.Warnings, error) {
+	errs, err := validateConfig(ctx, w.Clusters, c)
+	if err != nil {
+		return nil, err
+	}
+	return nil, invalid("KairosConfig", c.Name, errs)
 }
 
 // ValidateUpdate refuses spec changes. An unchanged spec is not validated
 // again: a rule tightened since it was stored must not block removing a
 // finalizer, an owner reference or a label (deletion, clusterctl move).
-func (w *KairosConfig) ValidateUpdate(_ context.Context, oldC, newC *bootstrapv1.KairosConfig) (admission.Warnings, error) {
+func (w *KairosConfig) ValidateUpdate(ctx context.Context, oldC, newC *bootstrapv1.KairosConfig) (admission.Warnings, error) {
 	if reflect.DeepEqual(oldC.Spec, newC.Spec) {
 		return nil, nil
 	}
-	errs := append(validateConfig(newC),
-		field.Forbidden(field.NewPath("spec"), "KairosConfig spec is immutable; replace the Machine to change how it bootstraps"))
+	errs, err := validateConfig(ctx, w.Clusters, newC)
+	if err != nil {
+		return nil, err
+	}
+	errs = append(errs, field.Forbidden(field.NewPath("spec"), "KairosConfig spec is immutable; replace the Machine to change how it bootstraps"))
 	return nil, invalid("KairosConfig", newC.Name, errs)
 }
 
-func validateConfig(c *bootstrapv1.KairosConfig) field.ErrorList {
+func validateConfig(ctx context.Context, clusters client.Reader, c *bootstrapv1.KairosConfig) (field.ErrorList, error) {
 	errs := ValidateSpec(&c.Spec, field.NewPath("spec"))
-	return append(errs, validateFileSources(c.Labels, c.Spec.Files, field.NewPath("spec", "files"))...)
+	sources, err := validateFileSources(ctx, clusters, c.Namespace, c.Labels, c.Spec.Files, field.NewPath("spec", "files"))
+	return append(errs, sources...), err
 }
 
 // validateFileSources refuses files read from Cluster API's own Secrets of
-// the object's cluster (its label names it; Cluster API sets it on the
-// configs it creates). The controller refuses them too, by name or type,
-// when it renders.
-func validateFileSources(labels map[string]string, files []bootstrapv1.File, fldPath *field.Path) field.ErrorList {
-	cluster := labels[clusterv1.ClusterNameLabel]
+// any cluster of the namespace: the object's own (its label names it;
+// Cluster API sets it on the configs it creates) and every other Cluster's
+// that exists, a bring-your-own CA of a neighbour included. The controller
+// refuses them too, by name, label or type, when it renders.
+func validateFileSources(ctx context.Context, clusters client.Reader, namespace string, labels map[string]string, files []bootstrapv1.File, fldPath *field.Path) (field.ErrorList, error) {
+	own := labels[clusterv1.ClusterNameLabel]
 	var errs field.ErrorList
 	for i, f := range files {
-		if purpose, ok := clustersecrets.Named(cluster, f.ContentFrom.Secret.Name); ok {
-			errs = append(errs, field.Forbidden(fldPath.Index(i).Child("contentFrom", "secret", "name"),
-				fmt.Sprintf("Secret %s is Cluster API's %q Secret of cluster %s and is never copied into a worker", f.ContentFrom.Secret.Name, purpose, cluster)))
+		name := f.ContentFrom.Secret.Name
+		cluster, purpose, ok := clustersecrets.Split(name)
+		if !ok {
+			continue
 		}
+		if cluster != own {
+			if clusters == nil {
+				continue
+			}
+			err := clusters.Get(ctx, client.ObjectKey{Namespace: namespace, Name: cluster}, &clusterv1.Cluster{})
+			if apierrors.IsNotFound(err) {
+				continue
+			}
+			if err != nil {
+				return nil, apierrors.NewInternalError(fmt.Errorf("looking up Cluster %s for %s: %w", cluster, fldPath.Index(i).Child("contentFrom", "secret", "name"), err))
+			}
+		}
+		errs = append(errs, field.Forbidden(fldPath.Index(i).Child("contentFrom", "secret", "name"),
+			fmt.Sprintf("Secret %s is Cluster API's %q Secret of cluster %s and is never copied into a worker", name, purpose, cluster)))
 	}
-	return errs
+	return errs, nil
 }
 
 // ValidateDelete allows deletion.
@@ -92,7 +122,10 @@ func (w *KairosConfig) ValidateDelete(context.Context, *bootstrapv1.KairosConfig
 // KairosConfigTemplate validates KairosConfigTemplates, which are
 // immutable except for the server-side-apply dry-run requests the
 // ClusterClass topology controller sends to compute diffs.
-type KairosConfigTemplate struct{}
+type KairosConfigTemplate struct {
+	// Clusters reads Clusters, uncached; see KairosConfig.Clusters.
+	Clusters client.Reader
+}
 
 var _ admission.Validator[*bootstrapv1.KairosConfigTemplate] = &KairosConfigTemplate{}
 
@@ -102,8 +135,12 @@ func (w *KairosConfigTemplate) SetupWebhookWithManager(mgr ctrl.Manager) error {
 }
 
 // ValidateCreate validates a new template.
-func (w *KairosConfigTemplate) ValidateCreate(_ context.Context, t *bootstrapv1.KairosConfigTemplate) (admission.Warnings, error) {
-	return nil, invalid("KairosConfigTemplate", t.Name, validateTemplate(t))
+func (w *KairosConfigTemplate) ValidateCreate(ctx context.Context, t *bootstrapv1.KairosConfigTemplate) (admission.Warnings, error) {
+	errs, err := validateTemplate(ctx, w.Clusters, t)
+	if err != nil {
+		return nil, err
+	}
+	return nil, invalid("KairosConfigTemplate", t.Name, errs)
 }
 
 // ValidateUpdate refuses spec changes unless the request is a topology
@@ -117,7 +154,10 @@ func (w *KairosConfigTemplate) ValidateUpdate(ctx context.Context, oldT, newT *b
 		// Not validated again: see KairosConfig.ValidateUpdate.
 		return nil, nil
 	}
-	errs := validateTemplate(newT)
+	errs, err := validateTemplate(ctx, w.Clusters, newT)
+	if err != nil {
+		return nil, err
+	}
 	if !topology.IsDryRunRequest(req, newT) {
 		errs = append(errs, field.Forbidden(field.NewPath("spec"), "KairosConfigTemplate spec is immutable; create a new template and point the MachineDeployment at it"))
 	}
@@ -129,10 +169,14 @@ func (w *KairosConfigTemplate) ValidateDelete(context.Context, *bootstrapv1.Kair
 	return nil, nil
 }
 
-func validateTemplate(t *bootstrapv1.KairosConfigTemplate) field.ErrorList {
+func validateTemplate(ctx context.Context, clusters client.Reader, t *bootstrapv1.KairosConfigTemplate) (field.ErrorList, error) {
 	errs := ValidateSpec(&t.Spec.Template.Spec, field.NewPath("spec", "template", "spec"))
-	errs = append(errs, validateFileSources(t.Labels, t.Spec.Template.Spec.Files, field.NewPath("spec", "template", "spec", "files"))...)
-	return append(errs, t.Spec.Template.ObjectMeta.Validate(field.NewPath("spec", "template", "metadata"))...)
+	sources, err := validateFileSources(ctx, clusters, t.Namespace, t.Labels, t.Spec.Template.Spec.Files, field.NewPath("spec", "template", "spec", "files"))
+	if err != nil {
+		return nil, err
+	}
+	errs = append(errs, sources...)
+	return append(errs, t.Spec.Template.ObjectMeta.Validate(field.NewPath("spec", "template", "metadata"))...), nil
 }
 
 func invalid(kind, name string, errs field.ErrorList) error {
@@ -144,8 +188,10 @@ func invalid(kind, name string, errs field.ErrorList) error {
 
 // SetupWebhooksWithManager registers every bootstrap webhook.
 func SetupWebhooksWithManager(mgr ctrl.Manager) error {
-	if err := (&KairosConfig{}).SetupWebhookWithManager(mgr); err != nil {
+	// Clusters are read uncached: only for a file whose Secret is named
+	// like one of Cluster API's, and whatever namespace the cache watches.
+	if err := (&KairosConfig{Clusters: mgr.GetAPIReader()}).SetupWebhookWithManager(mgr); err != nil {
 		return err
 	}
-	return (&KairosConfigTemplate{}).SetupWebhookWithManager(mgr)
+	return (&KairosConfigTemplate{Clusters: mgr.GetAPIReader()}).SetupWebhookWithManager(mgr)
 }

@@ -23,8 +23,10 @@ import (
 	. "github.com/onsi/gomega"
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	bootstrapv1 "github.com/cozystack/cluster-api-workers/bootstrap/api/v1alpha1"
@@ -73,6 +75,52 @@ func TestFilesFromClusterAPISecretsAreRefused(t *testing.T) {
 		tmpl.Spec.Template.Spec.Files = []bootstrapv1.File{fileFrom("prod-etcd")}
 		_, err := (&KairosConfigTemplate{}).ValidateCreate(ctx, tmpl)
 		g.Expect(err).To(MatchError(ContainSubstring("spec.template.spec.files[0].contentFrom.secret.name: Forbidden")))
+	})
+}
+
+// TestFilesFromAnotherClustersSecretsAreRefused: not only the config's own
+// cluster's Secrets are Cluster API's. A neighbouring Cluster's
+// bring-your-own CA in the same namespace (no label, no Cluster API type:
+// only its name says whose it is) is refused as soon as that Cluster
+// exists; a Secret named like one of a Cluster that does not exist is a
+// tenant's own.
+func TestFilesFromAnotherClustersSecretsAreRefused(t *testing.T) {
+	ctx := context.Background()
+	s := runtime.NewScheme()
+	NewWithT(t).Expect(clusterv1.AddToScheme(s)).To(Succeed())
+	clusters := fake.NewClientBuilder().WithScheme(s).WithObjects(
+		&clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "staging"}},
+		&clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "elsewhere", Name: "registry"}},
+	).Build()
+	prod := map[string]string{clusterv1.ClusterNameLabel: "prod"}
+	for _, tc := range []struct {
+		name   string
+		config *bootstrapv1.KairosConfig
+		want   string
+	}{
+		{"a neighbour's bring-your-own CA", config(prod, fileFrom("staging-ca")),
+			`spec.files[0].contentFrom.secret.name: Forbidden: Secret staging-ca is Cluster API's "ca" Secret of cluster staging and is never copied into a worker`},
+		{"a neighbour's kubeconfig, from an unlabelled config", config(nil, fileFrom("staging-kubeconfig")),
+			`spec.files[0].contentFrom.secret.name: Forbidden: Secret staging-kubeconfig is Cluster API's "kubeconfig" Secret of cluster staging`},
+		{"a Cluster of that name in another namespace is not this namespace's", config(prod, fileFrom("registry-ca")), ""},
+		{"no Cluster of that name: a tenant's own Secret", config(prod, fileFrom("mirror-ca")), ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			_, err := (&KairosConfig{Clusters: clusters}).ValidateCreate(ctx, tc.config)
+			if tc.want == "" {
+				g.Expect(err).NotTo(HaveOccurred())
+				return
+			}
+			g.Expect(err).To(MatchError(ContainSubstring(tc.want)))
+		})
+	}
+	t.Run("templates too", func(t *testing.T) {
+		g := NewWithT(t)
+		tmpl := &bootstrapv1.KairosConfigTemplate{ObjectMeta: metav1.ObjectMeta{Name: "t", Namespace: "ns"}}
+		tmpl.Spec.Template.Spec.Files = []bootstrapv1.File{fileFrom("staging-etcd")}
+		_, err := (&KairosConfigTemplate{Clusters: clusters}).ValidateCreate(ctx, tmpl)
+		g.Expect(err).To(MatchError(ContainSubstring(`spec.template.spec.files[0].contentFrom.secret.name: Forbidden: Secret staging-etcd is Cluster API's "etcd" Secret of cluster staging`)))
 	})
 }
 
