@@ -52,6 +52,7 @@ import (
 	"github.com/cozystack/cluster-api-workers/infrastructure/reconcilers/kubevirtmachinetemplate"
 	"github.com/cozystack/cluster-api-workers/infrastructure/reconcilers/sharedimage"
 	"github.com/cozystack/cluster-api-workers/infrastructure/webhooks/admission"
+	"github.com/cozystack/cluster-api-workers/internal/clustersecrets"
 )
 
 // The management cluster client's default rate limits (--kube-api-qps,
@@ -300,19 +301,45 @@ func concurrency(n int) controller.Options {
 
 // stripUnreadSecretData keeps of a cached Secret only what the machine
 // controller reads: a bootstrap data Secret's value and its own cloud-init
-// Secret's user data. The cluster's CA, kubeconfig, service account and
-// etcd keys carry the same cluster-name label and never sit in this cache.
+// Secret's user data. Which Secret is which is decided by its type and
+// labels, not by a key name: the workload cluster's admin kubeconfig keeps
+// its credentials under value too, and carries Cluster API's Secret type
+// and the cluster-name label like bootstrap data, so Cluster API's own
+// Secrets of a cluster (named <cluster>-<purpose>) keep nothing, nor do
+// the CA, service account and etcd keys or any other Secret the selector
+// lets in.
 func stripUnreadSecretData(in any) (any, error) {
 	s, ok := in.(*corev1.Secret)
 	if !ok {
 		return in, nil
 	}
 	s.SetManagedFields(nil)
+	read := readSecretKey(s)
 	for key := range s.Data {
-		if key != kubevirtmachine.BootstrapDataKey && key != render.UserDataKey {
+		if key != read {
 			delete(s.Data, key)
 		}
 	}
+	if len(s.Data) == 0 {
+		s.Data = nil
+	}
 	s.StringData = nil
 	return s, nil
+}
+
+// readSecretKey is the one key the machine controller reads of a cached
+// Secret, or "": user data of its own cloud-init Secrets (machine-name
+// label), the value of bootstrap data (Cluster API's Secret type) that is
+// not one of Cluster API's own Secrets of the cluster.
+func readSecretKey(s *corev1.Secret) string {
+	if _, ours := s.Labels[infrav1.MachineNameLabel]; ours {
+		return render.UserDataKey
+	}
+	if s.Type != clusterv1.ClusterSecretType {
+		return ""
+	}
+	if _, own := clustersecrets.Named(s.Labels[clusterv1.ClusterNameLabel], s.Name); own {
+		return ""
+	}
+	return kubevirtmachine.BootstrapDataKey
 }

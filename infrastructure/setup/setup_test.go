@@ -25,11 +25,17 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+
+	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
 )
 
 // TestCachedSecretsKeepOnlyWhatTheControllerReads: every Secret with a
-// cluster-name label is cached, the cluster CA's key among them, so the
-// transform keeps only bootstrap data and cloud-init user data.
+// cluster-name label is cached, the cluster CA's key and the workload
+// cluster's admin kubeconfig among them, so the transform keeps only
+// bootstrap data and cloud-init user data, told apart by type and labels:
+// the kubeconfig keeps its credentials under value, with the type and the
+// label of bootstrap data.
 func TestCachedSecretsKeepOnlyWhatTheControllerReads(t *testing.T) {
 	g := NewWithT(t)
 	scheme := runtime.NewScheme()
@@ -43,19 +49,32 @@ func TestCachedSecretsKeepOnlyWhatTheControllerReads(t *testing.T) {
 		}
 	}
 	g.Expect(transform).NotTo(BeNil(), "cached Secrets are transformed")
+	cluster := map[string]string{clusterv1.ClusterNameLabel: "prod"}
+	machine := map[string]string{clusterv1.ClusterNameLabel: "prod", infrav1.MachineNameLabel: "prod-workers-x"}
 	for name, tc := range map[string]struct {
-		data map[string][]byte
-		kept []string
+		name   string
+		labels map[string]string
+		typ    corev1.SecretType
+		data   map[string][]byte
+		kept   []string
 	}{
-		"bootstrap data keeps its value":           {map[string][]byte{"value": []byte("#cloud-config"), "format": []byte("cloud-config")}, []string{"value"}},
-		"a cloud-init Secret keeps its user data":  {map[string][]byte{"userdata": []byte("#cloud-config")}, []string{"userdata"}},
-		"the cluster CA keeps nothing":             {map[string][]byte{"tls.crt": []byte("c"), "tls.key": []byte("k")}, nil},
-		"the service account keys keep nothing":    {map[string][]byte{"tls.crt": []byte("c"), "tls.key": []byte("k")}, nil},
-		"a Secret without data stays without data": {nil, nil},
+		"bootstrap data keeps its value": {"prod-workers-x", cluster, clusterv1.ClusterSecretType,
+			map[string][]byte{"value": []byte("#cloud-config"), "format": []byte("cloud-config")}, []string{"value"}},
+		"a cloud-init Secret keeps its user data": {"prod-workers-x-userdata", machine, corev1.SecretTypeOpaque,
+			map[string][]byte{"userdata": []byte("#cloud-config")}, []string{"userdata"}},
+		"the admin kubeconfig keeps nothing": {"prod-kubeconfig", cluster, clusterv1.ClusterSecretType,
+			map[string][]byte{"value": []byte("apiVersion: v1\nkind: Config\n")}, nil},
+		"the cluster CA keeps nothing": {"prod-ca", cluster, clusterv1.ClusterSecretType,
+			map[string][]byte{"tls.crt": []byte("c"), "tls.key": []byte("k")}, nil},
+		"the service account keys keep nothing": {"prod-sa", cluster, clusterv1.ClusterSecretType,
+			map[string][]byte{"tls.crt": []byte("c"), "tls.key": []byte("k")}, nil},
+		"another Secret with a value key keeps nothing": {"tenant-kubeconfig-copy", cluster, corev1.SecretTypeOpaque,
+			map[string][]byte{"value": []byte("apiVersion: v1\nkind: Config\n")}, nil},
+		"a Secret without data stays without data": {"prod-workers-y", cluster, clusterv1.ClusterSecretType, nil, nil},
 	} {
 		t.Run(name, func(t *testing.T) {
 			g := NewWithT(t)
-			in := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "s", ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "m"}}}, Data: tc.data}
+			in := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: tc.name, Labels: tc.labels, ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "m"}}}, Type: tc.typ, Data: tc.data}
 			out, err := transform(in)
 			g.Expect(err).NotTo(HaveOccurred())
 			s := out.(*corev1.Secret)

@@ -39,7 +39,7 @@ import (
 
 	bootstrapv1 "github.com/cozystack/cluster-api-workers/bootstrap/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/bootstrap/internal/cloudconfig"
-	"github.com/cozystack/cluster-api-workers/bootstrap/internal/clustersecrets"
+	"github.com/cozystack/cluster-api-workers/internal/clustersecrets"
 )
 
 // render waits for everything the join needs, ensures the token and writes

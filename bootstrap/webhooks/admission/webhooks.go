@@ -30,7 +30,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	bootstrapv1 "github.com/cozystack/cluster-api-workers/bootstrap/api/v1alpha1"
-	"github.com/cozystack/cluster-api-workers/bootstrap/internal/clustersecrets"
+	"github.com/cozystack/cluster-api-workers/internal/clustersecrets"
 )
 
 // +kubebuilder:webhook:verbs=create;update,path=/validate-bootstrap-cozystack-io-v1alpha1-kairosconfig,mutating=false,failurePolicy=fail,matchPolicy=Equivalent,groups=bootstrap.cozystack.io,resources=kairosconfigs,versions=v1alpha1,name=validation.kairosconfig.bootstrap.cozystack.io,sideEffects=None,timeoutSeconds=10,admissionReviewVersions=v1
