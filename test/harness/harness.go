@@ -244,18 +244,19 @@ func Scheme() (*runtime.Scheme, error) {
 // KubeadmCRDPath returns a directory with the CRDs of Cluster API's kubeadm
 // bootstrap provider from the module cache, labelled with the contract
 // versions as the provider's kustomization labels them (Cluster API reads
-// the contract from those labels). The directory is in the user cache and
-// rewritten on every call.
+// the contract from those labels). The directory is in the project's cache
+// (envtest.CacheDir, which follows KUBEVIRT_WORKERS_CACHE) and rewritten on
+// every call.
 func KubeadmCRDPath() (string, error) {
 	dir, err := envtest.ModuleDir("sigs.k8s.io/cluster-api")
 	if err != nil {
 		return "", err
 	}
-	cache, err := os.UserCacheDir()
+	cache, err := envtest.CacheDir()
 	if err != nil {
 		return "", err
 	}
-	out := filepath.Join(cache, "kubevirt-workers", "capi-kubeadm-crds-"+filepath.Base(dir))
+	out := filepath.Join(cache, "capi-kubeadm-crds-"+filepath.Base(dir))
 	if err := os.MkdirAll(out, 0o750); err != nil {
 		return "", err
 	}
