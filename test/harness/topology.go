@@ -108,12 +108,15 @@ func TopologyTemplate(flavor string) string {
 // (their selectors would match no template). Everything the workers get is
 // as shipped.
 func RenderClusterClass(name, namespace string) ([]unstructured.Unstructured, error) {
-	objs, err := RenderTemplate(ClusterClassTemplate(name), map[string]string{"NAMESPACE": namespace})
+	objs, err := RenderTemplate(ClusterClassTemplate(name), nil)
 	if err != nil {
 		return nil, err
 	}
 	out := make([]unstructured.Unstructured, 0, len(objs))
 	for _, o := range objs {
+		// The file sets no namespace; clusterctl puts its objects into
+		// the target namespace.
+		o.SetNamespace(namespace)
 		switch o.GroupVersionKind().GroupKind() {
 		case kamajiControlPlaneTemplate:
 			stand := unstructured.Unstructured{}

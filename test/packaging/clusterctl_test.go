@@ -663,9 +663,9 @@ func checkClusterObjects(t *testing.T, objs []*unstructured.Unstructured, namesp
 			if class != "" {
 				g.Expect(o.GetLabels()).To(HaveKeyWithValue("cozystack.io/worker-class", class), "the class controller finds users by this label")
 				workerClass := key{"cozystack.io", "WorkerClass", class}
-				if _, builtin := map[string]bool{"kairos": true, "talos": true}[class]; !builtin {
-					g.Expect(present).To(HaveKey(workerClass), "a custom class ships with the flavor")
-				}
+				// Even a custom class is the hoster's, published apart
+				// from a tenant's template (TestHosterWorkerClassOfTheFixedImageFlavor).
+				g.Expect(present).NotTo(HaveKey(workerClass), "the class is cluster-scoped and shared: it does not ship with a tenant's pool")
 			}
 		}
 	}

@@ -19,6 +19,7 @@ package packaging
 import (
 	"encoding/json"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -76,6 +77,14 @@ func clusterClassFiles(t *testing.T, dir string) map[string]string {
 	return classes
 }
 
+// clusterctlPasses are the variables `clusterctl generate cluster` always
+// sets, from its flags (with defaults of its own: 0 workers, 1 control plane
+// replica).
+var clusterctlPasses = map[string]string{
+	"WORKER_MACHINE_COUNT":        "--worker-machine-count",
+	"CONTROL_PLANE_MACHINE_COUNT": "--control-plane-machine-count",
+}
+
 // TestTemplatesDocumentEveryVariable checks that each flavor's and
 // ClusterClass's header comment lists every variable the file uses, and that
 // a variable used more than once always has the same default (clusterctl
@@ -116,6 +125,12 @@ func TestTemplatesDocumentEveryVariable(t *testing.T) {
 				if !hasDefault {
 					continue
 				}
+				// clusterctl always passes these two from its flags, so a
+				// header giving the file's default as the pool's size
+				// would be wrong under clusterctl.
+				if flag, ok := clusterctlPasses[name]; ok {
+					g.Expect(documented).To(ContainSubstring(flag), "the header says clusterctl passes %s from %s", name, flag)
+				}
 				if prev, ok := defaults[name]; ok {
 					g.Expect(def).To(Equal(prev), "variable %s has one default", name)
 				}
@@ -123,6 +138,82 @@ func TestTemplatesDocumentEveryVariable(t *testing.T) {
 			}
 		})
 	}
+}
+
+// clusterScopedKinds are the kinds the project's CRDs (everything under
+// config/) declare cluster-scoped, with the core kinds of clusterScoped.
+func clusterScopedKinds(t *testing.T) map[string]bool {
+	t.Helper()
+	kinds := map[string]bool{}
+	for k, v := range clusterScoped {
+		kinds[k] = v
+	}
+	err := filepath.WalkDir(filepath.Join(repoRoot, "config"), func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || filepath.Ext(path) != ".yaml" || filepath.Base(filepath.Dir(path)) != "bases" {
+			return err
+		}
+		for _, o := range readObjects(t, path) {
+			if o.GetKind() != "CustomResourceDefinition" {
+				continue
+			}
+			scope, _, _ := unstructured.NestedString(o.Object, "spec", "scope")
+			kind, _, _ := unstructured.NestedString(o.Object, "spec", "names", "kind")
+			if scope == string(apiextensionsv1.ClusterScoped) {
+				kinds[kind] = true
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kinds
+}
+
+// TestTenantTemplatesHoldOnlyNamespacedObjects checks that no flavor holds a
+// cluster-scoped object: a flavor is a tenant's pool or cluster, which
+// `kubectl delete -f` or a pool's deletion removes with everything in it,
+// and a cluster-scoped object (a WorkerClass) is shared by every tenant. The
+// hoster's WorkerClass of the kairos-fixed-image flavor ships on its own
+// (templates/workerclass-kairos-fixed-image.yaml).
+func TestTenantTemplatesHoldOnlyNamespacedObjects(t *testing.T) {
+	scoped := clusterScopedKinds(t)
+	NewWithT(t).Expect(scoped).To(HaveKey("WorkerClass"), "the WorkerClass CRD is found")
+	for flavor, file := range templateFiles(t, filepath.Join(repoRoot, "templates")) {
+		t.Run("flavor="+flavor, func(t *testing.T) {
+			g := NewWithT(t)
+			for _, o := range renderWithDefaults(t, file) {
+				g.Expect(scoped[o.GetKind()]).To(BeFalse(), "%s %s is cluster-scoped: it belongs to the hoster, not to a tenant's template", o.GetKind(), o.GetName())
+				g.Expect(o.GetNamespace()).NotTo(BeEmpty(), "%s %s is in the tenant's namespace", o.GetKind(), o.GetName())
+			}
+		})
+	}
+}
+
+// TestHosterWorkerClassOfTheFixedImageFlavor checks the hoster's side of the
+// kairos-fixed-image flavor: templates/workerclass-kairos-fixed-image.yaml
+// renders, from the flavor's own variables, exactly the WorkerClass that the
+// flavor's pool selects, with the Kubernetes version its Machines run.
+func TestHosterWorkerClassOfTheFixedImageFlavor(t *testing.T) {
+	g := NewWithT(t)
+	classes := renderWithDefaults(t, filepath.Join(repoRoot, "templates", "workerclass-kairos-fixed-image.yaml"))
+	g.Expect(classes).To(HaveLen(1))
+	class := classes[0]
+	g.Expect(class.GetKind()).To(Equal("WorkerClass"))
+	g.Expect(class.GetNamespace()).To(BeEmpty(), "cluster-scoped")
+	g.Expect(class.GetName()).To(Equal(sampleVariables["WORKER_CLASS"]))
+	version, _, _ := unstructured.NestedString(class.Object, "spec", "image", "kubernetesVersion")
+	g.Expect(version).To(Equal(sampleVariables["KUBERNETES_VERSION"]))
+
+	pool := renderWithDefaults(t, filepath.Join(repoRoot, "templates", "cluster-template-kairos-fixed-image.yaml"))
+	templates := byKind(pool, "KubeVirtMachineTemplate")
+	g.Expect(templates).To(HaveLen(1))
+	selected, _, _ := unstructured.NestedString(templates[0].Object, "spec", "template", "spec", "workerClass", "name")
+	g.Expect(selected).To(Equal(class.GetName()), "the pool selects the hoster's class")
+	deployments := byKind(pool, "MachineDeployment")
+	g.Expect(deployments).To(HaveLen(1))
+	machineVersion, _, _ := unstructured.NestedString(deployments[0].Object, "spec", "template", "spec", "version")
+	g.Expect(machineVersion).To(Equal(version), "the Machines run the class's Kubernetes version")
 }
 
 // templateRef is an object a ClusterClass refers to, by API group, kind and
@@ -206,7 +297,7 @@ func TestTopologyFlavorsAndTheirClusterClasses(t *testing.T) {
 			byRef := map[templateRef]bool{}
 			for _, o := range objs {
 				byRef[templateRef{o.GroupVersionKind().Group, o.GetKind(), o.GetName()}] = true
-				g.Expect(o.GetNamespace()).To(Equal("tenant-topology"), "%s %s is in the target namespace", o.GetKind(), o.GetName())
+				g.Expect(o.GetNamespace()).To(BeEmpty(), "%s %s sets no namespace: clusterctl puts a ClusterClass file's objects into the target namespace, as its contract asks", o.GetKind(), o.GetName())
 			}
 			found := byKind(objs, "ClusterClass")
 			g.Expect(found).To(HaveLen(1), "the file holds one ClusterClass")
