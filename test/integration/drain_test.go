@@ -169,10 +169,12 @@ func deleteMigrationsOf(t *testing.T, vmi *kubevirtv1.VirtualMachineInstance) {
 		return
 	}
 	for i := range migrations.Items {
-		if m := &migrations.Items[i]; m.Spec.VMIName == vmi.Name {
-			if err := h.Client.Delete(context.Background(), m); client.IgnoreNotFound(err) != nil {
-				t.Errorf("deleting migration %s: %v", m.Name, err)
-			}
+		m := &migrations.Items[i]
+		if m.Spec.VMIName != vmi.Name {
+			continue
+		}
+		if err := client.IgnoreNotFound(h.Client.Delete(context.Background(), m)); err != nil {
+			t.Errorf("deleting migration %s: %v", m.Name, err)
 		}
 	}
 }

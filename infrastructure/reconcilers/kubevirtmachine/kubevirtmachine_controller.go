@@ -59,6 +59,7 @@ import (
 	"github.com/cozystack/cluster-api-workers/infrastructure/internal/cloneauth"
 	"github.com/cozystack/cluster-api-workers/infrastructure/internal/infracluster"
 	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/instancetype"
+	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/kubevirtconfig"
 	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/render"
 	"github.com/cozystack/cluster-api-workers/infrastructure/reconcilers/sharedimage"
 	"github.com/cozystack/cluster-api-workers/internal/ownwrites"
@@ -90,7 +91,7 @@ var templateGroupKind = infrav1.GroupVersion.WithKind("KubeVirtMachineTemplate")
 // +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=clusters;machines,verbs=get;list;watch
 // +kubebuilder:rbac:groups=kubevirt.io,resources=virtualmachines,verbs=get;list;watch;create;delete
 // +kubebuilder:rbac:groups=kubevirt.io,resources=virtualmachineinstances,verbs=get;list;watch;delete
-// +kubebuilder:rbac:groups=kubevirt.io,resources=virtualmachineinstancemigrations;kubevirts,verbs=list
+// +kubebuilder:rbac:groups=kubevirt.io,resources=virtualmachineinstancemigrations,verbs=list
 // +kubebuilder:rbac:groups=cdi.kubevirt.io,resources=datavolumes,verbs=get;list;watch;create;delete
 // +kubebuilder:rbac:groups=cdi.kubevirt.io,resources=datavolumes/source,verbs=create
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;patch;delete
@@ -732,28 +733,28 @@ const liveMigrationRecheck = 10 * time.Second
 
 // observeEvacuation reads what decides and shows an evacuating instance's
 // fate: the KubeVirt CR's cluster-wide eviction strategy when the instance
-// names none, and KubeVirt's migration of it. Both are read from the API
-// server, and only while KubeVirt evacuates the instance, which is rare.
+// names none (from the cache the template resolution keeps), and
+// KubeVirt's migration of it (from the API server: migrations are not
+// cached, and only read while KubeVirt evacuates the instance, which is
+// rare).
 func (r *Reconciler) observeEvacuation(ctx context.Context, o *observation) error {
 	if !o.evacuating() {
 		return nil
 	}
-	reader := r.Infrastructure.Reader
 	if o.vmi.Spec.EvictionStrategy == nil {
-		kubevirts := &kubevirtv1.KubeVirtList{}
-		if err := reader.List(ctx, kubevirts); err != nil {
+		kv, err := kubevirtconfig.Installed(ctx, r.Infrastructure.Client)
+		if err != nil {
 			return fmt.Errorf("reading the cluster-wide eviction strategy of KubeVirt: %w", err)
 		}
-		// KubeVirt runs one installation per cluster.
-		for i := range kubevirts.Items {
-			o.clusterEvictionStrategy = kubevirts.Items[i].Spec.Configuration.EvictionStrategy
+		if kv != nil {
+			o.clusterEvictionStrategy = kv.Spec.Configuration.EvictionStrategy
 		}
 	}
 	if !o.liveMigrating() {
 		return nil
 	}
 	migrations := &kubevirtv1.VirtualMachineInstanceMigrationList{}
-	if err := reader.List(ctx, migrations, client.InNamespace(o.vmi.Namespace)); err != nil {
+	if err := r.Infrastructure.Reader.List(ctx, migrations, client.InNamespace(o.vmi.Namespace)); err != nil {
 		return fmt.Errorf("reading the migrations of VirtualMachineInstance %s: %w", o.vmi.Name, err)
 	}
 	for i := range migrations.Items {
