@@ -34,11 +34,11 @@ import (
 
 	bootstrapv1 "github.com/cozystack/cluster-api-workers/bootstrap/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/bootstrap/internal/cloudconfig"
-	"github.com/cozystack/cluster-api-workers/internal/sshkeys"
+	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
+	wcvalidation "github.com/cozystack/cluster-api-workers/exp/workerclass/validation"
 )
 
 const (
-	maxSSHKeys          = 1
 	maxInlineFilesBytes = 256 << 10
 )
 
@@ -87,27 +87,14 @@ func ValidateSpec(spec *bootstrapv1.KairosConfigSpec, fldPath *field.Path) field
 	return errs
 }
 
-// validateSSHKeys accepts zero or one public key in authorized_keys form,
-// without options: Kairos authorizes at most one key. A private key in any
-// form is refused first, with the project's one detector; no message
-// carries the key.
+// validateSSHKeys applies the pool's sshKeys policy for Kairos, the one
+// the pool webhook applies (validation.ValidateSSHKeys): zero or one public
+// key in authorized_keys form, without options, and a private key in any
+// form refused first, with the project's one detector. This field is the
+// only place a guest's SSH key is set (the infrastructure templates'
+// workerClass.sshKeys takes none); no message carries the key.
 func validateSSHKeys(keys []string, fldPath *field.Path) field.ErrorList {
-	var errs field.ErrorList
-	if len(keys) > maxSSHKeys {
-		errs = append(errs, field.TooMany(fldPath, len(keys), maxSSHKeys))
-		return errs
-	}
-	for i, key := range keys {
-		p := fldPath.Index(i)
-		if sshkeys.LooksLikePrivateKey(key) {
-			errs = append(errs, field.Forbidden(p, sshkeys.PrivateKeyMessage))
-			continue
-		}
-		if problem := sshkeys.PublicKeyProblem(key); problem != "" {
-			errs = append(errs, field.Invalid(p, "<key>", problem))
-		}
-	}
-	return errs
+	return wcvalidation.ValidateSSHKeys(workerclassv1.BootstrapKairos, keys, fldPath)
 }
 
 // validateNodeLabels checks label syntax and refuses labels a kubelet may

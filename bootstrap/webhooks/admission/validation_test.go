@@ -24,11 +24,14 @@ import (
 	"strings"
 	"testing"
 
+	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/ptr"
 
 	bootstrapv1 "github.com/cozystack/cluster-api-workers/bootstrap/api/v1alpha1"
+	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
+	wcvalidation "github.com/cozystack/cluster-api-workers/exp/workerclass/validation"
 	"github.com/cozystack/cluster-api-workers/internal/sshkeys/sshkeystest"
 )
 
@@ -141,5 +144,38 @@ func TestPrivateKeyFoldedIntoAPublicKeyIsForbidden(t *testing.T) {
 	}
 	if strings.Contains(errs.ToAggregate().Error(), base64.StdEncoding.EncodeToString(der)) {
 		t.Fatalf("the refusal echoes the key: %v", errs)
+	}
+}
+
+// TestSSHKeysFollowThePoolPolicy: KairosConfig spec.sshKeys is where a
+// guest's key is set, and it applies the pool's Kairos policy with the
+// project's one detector: the same errors, for the same keys, as the pool
+// webhook's (an armoured Ed25519 key, a public key with the private key in
+// its comment, two keys, a valid key, none).
+func TestSSHKeysFollowThePoolPolicy(t *testing.T) {
+	public, private := sshkeystest.KeyPair()
+	second, _ := sshkeystest.KeyPair()
+	armoured := sshkeystest.EncodedPrivateKeys()["ed25519/openssh-pem"]
+	inComment := public + " " + strings.ReplaceAll(private, "\n", "")
+	path := field.NewPath("spec", "sshKeys")
+	for name, tc := range map[string]struct {
+		keys   []string
+		refuse bool
+	}{
+		"an armoured Ed25519 private key":                  {[]string{armoured}, true},
+		"a public key with the private key in its comment": {[]string{inComment}, true},
+		"two keys":       {[]string{public, second}, true},
+		"one public key": {[]string{public}, false},
+		"no key":         {[]string{}, false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			g := NewWithT(t)
+			got := ValidateSpec(&bootstrapv1.KairosConfigSpec{SSHKeys: tc.keys}, field.NewPath("spec"))
+			g.Expect(got).To(Equal(wcvalidation.ValidateSSHKeys(workerclassv1.BootstrapKairos, tc.keys, path)))
+			g.Expect(got).To(HaveLen(map[bool]int{true: 1, false: 0}[tc.refuse]))
+			for _, err := range got {
+				g.Expect(err.Error()).NotTo(ContainSubstring("PRIVATE KEY"))
+			}
+		})
 	}
 }

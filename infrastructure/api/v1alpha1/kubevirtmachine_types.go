@@ -145,7 +145,9 @@ type WorkerClassSelection struct {
 
 	// PoolSettings are the pool's Kubernetes minor and the overrides the
 	// class baseline is resolved with (version, talos, kernelModules,
-	// registryMirrors, osImage, proxmox, sshKeys, gpus).
+	// registryMirrors, osImage, proxmox, gpus). sshKeys takes no key (the
+	// webhook refuses one): nothing renders it; a guest's key is
+	// KairosConfig(Template) spec.sshKeys.
 	workerclassv1.PoolSettings `json:",inline"`
 }
 

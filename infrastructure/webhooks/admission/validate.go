@@ -76,6 +76,12 @@ func ValidateMachineSpec(spec *infrav1.KubeVirtMachineSpec, path *field.Path) fi
 	return append(errs, validateWorkerClass(spec, path)...)
 }
 
+// SSHKeysElsewhere says where a guest's SSH key is set instead of
+// workerClass.sshKeys, which nothing renders. The message never carries
+// the value: it may be a private key.
+const SSHKeysElsewhere = "nothing renders SSH keys from here, so none are accepted (an empty list is): " +
+	"a Kairos guest's key is the bootstrap config's, KairosConfig(Template) spec.sshKeys, validated there; Talos has no SSH server"
+
 // validateWorkerClass checks what a class selection requires of the rest
 // of the machine spec.
 func validateWorkerClass(spec *infrav1.KubeVirtMachineSpec, path *field.Path) field.ErrorList {
@@ -86,6 +92,9 @@ func validateWorkerClass(spec *infrav1.KubeVirtMachineSpec, path *field.Path) fi
 	var errs field.ErrorList
 	if spec.Image != nil {
 		errs = append(errs, field.Forbidden(path.Child("image"), "a spec that selects a workerClass takes its image from the class"))
+	}
+	if len(selection.SSHKeys) > 0 {
+		errs = append(errs, field.Forbidden(path.Child("workerClass", "sshKeys"), SSHKeysElsewhere))
 	}
 	// The pool's GPUs drive class resolution (the NVIDIA module rule); the
 	// machines get the VM's GPUs and those of its instancetype. Without an
