@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The project's test command (README: `make test`). Builds or reuses every
 # binary the suites need (kube-apiserver, etcd, kubeadm, kube-controller-manager,
-# virt-api, virt-controller, yip, clusterctl), then runs all
+# virt-api, virt-controller, yip, clusterctl, kubectl), then runs all
 # Go tests, fuzz seed corpora included, with the race detector off to fit two
 # cores.
 set -euo pipefail
@@ -18,6 +18,9 @@ export YIP_BIN
 # parallel packages.
 CLUSTERCTL_BIN=$(hack/tool.sh clusterctl)
 export CLUSTERCTL_BIN
+# The docs' recipes (test/packaging) pipe into kubectl.
+KUBECTL_BIN=$(hack/tool.sh kubectl)
+export KUBECTL_BIN
 
 # TEST_PACKAGES narrows the run (make faults); every package by default.
 go test -count=1 -timeout 45m "$@" ${TEST_PACKAGES:-./...}

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs a pinned Go tool into the cache outside the checkout and prints its
-# path. Usage: hack/tool.sh controller-gen|golangci-lint|yip|clusterctl|kustomize|govulncheck|vulndb
+# path. Usage: hack/tool.sh controller-gen|golangci-lint|yip|clusterctl|kubectl|kustomize|govulncheck|vulndb
 set -euo pipefail
 
 CACHE_ROOT="${KUBEVIRT_WORKERS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kubevirt-workers}"
@@ -9,6 +9,9 @@ GOLANGCI_LINT_VERSION="${GOLANGCI_LINT_VERSION:-v2.15.0}"
 YIP_VERSION="${YIP_VERSION:-v1.23.3}"
 CLUSTER_API_VERSION="${CLUSTER_API_VERSION:-v1.14.2}"
 KUSTOMIZE_VERSION="${KUSTOMIZE_VERSION:-v5.8.0}"
+# kubectl of the Kubernetes release the tests run (k8s.io/kubectl v0.X.Y is
+# Kubernetes v1.X.Y).
+KUBECTL_VERSION="${KUBECTL_VERSION:-v0.36.3}"
 GOVULNCHECK_VERSION="${GOVULNCHECK_VERSION:-v1.9.0}"
 # The Go vulnerability database as a module: vuln.go.dev is not reachable
 # from every machine, the module proxy is, and a pinned snapshot makes the
@@ -68,11 +71,38 @@ build_in_module() {
   echo "${dir}/${name}"
 }
 
+# kubectl's main package lives in k8s.io/kubernetes (cmd/kubectl); the
+# command itself is k8s.io/kubectl's. Build that same main in a throw-away
+# module requiring k8s.io/kubectl at the pinned version, stamped with the
+# matching Kubernetes version.
+install_kubectl() {
+  local version="$1"
+  local dir="${CACHE_ROOT}/tools/kubectl-${version}"
+  if [[ ! -x "${dir}/kubectl" ]]; then
+    echo "tool: building kubectl from k8s.io/kubectl@${version} (a few minutes on two cores)" >&2
+    local src="${CACHE_ROOT}/src/kubectl-${version}"
+    rm -rf "${src}"
+    mkdir -p "${dir}" "${src}"
+    printf 'module kubevirt-workers.local/kubectl\n\ngo 1.26\n' >"${src}/go.mod"
+    printf '%s\n' '// Command kubectl is Kubernetes'"'"' cmd/kubectl.' 'package main' '' 'import (' \
+      '	"k8s.io/component-base/cli"' '	"k8s.io/kubectl/pkg/cmd"' '	"k8s.io/kubectl/pkg/cmd/util"' ')' '' \
+      'func main() {' '	if err := cli.RunNoErrOutput(cmd.NewDefaultKubectlCommand()); err != nil {' '		util.CheckErr(err)' '	}' '}' >"${src}/main.go"
+    local kube="v1${version#v0}" minor
+    minor=$(cut -d. -f2 <<<"${kube}")
+    local ldflags="-s -w -X k8s.io/client-go/pkg/version.gitVersion=${kube} -X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=${minor} -X k8s.io/component-base/version.gitVersion=${kube} -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=${minor}"
+    (cd "${src}" && { { GOFLAGS=-mod=mod GOWORK=off go get "k8s.io/kubectl@${version}" && GOFLAGS=-mod=mod GOWORK=off go mod tidy; } >get.log 2>&1 || { cat get.log >&2; exit 1; }; } &&
+      GOFLAGS=-mod=mod GOWORK=off CGO_ENABLED=0 go build -trimpath -ldflags "${ldflags}" -o "${dir}/kubectl.tmp" . >&2)
+    mv "${dir}/kubectl.tmp" "${dir}/kubectl"
+  fi
+  echo "${dir}/kubectl"
+}
+
 case "${1:-}" in
   controller-gen) install controller-gen sigs.k8s.io/controller-tools/cmd/controller-gen "${CONTROLLER_TOOLS_VERSION}" ;;
   golangci-lint) install golangci-lint github.com/golangci/golangci-lint/v2/cmd/golangci-lint "${GOLANGCI_LINT_VERSION}" ;;
   yip) build_in_module yip github.com/mudler/yip github.com/mudler/yip "${YIP_VERSION}" ;;
   clusterctl) install_clusterctl "${CLUSTER_API_VERSION}" ;;
+  kubectl) install_kubectl "${KUBECTL_VERSION}" ;;
   kustomize) install kustomize sigs.k8s.io/kustomize/kustomize/v5 "${KUSTOMIZE_VERSION}" ;;
   # govulncheck type-checks with the go/types it was built with, so it is
   # built by the Go release it scans with (GOTOOLCHAIN).
@@ -92,5 +122,5 @@ case "${1:-}" in
     fi
     echo "${db}"
     ;;
-  *) echo "usage: $0 controller-gen|golangci-lint|yip|clusterctl|kustomize|govulncheck|vulndb" >&2; exit 2 ;;
+  *) echo "usage: $0 controller-gen|golangci-lint|yip|clusterctl|kubectl|kustomize|govulncheck|vulndb" >&2; exit 2 ;;
 esac

@@ -1,0 +1,268 @@
+/*
+Copyright 2026 The Cozystack Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package packaging
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/cozystack/cluster-api-workers/test/envtest"
+)
+
+// docsTestMarker marks a shell block of the docs that a test runs as
+// written: the HTML comment on the line before its ```sh fence names it.
+var docsTestMarker = regexp.MustCompile(`^(\s*)<!-- docs-test: (\S+) -->\s*$`)
+
+// docBlock is a marked shell block of a Markdown file.
+type docBlock struct{ file, name, script string }
+
+// markedBlocks extracts the marked shell blocks of a Markdown file, in
+// order, without the indentation of a list item.
+func markedBlocks(t *testing.T, file string) []docBlock {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(repoRoot, file)) //nolint:gosec // A document of the repository.
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(string(data), "\n")
+	var blocks []docBlock
+	for i := 0; i < len(lines); i++ {
+		m := docsTestMarker.FindStringSubmatch(lines[i])
+		if m == nil {
+			continue
+		}
+		indent, name := m[1], m[2]
+		if i+1 >= len(lines) || lines[i+1] != indent+"```sh" {
+			t.Fatalf("%s:%d: the docs-test marker %s is not followed by a ```sh fence at its indentation", file, i+1, name)
+		}
+		var script []string
+		closed := false
+		for i += 2; i < len(lines); i++ {
+			if lines[i] == indent+"```" {
+				closed = true
+				break
+			}
+			script = append(script, strings.TrimPrefix(lines[i], indent))
+		}
+		if !closed {
+			t.Fatalf("%s: the block %s is not closed", file, name)
+		}
+		blocks = append(blocks, docBlock{file: file, name: name, script: strings.Join(script, "\n")})
+	}
+	return blocks
+}
+
+// docRecipes are the marked blocks TestDocsRecipes runs, in this order;
+// removing a marker fails the test.
+var docRecipes = []struct{ file, name string }{
+	{"docs/packaging.md", "release"},
+	{"docs/packaging.md", "local-repository"},
+	{"docs/packaging.md", "quick-start-cluster"},
+	{"docs/packaging.md", "quick-start-pool"},
+	{"docs/packaging.md", "hoster-class"},
+	{"docs/packaging.md", "topology"},
+	{"README.md", "readme-quick-start"},
+}
+
+// TestDocsRecipes runs the install and quick-start shell blocks of
+// docs/packaging.md and the README as written, in one bash (set -euo
+// pipefail), with the pinned clusterctl and kubectl first on PATH, a HOME
+// of their own (the local repository and clusterctl.yaml go there) and a
+// management apiserver with every CRD and our webhooks as kubectl's
+// cluster: building a release into out/ (which it removes afterwards unless
+// it was there before), laying out the local clusterctl repository, and
+// generating and applying the default flavor, a Kairos pool, the hoster's
+// WorkerClass and a topology cluster from that repository. A recipe that
+// rots (a file it forgets to copy, a namespace it does not create) fails
+// here. clusterctl init is not run (it needs Kamaji's provider from the
+// network); TestClusterctl runs init against the same kind of apiserver.
+func TestDocsRecipes(t *testing.T) {
+	ctx := t.Context()
+	g := NewWithT(t)
+	// Two scripts: the install recipes, then, once clusterctl init has
+	// installed the providers from the local repository the first wrote,
+	// the quick start.
+	var install, quickStart strings.Builder
+	install.WriteString("set -euo pipefail\n")
+	quickStart.WriteString("set -euo pipefail\n")
+	script := &install
+	found := map[string]docBlock{}
+	for _, file := range []string{"docs/packaging.md", "README.md"} {
+		for _, b := range markedBlocks(t, file) {
+			found[file+"#"+b.name] = b
+		}
+	}
+	for _, r := range docRecipes {
+		b, ok := found[r.file+"#"+r.name]
+		g.Expect(ok).To(BeTrue(), "%s has the shell block marked <!-- docs-test: %s -->", r.file, r.name)
+		fmt.Fprintf(script, "echo '### %s: %s' >&2\n%s\n", r.file, r.name, b.script)
+		if r.name == "local-repository" {
+			script = &quickStart
+		}
+	}
+	g.Expect(found).To(HaveLen(len(docRecipes)), "every marked block runs")
+	if t.Failed() {
+		return
+	}
+
+	releaseDir := release(t, "pod")
+	env := startManagementCluster(ctx, t, releaseDir)
+	c, _ := warningClient(t, env)
+
+	// The project's cache and Go's, found before HOME changes.
+	cache, err := envtest.CacheDir()
+	g.Expect(err).NotTo(HaveOccurred())
+	goEnv := strings.Fields(run(t, nil, repoRoot, "go", "env", "GOCACHE", "GOMODCACHE", "GOPATH"))
+	g.Expect(goEnv).To(HaveLen(3))
+
+	bin := t.TempDir()
+	for _, name := range []string{"clusterctl", "kubectl"} {
+		g.Expect(os.Symlink(tool(t, name), filepath.Join(bin, name))).To(Succeed())
+	}
+	home := t.TempDir()
+	// The recipes write out/v0.1.0 in the checkout: remove what was not
+	// there before.
+	for _, dir := range []string{filepath.Join(repoRoot, "out"), filepath.Join(repoRoot, "out", "v0.1.0")} {
+		if _, err := os.Stat(dir); os.IsNotExist(err) {
+			t.Cleanup(func() { _ = os.RemoveAll(dir) })
+			break
+		}
+	}
+	runCtx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer cancel()
+	kubeconfig := writeKubeconfig(t, env.Config)
+	environ := []string{
+		"PATH=" + bin + string(os.PathListSeparator) + os.Getenv("PATH"),
+		"HOME=" + home,
+		"XDG_CONFIG_HOME=",
+		"KUBECONFIG=" + kubeconfig,
+		"CLUSTERCTL_DISABLE_VERSIONCHECK=true",
+		envtest.CacheEnv + "=" + cache,
+		"GOCACHE=" + goEnv[0], "GOMODCACHE=" + goEnv[1], "GOPATH=" + goEnv[2],
+	}
+	runScript := func(script string) {
+		t.Helper()
+		file := filepath.Join(t.TempDir(), "recipes.sh")
+		g.Expect(os.WriteFile(file, []byte(script), 0o600)).To(Succeed())
+		stdout, err := commandIn(runCtx, environ, repoRoot, "bash", file)
+		g.Expect(err).NotTo(HaveOccurred(), "the docs' recipes, as written:\n%s\noutput:\n%s", script, stdout)
+	}
+	runScript(install.String())
+	if t.Failed() {
+		return
+	}
+
+	// What the docs' init does, without Kamaji's provider (not reachable
+	// offline) and with Cluster API's core provider from its module, named
+	// in a copy of the clusterctl.yaml the recipe wrote.
+	written, err := os.ReadFile(filepath.Join(home, ".config", "cluster-api", "clusterctl.yaml")) //nolint:gosec // What the recipe wrote in the test's home.
+	g.Expect(err).NotTo(HaveOccurred(), "the recipe writes clusterctl's configuration")
+	capi, err := envtest.ModuleDir("sigs.k8s.io/cluster-api")
+	g.Expect(err).NotTo(HaveOccurred())
+	coreDir := filepath.Join(t.TempDir(), "cluster-api", clusterAPIVersion)
+	g.Expect(os.MkdirAll(coreDir, 0o750)).To(Succeed())
+	g.Expect(os.WriteFile(filepath.Join(coreDir, "core-components.yaml"), []byte(coreComponents(t, capi)), 0o600)).To(Succeed())
+	metadata, err := os.ReadFile(filepath.Join(capi, "metadata.yaml")) //nolint:gosec // Cluster API's module.
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(os.WriteFile(filepath.Join(coreDir, "metadata.yaml"), metadata, 0o600)).To(Succeed()) //nolint:gosec // Into the test's own directory.
+	withCore := filepath.Join(t.TempDir(), "clusterctl.yaml")
+	config := fmt.Appendf(written, "- name: cluster-api\n  type: CoreProvider\n  url: %s\n", fileURL(filepath.Join(coreDir, "core-components.yaml")))
+	g.Expect(os.WriteFile(withCore, config, 0o600)).To(Succeed()) //nolint:gosec // Into the test's own directory.
+	// init installs the providers' webhook configurations, which name
+	// Services no manager backs here: put back the in-process ones.
+	restore := keepWebhookConfigurations(ctx, t, c)
+	_, err = commandIn(runCtx, environ, repoRoot, filepath.Join(bin, "clusterctl"), "init", "--config", withCore,
+		"--core", "cluster-api:"+clusterAPIVersion, "--bootstrap", "kairos-kubeadm", "--infrastructure", "kubevirt-workers", "--control-plane", "-")
+	g.Expect(err).NotTo(HaveOccurred(), "clusterctl init from the recipe's local repository")
+	restore()
+
+	runScript(quickStart.String())
+
+	// What the recipes applied is there.
+	for _, want := range []struct {
+		gvk       schema.GroupVersionKind
+		namespace string
+		name      string
+	}{
+		{schema.GroupVersionKind{Group: "cluster.x-k8s.io", Version: "v1beta2", Kind: "Cluster"}, "tenant-demo", "demo"},
+		{schema.GroupVersionKind{Group: "cluster.x-k8s.io", Version: "v1beta2", Kind: "MachineDeployment"}, "tenant-demo", "demo-kairos"},
+		{schema.GroupVersionKind{Group: "cluster.x-k8s.io", Version: "v1beta2", Kind: "Cluster"}, "tenant-demo", "demo-topology"},
+		{schema.GroupVersionKind{Group: "cluster.x-k8s.io", Version: "v1beta2", Kind: "ClusterClass"}, "tenant-demo", "kairos-workers"},
+		{schema.GroupVersionKind{Group: "cozystack.io", Version: "v1alpha1", Kind: "WorkerClass"}, "", "kairos-v1-35-6-r1"},
+	} {
+		o := &unstructured.Unstructured{}
+		o.SetGroupVersionKind(want.gvk)
+		g.Expect(c.Get(ctx, client.ObjectKey{Namespace: want.namespace, Name: want.name}, o)).To(Succeed(), "%s %s/%s", want.gvk.Kind, want.namespace, want.name)
+	}
+}
+
+// keepWebhookConfigurations records the apiserver's webhook configurations
+// and returns a function that puts them back as they were, deleting any
+// made since.
+func keepWebhookConfigurations(ctx context.Context, t *testing.T, c client.Client) func() {
+	t.Helper()
+	g := NewWithT(t)
+	validating := &admissionregistrationv1.ValidatingWebhookConfigurationList{}
+	mutating := &admissionregistrationv1.MutatingWebhookConfigurationList{}
+	g.Expect(c.List(ctx, validating)).To(Succeed())
+	g.Expect(c.List(ctx, mutating)).To(Succeed())
+	return func() {
+		t.Helper()
+		keptValidating := map[string]admissionregistrationv1.ValidatingWebhookConfiguration{}
+		for _, w := range validating.Items {
+			keptValidating[w.Name] = w
+		}
+		keptMutating := map[string]admissionregistrationv1.MutatingWebhookConfiguration{}
+		for _, w := range mutating.Items {
+			keptMutating[w.Name] = w
+		}
+		now := &admissionregistrationv1.ValidatingWebhookConfigurationList{}
+		g.Expect(c.List(ctx, now)).To(Succeed())
+		for i := range now.Items {
+			w := &now.Items[i]
+			if kept, ok := keptValidating[w.Name]; ok {
+				w.Webhooks = kept.Webhooks
+				g.Expect(c.Update(ctx, w)).To(Succeed())
+				continue
+			}
+			g.Expect(c.Delete(ctx, w)).To(Succeed())
+		}
+		nowMutating := &admissionregistrationv1.MutatingWebhookConfigurationList{}
+		g.Expect(c.List(ctx, nowMutating)).To(Succeed())
+		for i := range nowMutating.Items {
+			w := &nowMutating.Items[i]
+			if kept, ok := keptMutating[w.Name]; ok {
+				w.Webhooks = kept.Webhooks
+				g.Expect(c.Update(ctx, w)).To(Succeed())
+				continue
+			}
+			g.Expect(c.Delete(ctx, w)).To(Succeed())
+		}
+	}
+}
