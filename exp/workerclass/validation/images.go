@@ -26,6 +26,8 @@ import (
 	"github.com/distribution/reference"
 	utilvalidation "k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/cozystack/cluster-api-workers/internal/redact"
 )
 
 // ValidateDigestReference checks that ref is a container image reference
@@ -73,18 +75,20 @@ func ValidateRepository(repo string, path *field.Path) field.ErrorList {
 // or fragment.
 func ValidateURL(raw string, path *field.Path) field.ErrorList {
 	u, err := url.Parse(raw)
+	// Every refusal echoes the value with its credentials masked: a URL
+	// that fails another rule first may carry them too.
+	shown := redact.URL(raw)
 	switch {
 	case err != nil:
-		return field.ErrorList{field.Invalid(path, raw, "not a valid URL")}
+		return field.ErrorList{field.Invalid(path, shown, "not a valid URL")}
 	case u.Scheme != "https" && u.Scheme != "http":
-		return field.ErrorList{field.Invalid(path, raw, "the URL must use https or http")}
+		return field.ErrorList{field.Invalid(path, shown, "the URL must use https or http")}
 	case u.Host == "":
-		return field.ErrorList{field.Invalid(path, raw, "the URL must name a host")}
+		return field.ErrorList{field.Invalid(path, shown, "the URL must name a host")}
 	case u.User != nil:
-		// The value may hold a password, so it is not echoed.
-		return field.ErrorList{field.Invalid(path, field.OmitValueType{}, "the URL must not carry credentials")}
+		return field.ErrorList{field.Invalid(path, shown, "the URL must not carry credentials")}
 	case u.RawQuery != "" || u.Fragment != "":
-		return field.ErrorList{field.Invalid(path, raw, "the URL must not have a query or fragment")}
+		return field.ErrorList{field.Invalid(path, shown, "the URL must not have a query or fragment")}
 	}
 	return nil
 }

@@ -63,6 +63,7 @@ import (
 	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/render"
 	"github.com/cozystack/cluster-api-workers/infrastructure/reconcilers/sharedimage"
 	"github.com/cozystack/cluster-api-workers/internal/ownwrites"
+	"github.com/cozystack/cluster-api-workers/internal/redact"
 )
 
 // DefaultImportFailureRestarts is how many importer pod restarts of a root
@@ -405,8 +406,11 @@ func (s *scope) block(b *blocked) ctrl.Result {
 	return ctrl.Result{RequeueAfter: b.retryAfter}
 }
 
+// setConditions sets conditions with every URL's credentials masked:
+// their messages carry CDI's, KubeVirt's and the API server's words.
 func setConditions(kvm *infrav1.KubeVirtMachine, conds ...metav1.Condition) {
 	for _, c := range conds {
+		c.Message = redact.URLCredentials(c.Message)
 		conditions.Set(kvm, c)
 	}
 }

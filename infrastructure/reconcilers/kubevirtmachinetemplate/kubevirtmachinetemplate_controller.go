@@ -62,6 +62,7 @@ import (
 	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/instancetype"
 	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/kubevirtconfig"
 	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/migration"
+	"github.com/cozystack/cluster-api-workers/internal/redact"
 )
 
 const (
@@ -283,7 +284,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 }
 
 func setResolved(t *infrav1.KubeVirtMachineTemplate, status metav1.ConditionStatus, reason, message string) {
-	conditions.Set(t, metav1.Condition{Type: infrav1.ResolvedCondition, Status: status, Reason: reason, Message: message})
+	conditions.Set(t, metav1.Condition{Type: infrav1.ResolvedCondition, Status: status, Reason: reason, Message: redact.URLCredentials(message)})
 }
 
 func resolvedMessage(r *infrav1.ResolvedMachine) string {

@@ -41,6 +41,7 @@ import (
 
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/render"
+	"github.com/cozystack/cluster-api-workers/internal/redact"
 )
 
 // Attempts is how many times a shared import is tried: once, and once
@@ -232,7 +233,7 @@ func (i *Images) stateOf(dv *cdiv1.DataVolume, resolved *infrav1.ResolvedMachine
 func runningDetail(dv *cdiv1.DataVolume) string {
 	for _, c := range dv.Status.Conditions {
 		if c.Type == cdiv1.DataVolumeRunning && c.Message != "" {
-			return ": " + c.Message
+			return ": " + redact.URLCredentials(c.Message)
 		}
 	}
 	return ""

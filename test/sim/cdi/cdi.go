@@ -163,6 +163,9 @@ type CDI struct {
 type fate struct {
 	failing  bool
 	duration time.Duration
+	// message is the failing importer's message; ImportFailureMessage
+	// when empty.
+	message string
 }
 
 // New returns the stand-in; run it with SetupWithManager.
@@ -194,6 +197,13 @@ func (c *CDI) FailImports(sel fault.Selector, count int) {
 	c.importFailures.Add(fault.Fault{Selector: sel, Remaining: count})
 }
 
+// FailImportsWith is FailImports with the importer's own message, as CDI
+// copies it into the DataVolume's Running condition (a transport error
+// quoting the URL it fetched, say).
+func (c *CDI) FailImportsWith(sel fault.Selector, count int, message string) {
+	c.importFailures.Add(fault.Fault{Selector: sel, Remaining: count, Message: message})
+}
+
 // SlowImports makes the next count imports the selector picks take d,
 // progressing steadily; a negative count applies until ClearFaults. It
 // applies to the simulated importer only.
@@ -220,7 +230,9 @@ func (c *CDI) fateOf(dv *cdiv1.DataVolume) fate {
 	if slow := c.slowImports.Claim(dv); slow != nil {
 		f.duration = slow.Duration
 	}
-	f.failing = c.importFailures.Claim(dv) != nil
+	if failure := c.importFailures.Claim(dv); failure != nil {
+		f.failing, f.message = true, failure.Message
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if existing, ok := c.fates[dv.UID]; ok {

@@ -361,6 +361,9 @@ func (s *simulatedImporter) Populate(ctx context.Context, job Job) error {
 		if err := sleep(step); err != nil {
 			return err
 		}
+		if f.message != "" {
+			return errors.New(f.message)
+		}
 		return errors.New(ImportFailureMessage) //nolint:staticcheck // CDI's importer words its failures as sentences, for the DataVolume's condition.
 	}
 	total := job.Size

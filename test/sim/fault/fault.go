@@ -56,6 +56,8 @@ type Fault struct {
 	Selector  Selector
 	Remaining int
 	Duration  time.Duration
+	// Message is what the fault reports, where it reports something.
+	Message string
 }
 
 // Set holds faults waiting for objects to claim them.
