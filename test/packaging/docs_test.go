@@ -29,21 +29,26 @@ import (
 	. "github.com/onsi/gomega"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
+	infraadmission "github.com/cozystack/cluster-api-workers/infrastructure/webhooks/admission"
 	"github.com/cozystack/cluster-api-workers/test/envtest"
 )
 
-// docsTestMarker marks a shell block of the docs that a test runs as
-// written: the HTML comment on the line before its ```sh fence names it.
+// docsTestMarker marks a block of the docs that a test runs or reads as
+// written: the HTML comment on the line before its ```sh (or ```yaml)
+// fence names it.
 var docsTestMarker = regexp.MustCompile(`^(\s*)<!-- docs-test: (\S+) -->\s*$`)
 
-// docBlock is a marked shell block of a Markdown file.
-type docBlock struct{ file, name, script string }
+// docBlock is a marked block of a Markdown file: its fence's language
+// and its text.
+type docBlock struct{ file, name, lang, script string }
 
-// markedBlocks extracts the marked shell blocks of a Markdown file, in
-// order, without the indentation of a list item.
+// markedBlocks extracts the marked blocks of a Markdown file, in order,
+// without the indentation of a list item.
 func markedBlocks(t *testing.T, file string) []docBlock {
 	t.Helper()
 	data, err := os.ReadFile(filepath.Join(repoRoot, file)) //nolint:gosec // A document of the repository.
@@ -58,9 +63,10 @@ func markedBlocks(t *testing.T, file string) []docBlock {
 			continue
 		}
 		indent, name := m[1], m[2]
-		if i+1 >= len(lines) || lines[i+1] != indent+"```sh" {
-			t.Fatalf("%s:%d: the docs-test marker %s is not followed by a ```sh fence at its indentation", file, i+1, name)
+		if i+1 >= len(lines) || (lines[i+1] != indent+"```sh" && lines[i+1] != indent+"```yaml") {
+			t.Fatalf("%s:%d: the docs-test marker %s is not followed by a ```sh or ```yaml fence at its indentation", file, i+1, name)
 		}
+		lang := strings.TrimPrefix(lines[i+1], indent+"```")
 		var script []string
 		closed := false
 		for i += 2; i < len(lines); i++ {
@@ -73,7 +79,7 @@ func markedBlocks(t *testing.T, file string) []docBlock {
 		if !closed {
 			t.Fatalf("%s: the block %s is not closed", file, name)
 		}
-		blocks = append(blocks, docBlock{file: file, name: name, script: strings.Join(script, "\n")})
+		blocks = append(blocks, docBlock{file: file, name: name, lang: lang, script: strings.Join(script, "\n")})
 	}
 	return blocks
 }
@@ -121,6 +127,7 @@ func TestDocsRecipes(t *testing.T) {
 	for _, r := range docRecipes {
 		b, ok := found[r.file+"#"+r.name]
 		g.Expect(ok).To(BeTrue(), "%s has the shell block marked <!-- docs-test: %s -->", r.file, r.name)
+		g.Expect(b.lang).To(Equal("sh"), "%s %s", r.file, r.name)
 		fmt.Fprintf(script, "echo '### %s: %s' >&2\n%s\n", r.file, r.name, b.script)
 		if r.name == "local-repository" {
 			script = &quickStart
@@ -265,4 +272,49 @@ func keepWebhookConfigurations(ctx context.Context, t *testing.T, c client.Clien
 			g.Expect(c.Delete(ctx, w)).To(Succeed())
 		}
 	}
+}
+
+// TestUpgradeNotesLayout checks the layouts docs/upgrading.md shows for
+// the worker class selection against the current API: the old one is
+// refused, naming its field, and the new one is accepted by the API and
+// our webhook, so the notes cannot drift from the types.
+func TestUpgradeNotesLayout(t *testing.T) {
+	g := NewWithT(t)
+	blocks := map[string]docBlock{}
+	for _, b := range markedBlocks(t, "docs/upgrading.md") {
+		blocks[b.name] = b
+	}
+	g.Expect(blocks).To(HaveKey("old-layout"))
+	g.Expect(blocks).To(HaveKey("new-layout"))
+	typed := func(name string) (*infrav1.KubeVirtMachineTemplate, error) {
+		objs := decode(t, []byte(blocks[name].script))
+		g.Expect(objs).To(HaveLen(1), name)
+		template := &infrav1.KubeVirtMachineTemplate{}
+		return template, runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(objs[0].Object, template, true)
+	}
+	_, err := typed("old-layout")
+	g.Expect(err).To(MatchError(ContainSubstring("workerClassName")), "the old layout has a field the API no longer has")
+	template, err := typed("new-layout")
+	g.Expect(err).NotTo(HaveOccurred(), "the new layout is the API's")
+	g.Expect(template.Spec.Template.Spec.WorkerClass).NotTo(BeNil())
+	webhook := &infraadmission.KubeVirtMachineTemplate{}
+	g.Expect(webhook.Default(t.Context(), template)).To(Succeed())
+	_, err = webhook.ValidateCreate(t.Context(), template)
+	g.Expect(err).NotTo(HaveOccurred(), "our webhook accepts the new layout")
+}
+
+// TestLicense checks the LICENSE file the source headers name: the
+// Apache License 2.0, the text Cluster API's module ships.
+func TestLicense(t *testing.T) {
+	g := NewWithT(t)
+	data, err := os.ReadFile(filepath.Join(repoRoot, "LICENSE"))
+	g.Expect(err).NotTo(HaveOccurred(), "a LICENSE at the repository root")
+	capi, err := envtest.ModuleDir("sigs.k8s.io/cluster-api")
+	g.Expect(err).NotTo(HaveOccurred())
+	apache, err := os.ReadFile(filepath.Join(capi, "LICENSE")) //nolint:gosec // Cluster API's module.
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(string(data)).To(Equal(string(apache)), "the full Apache License 2.0")
+	header, err := os.ReadFile(filepath.Join(repoRoot, "hack", "boilerplate.go.txt"))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(string(header)).To(ContainSubstring("Licensed under the Apache License, Version 2.0"), "the file headers name the same license")
 }
