@@ -79,6 +79,7 @@ lint: ## Run go vet and golangci-lint with Cluster API's linters (.golangci.yml)
 
 .PHONY: sandbox
 sandbox: ## Run the local sandbox: embedded control planes, Cluster API, both providers, KubeVirt's control plane with node, CDI and guest stand-ins, and an example Kairos pool (SANDBOX_FLAGS=--once to exit when joined).
+	@echo "sandbox: compiling ./cmd/sandbox (Cluster API, KubeVirt's API, both providers and the simulators); the first time takes minutes on two cores, later runs reuse Go's build cache" >&2
 	go run ./cmd/sandbox $(SANDBOX_FLAGS)
 
 ##@ Testing
