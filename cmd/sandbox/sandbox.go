@@ -142,7 +142,7 @@ func sandbox(ctx context.Context, args []string, out io.Writer) (rerr error) {
 
 	start := time.Now()
 	fmt.Fprintf(out, "Starting the management cluster, Cluster API, both providers, KubeVirt's virt-api and virt-controller, and the node, CDI and guest stand-ins\n")
-	fmt.Fprintf(out, "  (a first run builds kube-apiserver, etcd, kube-controller-manager, kubeadm, virt-api and virt-controller from source; that takes several minutes)\n")
+	fmt.Fprintf(out, "  (a first run builds kube-apiserver, etcd, kube-controller-manager, kubeadm, virt-api and virt-controller from source: about 9 minutes on two cores, 2026-12-03)\n")
 	fmt.Fprintf(out, "  controller logs: %s\n", logPath)
 	h, err := harness.Start(ctx, harness.Options{
 		Logger:        log,

@@ -112,3 +112,87 @@ func TestDocsSetOnlyVariablesTheBuildReads(t *testing.T) {
 	}
 	g.Expect(seen).To(BeNumerically(">", 3), "the docs' make variables are found")
 }
+
+// durationSubjects are the durations the docs state once
+// (docs/testing.md, "Durations"): a sentence that names one of them may
+// give only its figure (or a bound it runs under).
+var durationSubjects = []struct {
+	name    string
+	subject *regexp.Regexp
+	figures []string
+}{
+	{"make test-qemu", regexp.MustCompile(`test-qemu`), []string{"19m17s", "45 minutes", "45m"}},
+	{"CI", regexp.MustCompile(`\.ci/run|\bCI\b`), []string{"80 minutes", "90-minute", "90 minutes"}},
+	{"the first build", regexp.MustCompile(`(?i)\bfirst build\b|\bfirst run builds\b|make tools-bins`), []string{"9 minutes"}},
+}
+
+var duration = regexp.MustCompile(`\b\d+(?:\.\d+)?(?:\s*(?:to|-)\s*\d+(?:\.\d+)?)?[\s-]*(?:minutes?|min)\b|\b\d+m\d+s\b`)
+
+// TestDurationsAreStatedOnce checks that the README, the docs, the Makefile
+// and the sandbox give one figure for the first build, `make test-qemu`
+// and CI, the one docs/testing.md's Durations table dates, so that they
+// cannot be stated several different ways again.
+func TestDurationsAreStatedOnce(t *testing.T) {
+	g := NewWithT(t)
+	files, err := filepath.Glob(filepath.Join(repoRoot, "docs", "*.md"))
+	g.Expect(err).NotTo(HaveOccurred())
+	sandbox, err := filepath.Glob(filepath.Join(repoRoot, "cmd", "sandbox", "*.go"))
+	g.Expect(err).NotTo(HaveOccurred())
+	files = append(append(files, filepath.Join(repoRoot, "README.md"), filepath.Join(repoRoot, "Makefile")), sandbox...)
+	stated := map[string]bool{}
+	for _, file := range files {
+		data, err := os.ReadFile(file) //nolint:gosec // A file of the repository.
+		g.Expect(err).NotTo(HaveOccurred())
+		for _, sentence := range sentences(string(data)) {
+			found := duration.FindAllString(sentence, -1)
+			if len(found) == 0 {
+				continue
+			}
+			var allowed []string
+			for _, s := range durationSubjects {
+				if s.subject.MatchString(sentence) {
+					allowed = append(allowed, s.figures...)
+					stated[s.name] = true
+				}
+			}
+			if allowed == nil {
+				continue
+			}
+			for _, d := range found {
+				ok := false
+				for _, a := range allowed {
+					ok = ok || strings.Join(strings.Fields(d), " ") == a
+				}
+				if !ok {
+					t.Errorf("%s gives %q in %q; the figure is docs/testing.md's (Durations)", filepath.Base(file), d, sentence)
+				}
+			}
+		}
+	}
+	for _, s := range durationSubjects {
+		g.Expect(stated).To(HaveKey(s.name), "the docs state how long %s takes", s.name)
+	}
+}
+
+// sentences splits a text into what a figure belongs to: a table row, or a
+// sentence of a paragraph or list item (its lines joined).
+func sentences(text string) []string {
+	var out []string
+	for _, paragraph := range strings.Split(text, "\n\n") {
+		var prose []string
+		for _, line := range strings.Split(paragraph, "\n") {
+			if strings.HasPrefix(strings.TrimSpace(line), "|") {
+				out = append(out, line)
+				continue
+			}
+			if strings.HasPrefix(strings.TrimSpace(line), "- ") {
+				// A list item starts a sentence.
+				out = append(out, strings.Split(strings.Join(prose, " "), ". ")...)
+				prose = nil
+			}
+			prose = append(prose, strings.TrimSpace(line))
+		}
+		out = append(out, strings.Split(strings.Join(prose, " "), ". ")...)
+	}
+	return out
+}
