@@ -19,9 +19,11 @@ package packaging
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -317,4 +319,57 @@ func TestLicense(t *testing.T) {
 	header, err := os.ReadFile(filepath.Join(repoRoot, "hack", "boilerplate.go.txt"))
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(string(header)).To(ContainSubstring("Licensed under the Apache License, Version 2.0"), "the file headers name the same license")
+}
+
+// roleName is a role named in the docs: a backticked name ending in -role or
+// metrics-reader.
+var roleName = regexp.MustCompile("`([a-z0-9-]*(?:-role|metrics-reader))`")
+
+// TestDocsNameRolesAsReleased checks that every role the docs name is a
+// Role or ClusterRole of the release under that name, prefix included, so
+// that a hoster binding it finds it.
+func TestDocsNameRolesAsReleased(t *testing.T) {
+	g := NewWithT(t)
+	dir := release(t, "pod")
+	released := map[string]bool{}
+	for _, file := range []string{"bootstrap-components.yaml", "infrastructure-components.yaml", "infrastructure-cluster-role.yaml"} {
+		for _, o := range readObjects(t, filepath.Join(dir, file)) {
+			if o.GetKind() == "Role" || o.GetKind() == "ClusterRole" {
+				released[o.GetName()] = true
+			}
+		}
+	}
+	g.Expect(released).NotTo(BeEmpty())
+	docs, err := filepath.Glob(filepath.Join(repoRoot, "docs", "*.md"))
+	g.Expect(err).NotTo(HaveOccurred())
+	named := 0
+	for _, doc := range append(docs, filepath.Join(repoRoot, "README.md")) {
+		data, err := os.ReadFile(doc) //nolint:gosec // A document of the repository.
+		g.Expect(err).NotTo(HaveOccurred())
+		for _, m := range roleName.FindAllStringSubmatch(string(data), -1) {
+			named++
+			if !released[m[1]] {
+				t.Errorf("%s names the role %s, which the release does not have (its roles: %v)", filepath.Base(doc), m[1], slices.Sorted(maps.Keys(released)))
+			}
+		}
+	}
+	g.Expect(named).To(BeNumerically(">", 0))
+}
+
+// TestReadmeAndFlavorTableNameEveryFlavor checks that the README's quick
+// start and docs/packaging.md's flavor table name every flavor in
+// templates/.
+func TestReadmeAndFlavorTableNameEveryFlavor(t *testing.T) {
+	g := NewWithT(t)
+	readme, err := os.ReadFile(filepath.Join(repoRoot, "README.md"))
+	g.Expect(err).NotTo(HaveOccurred())
+	packaging, err := os.ReadFile(filepath.Join(repoRoot, "docs", "packaging.md"))
+	g.Expect(err).NotTo(HaveOccurred())
+	for flavor := range templateFiles(t, filepath.Join(repoRoot, "templates")) {
+		if flavor == "" {
+			continue
+		}
+		g.Expect(string(readme)).To(ContainSubstring("`"+flavor+"`"), "the README names the %s flavor", flavor)
+		g.Expect(string(packaging)).To(MatchRegexp("(?m)^\\| `"+regexp.QuoteMeta(flavor)+"` \\|"), "docs/packaging.md's flavor table has a row for %s", flavor)
+	}
 }
