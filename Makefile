@@ -127,3 +127,7 @@ worker-disk: ## Build the Debian worker test disk (debootstrap, kubelet/kubeadm/
 .PHONY: test-qemu
 test-qemu: ## Real-guest scenarios under QEMU in the harness: join, replacement, scale from zero, failed joins (19m17s on 2026-12-01; QEMU_ARTIFACTS=<dir> keeps guest logs; docs/real-guests.md).
 	go test -tags qemu ./test/qemu/ -v -count=1 -timeout 45m
+
+.PHONY: test-node
+test-node: ## A real node on this machine (root): containerd v2 (built from the Go module proxy), Debian's runc and CNI plugins and the kubelet register with an envtest apiserver and run a Pod from an image built here; Stop leaves nothing (NODE_ARTIFACTS=<dir> keeps the logs; docs/testing.md).
+	go test -tags node ./test/node/ -v -count=1 -timeout 30m

@@ -1,0 +1,600 @@
+//go:build node
+
+/*
+Copyright 2026 The Cozystack Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package node
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"k8s.io/client-go/rest"
+
+	"github.com/cozystack/cluster-api-workers/test/envtest"
+)
+
+// PauseImage is the sandbox image every node imports and pins in
+// containerd's configuration: built here from cmd/pause, never pulled.
+const PauseImage = "kvw.local/pause:v1"
+
+// ErrPrerequisite wraps what this machine lacks to run a node (not root,
+// no unshare, a Debian package missing): tests skip on it.
+var ErrPrerequisite = errors.New("node prerequisite missing")
+
+// Options configure a node.
+type Options struct {
+	// Name is the Node's name (and the kubelet's --hostname-override).
+	Name string
+	// Config is how the kubelet authenticates to the apiserver: a client
+	// certificate with CN=system:node:<Name> and O=system:nodes (see
+	// envtest.Environment.AddUser). Its host must be a loopback address.
+	Config *rest.Config
+	// Images are imported into containerd besides the pause image.
+	Images []Image
+	// Labels are the Node's labels (the kubelet's --node-labels).
+	Labels map[string]string
+	// NodeIP is the node's address inside its network namespace (on its
+	// loopback device); default 10.254.0.1.
+	NodeIP string
+	// PodCIDR is the range the CNI bridge gives pods; default
+	// 10.254.64.0/24. It exists only inside the node's network namespace.
+	PodCIDR string
+	// ArtifactsDir, when set, receives the node's logs (nodeinit,
+	// containerd, kubelet) on Stop.
+	ArtifactsDir string
+	// StartTimeout bounds the start up to a running kubelet; default 3
+	// minutes.
+	StartTimeout time.Duration
+}
+
+// Node is a running node: containerd and a kubelet in mount, PID and
+// network namespaces of their own, with their state in Dir.
+type Node struct {
+	Name   string
+	Dir    string
+	NodeIP string
+
+	opts       Options
+	cmd        *exec.Cmd
+	exited     chan struct{}
+	initPID    int
+	pidNS      string
+	cgroupName string
+	listener   net.Listener
+	before     hostState
+	stopOnce   sync.Once
+	stopErr    error
+}
+
+// Prerequisites says what this machine lacks to run a node, wrapping
+// ErrPrerequisite, or nil.
+func Prerequisites() error {
+	var missing []string
+	if os.Geteuid() != 0 {
+		missing = append(missing, "root (mount, PID and network namespaces, cgroups)")
+	}
+	for _, tool := range []string{"unshare", "ip"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			missing = append(missing, tool+" on the PATH")
+		}
+	}
+	if _, err := os.Stat(runcPath); err != nil {
+		missing = append(missing, runcPath+" (apt-get install runc)")
+	}
+	for _, p := range cniPlugins {
+		if _, err := os.Stat(filepath.Join(cniBinDir, p)); err != nil {
+			missing = append(missing, filepath.Join(cniBinDir, p)+" (apt-get install containernetworking-plugins)")
+		}
+	}
+	if len(cgroupV1Mounts()) == 0 && cgroupV2Mount() == "" {
+		missing = append(missing, "a cgroup hierarchy")
+	}
+	if fs, err := os.ReadFile("/proc/filesystems"); err != nil || !bytes.Contains(fs, []byte("overlay")) {
+		missing = append(missing, "overlayfs in the kernel")
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("%w: %s", ErrPrerequisite, strings.Join(missing, ", "))
+	}
+	return nil
+}
+
+const (
+	runcPath  = "/usr/sbin/runc"
+	cniBinDir = "/usr/lib/cni"
+)
+
+var cniPlugins = []string{"bridge", "host-local", "loopback", "portmap"}
+
+// kernelSettings are the sysctls the kubelet sets when they differ (see
+// setupKernelTunables in pkg/kubelet/cm): the node's init shows it these
+// values over /proc/sys so the host's stay as they are.
+var kernelSettings = map[string]string{
+	"vm/overcommit_memory":      "1",
+	"vm/panic_on_oom":           "0",
+	"kernel/panic":              "10",
+	"kernel/panic_on_oops":      "1",
+	"kernel/keys/root_maxkeys":  "1000000",
+	"kernel/keys/root_maxbytes": "25000000",
+}
+
+// initConfig is cmd/nodeinit's Config.
+type initConfig struct {
+	Dir              string            `json:"dir"`
+	PrivateDirs      map[string]string `json:"privateDirs"`
+	Sysctls          map[string]string `json:"sysctls"`
+	NodeIP           string            `json:"nodeIP"`
+	APIListen        string            `json:"apiListen"`
+	APISocket        string            `json:"apiSocket"`
+	Path             string            `json:"path"`
+	Containerd       []string          `json:"containerd"`
+	ContainerdSocket string            `json:"containerdSocket"`
+	Ctr              string            `json:"ctr"`
+	Images           []string          `json:"images"`
+	Kubelet          []string          `json:"kubelet"`
+	LogDir           string            `json:"logDir"`
+	PhaseFile        string            `json:"phaseFile"`
+}
+
+var validName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+
+// Start builds what the node runs (containerd and the kubelet into the
+// cache, once; nodeinit and the pause image each time, from the Go build
+// cache), starts it, and returns once the kubelet runs. The Node object
+// shows up when the kubelet registers; wait for its Ready condition.
+// Stop ends it, whatever Start returned.
+func Start(ctx context.Context, opts Options) (*Node, error) {
+	if err := Prerequisites(); err != nil {
+		return nil, err
+	}
+	if !validName.MatchString(opts.Name) || len(opts.Name) > 40 {
+		return nil, fmt.Errorf("node name %q: lower-case letters, digits and '-', at most 40", opts.Name)
+	}
+	if opts.Config == nil || len(opts.Config.CertData) == 0 || len(opts.Config.KeyData) == 0 {
+		return nil, errors.New("options.Config must carry the kubelet's client certificate and key")
+	}
+	if opts.NodeIP == "" {
+		opts.NodeIP = "10.254.0.1"
+	}
+	if opts.PodCIDR == "" {
+		opts.PodCIDR = "10.254.64.0/24"
+	}
+	if opts.StartTimeout == 0 {
+		opts.StartTimeout = 3 * time.Minute
+	}
+	apiURL, err := url.Parse(opts.Config.Host)
+	if err != nil || apiURL.Port() == "" {
+		return nil, fmt.Errorf("apiserver host %q: need scheme, host and port", opts.Config.Host)
+	}
+	if ip := net.ParseIP(apiURL.Hostname()); apiURL.Hostname() != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return nil, fmt.Errorf("apiserver host %q: only a loopback apiserver is reachable from the node", opts.Config.Host)
+	}
+
+	binDir, err := envtest.ToolsBinary("kubelet")
+	if err != nil {
+		return nil, fmt.Errorf("building the kubelet: %w", err)
+	}
+	kubeletBin := filepath.Join(binDir, "kubelet")
+	containerdDir, err := containerdBinaries()
+	if err != nil {
+		return nil, err
+	}
+
+	sweepLeftovers()
+	dir, err := os.MkdirTemp("", "kvw-node-")
+	if err != nil {
+		return nil, err
+	}
+	n := &Node{Name: opts.Name, Dir: dir, NodeIP: opts.NodeIP, opts: opts, exited: make(chan struct{}),
+		cgroupName: "kvw-node-" + opts.Name + "-" + filepath.Base(dir)[len("kvw-node-"):]}
+	n.before = snapshotHost()
+	if err := n.start(ctx, kubeletBin, containerdDir, apiURL); err != nil {
+		if stopErr := n.Stop(); stopErr != nil {
+			err = fmt.Errorf("%w (and stopping: %v)", err, stopErr) //nolint:errorlint // The first error is the one to match.
+		}
+		return nil, err
+	}
+	return n, nil
+}
+
+func (n *Node) path(parts ...string) string {
+	return filepath.Join(append([]string{n.Dir}, parts...)...)
+}
+
+func (n *Node) start(ctx context.Context, kubeletBin, containerdDir string, apiURL *url.URL) error {
+	for _, d := range []string{"bin", "images", "logs", "sysctl", "private/run", "private/var-lib", "private/var-log",
+		"containerd/root", "containerd/state", "kubelet", "pod-logs", "cni/net.d", "cni/ipam", "volume-plugins"} {
+		if err := os.MkdirAll(n.path(d), 0o700); err != nil {
+			return err
+		}
+	}
+	// Built each time (seconds with a warm Go build cache): nodeinit, and the
+	// pause binary of the sandbox image.
+	for _, cmd := range []string{"nodeinit", "pause"} {
+		if err := GoBuild("./test/node/cmd/"+cmd, n.path("bin", cmd)); err != nil {
+			return err
+		}
+	}
+	images := append([]Image{{Ref: PauseImage, Files: map[string]string{"/pause": n.path("bin", "pause")}, Entrypoint: []string{"/pause"}}}, n.opts.Images...)
+	var archives []string
+	for i, img := range images {
+		archive := n.path("images", fmt.Sprintf("%d.tar", i))
+		if err := img.WriteArchive(archive); err != nil {
+			return err
+		}
+		archives = append(archives, archive)
+	}
+	if err := n.createCgroups(); err != nil {
+		return err
+	}
+	if err := n.writeConfigs(apiURL); err != nil {
+		return err
+	}
+	// The host side of the apiserver forwarder.
+	l, err := net.Listen("unix", n.path("api.sock"))
+	if err != nil {
+		return err
+	}
+	n.listener = l
+	upstream := apiURL.Host
+	go serveForwarder(l, upstream)
+
+	kubeletArgs := []string{kubeletBin,
+		"--config=" + n.path("kubelet.yaml"),
+		"--kubeconfig=" + n.path("kubelet.kubeconfig"),
+		"--root-dir=" + n.path("kubelet"),
+		"--hostname-override=" + n.Name,
+		"--node-ip=" + n.NodeIP,
+		"--v=2",
+	}
+	if len(n.opts.Labels) > 0 {
+		var labels []string
+		for k, v := range n.opts.Labels {
+			labels = append(labels, k+"="+v)
+		}
+		kubeletArgs = append(kubeletArgs, "--node-labels="+strings.Join(labels, ","))
+	}
+	socket := n.path("containerd", "containerd.sock")
+	cfg := initConfig{
+		Dir: n.Dir,
+		PrivateDirs: map[string]string{
+			"/run":     n.path("private", "run"),
+			"/var/lib": n.path("private", "var-lib"),
+			"/var/log": n.path("private", "var-log"),
+		},
+		Sysctls:          kernelSettings,
+		NodeIP:           n.NodeIP,
+		APIListen:        apiURL.Host,
+		APISocket:        n.path("api.sock"),
+		Path:             containerdDir + ":/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		Containerd:       []string{filepath.Join(containerdDir, "containerd"), "--config", n.path("containerd.toml")},
+		ContainerdSocket: socket,
+		Ctr:              filepath.Join(containerdDir, "ctr"),
+		Images:           archives,
+		Kubelet:          kubeletArgs,
+		LogDir:           n.path("logs"),
+		PhaseFile:        n.path("phase"),
+	}
+	if apiURL.Hostname() == "localhost" {
+		cfg.APIListen = net.JoinHostPort("127.0.0.1", apiURL.Port())
+	}
+	raw, err := json.MarshalIndent(cfg, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(n.path("nodeinit.json"), raw, 0o600); err != nil {
+		return err
+	}
+	logFile, err := os.Create(n.path("logs", "nodeinit.log"))
+	if err != nil {
+		return err
+	}
+	// --kill-child=SIGTERM: when unshare dies (it dies with this process,
+	// Pdeathsig), nodeinit stops the node as Stop would.
+	n.cmd = exec.Command("unshare", "--mount", "--pid", "--net", "--fork", "--mount-proc", "--propagation", "private", //nolint:gosec,noctx // Our own command line; Stop ends it.
+		"--kill-child=SIGTERM", n.path("bin", "nodeinit"), n.path("nodeinit.json"))
+	n.cmd.Stdout, n.cmd.Stderr = logFile, logFile
+	n.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := n.cmd.Start(); err != nil {
+		_ = logFile.Close()
+		return fmt.Errorf("starting unshare: %w", err)
+	}
+	go func() {
+		_ = n.cmd.Wait()
+		_ = logFile.Close()
+		close(n.exited)
+	}()
+	if err := n.findInit(); err != nil {
+		return err
+	}
+	deadline := time.NewTimer(n.opts.StartTimeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		phases, _ := os.ReadFile(n.path("phase"))
+		for _, line := range strings.Split(string(phases), "\n") {
+			if strings.HasPrefix(line, "failed: ") || strings.Contains(line, " exited: ") {
+				return fmt.Errorf("node %s: %s\n%s", n.Name, line, n.LogTails(30))
+			}
+			if line == "kubelet" {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-n.exited:
+			return fmt.Errorf("node %s: nodeinit exited while starting\n%s", n.Name, n.LogTails(30))
+		case <-deadline.C:
+			return fmt.Errorf("node %s: the kubelet did not start within %s (phases: %q)\n%s", n.Name, n.opts.StartTimeout, phases, n.LogTails(30))
+		case <-tick.C:
+		}
+	}
+}
+
+// findInit finds nodeinit, unshare's only child and PID 1 of the node's PID
+// namespace, and records that namespace.
+func (n *Node) findInit() error {
+	pid := n.cmd.Process.Pid
+	for i := 0; i < 200; i++ {
+		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
+		if err == nil {
+			if fields := strings.Fields(string(raw)); len(fields) > 0 {
+				var child int
+				if _, err := fmt.Sscan(fields[0], &child); err == nil {
+					ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", child))
+					if err == nil {
+						own, _ := os.Readlink("/proc/self/ns/pid")
+						if ns != own {
+							n.initPID, n.pidNS = child, ns
+							return nil
+						}
+					}
+				}
+			}
+		}
+		select {
+		case <-n.exited:
+			return fmt.Errorf("unshare exited at once\n%s", n.LogTails(30))
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return errors.New("could not find the node's init process under unshare")
+}
+
+func serveForwarder(l net.Listener, upstream string) {
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer func() { _ = c.Close() }()
+			up, err := net.DialTimeout("tcp", upstream, 10*time.Second)
+			if err != nil {
+				return
+			}
+			defer func() { _ = up.Close() }()
+			done := make(chan struct{}, 2)
+			go func() { _, _ = io.Copy(up, c); done <- struct{}{} }()
+			go func() { _, _ = io.Copy(c, up); done <- struct{}{} }()
+			<-done
+		}()
+	}
+}
+
+// Stop stops the kubelet, then containerd (SIGTERM, through nodeinit), and
+// with the node's init the PID namespace ends: every shim and container in
+// it is killed by the kernel, and the mount and network namespaces (pod
+// sandboxes' mounts, the CNI bridge, any iptables rules there) go with it.
+// Then it removes the node's cgroups and directory and checks that nothing
+// is left: mounts under the directory, cgroups named for the node,
+// processes of its PID namespace, host iptables rules or paths that were
+// not there before. It returns what it found left, if anything.
+func (n *Node) Stop() error {
+	n.stopOnce.Do(func() { n.stopErr = n.stop() })
+	return n.stopErr
+}
+
+func (n *Node) stop() error {
+	var errs []error
+	if n.cmd != nil && n.cmd.Process != nil {
+		if n.initPID != 0 {
+			_ = syscall.Kill(n.initPID, syscall.SIGTERM)
+		} else {
+			_ = n.cmd.Process.Signal(syscall.SIGTERM)
+		}
+		select {
+		case <-n.exited:
+		case <-time.After(45 * time.Second):
+			errs = append(errs, errors.New("the node did not stop within 45s: killed"))
+			if n.initPID != 0 {
+				_ = syscall.Kill(n.initPID, syscall.SIGKILL)
+			}
+			_ = n.cmd.Process.Kill()
+			<-n.exited
+		}
+	}
+	if n.listener != nil {
+		_ = n.listener.Close()
+	}
+	if n.pidNS != "" {
+		if err := waitFor(30*time.Second, func() error {
+			if pids := processesIn(n.pidNS); len(pids) > 0 {
+				return fmt.Errorf("processes left in the node's PID namespace: %v", pids)
+			}
+			return nil
+		}); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := waitFor(30*time.Second, n.removeCgroups); err != nil {
+		errs = append(errs, err)
+	}
+	if n.opts.ArtifactsDir != "" {
+		if err := copyDir(n.path("logs"), n.opts.ArtifactsDir); err != nil {
+			errs = append(errs, fmt.Errorf("keeping the logs: %w", err))
+		}
+	}
+	if err := waitFor(10*time.Second, func() error {
+		if mounts := mountsUnder(n.Dir); len(mounts) > 0 {
+			return fmt.Errorf("mounts left under %s: %v", n.Dir, mounts)
+		}
+		return nil
+	}); err != nil {
+		errs = append(errs, err)
+	} else if err := os.RemoveAll(n.Dir); err != nil {
+		errs = append(errs, err)
+	}
+	errs = append(errs, n.before.compare(snapshotHost())...)
+	return errors.Join(errs...)
+}
+
+func waitFor(timeout time.Duration, check func() error) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		err := check()
+		if err == nil || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// ContainerLog returns what a container of a pod on this node wrote, read
+// from the kubelet's log file (CRI format, the timestamp, stream and tag of
+// each line stripped).
+func (n *Node) ContainerLog(namespace, pod, container string) (string, error) {
+	files, err := filepath.Glob(n.path("pod-logs", namespace+"_"+pod+"_*", container, "*.log"))
+	if err != nil {
+		return "", err
+	}
+	if len(files) == 0 {
+		return "", fmt.Errorf("no log file for %s/%s container %s under %s", namespace, pod, container, n.path("pod-logs"))
+	}
+	raw, err := os.ReadFile(files[len(files)-1])
+	if err != nil {
+		return "", err
+	}
+	var out strings.Builder
+	for _, line := range strings.Split(strings.TrimRight(string(raw), "\n"), "\n") {
+		// "<RFC3339Nano> <stdout|stderr> <F|P> <text>"
+		parts := strings.SplitN(line, " ", 4)
+		if len(parts) == 4 {
+			out.WriteString(parts[3])
+			if parts[2] == "F" {
+				out.WriteString("\n")
+			}
+		}
+	}
+	return out.String(), nil
+}
+
+// LogTails returns the last lines of each log of the node.
+func (n *Node) LogTails(lines int) string {
+	var b strings.Builder
+	for _, name := range []string{"nodeinit", "containerd", "kubelet"} {
+		raw, err := os.ReadFile(n.path("logs", name+".log"))
+		if err != nil {
+			continue
+		}
+		all := strings.Split(strings.TrimRight(string(raw), "\n"), "\n")
+		if len(all) > lines {
+			all = all[len(all)-lines:]
+		}
+		fmt.Fprintf(&b, "--- %s.log (last %d lines)\n%s\n", name, len(all), strings.Join(all, "\n"))
+	}
+	return b.String()
+}
+
+// LogPath is the file a component of the node (nodeinit, containerd,
+// kubelet) logs to, while the node runs.
+func (n *Node) LogPath(component string) string { return n.path("logs", component+".log") }
+
+// GoBuild builds a package of this repository, statically (CGO off), with
+// the node build tag.
+func GoBuild(pkg, out string) error {
+	cmd := exec.Command("go", "build", "-tags", "node", "-trimpath", "-ldflags", "-s -w", "-o", out, pkg) //nolint:gosec,noctx // Our own command line; it ends on its own.
+	cmd.Dir = envtest.RepoRoot()
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build %s: %w: %s", pkg, err, out)
+	}
+	return nil
+}
+
+// containerdBinaries runs hack/node/bins.sh, which builds containerd, its
+// runc shim and ctr into the cache on first use.
+func containerdBinaries() (string, error) {
+	cmd := exec.Command("bash", filepath.Join(envtest.RepoRoot(), "hack", "node", "bins.sh")) //nolint:gosec,noctx // Our own script; it ends on its own.
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, io.MultiWriter(&stderr, os.Stderr)
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("hack/node/bins.sh: %w: %s", err, stderr.String())
+	}
+	return strings.TrimSpace(stdout.String()), nil
+}
+
+func copyDir(from, to string) error {
+	if err := os.MkdirAll(to, 0o750); err != nil {
+		return err
+	}
+	entries, err := os.ReadDir(from)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if !e.Type().IsRegular() {
+			continue
+		}
+		raw, err := os.ReadFile(filepath.Join(from, e.Name()))
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(to, e.Name()), raw, 0o600); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Processes lists the node's processes (host PIDs): everything in its PID
+// namespace, nodeinit, containerd, the kubelet, shims and containers.
+func (n *Node) Processes() []int {
+	if n.pidNS == "" {
+		return nil
+	}
+	return processesIn(n.pidNS)
+}
+
+// Cgroups lists the node's cgroups in every hierarchy: its cgroup root and
+// what the kubelet and runc made below it.
+func (n *Node) Cgroups() []string { return n.cgroupsLeft() }
