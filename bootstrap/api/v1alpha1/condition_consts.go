@@ -71,6 +71,11 @@ const (
 	// resolved from a WorkerClass whose workers do not boot Kairos (Talos,
 	// say); nothing is rendered, for good: the resolution is frozen.
 	BootstrapFamilyMismatchReason = "BootstrapFamilyMismatch"
+	// InfrastructureKindNotSupportedReason: the Machine's infrastructure
+	// reference, or its infrastructure object's cloned-from annotations,
+	// name a kind other than the KubeVirt provider's; the controller reads
+	// no other kind, and nothing is rendered.
+	InfrastructureKindNotSupportedReason = "InfrastructureKindNotSupported"
 	// KubernetesVersionMismatchReason: the image's Kubernetes version does not
 	// match Machine.spec.version; nothing is rendered.
 	KubernetesVersionMismatchReason = "KubernetesVersionMismatch"

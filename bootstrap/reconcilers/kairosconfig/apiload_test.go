@@ -78,6 +78,7 @@ func reconcileAlone(g Gomega, cm *controllerManager, w *worker, now time.Time) (
 		APIReader:           cm.reconciler.APIReader,
 		ClusterCache:        cm.reconciler.ClusterCache,
 		TokenTTL:            cm.reconciler.TokenTTL,
+		InfrastructureKinds: cm.reconciler.InfrastructureKinds,
 		now:                 func() time.Time { return now },
 		expect:              newExpectations(),
 	}

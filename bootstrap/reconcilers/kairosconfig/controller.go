@@ -90,6 +90,10 @@ type Reconciler struct {
 	WatchFilterValue string
 	// TokenTTL is the bootstrap token lifetime between refreshes.
 	TokenTTL time.Duration
+	// InfrastructureKinds are the only kinds read from a Machine's
+	// infrastructure reference and its cloned-from annotations;
+	// KubeVirtKinds when zero.
+	InfrastructureKinds InfrastructureKinds
 
 	controller controller.Controller
 	// templates adds a watch per infrastructure template kind, the first
@@ -109,6 +113,9 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 	}
 	if r.now == nil {
 		r.now = time.Now
+	}
+	if r.InfrastructureKinds == (InfrastructureKinds{}) {
+		r.InfrastructureKinds = KubeVirtKinds
 	}
 	r.expect = newExpectations()
 	if err := indexFields(ctx, mgr.GetFieldIndexer()); err != nil {

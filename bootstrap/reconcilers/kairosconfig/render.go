@@ -113,7 +113,14 @@ func (r *Reconciler) joinInputs(ctx context.Context, s *scope) (joinInputs, *wai
 		return joinInputs{}, nil, err
 	}
 
-	template, err := infrastructureTemplate(ctx, r.Client, machine)
+	template, err := infrastructureTemplate(ctx, r.Client, r.InfrastructureKinds, machine)
+	var unsupported *unsupportedKindError
+	if errors.As(err, &unsupported) {
+		// Final: the Machine's reference is immutable; a cloned-from
+		// annotation changed later is not watched. Replace the Machine.
+		ctrl.LoggerFrom(ctx).Info("Not rendering bootstrap data: the infrastructure kind is not followed", "reason", unsupported.Error())
+		return joinInputs{}, &waiting{reason: bootstrapv1.InfrastructureKindNotSupportedReason, message: unsupported.Error()}, nil
+	}
 	if errors.Is(err, errInfrastructureNotFound) {
 		return joinInputs{}, &waiting{reason: bootstrapv1.WaitingForInfrastructureReason,
 			message:      fmt.Sprintf("Waiting for %s %s to exist to check the image's WorkerClass and Kubernetes version", machine.Spec.InfrastructureRef.Kind, machine.Spec.InfrastructureRef.Name),

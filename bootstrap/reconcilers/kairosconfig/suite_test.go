@@ -31,7 +31,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/client-go/rest"
 	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -135,14 +137,28 @@ func (c *controllerManager) stop() {
 	})
 }
 
+// testKinds are the suite's infrastructure kinds, which its controllers
+// follow instead of the KubeVirt provider's.
+var testKinds = InfrastructureKinds{
+	Machine:  schema.GroupKind{Group: "infrastructure.test.cozystack.io", Kind: "TestMachine"},
+	Template: schema.GroupKind{Group: "infrastructure.test.cozystack.io", Kind: "TestMachineTemplate"},
+}
+
 // startController starts the controller in a manager of its own; the test
 // stops it at cleanup, or earlier to simulate a restart.
 func startController(t *testing.T, ttl time.Duration) *controllerManager {
 	t.Helper()
+	return startControllerAs(t, mgmt.Config, ttl, testKinds)
+}
+
+// startControllerAs starts the controller as the user of cfg, following
+// kinds.
+func startControllerAs(t *testing.T, cfg *rest.Config, ttl time.Duration, kinds InfrastructureKinds) *controllerManager {
+	t.Helper()
 	// Informer names are process-wide, so each manager gets its own name.
 	name := fmt.Sprintf("kairos-test-%d", managerCount.Add(1))
 	requestLog := &requests.Log{}
-	mgr, err := ctrl.NewManager(requestLog.WrapConfig(mgmt.Config), ctrl.Options{
+	mgr, err := ctrl.NewManager(requestLog.WrapConfig(cfg), ctrl.Options{
 		BaseContext:            func() context.Context { return requestLog.Into(context.Background()) },
 		Scheme:                 scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
@@ -176,8 +192,9 @@ func startController(t *testing.T, ttl time.Duration) *controllerManager {
 		SecretCachingClient: secretCachingClient,
 		APIReader:           mgr.GetAPIReader(),
 		// The ClusterCache's clients read Secrets directly.
-		ClusterCache: requests.ClusterCache{ClusterCache: cc, Uncached: []client.Object{&corev1.Secret{}}},
-		TokenTTL:     ttl,
+		ClusterCache:        requests.ClusterCache{ClusterCache: cc, Uncached: []client.Object{&corev1.Secret{}}},
+		TokenTTL:            ttl,
+		InfrastructureKinds: kinds,
 	}
 	if err := r.SetupWithManager(ctx, mgr, opts); err != nil {
 		t.Fatal(err)

@@ -25,6 +25,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/controllers/external"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -48,13 +49,48 @@ type imageVersion struct {
 // not exist yet.
 var errInfrastructureNotFound = fmt.Errorf("the infrastructure machine does not exist yet")
 
+// InfrastructureKinds are the kinds the controller follows from a Machine:
+// its infrastructure machine's and the template's that machine was cloned
+// from. Both are tenant-chosen (the Machine's spec.infrastructureRef, the
+// machine's cluster.x-k8s.io/cloned-from-* annotations), and a read of a
+// kind starts a shared informer: one of a kind the controller's role
+// cannot list never syncs, and every reconcile that reads it would hold a
+// worker until the reconcile timeout. Only these kinds are read, which the
+// role lists.
+type InfrastructureKinds struct {
+	Machine, Template schema.GroupKind
+}
+
+// KubeVirtKinds are the kinds the pair defines, which the controller
+// follows by default.
+var KubeVirtKinds = InfrastructureKinds{
+	Machine:  schema.GroupKind{Group: "infrastructure.cozystack.io", Kind: "KubeVirtMachine"},
+	Template: schema.GroupKind{Group: "infrastructure.cozystack.io", Kind: "KubeVirtMachineTemplate"},
+}
+
+// unsupportedKindError names a kind the controller does not follow, and
+// the field that named it.
+type unsupportedKindError struct{ msg string }
+
+func (e *unsupportedKindError) Error() string { return e.msg }
+
+func unsupportedKind(subject string, path *field.Path, got, want schema.GroupKind) error {
+	return &unsupportedKindError{msg: fmt.Sprintf("%s %s: %s; a KairosConfig reads no other infrastructure kind",
+		subject, path, field.NotSupported(path, got.String(), []string{want.String()}).ErrorBody())}
+}
+
 // infrastructureTemplate follows the Machine's infrastructure object to
 // the template it was cloned from (cluster.x-k8s.io/cloned-from-*
-// annotations). Both are read as unstructured, from the cache, so any
-// infrastructure provider works. It returns nil when there is no template
-// to read: no cloned-from annotations, or the template is gone.
-func infrastructureTemplate(ctx context.Context, reader client.Reader, machine *clusterv1.Machine) (*unstructured.Unstructured, error) {
-	infra, err := external.GetObjectFromContractVersionedRef(ctx, reader, machine.Spec.InfrastructureRef, machine.Namespace)
+// annotations). Both are read as unstructured, from the cache, and only
+// when they are of kinds (an *unsupportedKindError otherwise). It returns
+// nil when there is no template to read: no cloned-from annotations, or
+// the template is gone.
+func infrastructureTemplate(ctx context.Context, reader client.Reader, kinds InfrastructureKinds, machine *clusterv1.Machine) (*unstructured.Unstructured, error) {
+	ref := machine.Spec.InfrastructureRef
+	if gk := (schema.GroupKind{Group: ref.APIGroup, Kind: ref.Kind}); gk != kinds.Machine {
+		return nil, unsupportedKind("Machine "+machine.Name, field.NewPath("spec", "infrastructureRef"), gk, kinds.Machine)
+	}
+	infra, err := external.GetObjectFromContractVersionedRef(ctx, reader, ref, machine.Namespace)
 	if err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil, errInfrastructureNotFound
@@ -67,8 +103,11 @@ func infrastructureTemplate(ctx context.Context, reader client.Reader, machine *
 		return nil, nil
 	}
 	gk := schema.ParseGroupKind(groupKind)
-	ref := clusterv1.ContractVersionedObjectReference{APIGroup: gk.Group, Kind: gk.Kind, Name: name}
-	template, err := external.GetObjectFromContractVersionedRef(ctx, reader, ref, machine.Namespace)
+	if gk != kinds.Template {
+		return nil, unsupportedKind(ref.Kind+" "+ref.Name,
+			field.NewPath("metadata", "annotations").Key(clusterv1.TemplateClonedFromGroupKindAnnotation), gk, kinds.Template)
+	}
+	template, err := external.GetObjectFromContractVersionedRef(ctx, reader, clusterv1.ContractVersionedObjectReference{APIGroup: gk.Group, Kind: gk.Kind, Name: name}, machine.Namespace)
 	if err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil, nil
