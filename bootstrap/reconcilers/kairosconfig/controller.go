@@ -68,7 +68,6 @@ const (
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions,verbs=get;list;watch
 // +kubebuilder:rbac:groups=infrastructure.cozystack.io,resources=kubevirtmachines;kubevirtmachinetemplates,verbs=get;list;watch
-// +kubebuilder:rbac:groups=infrastructure.cluster.x-k8s.io,resources=*,verbs=get;list;watch
 
 // Reconciler reconciles KairosConfigs.
 type Reconciler struct {
