@@ -20,10 +20,10 @@ package node
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -36,7 +36,7 @@ import (
 
 // writeConfigs writes containerd's, the CNI network's and the kubelet's
 // configuration and the kubelet's kubeconfig into the node's directory.
-func (n *Node) writeConfigs(apiURL *url.URL) error {
+func (n *Node) writeConfigs() error {
 	containerd := fmt.Sprintf(`version = 4
 root = %[1]q
 state = %[2]q
@@ -186,12 +186,12 @@ func cgroupV2Mount() string         { _, v2 := cgroupMounts(); return v2 }
 func (n *Node) createCgroups() error {
 	for _, m := range cgroupV1Mounts() {
 		dir := filepath.Join(m.dir, n.cgroupName)
-		if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+		if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) { //nolint:gosec // A cgroup, as the kubelet makes them.
 			return fmt.Errorf("creating cgroup %s: %w", dir, err)
 		}
 		if strings.Contains(","+m.options+",", ",cpuset,") {
 			for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
-				v, err := os.ReadFile(filepath.Join(m.dir, f))
+				v, err := os.ReadFile(filepath.Join(m.dir, f)) //nolint:gosec // cgroupfs.
 				if err != nil {
 					return err
 				}
@@ -241,28 +241,58 @@ func (n *Node) removeCgroups() error {
 	return nil
 }
 
-// processesIn lists the processes (host PIDs) in a PID namespace.
-func processesIn(ns string) []int {
+// processes lists the node's processes (host PIDs): those in its PID
+// namespace, their descendants (containers run in PID namespaces of their
+// own) and any process in one of its cgroups.
+func (n *Node) processes() []int {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil
 	}
-	var pids []int
+	parent := map[int]int{}
+	mine := map[int]bool{}
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
 			continue
 		}
-		if link, err := os.Readlink(filepath.Join("/proc", e.Name(), "ns", "pid")); err == nil && link == ns {
-			pids = append(pids, pid)
+		dir := "/proc/" + e.Name()
+		if stat, err := os.ReadFile(filepath.Join(dir, "stat")); err == nil { //nolint:gosec // procfs.
+			// pid (comm) state ppid ...: comm may hold spaces and parentheses.
+			if i := bytes.LastIndexByte(stat, ')'); i > 0 {
+				if f := strings.Fields(string(stat[i+1:])); len(f) > 1 {
+					parent[pid], _ = strconv.Atoi(f[1])
+				}
+			}
+		}
+		if n.pidNS != "" {
+			if link, err := os.Readlink(filepath.Join(dir, "ns", "pid")); err == nil && link == n.pidNS {
+				mine[pid] = true
+			}
+		}
+		if cg, err := os.ReadFile(filepath.Join(dir, "cgroup")); err == nil && bytes.Contains(cg, []byte("/"+n.cgroupName+"/")) { //nolint:gosec // procfs.
+			mine[pid] = true
 		}
 	}
+	var pids []int
+	for pid := range parent {
+		for p, hops := pid, 0; p > 1 && hops < 64; p, hops = parent[p], hops+1 {
+			if mine[p] || (n.initPID != 0 && p == n.initPID) {
+				pids = append(pids, pid)
+				break
+			}
+		}
+	}
+	sort.Ints(pids)
 	return pids
 }
 
 // mountsUnder lists this mount namespace's mounts at or below dir.
-func mountsUnder(dir string) []string {
-	raw, err := os.ReadFile("/proc/self/mountinfo")
+func mountsUnder(dir string) []string { return mountsIn("/proc/self/mountinfo", dir) }
+
+// mountsIn lists the mounts of a mountinfo file at or below dir.
+func mountsIn(mountinfo, dir string) []string {
+	raw, err := os.ReadFile(mountinfo) //nolint:gosec // procfs.
 	if err != nil {
 		return []string{err.Error()}
 	}
@@ -304,7 +334,7 @@ func snapshotHost() hostState {
 		if _, err := exec.LookPath(save); err != nil {
 			continue
 		}
-		out, err := exec.Command(save).Output() //nolint:noctx // Ends on its own.
+		out, err := exec.Command(save).Output() //nolint:noctx,gosec // iptables-save or ip6tables-save; ends on its own.
 		if err != nil {
 			s.iptables += save + ": " + err.Error() + "\n"
 			continue
@@ -334,7 +364,7 @@ func snapshotHost() hostState {
 		s.links = strings.Join(names, " ")
 	}
 	for k := range kernelSettings {
-		v, _ := os.ReadFile(filepath.Join("/proc/sys", k))
+		v, _ := os.ReadFile("/proc/sys/" + k) //nolint:gosec // procfs.
 		s.sysctls[k] = strings.TrimSpace(string(v))
 	}
 	return s
@@ -414,7 +444,7 @@ func processMentions(dir string) bool {
 		if _, err := strconv.Atoi(e.Name()); err != nil {
 			continue
 		}
-		if raw, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline")); err == nil && strings.Contains(string(raw), dir+"/") {
+		if raw, err := os.ReadFile("/proc/" + e.Name() + "/cmdline"); err == nil && strings.Contains(string(raw), dir+"/") {
 			return true
 		}
 	}

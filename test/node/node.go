@@ -254,11 +254,11 @@ func (n *Node) start(ctx context.Context, kubeletBin, containerdDir string, apiU
 	if err := n.createCgroups(); err != nil {
 		return err
 	}
-	if err := n.writeConfigs(apiURL); err != nil {
+	if err := n.writeConfigs(); err != nil {
 		return err
 	}
 	// The host side of the apiserver forwarder.
-	l, err := net.Listen("unix", n.path("api.sock"))
+	l, err := (&net.ListenConfig{}).Listen(ctx, "unix", n.path("api.sock"))
 	if err != nil {
 		return err
 	}
@@ -364,7 +364,7 @@ func (n *Node) start(ctx context.Context, kubeletBin, containerdDir string, apiU
 // namespace, and records that namespace.
 func (n *Node) findInit() error {
 	pid := n.cmd.Process.Pid
-	for i := 0; i < 200; i++ {
+	for range 200 {
 		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
 		if err == nil {
 			if fields := strings.Fields(string(raw)); len(fields) > 0 {
@@ -398,7 +398,7 @@ func serveForwarder(l net.Listener, upstream string) {
 		}
 		go func() {
 			defer func() { _ = c.Close() }()
-			up, err := net.DialTimeout("tcp", upstream, 10*time.Second)
+			up, err := (&net.Dialer{Timeout: 10 * time.Second}).DialContext(context.Background(), "tcp", upstream)
 			if err != nil {
 				return
 			}
@@ -448,7 +448,7 @@ func (n *Node) stop() error {
 	}
 	if n.pidNS != "" {
 		if err := waitFor(30*time.Second, func() error {
-			if pids := processesIn(n.pidNS); len(pids) > 0 {
+			if pids := n.processes(); len(pids) > 0 {
 				return fmt.Errorf("processes left in the node's PID namespace: %v", pids)
 			}
 			return nil
@@ -575,11 +575,11 @@ func copyDir(from, to string) error {
 		if !e.Type().IsRegular() {
 			continue
 		}
-		raw, err := os.ReadFile(filepath.Join(from, e.Name()))
+		raw, err := os.ReadFile(filepath.Join(from, e.Name())) //nolint:gosec // The node's log directory.
 		if err != nil {
 			return err
 		}
-		if err := os.WriteFile(filepath.Join(to, e.Name()), raw, 0o600); err != nil {
+		if err := os.WriteFile(filepath.Join(to, e.Name()), raw, 0o600); err != nil { //nolint:gosec // The caller's artifacts directory.
 			return err
 		}
 	}
@@ -588,13 +588,24 @@ func copyDir(from, to string) error {
 
 // Processes lists the node's processes (host PIDs): everything in its PID
 // namespace, nodeinit, containerd, the kubelet, shims and containers.
+//
+// Containers run in PID namespaces of their own below the node's, so a
+// process counts when it is in the node's PID namespace, descends from
+// nodeinit, or sits in one of the node's cgroups.
 func (n *Node) Processes() []int {
-	if n.pidNS == "" {
-		return nil
-	}
-	return processesIn(n.pidNS)
+	return n.processes()
 }
 
 // Cgroups lists the node's cgroups in every hierarchy: its cgroup root and
 // what the kubelet and runc made below it.
 func (n *Node) Cgroups() []string { return n.cgroupsLeft() }
+
+// Mounts lists the mounts under the node's directory as the node sees
+// them (its own mount namespace): containers' root filesystems, sandboxes'
+// network namespaces, the kubelet's volumes. The host sees none of them.
+func (n *Node) Mounts() []string {
+	if n.initPID == 0 {
+		return nil
+	}
+	return mountsIn(fmt.Sprintf("/proc/%d/mountinfo", n.initPID), n.Dir)
+}

@@ -167,6 +167,42 @@ func TestNodeRunsAPod(t *testing.T) {
 	}
 	t.Logf("container log: %q", logs)
 
+	// A pod still running when the node stops: Stop must end its
+	// container and sandbox and leave none of their mounts, network
+	// namespace or cgroups.
+	sleeper := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "sleeper"},
+		Spec: corev1.PodSpec{
+			NodeName:                     name,
+			AutomountServiceAccountToken: ptr.To(false),
+			Containers: []corev1.Container{{
+				Name:            "pause",
+				Image:           node.PauseImage,
+				ImagePullPolicy: corev1.PullNever,
+			}},
+		},
+	}
+	t1 = time.Now()
+	if err := c.Create(ctx, sleeper); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitFor(ctx, 3*time.Minute, func() (bool, string) {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(sleeper), sleeper); err != nil {
+			return false, err.Error()
+		}
+		return sleeper.Status.Phase == corev1.PodRunning && sleeper.Status.PodIP != "", fmt.Sprintf("phase %s, IP %q", sleeper.Status.Phase, sleeper.Status.PodIP)
+	}); err != nil {
+		t.Fatalf("pod not Running: %v\n%s", err, n.LogTails(40))
+	}
+	if !strings.HasPrefix(sleeper.Status.PodIP, "10.254.64.") {
+		t.Fatalf("pod IP %s is not from the node's pod range 10.254.64.0/24", sleeper.Status.PodIP)
+	}
+	t.Logf("second pod Running with IP %s %s after it was created", sleeper.Status.PodIP, time.Since(t1).Round(time.Millisecond))
+	mounts := n.Mounts()
+	if len(mounts) == 0 {
+		t.Fatal("the node shows no mounts under its directory while a pod runs")
+	}
+
 	running := len(n.Processes())
 	cgroups := len(n.Cgroups())
 	t2 := time.Now()
@@ -174,7 +210,7 @@ func TestNodeRunsAPod(t *testing.T) {
 	if err := n.Stop(); err != nil {
 		t.Fatalf("stopping the node: %v", err)
 	}
-	t.Logf("node stopped in %s: none of its %d processes and %d cgroups left, no mounts, host iptables, links, sysctls and default paths as before", time.Since(t2).Round(time.Millisecond), running, cgroups)
+	t.Logf("node stopped in %s: none of its %d processes, %d cgroups and %d mounts left; host iptables, links, sysctls and default paths as before", time.Since(t2).Round(time.Millisecond), running, cgroups, len(mounts))
 	if left := n.Processes(); len(left) > 0 {
 		t.Fatalf("processes left: %v", left)
 	}

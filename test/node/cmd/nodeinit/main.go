@@ -29,6 +29,7 @@ limitations under the License.
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -68,27 +69,27 @@ func main() {
 		fmt.Fprintln(os.Stderr, "usage: nodeinit CONFIG.json")
 		os.Exit(2)
 	}
-	raw, err := os.ReadFile(os.Args[1])
+	raw, err := os.ReadFile(os.Args[1]) //nolint:gosec // The config test/node wrote.
 	if err == nil {
 		err = json.Unmarshal(raw, &cfg)
 	}
 	if err != nil {
-		fail("reading the config: %v", err)
+		failf("reading the config: %v", err)
 	}
 	// Signals first: the parent may stop the node while it starts.
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGCHLD)
 
 	if err := setup(); err != nil {
-		fail("%v", err)
+		failf("%v", err)
 	}
 	phase("setup")
 	containerd, err := start("containerd", cfg.Containerd)
 	if err != nil {
-		fail("%v", err)
+		failf("%v", err)
 	}
 	if err := waitSocket(cfg.ContainerdSocket, time.Minute); err != nil {
-		fail("containerd: %v (see containerd.log)", err)
+		failf("containerd: %v (see containerd.log)", err)
 	}
 	phase("containerd")
 	for _, img := range cfg.Images {
@@ -96,14 +97,14 @@ func main() {
 		out, err := exec.Command(cfg.Ctr, "--address", cfg.ContainerdSocket, "--namespace", "k8s.io", //nolint:gosec,noctx // Our own command line.
 			"images", "import", "--platform", "linux/amd64", img).CombinedOutput()
 		if err != nil {
-			fail("ctr images import %s: %v: %s", img, err, out)
+			failf("ctr images import %s: %v: %s", img, err, out)
 		}
 		logf("imported %s in %s: %s", filepath.Base(img), time.Since(t0).Round(time.Millisecond), strings.TrimSpace(string(out)))
 	}
 	phase("images")
 	kubelet, err := start("kubelet", cfg.Kubelet)
 	if err != nil {
-		fail("%v", err)
+		failf("%v", err)
 	}
 	phase("kubelet")
 
@@ -144,7 +145,7 @@ func setup() error {
 		if err := os.WriteFile(file, []byte(value+"\n"), 0o644); err != nil { //nolint:gosec // World-readable as /proc/sys is.
 			return err
 		}
-		if err := syscall.Mount(file, filepath.Join("/proc/sys", key), "", syscall.MS_BIND, ""); err != nil {
+		if err := syscall.Mount(file, "/proc/sys/"+key, "", syscall.MS_BIND, ""); err != nil {
 			return fmt.Errorf("bind %s over /proc/sys/%s: %w", file, key, err)
 		}
 	}
@@ -160,7 +161,7 @@ func setup() error {
 	// namespace does not see: a listener on this loopback at the same
 	// address hands each connection to the host side through a Unix socket
 	// in the node's directory. TLS runs end to end.
-	l, err := net.Listen("tcp", cfg.APIListen)
+	l, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", cfg.APIListen)
 	if err != nil {
 		return fmt.Errorf("listening for the apiserver on %s: %w", cfg.APIListen, err)
 	}
@@ -178,7 +179,7 @@ func setup() error {
 
 func forward(c net.Conn) {
 	defer func() { _ = c.Close() }()
-	up, err := net.Dial("unix", cfg.APISocket)
+	up, err := (&net.Dialer{Timeout: 10 * time.Second}).DialContext(context.Background(), "unix", cfg.APISocket)
 	if err != nil {
 		logf("apiserver forwarder: %v", err)
 		return
@@ -191,7 +192,7 @@ func forward(c net.Conn) {
 }
 
 func start(name string, argv []string) (int, error) {
-	f, err := os.OpenFile(filepath.Join(cfg.LogDir, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	f, err := os.OpenFile(filepath.Join(cfg.LogDir, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600) //nolint:gosec // The node's own log directory.
 	if err != nil {
 		return 0, err
 	}
@@ -216,7 +217,7 @@ func start(name string, argv []string) (int, error) {
 func waitSocket(path string, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
-		c, err := net.Dial("unix", path)
+		c, err := (&net.Dialer{Timeout: time.Second}).DialContext(context.Background(), "unix", path)
 		if err == nil {
 			return c.Close()
 		}
@@ -288,7 +289,7 @@ func phase(p string) {
 	_ = f.Close()
 }
 
-func fail(format string, args ...any) {
+func failf(format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
 	logf("failed: %s", msg)
 	phase("failed: " + msg)
