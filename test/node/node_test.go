@@ -167,6 +167,50 @@ func TestNodeRunsAPod(t *testing.T) {
 	}
 	t.Logf("container log: %q", logs)
 
+	// What virt-handler will need (stage 3): a privileged container with
+	// the node's PID namespace and a bidirectional host path mount.
+	if err := os.MkdirAll(filepath.Join(n.Dir, "hostpath"), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	privileged := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "privileged"},
+		Spec: corev1.PodSpec{
+			NodeName:                     name,
+			RestartPolicy:                corev1.RestartPolicyNever,
+			AutomountServiceAccountToken: ptr.To(false),
+			HostPID:                      true,
+			Containers: []corev1.Container{{
+				Name:            "hello",
+				Image:           "kvw.local/hello:v1",
+				ImagePullPolicy: corev1.PullNever,
+				Args:            []string{"privileged"},
+				SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true)},
+				VolumeMounts: []corev1.VolumeMount{{
+					Name: "host", MountPath: "/host", MountPropagation: ptr.To(corev1.MountPropagationBidirectional),
+				}},
+			}},
+			Volumes: []corev1.Volume{{Name: "host", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{
+				Path: filepath.Join(n.Dir, "hostpath"), Type: ptr.To(corev1.HostPathDirectory),
+			}}}},
+		},
+	}
+	t1 = time.Now()
+	if err := c.Create(ctx, privileged); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitFor(ctx, 3*time.Minute, func() (bool, string) {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(privileged), privileged); err != nil {
+			return false, err.Error()
+		}
+		if privileged.Status.Phase == corev1.PodFailed {
+			t.Fatalf("privileged pod failed: %+v\n%s", privileged.Status, n.LogTails(40))
+		}
+		return privileged.Status.Phase == corev1.PodSucceeded, fmt.Sprintf("phase %s, %+v", privileged.Status.Phase, privileged.Status.ContainerStatuses)
+	}); err != nil {
+		t.Fatalf("privileged pod not Succeeded: %v\n%s", err, n.LogTails(40))
+	}
+	t.Logf("privileged pod (hostPID, bidirectional host path) Succeeded %s after it was created", time.Since(t1).Round(time.Millisecond))
+
 	// A pod still running when the node stops: Stop must end its
 	// container and sandbox and leave none of their mounts, network
 	// namespace or cgroups.
