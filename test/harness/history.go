@@ -45,12 +45,12 @@ type ConditionHistory struct {
 // list and opts select, from now until the test ends. The watch resumes
 // where it stopped when the API server ends it, and lists afresh only when
 // the API server no longer has that point.
-func WatchConditions(t testing.TB, c client.WithWatch, list client.ObjectList, conditionType string, opts ...client.ListOption) *ConditionHistory {
-	t.Helper()
+func WatchConditions(tb testing.TB, c client.WithWatch, list client.ObjectList, conditionType string, opts ...client.ListOption) *ConditionHistory {
+	tb.Helper()
 	hist := &ConditionHistory{conditionType: conditionType, states: map[types.UID][]metav1.Condition{}, names: map[types.UID]string{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	t.Cleanup(func() { cancel(); <-done })
+	tb.Cleanup(func() { cancel(); <-done })
 	go func() {
 		defer close(done)
 		resourceVersion := ""
