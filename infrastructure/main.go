@@ -46,6 +46,7 @@ import (
 	"github.com/cozystack/cluster-api-workers/infrastructure/reconcilers/kubevirtmachine"
 	"github.com/cozystack/cluster-api-workers/infrastructure/setup"
 	"github.com/cozystack/cluster-api-workers/internal/logcap"
+	"github.com/cozystack/cluster-api-workers/internal/redact"
 )
 
 const controllerName = "cluster-api-kubevirt-workers-manager"
@@ -240,5 +241,5 @@ func infrastructureClusterName(cfg *rest.Config) string {
 	if cfg == nil {
 		return "the management cluster"
 	}
-	return cfg.Host
+	return redact.URL(cfg.Host)
 }
