@@ -125,8 +125,8 @@ authentication:
     enabled: false
 authorization:
   mode: AlwaysAllow
-podLogsDir: %[4]s
-volumePluginDir: %[5]s
+podLogsDir: /var/log/pods
+volumePluginDir: %[4]s
 resolvConf: ""
 registerNode: true
 serializeImagePulls: false
@@ -135,7 +135,7 @@ evictionHard:
   nodefs.available: 1%%
   nodefs.inodesFree: 1%%
   imagefs.available: 1%%
-`, n.cgroupName, n.path("containerd", "containerd.sock"), n.NodeIP, n.path("pod-logs"), n.path("volume-plugins"))
+`, n.cgroupName, n.path("containerd", "containerd.sock"), n.NodeIP, n.path("volume-plugins"))
 	if err := os.WriteFile(n.path("kubelet.yaml"), []byte(kubelet), 0o600); err != nil {
 		return err
 	}

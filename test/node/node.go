@@ -230,7 +230,7 @@ func (n *Node) path(parts ...string) string {
 
 func (n *Node) start(ctx context.Context, kubeletBin, containerdDir string, apiURL *url.URL) error {
 	for _, d := range []string{"bin", "images", "logs", "sysctl", "private/run", "private/var-lib", "private/var-log",
-		"containerd/root", "containerd/state", "kubelet", "pod-logs", "cni/net.d", "cni/ipam", "volume-plugins"} {
+		"containerd/root", "containerd/state", "cni/net.d", "cni/ipam", "volume-plugins"} {
 		if err := os.MkdirAll(n.path(d), 0o700); err != nil {
 			return err
 		}
@@ -269,7 +269,9 @@ func (n *Node) start(ctx context.Context, kubeletBin, containerdDir string, apiU
 	kubeletArgs := []string{kubeletBin,
 		"--config=" + n.path("kubelet.yaml"),
 		"--kubeconfig=" + n.path("kubelet.kubeconfig"),
-		"--root-dir=" + n.path("kubelet"),
+		// The usual paths inside the node (virt-handler mounts
+		// /var/lib/kubelet), the node's directory on the host.
+		"--root-dir=/var/lib/kubelet",
 		"--hostname-override=" + n.Name,
 		"--node-ip=" + n.NodeIP,
 		"--v=2",
@@ -283,12 +285,8 @@ func (n *Node) start(ctx context.Context, kubeletBin, containerdDir string, apiU
 	}
 	socket := n.path("containerd", "containerd.sock")
 	cfg := initConfig{
-		Dir: n.Dir,
-		PrivateDirs: map[string]string{
-			"/run":     n.path("private", "run"),
-			"/var/lib": n.path("private", "var-lib"),
-			"/var/log": n.path("private", "var-log"),
-		},
+		Dir:              n.Dir,
+		PrivateDirs:      privateDirs(n.Dir),
 		Sysctls:          kernelSettings,
 		NodeIP:           n.NodeIP,
 		APIListen:        apiURL.Host,
@@ -493,12 +491,13 @@ func waitFor(timeout time.Duration, check func() error) error {
 // from the kubelet's log file (CRI format, the timestamp, stream and tag of
 // each line stripped).
 func (n *Node) ContainerLog(namespace, pod, container string) (string, error) {
-	files, err := filepath.Glob(n.path("pod-logs", namespace+"_"+pod+"_*", container, "*.log"))
+	logs := n.HostPath("/var/log/pods")
+	files, err := filepath.Glob(filepath.Join(logs, namespace+"_"+pod+"_*", container, "*.log"))
 	if err != nil {
 		return "", err
 	}
 	if len(files) == 0 {
-		return "", fmt.Errorf("no log file for %s/%s container %s under %s", namespace, pod, container, n.path("pod-logs"))
+		return "", fmt.Errorf("no log file for %s/%s container %s under %s", namespace, pod, container, logs)
 	}
 	raw, err := os.ReadFile(files[len(files)-1])
 	if err != nil {
@@ -608,4 +607,29 @@ func (n *Node) Mounts() []string {
 		return nil
 	}
 	return mountsIn(fmt.Sprintf("/proc/%d/mountinfo", n.initPID), n.Dir)
+}
+
+// privateDirs are the host directories the node sees as its own, each
+// backed by a directory of the node: the fixed paths containerd and the
+// kubelet use whatever their configuration says (/run/containerd/s for shim
+// sockets, /var/run/netns, /var/lib/kubelet/device-plugins,
+// /var/log/containers, the CNI cache under /var/lib/cni), and the kubelet's
+// root /var/lib/kubelet and pod logs /var/log/pods.
+func privateDirs(dir string) map[string]string {
+	return map[string]string{
+		"/run":     filepath.Join(dir, "private", "run"),
+		"/var/lib": filepath.Join(dir, "private", "var-lib"),
+		"/var/log": filepath.Join(dir, "private", "var-log"),
+	}
+}
+
+// HostPath returns where a path inside the node (/var/lib/kubelet/...,
+// /var/log/pods/..., /run/...) is on the host, while the node runs.
+func (n *Node) HostPath(nodePath string) string {
+	for inside, host := range privateDirs(n.Dir) {
+		if nodePath == inside || strings.HasPrefix(nodePath, inside+"/") {
+			return host + strings.TrimPrefix(nodePath, inside)
+		}
+	}
+	return nodePath
 }
