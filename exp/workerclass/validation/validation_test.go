@@ -118,6 +118,13 @@ func TestValidateURLAndCA(t *testing.T) {
 		"https://user:s3cret@factory.talos.dev": "must not carry credentials",
 		"https://factory.talos.dev/?token=abc":  "must not have a query",
 		"://":                                   "not a valid URL",
+		// Credentials in a URL that fails another rule first: the value
+		// is shown masked, never with them.
+		"ftp://user:s3cret@factory.talos.dev":         `"ftp://***@factory.talos.dev": the URL must use https or http`,
+		"https://user:s3cret@":                        `"https://***@": the URL must name a host`,
+		"https://user:s3 cret@factory.talos.dev":      `"https://***@factory.talos.dev": not a valid URL`,
+		"https://user:s3cret@factory.talos.dev/?x=1":  `"https://***@factory.talos.dev/?x=1": the URL must not carry credentials`,
+		"https://s3cret-token@factory.talos.dev/disk": `"https://***@factory.talos.dev/disk": the URL must not carry credentials`,
 	} {
 		got := ValidateURL(raw, p).ToAggregate()
 		if (want == "") != (got == nil) || (got != nil && !strings.Contains(got.Error(), want)) {
