@@ -21,6 +21,19 @@ BINARIES=(containerd containerd-shim-runc-v2 ctr)
 
 log() { echo "node-bins: $*" >&2; }
 
+# Debian's runc and CNI plugins, installed when missing and when this runs
+# as root (a fresh machine has neither; test/node skips with the reason
+# when they are still missing).
+need=()
+[[ -x /usr/sbin/runc ]] || need+=(runc)
+[[ -x /usr/lib/cni/bridge ]] || need+=(containernetworking-plugins)
+if [[ ${#need[@]} -gt 0 && $(id -u) -eq 0 ]]; then
+  log "installing ${need[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get install -y -q --no-install-recommends "${need[@]}" >&2 ||
+    { apt-get update -q >&2 && apt-get install -y -q --no-install-recommends "${need[@]}" >&2; }
+fi
+
 have_all() {
   local b
   for b in "${BINARIES[@]}"; do
