@@ -359,14 +359,31 @@ func (o *observation) startingCondition() metav1.Condition {
 	return condition(t, metav1.ConditionUnknown, infrav1.ProvisioningReason, startingMessage)
 }
 
-// claimStatusStale reports whether the instance waits for virt-controller
-// to create its launcher Pod although its root disk is ready: what KubeVirt
-// reported about the claim before (missing, or a WaitForFirstConsumer
-// claim's unschedulable temporary Pod) no longer holds, since a ready disk
-// is a bound, filled claim.
+// claimStatusStale reports whether what KubeVirt says about the instance's
+// scheduling is still what it wrote about the claim before the root disk
+// was ready, which a ready disk (a bound, filled claim) no longer makes
+// true: while the instance is Pending it has no launcher Pod that could be
+// unschedulable; once virt-controller made the Pod (Scheduling) it drops
+// the claim's PodScheduled=False on its next sync, and until then that
+// condition is the one it wrote without timestamps, where a Pod's own
+// condition carries the scheduler's. (virt-controller never replaces a
+// PodScheduled condition it already has, so a launcher Pod that really
+// cannot be scheduled after the import also shows only the claim's
+// condition: the machine then waits, and the MachineHealthCheck's node
+// startup timeout catches it.)
 func (o *observation) claimStatusStale() bool {
-	return o.rootDataVolumeName != "" && o.vmi != nil && o.vmi.Status.Phase == kubevirtv1.Pending &&
-		o.vmi.DeletionTimestamp.IsZero() && bootDiskCondition(o).Status == metav1.ConditionTrue
+	vmi := o.vmi
+	if o.rootDataVolumeName == "" || vmi == nil || !vmi.DeletionTimestamp.IsZero() || bootDiskCondition(o).Status != metav1.ConditionTrue {
+		return false
+	}
+	switch vmi.Status.Phase {
+	case kubevirtv1.Pending:
+		return true
+	case kubevirtv1.Scheduling:
+		c := instanceCondition(vmi, kubevirtv1.VirtualMachineInstanceConditionType(corev1.PodScheduled))
+		return c != nil && c.Status == corev1.ConditionFalse && c.LastTransitionTime.IsZero()
+	}
+	return false
 }
 
 // liveMigrationMessage reports KubeVirt's live migration of an instance off

@@ -18,6 +18,7 @@ package kubevirtmachine
 
 import (
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
@@ -143,11 +144,24 @@ func address(ip string) vmiOption {
 	}
 }
 
+// unschedulable is the PodScheduled=False virt-controller writes itself
+// about a missing claim: without timestamps.
 func unschedulable(message string) vmiOption {
 	return func(i *kubevirtv1.VirtualMachineInstance) {
 		i.Status.Conditions = append(i.Status.Conditions, kubevirtv1.VirtualMachineInstanceCondition{
 			Type: kubevirtv1.VirtualMachineInstanceConditionType(corev1.PodScheduled), Status: corev1.ConditionFalse,
 			Reason: corev1.PodReasonUnschedulable, Message: message})
+	}
+}
+
+// podUnschedulable is the launcher Pod's PodScheduled=False that
+// virt-controller copies onto the instance, with the scheduler's
+// timestamps.
+func podUnschedulable(message string) vmiOption {
+	return func(i *kubevirtv1.VirtualMachineInstance) {
+		i.Status.Conditions = append(i.Status.Conditions, kubevirtv1.VirtualMachineInstanceCondition{
+			Type: kubevirtv1.VirtualMachineInstanceConditionType(corev1.PodScheduled), Status: corev1.ConditionFalse,
+			Reason: corev1.PodReasonUnschedulable, Message: message, LastTransitionTime: metav1.NewTime(time.Unix(1764720000, 0))})
 	}
 }
 
@@ -188,10 +202,10 @@ func TestVirtualMachineCondition(t *testing.T) {
 			observation{vm: vm(printable(kubevirtv1.VirtualMachineStatusProvisioning))},
 			metav1.ConditionUnknown, infrav1.WaitingForDiskReason, "VirtualMachine waits for its volumes (Provisioning)"},
 		{"an unschedulable VM is a failure",
-			observation{vm: vm(printable(kubevirtv1.VirtualMachineStatusUnschedulable)), vmi: vmi("1", kubevirtv1.Scheduling, unschedulable("0/3 nodes are available: 3 Insufficient memory."))},
+			observation{vm: vm(printable(kubevirtv1.VirtualMachineStatusUnschedulable)), vmi: vmi("1", kubevirtv1.Scheduling, podUnschedulable("0/3 nodes are available: 3 Insufficient memory."))},
 			metav1.ConditionFalse, infrav1.UnschedulableReason, "VM's pod cannot be scheduled: 0/3 nodes are available: 3 Insufficient memory."},
 		{"an unschedulable instance is a failure before KubeVirt updates the VM",
-			observation{vm: vm(), vmi: vmi("1", kubevirtv1.Scheduling, unschedulable("0/3 nodes are available: 3 node(s) didn't match Pod's node affinity."))},
+			observation{vm: vm(), vmi: vmi("1", kubevirtv1.Scheduling, podUnschedulable("0/3 nodes are available: 3 node(s) didn't match Pod's node affinity."))},
 			metav1.ConditionFalse, infrav1.UnschedulableReason, "VM's pod cannot be scheduled: 0/3 nodes are available: 3 node(s) didn't match Pod's node affinity."},
 		{"a container disk that cannot be pulled is a failure",
 			observation{vm: vm(printable(kubevirtv1.VirtualMachineStatusImagePullBackOff), vmFailure("Back-off pulling image")), vmi: vmi("1", kubevirtv1.Scheduled)},
@@ -217,11 +231,15 @@ func TestVirtualMachineCondition(t *testing.T) {
 			metav1.ConditionUnknown, infrav1.WaitingForDiskReason, "VirtualMachine waits for its root disk (instance Pending)"},
 		{"once the disk is ready, an unschedulable instance is a failure again",
 			observation{rootDataVolumeName: "w-root", rootDataVolume: dataVolume(cdiv1.Succeeded, "100.0%", 0, ""),
-				vm: vm(printable(kubevirtv1.VirtualMachineStatusUnschedulable)), vmi: vmi("1", kubevirtv1.Scheduling, unschedulable("0/3 nodes are available: 3 Insufficient memory."))},
+				vm: vm(printable(kubevirtv1.VirtualMachineStatusUnschedulable)), vmi: vmi("1", kubevirtv1.Scheduling, podUnschedulable("0/3 nodes are available: 3 Insufficient memory."))},
 			metav1.ConditionFalse, infrav1.UnschedulableReason, "VM's pod cannot be scheduled: 0/3 nodes are available: 3 Insufficient memory."},
 		{"the instant after the import, before virt-controller made the launcher Pod, is still the start",
 			observation{rootDataVolumeName: "w-root", rootDataVolume: dataVolume(cdiv1.Succeeded, "100.0%", 0, ""),
 				vm: vm(printable(kubevirtv1.VirtualMachineStatusUnschedulable)), vmi: vmi("1", kubevirtv1.Pending, unschedulable("PVC ns/w-root does not exist, waiting for it to appear"))},
+			metav1.ConditionUnknown, infrav1.ProvisioningReason, "Waiting for KubeVirt to start the VirtualMachineInstance"},
+		{"the launcher Pod just made, before virt-controller dropped the claim's condition, is still the start",
+			observation{rootDataVolumeName: "w-root", rootDataVolume: dataVolume(cdiv1.Succeeded, "100.0%", 0, ""),
+				vm: vm(printable(kubevirtv1.VirtualMachineStatusUnschedulable)), vmi: vmi("1", kubevirtv1.Scheduling, unschedulable("PVC ns/w-root does not exist, waiting for it to appear"))},
 			metav1.ConditionUnknown, infrav1.ProvisioningReason, "Waiting for KubeVirt to start the VirtualMachineInstance"},
 		{"a claim reported missing before the import is not missing once the disk is ready",
 			observation{rootDataVolumeName: "w-root", rootDataVolume: dataVolume(cdiv1.Succeeded, "100.0%", 0, ""),
@@ -270,7 +288,7 @@ func TestVirtualMachineCondition(t *testing.T) {
 			})},
 			metav1.ConditionUnknown, infrav1.CreateRefusedReason, "KubeVirt cannot create the instance's launcher Pod: failed to render launch manifest: GPU nvidia.com/TU104GL_Tesla_T4 is not permitted in permittedHostDevices configuration"},
 		{"a new instance on a persistent disk that cannot be scheduled is a failure",
-			observation{provisioned: true, provisionedInstanceUID: "vmi-1", vm: vm(), vmi: vmi("2", kubevirtv1.Scheduling, unschedulable("0/3 nodes are available: 3 Insufficient memory."))},
+			observation{provisioned: true, provisionedInstanceUID: "vmi-1", vm: vm(), vmi: vmi("2", kubevirtv1.Scheduling, podUnschedulable("0/3 nodes are available: 3 Insufficient memory."))},
 			metav1.ConditionFalse, infrav1.UnschedulableReason, "VM's pod cannot be scheduled: 0/3 nodes are available: 3 Insufficient memory."},
 		{"a ready instance without an address is not provisioned",
 			observation{vm: vm(), vmi: vmi("1", kubevirtv1.Running, ready)},
