@@ -125,7 +125,7 @@ worker-disk: ## Build the Debian worker test disk (debootstrap, kubelet/kubeadm/
 	hack/worker-disk/build.sh
 
 .PHONY: test-qemu
-test-qemu: ## Real-guest scenarios under QEMU in the harness: join, replacement, scale from zero, failed joins (19m17s on 2026-12-01; QEMU_ARTIFACTS=<dir> keeps guest logs; docs/real-guests.md).
+test-qemu: ## Real-guest scenarios under QEMU in the harness: join, replacement, scale from zero, failed joins (14m39s on 2026-12-03; QEMU_ARTIFACTS=<dir> keeps guest logs; docs/real-guests.md).
 	go test -tags qemu ./test/qemu/ -v -count=1 -timeout 45m
 
 .PHONY: test-node

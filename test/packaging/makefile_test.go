@@ -121,7 +121,8 @@ var durationSubjects = []struct {
 	subject *regexp.Regexp
 	figures []string
 }{
-	{"make test-qemu", regexp.MustCompile(`test-qemu`), []string{"19m17s", "45 minutes", "45m"}},
+	// 19m17s stays as the dated record of run D (docs/benchmarks.md).
+	{"make test-qemu", regexp.MustCompile(`test-qemu`), []string{"14m39s", "19m17s", "45 minutes", "45m"}},
 	{"CI", regexp.MustCompile(`\.ci/run|\bCI\b`), []string{"80 minutes", "90-minute", "90 minutes"}},
 	{"the first build", regexp.MustCompile(`(?i)\bfirst build\b|\bfirst run builds\b|make tools-bins`), []string{"9 minutes"}},
 }
