@@ -44,12 +44,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	bootstrapv1 "github.com/cozystack/cluster-api-workers/bootstrap/api/v1alpha1"
+	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/internal/ownwrites"
 )
-
-// ProviderIDPrefix is the providerID scheme of the KubeVirt provider: the
-// kubelet registers kubevirt://<infrastructure machine name>.
-const ProviderIDPrefix = "kubevirt://"
 
 // Requeue intervals for waits that no watch ends.
 const (
@@ -343,7 +340,7 @@ func (r *Reconciler) nodeJoined(ctx context.Context, s *scope) (bool, error) {
 		}
 		return false, fmt.Errorf("reading Node %s in the workload cluster: %w", vm, err)
 	}
-	return node.Spec.ProviderID == ProviderIDPrefix+vm, nil
+	return node.Spec.ProviderID == infrav1.ProviderID(vm), nil
 }
 
 // reconcileDelete revokes the token before the finalizer goes. The record

@@ -38,6 +38,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	bootstrapv1 "github.com/cozystack/cluster-api-workers/bootstrap/api/v1alpha1"
+	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/test/envtest"
 )
 
@@ -71,7 +72,7 @@ func TestATenantCannotStallAnother(t *testing.T) {
 		took := time.Since(start)
 		tok, found := victim.storedToken(w)
 		g.Expect(found).To(BeTrue())
-		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: w.vmName}, Spec: corev1.NodeSpec{ProviderID: ProviderIDPrefix + w.vmName}}
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: w.vmName}, Spec: corev1.NodeSpec{ProviderID: infrav1.ProviderID(w.vmName)}}
 		g.Expect(workload.Client.Create(suiteCtx, node)).To(Succeed())
 		t.Cleanup(func() { _ = workload.Client.Delete(suiteCtx, node) })
 		g.Eventually(func() bool { _, err := workloadToken(tok.ID); return apierrors.IsNotFound(err) }, 10*time.Minute, 100*time.Millisecond).Should(BeTrue(), "the node joined")

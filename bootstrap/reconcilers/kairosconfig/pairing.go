@@ -23,15 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
-)
-
-// Fields of an infrastructure machine template (see the infrastructure
-// provider's contract).
-var (
-	templateClassField     = []string{"spec", "template", "spec", "workerClass", "name"}
-	resolvedField          = []string{"status", "resolved"}
-	resolvedClassField     = []string{"status", "resolved", "workerClassName"}
-	resolvedBootstrapField = []string{"status", "resolved", "bootstrap"}
+	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
 )
 
 // fieldPath is the path of an unstructured field, for messages.
@@ -58,7 +50,10 @@ type templateClass struct {
 	Bootstrap workerclassv1.BootstrapFamily
 }
 
-// templateClassFrom reads a template's WorkerClass and bootstrap family.
+// templateClassFrom reads a template's WorkerClass and bootstrap family, by
+// the field paths the infrastructure provider's API declares (infrav1's
+// contract.go); another provider's template that has the same fields pairs
+// too.
 func templateClassFrom(template *unstructured.Unstructured) (templateClass, error) {
 	c := templateClass{Source: template.GetKind() + " " + template.GetName()}
 	var specClass, resolvedClass, bootstrap string
@@ -66,9 +61,9 @@ func templateClassFrom(template *unstructured.Unstructured) (templateClass, erro
 		fields []string
 		into   *string
 	}{
-		{templateClassField, &specClass},
-		{resolvedClassField, &resolvedClass},
-		{resolvedBootstrapField, &bootstrap},
+		{infrav1.TemplateWorkerClassField, &specClass},
+		{infrav1.ResolvedWorkerClassField, &resolvedClass},
+		{infrav1.ResolvedBootstrapField, &bootstrap},
 	} {
 		v, _, err := unstructured.NestedString(template.Object, f.fields...)
 		if err != nil {
@@ -76,9 +71,9 @@ func templateClassFrom(template *unstructured.Unstructured) (templateClass, erro
 		}
 		*f.into = v
 	}
-	resolved, found, err := unstructured.NestedFieldNoCopy(template.Object, resolvedField...)
+	resolved, found, err := unstructured.NestedFieldNoCopy(template.Object, infrav1.ResolvedField...)
 	if err != nil {
-		return templateClass{}, fmt.Errorf("reading %s of %s: %w", fieldPath(resolvedField), c.Source, err)
+		return templateClass{}, fmt.Errorf("reading %s of %s: %w", fieldPath(infrav1.ResolvedField), c.Source, err)
 	}
 	c.Resolved = found && resolved != nil
 	c.Bootstrap = workerclassv1.BootstrapFamily(bootstrap)
@@ -99,7 +94,7 @@ func (c templateClass) awaitingResolution() bool {
 // waitingMessage says what awaitingResolution waits for.
 func (c templateClass) waitingMessage() string {
 	return fmt.Sprintf("Waiting for %s to resolve WorkerClass %s into %s, to check that its workers boot Kairos",
-		c.Source, c.WorkerClass, fieldPath(resolvedField))
+		c.Source, c.WorkerClass, fieldPath(infrav1.ResolvedField))
 }
 
 // familyMismatch returns why a KairosConfig cannot bootstrap the template's
@@ -115,6 +110,6 @@ func (c templateClass) familyMismatch() string {
 	if c.WorkerClass != "" {
 		subject += " (WorkerClass " + c.WorkerClass + ")"
 	}
-	err := field.NotSupported(fieldPath(resolvedBootstrapField), c.Bootstrap, []workerclassv1.BootstrapFamily{workerclassv1.BootstrapKairos})
+	err := field.NotSupported(fieldPath(infrav1.ResolvedBootstrapField), c.Bootstrap, []workerclassv1.BootstrapFamily{workerclassv1.BootstrapKairos})
 	return fmt.Sprintf("%s boots %s workers, not Kairos; a KairosConfig cannot bootstrap them: %s", subject, c.Bootstrap, err.Error())
 }

@@ -39,6 +39,7 @@ import (
 
 	bootstrapv1 "github.com/cozystack/cluster-api-workers/bootstrap/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/bootstrap/internal/cloudconfig"
+	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/internal/clustersecrets"
 )
 
@@ -187,7 +188,7 @@ func renderInput(s *scope, t token, join joinInputs) cloudconfig.Input {
 	in := cloudconfig.Input{
 		Mode:              joinMode(s.config),
 		Hostname:          vm,
-		ProviderID:        ProviderIDPrefix + vm,
+		ProviderID:        infrav1.ProviderID(vm),
 		APIServerEndpoint: s.cluster.Spec.ControlPlaneEndpoint.String(),
 		CACertHashes:      join.caHashes,
 		Token:             t.String(),

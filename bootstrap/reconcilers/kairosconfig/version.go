@@ -31,6 +31,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
+	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
 )
 
 // imageVersion is the Kubernetes version an image declares and how a
@@ -121,16 +122,16 @@ func infrastructureTemplate(ctx context.Context, reader client.Reader, kinds Inf
 // status.resolved.kubernetesVersionMatch of an infrastructure machine
 // template. It returns nil when the template has not resolved a version.
 func imageVersionFrom(template *unstructured.Unstructured) (*imageVersion, error) {
-	version, _, err := unstructured.NestedString(template.Object, "status", "resolved", "kubernetesVersion")
+	version, _, err := unstructured.NestedString(template.Object, infrav1.ResolvedKubernetesVersionField...)
 	if err != nil {
-		return nil, fmt.Errorf("reading status.resolved.kubernetesVersion of %s %s: %w", template.GetKind(), template.GetName(), err)
+		return nil, fmt.Errorf("reading %s of %s %s: %w", fieldPath(infrav1.ResolvedKubernetesVersionField), template.GetKind(), template.GetName(), err)
 	}
 	if version == "" {
 		return nil, nil
 	}
-	match, _, err := unstructured.NestedString(template.Object, "status", "resolved", "kubernetesVersionMatch")
+	match, _, err := unstructured.NestedString(template.Object, infrav1.ResolvedKubernetesVersionMatchField...)
 	if err != nil {
-		return nil, fmt.Errorf("reading status.resolved.kubernetesVersionMatch of %s %s: %w", template.GetKind(), template.GetName(), err)
+		return nil, fmt.Errorf("reading %s of %s %s: %w", fieldPath(infrav1.ResolvedKubernetesVersionMatchField), template.GetKind(), template.GetName(), err)
 	}
 	return &imageVersion{Version: version, Match: workerclassv1.KubernetesVersionMatch(match), Source: template.GetKind() + " " + template.GetName()}, nil
 }

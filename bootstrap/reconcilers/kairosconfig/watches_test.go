@@ -33,6 +33,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	bootstrapv1 "github.com/cozystack/cluster-api-workers/bootstrap/api/v1alpha1"
+	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
 )
 
 // TestNodeEventsThatCanMeanAJoin: of a workload Node's events only its
@@ -152,7 +153,7 @@ func TestNodeGettingItsProviderIDRevokesTheToken(t *testing.T) {
 	g.Consistently(func() error { _, err := workloadToken(tok.ID); return err }, 2*time.Second, 200*time.Millisecond).Should(Succeed())
 
 	patch := client.MergeFrom(node.DeepCopy())
-	node.Spec.ProviderID = ProviderIDPrefix + "late-id-vm"
+	node.Spec.ProviderID = infrav1.ProviderID("late-id-vm")
 	g.Expect(workload.Client.Patch(suiteCtx, node, patch)).To(Succeed())
 	g.Eventually(func() bool { _, err := workloadToken(tok.ID); return apierrors.IsNotFound(err) }, eventually, 100*time.Millisecond).Should(BeTrue())
 	g.Eventually(func() bool { _, found := f.storedToken(w); return found }, eventually, 100*time.Millisecond).Should(BeFalse())

@@ -22,11 +22,6 @@ import (
 )
 
 const (
-	// ProviderIDPrefix prefixes every providerID this provider reports:
-	// kubevirt://<KubeVirtMachine name>. The kubelet of the node is started
-	// with the same value, so CAPI matches the Node without a lookup by name.
-	ProviderIDPrefix = "kubevirt://"
-
 	// MachineNameLabel is set on every object rendered for a KubeVirtMachine
 	// (VirtualMachine, its VirtualMachineInstance, DataVolumes, Secrets and
 	// ConfigMaps). The controller caches and watches only objects that carry
@@ -42,11 +37,6 @@ const (
 	// a Machine's failure domain selects.
 	FailureDomainLabel = corev1.LabelTopologyZone
 )
-
-// ProviderID returns the providerID of the machine with the given name.
-func ProviderID(machineName string) string {
-	return ProviderIDPrefix + machineName
-}
 
 // ImageSource is where a machine's root disk comes from. Exactly one member
 // is set.

@@ -1,0 +1,51 @@
+/*
+Copyright 2026 The Cozystack Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package v1alpha1
+
+// What another provider (the Kairos bootstrap provider) reads of this API.
+// It reads the template unstructured, by the paths below, so that it also
+// pairs with another infrastructure provider's template; the paths follow
+// the json tags of the types, and contract_test.go fails when a tag moves.
+
+// ProviderIDPrefix prefixes every providerID this provider reports:
+// kubevirt://<KubeVirtMachine name>. The kubelet of the node is started
+// with the same value, so CAPI matches the Node without a lookup by name.
+const ProviderIDPrefix = "kubevirt://"
+
+// ProviderID returns the providerID of the machine with the given name.
+func ProviderID(machineName string) string {
+	return ProviderIDPrefix + machineName
+}
+
+// Field paths of a KubeVirtMachineTemplate, for unstructured.Nested*.
+var (
+	// TemplateWorkerClassField is spec.template.spec.workerClass.name: the
+	// WorkerClass the template names.
+	TemplateWorkerClassField = []string{"spec", "template", "spec", "workerClass", "name"}
+	// ResolvedField is status.resolved (ResolvedMachine), set once the
+	// template is resolved.
+	ResolvedField = []string{"status", "resolved"}
+	// ResolvedWorkerClassField is status.resolved.workerClassName.
+	ResolvedWorkerClassField = []string{"status", "resolved", "workerClassName"}
+	// ResolvedBootstrapField is status.resolved.bootstrap.
+	ResolvedBootstrapField = []string{"status", "resolved", "bootstrap"}
+	// ResolvedKubernetesVersionField is status.resolved.kubernetesVersion.
+	ResolvedKubernetesVersionField = []string{"status", "resolved", "kubernetesVersion"}
+	// ResolvedKubernetesVersionMatchField is
+	// status.resolved.kubernetesVersionMatch.
+	ResolvedKubernetesVersionMatchField = []string{"status", "resolved", "kubernetesVersionMatch"}
+)

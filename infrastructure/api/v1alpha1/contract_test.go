@@ -1,0 +1,72 @@
+/*
+Copyright 2026 The Cozystack Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package v1alpha1_test
+
+import (
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
+	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
+)
+
+// TestContractFieldPaths fails when a json tag moves under a path another
+// provider reads: each path must resolve, in a populated template turned
+// unstructured, to the value the typed field holds.
+func TestContractFieldPaths(t *testing.T) {
+	template := &infrav1.KubeVirtMachineTemplate{
+		Spec: infrav1.KubeVirtMachineTemplateSpec{Template: infrav1.KubeVirtMachineTemplateResource{
+			Spec: infrav1.KubeVirtMachineSpec{WorkerClass: &infrav1.WorkerClassSelection{Name: "spec-class"}},
+		}},
+		Status: infrav1.KubeVirtMachineTemplateStatus{Resolved: &infrav1.ResolvedMachine{
+			WorkerClassName:        "resolved-class",
+			Bootstrap:              workerclassv1.BootstrapKairos,
+			KubernetesVersion:      "v1.33.1",
+			KubernetesVersionMatch: workerclassv1.KubernetesVersionMatchMinor,
+		}},
+	}
+	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(template)
+	if err != nil {
+		t.Fatalf("converting the template: %v", err)
+	}
+	for _, c := range []struct {
+		fields []string
+		want   string
+	}{
+		{infrav1.TemplateWorkerClassField, "spec-class"},
+		{infrav1.ResolvedWorkerClassField, "resolved-class"},
+		{infrav1.ResolvedBootstrapField, string(workerclassv1.BootstrapKairos)},
+		{infrav1.ResolvedKubernetesVersionField, "v1.33.1"},
+		{infrav1.ResolvedKubernetesVersionMatchField, string(workerclassv1.KubernetesVersionMatchMinor)},
+	} {
+		got, found, err := unstructured.NestedFieldNoCopy(u, c.fields...)
+		if err != nil || !found || got != c.want {
+			t.Errorf("%s = %v (found %v, err %v), want %q", strings.Join(c.fields, "."), got, found, err, c.want)
+		}
+	}
+	resolved, found, err := unstructured.NestedFieldNoCopy(u, infrav1.ResolvedField...)
+	if _, isMap := resolved.(map[string]any); err != nil || !found || !isMap {
+		t.Errorf("%s = %v (found %v, err %v), want the resolved object", strings.Join(infrav1.ResolvedField, "."), resolved, found, err)
+	}
+
+	if got, want := infrav1.ProviderID("vm-1"), "kubevirt://vm-1"; got != want {
+		t.Errorf("ProviderID(vm-1) = %q, want %q", got, want)
+	}
+}
