@@ -34,10 +34,6 @@ import (
 // request names none.
 var DefaultClaimSize = resource.MustParse("10Gi")
 
-// PodScheduled is the instance condition KubeVirt copies from its
-// virt-launcher pod: False while the instance cannot be scheduled.
-const PodScheduled = kubevirtv1.VirtualMachineInstanceConditionType(corev1.PodScheduled)
-
 func now() metav1.Time { return metav1.NewTime(time.Now()) }
 
 // ClaimFor is the PersistentVolumeClaim CDI creates for a DataVolume: its
@@ -90,61 +86,6 @@ func ClaimFor(dv *cdiv1.DataVolume) *corev1.PersistentVolumeClaim {
 func DataVolumeCondition(t cdiv1.DataVolumeConditionType, status corev1.ConditionStatus, reason, message string) cdiv1.DataVolumeCondition {
 	ts := now()
 	return cdiv1.DataVolumeCondition{Type: t, Status: status, Reason: reason, Message: message, LastTransitionTime: ts, LastHeartbeatTime: ts}
-}
-
-// Finished reports whether the instance ended (Failed or Succeeded).
-func Finished(vmi *kubevirtv1.VirtualMachineInstance) bool {
-	return vmi.Status.Phase == kubevirtv1.Failed || vmi.Status.Phase == kubevirtv1.Succeeded
-}
-
-// InstanceCondition returns the instance's condition of type t, or nil.
-func InstanceCondition(vmi *kubevirtv1.VirtualMachineInstance, t kubevirtv1.VirtualMachineInstanceConditionType) *kubevirtv1.VirtualMachineInstanceCondition {
-	for i := range vmi.Status.Conditions {
-		if vmi.Status.Conditions[i].Type == t {
-			return &vmi.Status.Conditions[i]
-		}
-	}
-	return nil
-}
-
-// InstanceReady reports whether the instance's Ready condition is True.
-func InstanceReady(vmi *kubevirtv1.VirtualMachineInstance) bool {
-	c := InstanceCondition(vmi, kubevirtv1.VirtualMachineInstanceReady)
-	return c != nil && c.Status == corev1.ConditionTrue
-}
-
-// PlaceOn records the node the instance's pod was scheduled to.
-func PlaceOn(vmi *kubevirtv1.VirtualMachineInstance, node string) {
-	vmi.Status.NodeName = node
-	if vmi.Labels == nil {
-		vmi.Labels = map[string]string{}
-	}
-	vmi.Labels[kubevirtv1.NodeNameLabel] = node
-	SetInstanceCondition(vmi, kubevirtv1.VirtualMachineInstanceCondition{Type: PodScheduled, Status: corev1.ConditionTrue})
-}
-
-// Restarts reports whether KubeVirt replaces a finished instance.
-func Restarts(strategy kubevirtv1.VirtualMachineRunStrategy, failed bool) bool {
-	switch strategy {
-	case kubevirtv1.RunStrategyAlways:
-		return true
-	case kubevirtv1.RunStrategyRerunOnFailure:
-		return failed
-	default:
-		return false
-	}
-}
-
-// RunStrategy is the VM's effective run strategy: spec.runStrategy, else
-// Always for spec.running true, else Halted.
-func RunStrategy(vm *kubevirtv1.VirtualMachine) kubevirtv1.VirtualMachineRunStrategy {
-	if vm.Spec.RunStrategy != nil {
-		return *vm.Spec.RunStrategy
-	}
-	if vm.Spec.Running != nil && *vm.Spec.Running {
-		return kubevirtv1.RunStrategyAlways
-	}
-	return kubevirtv1.RunStrategyHalted
 }
 
 // SetInstanceCondition sets c on the instance, moving its transition time
