@@ -51,10 +51,9 @@ import (
 
 const controllerName = "cluster-api-kubevirt-workers-manager"
 
-var (
-	setupLog = ctrl.Log.WithName("setup")
-
-	enableLeaderElection        bool
+// options are the manager's command-line flags.
+type options struct {
+	leaderElect                 bool
 	leaderElectionLeaseDuration time.Duration
 	leaderElectionRenewDeadline time.Duration
 	leaderElectionRetryPeriod   time.Duration
@@ -74,45 +73,45 @@ var (
 	machineConcurrency          int
 	templateConcurrency         int
 	clusterConcurrency          int
-	managerOptions              = flags.ManagerOptions{}
-	logOptions                  = logs.NewOptions()
-)
+	manager                     flags.ManagerOptions
+	logs                        *logsv1.LoggingConfiguration
+}
 
-func initFlags(fs *pflag.FlagSet) {
-	logsv1.AddFlags(logOptions, fs)
-	fs.BoolVar(&enableLeaderElection, "leader-elect", false,
+func (o *options) addFlags(fs *pflag.FlagSet) {
+	logsv1.AddFlags(o.logs, fs)
+	fs.BoolVar(&o.leaderElect, "leader-elect", false,
 		"Enable leader election, so that only one replica of the manager is active.")
-	fs.DurationVar(&leaderElectionLeaseDuration, "leader-elect-lease-duration", 15*time.Second,
+	fs.DurationVar(&o.leaderElectionLeaseDuration, "leader-elect-lease-duration", 15*time.Second,
 		"How long non-leaders wait before they force-acquire leadership.")
-	fs.DurationVar(&leaderElectionRenewDeadline, "leader-elect-renew-deadline", 10*time.Second,
+	fs.DurationVar(&o.leaderElectionRenewDeadline, "leader-elect-renew-deadline", 10*time.Second,
 		"How long the leader retries refreshing leadership before giving up.")
-	fs.DurationVar(&leaderElectionRetryPeriod, "leader-elect-retry-period", 2*time.Second,
+	fs.DurationVar(&o.leaderElectionRetryPeriod, "leader-elect-retry-period", 2*time.Second,
 		"How long leader election clients wait between tries.")
-	fs.StringVar(&watchNamespace, "namespace", "",
+	fs.StringVar(&o.watchNamespace, "namespace", "",
 		"Namespace whose objects the manager reconciles; all namespaces when empty.")
-	fs.StringVar(&watchFilterValue, "watch-filter", "",
+	fs.StringVar(&o.watchFilterValue, "watch-filter", "",
 		fmt.Sprintf("Reconcile only objects whose %s label has this value; all objects when empty.", clusterv1.WatchLabel))
-	fs.StringVar(&profilerAddress, "profiler-address", "",
+	fs.StringVar(&o.profilerAddress, "profiler-address", "",
 		"Bind address of the pprof profiler (e.g. localhost:6060); off when empty.")
-	fs.DurationVar(&syncPeriod, "sync-period", 10*time.Minute,
+	fs.DurationVar(&o.syncPeriod, "sync-period", 10*time.Minute,
 		"Minimum interval at which every watched object is reconciled again.")
-	fs.Float32Var(&restConfigQPS, "kube-api-qps", setup.DefaultKubeAPIQPS,
+	fs.Float32Var(&o.restConfigQPS, "kube-api-qps", setup.DefaultKubeAPIQPS,
 		"Queries per second to the Kubernetes API server.")
-	fs.IntVar(&restConfigBurst, "kube-api-burst", setup.DefaultKubeAPIBurst,
+	fs.IntVar(&o.restConfigBurst, "kube-api-burst", setup.DefaultKubeAPIBurst,
 		"Burst of queries to the Kubernetes API server.")
-	fs.IntVar(&webhookPort, "webhook-port", 9443, "Port of the webhook server.")
-	fs.StringVar(&webhookCertDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs/", "Directory of the webhook server's certificate.")
-	fs.StringVar(&webhookCertName, "webhook-cert-name", "tls.crt", "File name of the webhook server's certificate.")
-	fs.StringVar(&webhookKeyName, "webhook-key-name", "tls.key", "File name of the webhook server's key.")
-	fs.StringVar(&healthAddr, "health-addr", ":9440", "Bind address of the health and readiness probes.")
-	fs.StringVar(&infrastructureKubeconfig, "infrastructure-kubeconfig", "",
+	fs.IntVar(&o.webhookPort, "webhook-port", 9443, "Port of the webhook server.")
+	fs.StringVar(&o.webhookCertDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs/", "Directory of the webhook server's certificate.")
+	fs.StringVar(&o.webhookCertName, "webhook-cert-name", "tls.crt", "File name of the webhook server's certificate.")
+	fs.StringVar(&o.webhookKeyName, "webhook-key-name", "tls.key", "File name of the webhook server's key.")
+	fs.StringVar(&o.healthAddr, "health-addr", ":9440", "Bind address of the health and readiness probes.")
+	fs.StringVar(&o.infrastructureKubeconfig, "infrastructure-kubeconfig", "",
 		"Kubeconfig of the cluster the machines' VirtualMachines run in (mounted from a Secret of the provider's namespace); the management cluster when empty.")
-	fs.Int32Var(&importFailureRestarts, "import-failure-restarts", kubevirtmachine.DefaultImportFailureRestarts,
+	fs.Int32Var(&o.importFailureRestarts, "import-failure-restarts", kubevirtmachine.DefaultImportFailureRestarts,
 		"Importer pod restarts of a root DataVolume that count as a failed import (reported as ImportFailed).")
-	fs.IntVar(&machineConcurrency, "kubevirtmachine-concurrency", 10, "KubeVirtMachines reconciled in parallel.")
-	fs.IntVar(&templateConcurrency, "kubevirtmachinetemplate-concurrency", 5, "KubeVirtMachineTemplates reconciled in parallel.")
-	fs.IntVar(&clusterConcurrency, "kubevirtcluster-concurrency", 5, "KubeVirtClusters reconciled in parallel.")
-	flags.AddManagerOptions(fs, &managerOptions)
+	fs.IntVar(&o.machineConcurrency, "kubevirtmachine-concurrency", setup.DefaultMachineConcurrency, "KubeVirtMachines reconciled in parallel.")
+	fs.IntVar(&o.templateConcurrency, "kubevirtmachinetemplate-concurrency", setup.DefaultTemplateConcurrency, "KubeVirtMachineTemplates reconciled in parallel.")
+	fs.IntVar(&o.clusterConcurrency, "kubevirtcluster-concurrency", setup.DefaultClusterConcurrency, "KubeVirtClusters reconciled in parallel.")
+	flags.AddManagerOptions(fs, &o.manager)
 	feature.MutableGates.AddFlag(fs)
 }
 
@@ -121,24 +120,26 @@ func initFlags(fs *pflag.FlagSet) {
 // +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
 
 func main() {
-	if err := run(); err != nil {
-		setupLog.Error(err, "The manager stopped")
+	o := &options{logs: logs.NewOptions()}
+	o.addFlags(pflag.CommandLine)
+	pflag.CommandLine.SetNormalizeFunc(cliflag.WordSepNormalizeFunc)
+	pflag.CommandLine.AddGoFlagSet(flag.CommandLine)
+	pflag.Parse()
+	if err := run(o); err != nil {
+		ctrl.Log.WithName("setup").Error(err, "The manager stopped")
 		os.Exit(1)
 	}
 }
 
-func run() error {
-	initFlags(pflag.CommandLine)
-	pflag.CommandLine.SetNormalizeFunc(cliflag.WordSepNormalizeFunc)
-	pflag.CommandLine.AddGoFlagSet(flag.CommandLine)
-	pflag.Parse()
-	if err := logcap.Validate(logOptions); err != nil {
+func run(o *options) error {
+	if err := logcap.Validate(o.logs); err != nil {
 		return err
 	}
-	if err := logsv1.ValidateAndApply(logOptions, nil); err != nil {
+	if err := logsv1.ValidateAndApply(o.logs, nil); err != nil {
 		return fmt.Errorf("applying the log options: %w", err)
 	}
 	ctrl.SetLogger(klog.Background())
+	setupLog := ctrl.Log.WithName("setup")
 
 	scheme := runtime.NewScheme()
 	if err := setup.AddToScheme(scheme); err != nil {
@@ -148,36 +149,36 @@ func run() error {
 	if err != nil {
 		return fmt.Errorf("loading the kubeconfig: %w", err)
 	}
-	restConfig.QPS = restConfigQPS
-	restConfig.Burst = restConfigBurst
+	restConfig.QPS = o.restConfigQPS
+	restConfig.Burst = o.restConfigBurst
 	restConfig.UserAgent = remote.DefaultClusterAPIUserAgent(controllerName)
 	restConfig.WarningHandler = apiwarnings.DefaultHandler(klog.Background().WithName("API Server Warning"))
 
-	tlsOptions, metricsOptions, err := flags.GetManagerOptions(managerOptions)
+	tlsOptions, metricsOptions, err := flags.GetManagerOptions(o.manager)
 	if err != nil {
 		return fmt.Errorf("invalid manager flags: %w", err)
 	}
-	cacheOptions, err := setup.ManagerCacheOptions(scheme, controllerName, watchNamespace, syncPeriod)
+	cacheOptions, err := setup.ManagerCacheOptions(scheme, controllerName, o.watchNamespace, o.syncPeriod)
 	if err != nil {
 		return err
 	}
 	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{
 		Scheme:                     scheme,
-		LeaderElection:             enableLeaderElection,
+		LeaderElection:             o.leaderElect,
 		LeaderElectionID:           "infrastructure-kubevirt-workers-leader-election",
-		LeaseDuration:              &leaderElectionLeaseDuration,
-		RenewDeadline:              &leaderElectionRenewDeadline,
-		RetryPeriod:                &leaderElectionRetryPeriod,
+		LeaseDuration:              &o.leaderElectionLeaseDuration,
+		RenewDeadline:              &o.leaderElectionRenewDeadline,
+		RetryPeriod:                &o.leaderElectionRetryPeriod,
 		LeaderElectionResourceLock: resourcelock.LeasesResourceLock,
-		HealthProbeBindAddress:     healthAddr,
-		PprofBindAddress:           profilerAddress,
+		HealthProbeBindAddress:     o.healthAddr,
+		PprofBindAddress:           o.profilerAddress,
 		Metrics:                    *metricsOptions,
 		Cache:                      cacheOptions,
 		WebhookServer: webhook.NewServer(webhook.Options{
-			Port:     webhookPort,
-			CertDir:  webhookCertDir,
-			CertName: webhookCertName,
-			KeyName:  webhookKeyName,
+			Port:     o.webhookPort,
+			CertDir:  o.webhookCertDir,
+			CertName: o.webhookCertName,
+			KeyName:  o.webhookKeyName,
 			TLSOpts:  tlsOptions,
 		}),
 	})
@@ -192,11 +193,11 @@ func run() error {
 	}
 
 	var infraConfig *rest.Config
-	if infrastructureKubeconfig != "" {
-		if infraConfig, err = clientcmd.BuildConfigFromFlags("", infrastructureKubeconfig); err != nil {
+	if o.infrastructureKubeconfig != "" {
+		if infraConfig, err = clientcmd.BuildConfigFromFlags("", o.infrastructureKubeconfig); err != nil {
 			return fmt.Errorf("loading --infrastructure-kubeconfig: %w", err)
 		}
-		infraConfig.QPS, infraConfig.Burst = restConfigQPS, restConfigBurst
+		infraConfig.QPS, infraConfig.Burst = o.restConfigQPS, o.restConfigBurst
 		infraConfig.UserAgent = restConfig.UserAgent
 		infraConfig.WarningHandler = restConfig.WarningHandler
 	}
@@ -208,15 +209,15 @@ func run() error {
 	}
 	if err := setup.Reconcilers(ctx, mgr, setup.Options{
 		ControllerName:        controllerName,
-		WatchFilterValue:      watchFilterValue,
-		WatchNamespace:        watchNamespace,
+		WatchFilterValue:      o.watchFilterValue,
+		WatchNamespace:        o.watchNamespace,
 		WorkerClasses:         workerClasses,
-		ImportFailureRestarts: importFailureRestarts,
-		MachineConcurrency:    machineConcurrency,
-		TemplateConcurrency:   templateConcurrency,
-		ClusterConcurrency:    clusterConcurrency,
+		ImportFailureRestarts: o.importFailureRestarts,
+		MachineConcurrency:    o.machineConcurrency,
+		TemplateConcurrency:   o.templateConcurrency,
+		ClusterConcurrency:    o.clusterConcurrency,
 		Infrastructure:        infraConfig,
-		SyncPeriod:            syncPeriod,
+		SyncPeriod:            o.syncPeriod,
 	}); err != nil {
 		return err
 	}
@@ -230,7 +231,7 @@ func run() error {
 			return err
 		}
 	}
-	setupLog.Info("Starting the manager", "namespace", watchNamespace, "watchFilter", watchFilterValue, "workerClasses", workerClasses,
+	setupLog.Info("Starting the manager", "namespace", o.watchNamespace, "watchFilter", o.watchFilterValue, "workerClasses", workerClasses,
 		"infrastructureCluster", infrastructureClusterName(infraConfig))
 	return mgr.Start(ctx)
 }

@@ -63,6 +63,15 @@ const (
 	DefaultKubeAPIBurst int     = 200
 )
 
+// How many objects of each kind are reconciled at once by default
+// (--kubevirtmachine-concurrency, --kubevirtmachinetemplate-concurrency,
+// --kubevirtcluster-concurrency).
+const (
+	DefaultMachineConcurrency  int = 10
+	DefaultTemplateConcurrency int = 5
+	DefaultClusterConcurrency  int = 5
+)
+
 // AddToScheme adds every API the provider reads or writes.
 func AddToScheme(s *runtime.Scheme) error {
 	for _, add := range []func(*runtime.Scheme) error{

@@ -291,9 +291,9 @@ func (c *Component) infrastructure(ctx context.Context, cfg *rest.Config, opts O
 		Infrastructure:        opts.Infrastructure,
 		SyncPeriod:            opts.SyncPeriod,
 		// The flag defaults.
-		MachineConcurrency:  10,
-		TemplateConcurrency: 5,
-		ClusterConcurrency:  5,
+		MachineConcurrency:  infrasetup.DefaultMachineConcurrency,
+		TemplateConcurrency: infrasetup.DefaultTemplateConcurrency,
+		ClusterConcurrency:  infrasetup.DefaultClusterConcurrency,
 	}); err != nil {
 		return err
 	}
