@@ -39,6 +39,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/cozystack/cluster-api-workers/test/envtest"
+	"github.com/cozystack/cluster-api-workers/test/node/internal/initconfig"
 )
 
 // PauseImage is the sandbox image every node imports and pins in
@@ -143,24 +144,6 @@ var kernelSettings = map[string]string{
 	"kernel/panic_on_oops":      "1",
 	"kernel/keys/root_maxkeys":  "1000000",
 	"kernel/keys/root_maxbytes": "25000000",
-}
-
-// initConfig is cmd/nodeinit's Config.
-type initConfig struct {
-	Dir              string            `json:"dir"`
-	PrivateDirs      map[string]string `json:"privateDirs"`
-	Sysctls          map[string]string `json:"sysctls"`
-	NodeIP           string            `json:"nodeIP"`
-	APIListen        string            `json:"apiListen"`
-	APISocket        string            `json:"apiSocket"`
-	Path             string            `json:"path"`
-	Containerd       []string          `json:"containerd"`
-	ContainerdSocket string            `json:"containerdSocket"`
-	Ctr              string            `json:"ctr"`
-	Images           []string          `json:"images"`
-	Kubelet          []string          `json:"kubelet"`
-	LogDir           string            `json:"logDir"`
-	PhaseFile        string            `json:"phaseFile"`
 }
 
 var validName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
@@ -284,7 +267,7 @@ func (n *Node) start(ctx context.Context, kubeletBin, containerdDir string, apiU
 		kubeletArgs = append(kubeletArgs, "--node-labels="+strings.Join(labels, ","))
 	}
 	socket := n.path("containerd", "containerd.sock")
-	cfg := initConfig{
+	cfg := initconfig.Config{
 		Dir:              n.Dir,
 		PrivateDirs:      privateDirs(n.Dir),
 		Sysctls:          kernelSettings,

@@ -42,27 +42,11 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/cozystack/cluster-api-workers/test/node/internal/initconfig"
 )
 
-// Config is what test/node writes for nodeinit (the same struct there).
-type Config struct {
-	Dir              string            `json:"dir"`
-	PrivateDirs      map[string]string `json:"privateDirs"`
-	Sysctls          map[string]string `json:"sysctls"`
-	NodeIP           string            `json:"nodeIP"`
-	APIListen        string            `json:"apiListen"`
-	APISocket        string            `json:"apiSocket"`
-	Path             string            `json:"path"`
-	Containerd       []string          `json:"containerd"`
-	ContainerdSocket string            `json:"containerdSocket"`
-	Ctr              string            `json:"ctr"`
-	Images           []string          `json:"images"`
-	Kubelet          []string          `json:"kubelet"`
-	LogDir           string            `json:"logDir"`
-	PhaseFile        string            `json:"phaseFile"`
-}
-
-var cfg Config
+var cfg initconfig.Config
 
 func main() {
 	if len(os.Args) != 2 {

@@ -1,0 +1,39 @@
+//go:build node
+
+/*
+Copyright 2026 The Cozystack Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package initconfig is what test/node hands the node's init
+// (cmd/nodeinit), written by the one and read by the other.
+package initconfig
+
+// Config is the node's layout and the commands its init runs.
+type Config struct {
+	Dir              string            `json:"dir"`
+	PrivateDirs      map[string]string `json:"privateDirs"`
+	Sysctls          map[string]string `json:"sysctls"`
+	NodeIP           string            `json:"nodeIP"`
+	APIListen        string            `json:"apiListen"`
+	APISocket        string            `json:"apiSocket"`
+	Path             string            `json:"path"`
+	Containerd       []string          `json:"containerd"`
+	ContainerdSocket string            `json:"containerdSocket"`
+	Ctr              string            `json:"ctr"`
+	Images           []string          `json:"images"`
+	Kubelet          []string          `json:"kubelet"`
+	LogDir           string            `json:"logDir"`
+	PhaseFile        string            `json:"phaseFile"`
+}
