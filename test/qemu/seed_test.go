@@ -62,11 +62,11 @@ func TestKubeVirtWritesTheSeed(t *testing.T) {
 			iso := filepath.Join(dir, "seed.iso")
 			g.Expect(WriteSeed(t.Context(), iso, vmi, []byte(userData))).To(Succeed())
 
-			label, err := exec.Command("blkid", "-o", "value", "-s", "LABEL", iso).Output()
+			label, err := exec.CommandContext(t.Context(), "blkid", "-o", "value", "-s", "LABEL", iso).Output() //nolint:gosec // The seed the test just wrote.
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(string(label)).To(Equal(tc.label + "\n"))
 			tree := filepath.Join(dir, "tree")
-			out, err := exec.Command("xorriso", "-osirrox", "on", "-indev", iso, "-extract", "/", tree).CombinedOutput()
+			out, err := exec.CommandContext(t.Context(), "xorriso", "-osirrox", "on", "-indev", iso, "-extract", "/", tree).CombinedOutput() //nolint:gosec // The seed the test just wrote, into its own directory.
 			g.Expect(err).NotTo(HaveOccurred(), string(out))
 			var files []string
 			g.Expect(filepath.WalkDir(tree, func(path string, d os.DirEntry, err error) error {
@@ -77,10 +77,10 @@ func TestKubeVirtWritesTheSeed(t *testing.T) {
 				return err
 			})).To(Succeed())
 			g.Expect(files).To(ConsistOf(tc.files))
-			data, err := os.ReadFile(filepath.Join(tree, tc.files[1]))
+			data, err := os.ReadFile(filepath.Join(tree, tc.files[1])) //nolint:gosec // A file of the seed the test extracted.
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(string(data)).To(Equal(userData))
-			raw, err := os.ReadFile(filepath.Join(tree, tc.metaFile))
+			raw, err := os.ReadFile(filepath.Join(tree, tc.metaFile)) //nolint:gosec // A file of the seed the test extracted.
 			g.Expect(err).NotTo(HaveOccurred())
 			meta := map[string]any{}
 			g.Expect(json.Unmarshal(raw, &meta)).To(Succeed(), string(raw))
