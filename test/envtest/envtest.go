@@ -171,10 +171,15 @@ func Start(ctx context.Context, opts Options) (*Environment, error) {
 	}
 	crdPaths := append(append(capi, projectCRDPaths()...), mapAbs(opts.CRDPaths)...)
 	env := &crenvtest.Environment{
-		Scheme:                   scheme,
-		BinaryAssetsDirectory:    binDir,
-		CRDDirectoryPaths:        crdPaths,
-		ErrorIfCRDPathMissing:    true,
+		Scheme:                scheme,
+		BinaryAssetsDirectory: binDir,
+		CRDDirectoryPaths:     crdPaths,
+		ErrorIfCRDPathMissing: true,
+		// Established within controller-runtime's default 10 s only on an
+		// idle machine: under a load average of 8 (packages testing in
+		// parallel beside other builds) the many CRDs once took longer and
+		// the start failed. A bound, not a measurement.
+		CRDInstallOptions:        crenvtest.CRDInstallOptions{MaxTime: 2 * time.Minute},
 		ControlPlaneStartTimeout: 2 * time.Minute,
 		ControlPlaneStopTimeout:  time.Minute,
 		WebhookInstallOptions:    crenvtest.WebhookInstallOptions{Paths: mapAbs(opts.WebhookPaths)},
