@@ -82,32 +82,25 @@ func Conflicts(spec *infrav1.KubeVirtMachineSpec, it *instancetypev1beta1.Virtua
 // refuses one that lists others, see Conflicts), else the spec's.
 func GPUs(spec *infrav1.KubeVirtMachineSpec, it *instancetypev1beta1.VirtualMachineInstancetypeSpec) []string {
 	if it != nil && len(it.GPUs) > 0 {
-		names := make([]string, 0, len(it.GPUs))
-		for _, g := range it.GPUs {
-			names = append(names, g.DeviceName)
-		}
-		return names
+		return deviceNames(it.GPUs, func(g kubevirtv1.GPU) string { return g.DeviceName })
 	}
-	names := make([]string, 0, len(spec.GPUs))
-	for _, g := range spec.GPUs {
-		names = append(names, g.DeviceName)
-	}
-	return names
+	return deviceNames(spec.GPUs, func(g infrav1.GPU) string { return g.DeviceName })
 }
 
 // HostDevices are the host devices a machine's VM gets, as GPUs are: the
 // instancetype's when it attaches any, else the spec's.
 func HostDevices(spec *infrav1.KubeVirtMachineSpec, it *instancetypev1beta1.VirtualMachineInstancetypeSpec) []string {
 	if it != nil && len(it.HostDevices) > 0 {
-		names := make([]string, 0, len(it.HostDevices))
-		for _, d := range it.HostDevices {
-			names = append(names, d.DeviceName)
-		}
-		return names
+		return deviceNames(it.HostDevices, func(d kubevirtv1.HostDevice) string { return d.DeviceName })
 	}
-	names := make([]string, 0, len(spec.HostDevices))
-	for _, d := range spec.HostDevices {
-		names = append(names, d.DeviceName)
+	return deviceNames(spec.HostDevices, func(d infrav1.HostDevice) string { return d.DeviceName })
+}
+
+// deviceNames are the device names of a list of GPUs or host devices.
+func deviceNames[T any](devices []T, name func(T) string) []string {
+	names := make([]string, 0, len(devices))
+	for _, d := range devices {
+		names = append(names, name(d))
 	}
 	return names
 }
