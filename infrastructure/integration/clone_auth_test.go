@@ -52,7 +52,7 @@ func ensureClusterRoles(t *testing.T) {
 		}},
 		{ObjectMeta: metav1.ObjectMeta{Name: tenantRole}, Rules: []rbacv1.PolicyRule{
 			{APIGroups: []string{infrav1.GroupVersion.Group}, Resources: []string{"kubevirtmachinetemplates", "kubevirtmachines"}, Verbs: []string{"create", "get"}},
-			{APIGroups: []string{cdiv1.SchemeGroupVersion.Group}, Resources: []string{"datasources"}, Verbs: []string{"create", "get"}},
+			{APIGroups: []string{cdiv1.SchemeGroupVersion.Group}, Resources: []string{"datasources"}, Verbs: []string{"create", "get", "update"}},
 		}},
 	} {
 		g.Expect(client.IgnoreAlreadyExists(c.Create(context.Background(), role))).To(Succeed())
@@ -199,6 +199,50 @@ func TestClonesAreAuthorizedAsTheTenant(t *testing.T) {
 			cond := expectCondition(g, kvm, infrav1.ReadyCondition, metav1.ConditionUnknown, infrav1.WaitingForCloneSourceReason)
 			g.Expect(cond.Message).To(Equal("spec.image.clone: DataSource " + mallory.namespace + "/short-lived does not exist"))
 		}).WithTimeout(time.Minute).Should(Succeed(), func() string { return describe(mallory.namespace) })
+	})
+
+	t.Run("a machine without spec.image is authorized for its classless template's clone", func(t *testing.T) {
+		g := NewWithT(t)
+		// Mallory's template clones her own DataSource, which points at
+		// her own claim: nothing to refuse at admission. Once it is
+		// resolved she repoints the DataSource into the golden namespace
+		// and writes a machine that names no image of its own, which
+		// admission has nothing to check on.
+		goldenImage(t, mallory.namespace, "own-disk")
+		steer := &cdiv1.DataSource{
+			ObjectMeta: metav1.ObjectMeta{Namespace: mallory.namespace, Name: "steer-" + rand.String(4)},
+			Spec:       cdiv1.DataSourceSpec{Source: cdiv1.DataSourceSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: mallory.namespace, Name: "own-disk"}}},
+		}
+		g.Expect(asMallory.Create(ctx, steer)).To(Succeed())
+		spec := containerDiskSpec()
+		spec.Image = &infrav1.ImageSource{Clone: &infrav1.CloneSource{Kind: infrav1.CloneFromDataSource, Name: steer.Name}}
+		tmpl := classlessTemplate(mallory.namespace, "steer-"+rand.String(4), spec)
+		g.Expect(asMallory.Create(ctx, tmpl)).To(Succeed())
+		waitResolved(t, tmpl)
+		steer.Spec.Source.PVC = &cdiv1.DataVolumeSourcePVC{Namespace: golden, Name: "talos"}
+		g.Expect(asMallory.Update(ctx, steer)).To(Succeed())
+
+		bare := containerDiskSpec()
+		bare.Image = nil
+		fromTemplate := func(_ *clusterv1.Machine, kvm *infrav1.KubeVirtMachine, _ *corev1.Secret) {
+			kvm.Annotations = map[string]string{
+				clusterv1.TemplateClonedFromNameAnnotation:      tmpl.Name,
+				clusterv1.TemplateClonedFromGroupKindAnnotation: infrav1.GroupVersion.WithKind("KubeVirtMachineTemplate").GroupKind().String(),
+			}
+		}
+		own := &infrav1.KubeVirtMachine{ObjectMeta: metav1.ObjectMeta{Namespace: mallory.namespace, Name: "bare"}, Spec: bare}
+		fromTemplate(nil, own, nil)
+		g.Expect(asMallory.Create(ctx, own, client.DryRunAll)).To(Succeed(), "admission lets the tenant write a machine without spec.image")
+
+		kvm := mallory.machine(t, "bare", bare, fromTemplate)
+		g.Eventually(func(g Gomega) {
+			g.Expect(c.Get(ctx, client.ObjectKeyFromObject(kvm), kvm)).To(Succeed())
+			cond := expectCondition(g, kvm, infrav1.ReadyCondition, metav1.ConditionUnknown, infrav1.CloneSourceForbiddenReason)
+			g.Expect(cond.Message).To(HavePrefix("KubeVirtMachineTemplate " + tmpl.Name + " spec.template.spec.image.clone: User system:serviceaccount:" + mallory.namespace + ":default has " + insufficient))
+		}).WithTimeout(time.Minute).Should(Succeed(), func() string { return describe(mallory.namespace) })
+		g.Consistently(func() bool {
+			return apierrors.IsNotFound(c.Get(ctx, key(mallory.namespace, "bare-root"), &cdiv1.DataVolume{}))
+		}).WithTimeout(3*time.Second).Should(BeTrue(), "no DataVolume is created for a refused clone")
 	})
 
 	t.Run("a machine of the tenant allowed in the source namespace clones from it", func(t *testing.T) {

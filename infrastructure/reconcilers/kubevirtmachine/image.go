@@ -28,31 +28,49 @@ import (
 	"github.com/cozystack/cluster-api-workers/infrastructure/reconcilers/sharedimage"
 )
 
-// machineImage returns the root disk source and datasource: the machine's
-// own spec.image, or the frozen resolution of the KubeVirtMachineTemplate it
+// rootImage is what a machine's root disk is made from and how it boots.
+type rootImage struct {
+	source     infrav1.ImageSource
+	datasource infrav1.CloudInitDatasource
+	// chosenBy names the field by which a tenant chose the source (the
+	// machine's spec.image, or its classless template's), whose clone is
+	// authorized as the machine's namespace before the disk is created.
+	// Empty when no tenant chose it: a class's image comes from the
+	// hoster's catalog, and a template's shared import lives in the
+	// machine's own namespace.
+	chosenBy string
+}
+
+// ownImage is a machine's own spec.image.
+func ownImage(kvm *infrav1.KubeVirtMachine) rootImage {
+	return rootImage{source: *kvm.Spec.Image, datasource: ownDatasource(kvm), chosenBy: "spec.image"}
+}
+
+// machineImage returns the root disk's image: the machine's own
+// spec.image, or the frozen resolution of the KubeVirtMachineTemplate it
 // was cloned from (a clone of its shared import when that is an HTTP
 // import), or what the machine waits for. sharedimage.OriginOf decides
 // which.
-func (r *Reconciler) machineImage(ctx context.Context, kvm *infrav1.KubeVirtMachine) (infrav1.ImageSource, infrav1.CloudInitDatasource, *blocked, error) {
+func (r *Reconciler) machineImage(ctx context.Context, kvm *infrav1.KubeVirtMachine) (rootImage, *blocked, error) {
 	names := clonedFromTemplate(kvm)
 	if len(names) == 0 {
 		if kvm.Spec.Image != nil {
-			return *kvm.Spec.Image, ownDatasource(kvm), nil, nil
+			return ownImage(kvm), nil, nil
 		}
-		return infrav1.ImageSource{}, "", waitingFor(infrav1.InvalidSpecReason,
+		return rootImage{}, waitingFor(infrav1.InvalidSpecReason,
 			"spec.image: Required value: a KubeVirtMachine that is not cloned from a KubeVirtMachineTemplate needs an image"), nil
 	}
 	template := &infrav1.KubeVirtMachineTemplate{}
 	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: kvm.Namespace, Name: names[0]}, template); err != nil {
 		if !apierrors.IsNotFound(err) {
-			return infrav1.ImageSource{}, "", nil, err
+			return rootImage{}, nil, err
 		}
 		if kvm.Spec.Image != nil {
 			// A template that is gone shares nothing; the machine names
 			// its bytes itself.
-			return *kvm.Spec.Image, ownDatasource(kvm), nil, nil
+			return ownImage(kvm), nil, nil
 		}
-		return infrav1.ImageSource{}, "", waitingFor(infrav1.WaitingForTemplateReason,
+		return rootImage{}, waitingFor(infrav1.WaitingForTemplateReason,
 			fmt.Sprintf("KubeVirtMachineTemplate %s does not exist", names[0])), nil
 	}
 	resolved := template.Status.Resolved
@@ -67,30 +85,35 @@ func (r *Reconciler) machineImage(ctx context.Context, kvm *infrav1.KubeVirtMach
 	}
 	switch origin {
 	case sharedimage.OwnImage:
-		return *kvm.Spec.Image, ownDatasource(kvm), nil, nil
+		return ownImage(kvm), nil, nil
 	case sharedimage.AwaitResolution:
 		message := fmt.Sprintf("KubeVirtMachineTemplate %s is not resolved yet", template.Name)
 		if c := conditions.Get(template, infrav1.ResolvedCondition); c != nil && c.Message != "" {
 			message += ": " + c.Message
 		}
-		return infrav1.ImageSource{}, "", waitingFor(infrav1.WaitingForTemplateReason, message), nil
+		return rootImage{}, waitingFor(infrav1.WaitingForTemplateReason, message), nil
 	case sharedimage.SharedClone:
 		// The image is imported once for the template's namespace and
 		// cloned per machine.
 		image, wait, err := r.SharedImages.CloneSource(ctx, template)
 		if err != nil {
-			return infrav1.ImageSource{}, "", nil, err
+			return rootImage{}, nil, err
 		}
 		if wait != nil {
-			return infrav1.ImageSource{}, "", waitingFor(wait.Reason, wait.Message), nil
+			return rootImage{}, waitingFor(wait.Reason, wait.Message), nil
 		}
 		if kvm.Spec.Image != nil {
 			// The machine's own spec names the bytes and how they boot.
-			return image, ownDatasource(kvm), nil, nil
+			return rootImage{source: image, datasource: ownDatasource(kvm)}, nil, nil
 		}
-		return image, resolved.CloudInitDatasource, nil, nil
+		return rootImage{source: image, datasource: resolved.CloudInitDatasource}, nil, nil
 	}
-	return resolved.Image, resolved.CloudInitDatasource, nil, nil
+	img := rootImage{source: resolved.Image, datasource: resolved.CloudInitDatasource}
+	if resolved.WorkerClassName == "" {
+		// A classless template's image is its writer's spec.image.
+		img.chosenBy = fmt.Sprintf("KubeVirtMachineTemplate %s spec.template.spec.image", template.Name)
+	}
+	return img, nil, nil
 }
 
 // ownDatasource is the datasource a machine's own spec.image boots with:

@@ -459,7 +459,7 @@ func (r *Reconciler) ensureVirtualMachine(ctx context.Context, s *scope) (*kubev
 	if machine.Spec.Bootstrap.DataSecretName == nil {
 		return nil, waitingFor(infrav1.WaitingForBootstrapDataReason, "Machine has no bootstrap data Secret yet"), nil
 	}
-	image, datasource, blocker, err := r.machineImage(ctx, kvm)
+	image, blocker, err := r.machineImage(ctx, kvm)
 	if err != nil || blocker != nil {
 		return nil, blocker, err
 	}
@@ -479,8 +479,8 @@ func (r *Reconciler) ensureVirtualMachine(ctx context.Context, s *scope) (*kubev
 	objs, errs := render.Render(render.Input{
 		Machine:       kvm,
 		ClusterName:   cluster.Name,
-		Image:         image,
-		Datasource:    datasource,
+		Image:         image.source,
+		Datasource:    image.datasource,
 		FailureDomain: machine.Spec.FailureDomain,
 		UserData:      userData,
 		Preference:    preference,
@@ -499,7 +499,7 @@ func (r *Reconciler) ensureVirtualMachine(ctx context.Context, s *scope) (*kubev
 		}
 	}
 	if objs.RootDataVolume != nil {
-		if blocker, err := r.authorizeClone(ctx, kvm, objs.RootDataVolume); err != nil || blocker != nil {
+		if blocker, err := r.authorizeClone(ctx, image, objs.RootDataVolume); err != nil || blocker != nil {
 			return nil, blocker, err
 		}
 		if _, blocker, err := ensureCreated(ctx, r, kvm, objs.RootDataVolume, "DataVolume"); err != nil || blocker != nil {
@@ -514,12 +514,13 @@ func (r *Reconciler) ensureVirtualMachine(ctx context.Context, s *scope) (*kubev
 }
 
 // authorizeClone authorizes the clone of a root DataVolume that does not
-// exist yet as the machine's namespace (cloneauth), when the machine's own
-// spec names the source. A class's image comes from the hoster's catalog
-// and is not the tenant's to choose. A DataVolume that exists was
+// exist yet as the machine's namespace (cloneauth), when a tenant chose the
+// source: the machine's own spec.image, or the one of the classless
+// template it was cloned from. A class's image comes from the hoster's
+// catalog and is not the tenant's to choose. A DataVolume that exists was
 // authorized when it was created.
-func (r *Reconciler) authorizeClone(ctx context.Context, kvm *infrav1.KubeVirtMachine, dv *cdiv1.DataVolume) (*blocked, error) {
-	if kvm.Spec.Image == nil || kvm.Spec.Image.Clone == nil {
+func (r *Reconciler) authorizeClone(ctx context.Context, image rootImage, dv *cdiv1.DataVolume) (*blocked, error) {
+	if image.chosenBy == "" || image.source.Clone == nil {
 		return nil, nil
 	}
 	err := r.Infrastructure.Client.Get(ctx, client.ObjectKeyFromObject(dv), &cdiv1.DataVolume{})
@@ -531,10 +532,10 @@ func (r *Reconciler) authorizeClone(ctx context.Context, kvm *infrav1.KubeVirtMa
 	case err != nil:
 		return nil, err
 	case decision.Missing:
-		return refusedFor(infrav1.WaitingForCloneSourceReason, "spec.image.clone: "+decision.Reason), nil
+		return refusedFor(infrav1.WaitingForCloneSourceReason, image.chosenBy+".clone: "+decision.Reason), nil
 	case !decision.Allowed:
-		ctrl.LoggerFrom(ctx).Info("The machine's namespace may not clone from the source of spec.image.clone", "reason", decision.Reason)
-		return refusedFor(infrav1.CloneSourceForbiddenReason, "spec.image.clone: "+decision.Reason), nil
+		ctrl.LoggerFrom(ctx).Info("The machine's namespace may not clone from the source its image names", "field", image.chosenBy+".clone", "reason", decision.Reason)
+		return refusedFor(infrav1.CloneSourceForbiddenReason, image.chosenBy+".clone: "+decision.Reason), nil
 	}
 	return nil, nil
 }
