@@ -123,7 +123,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 		Named("kairosconfig").
 		WithOptions(options).
 		Watches(&clusterv1.Machine{}, handler.EnqueueRequestsFromMapFunc(machineToKairosConfig)).
-		Watches(&clusterv1.Cluster{}, handler.EnqueueRequestsFromMapFunc(r.clusterToKairosConfigs)).
+		Watches(&clusterv1.Cluster{}, handler.EnqueueRequestsFromMapFunc(r.clusterToKairosConfigs), clusterEvents(mgr.GetScheme(), log)).
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.secretToKairosConfigs)).
 		WatchesRawSource(r.ClusterCache.GetClusterSource("kairosconfig", r.clusterToKairosConfigs)).
 		WithEventFilter(predicates.ResourceHasFilterLabel(mgr.GetScheme(), log, r.WatchFilterValue)).
@@ -143,18 +143,19 @@ type scope struct {
 	cluster *clusterv1.Cluster
 }
 
-// waiting is why a config has no bootstrap data yet: what its
-// DataSecretAvailable condition says, and when to look again where no
-// watch ends the wait (zero when one does).
-type waiting struct {
+// blocked is why a config has no bootstrap data yet, a wait or a refusal:
+// what its DataSecretAvailable condition says, and when to look again
+// where no watch ends it (zero when one does). The infrastructure
+// provider's machines are blocked the same way.
+type blocked struct {
 	reason, message string
 	requeueAfter    time.Duration
 }
 
-// report puts the wait on the config and returns when to look again.
-func (w *waiting) report(config *bootstrapv1.KairosConfig) ctrl.Result {
-	markWaiting(config, w.reason, w.message)
-	return ctrl.Result{RequeueAfter: w.requeueAfter}
+// report puts the block on the config and returns when to look again.
+func (b *blocked) report(config *bootstrapv1.KairosConfig) ctrl.Result {
+	markWaiting(config, b.reason, b.message)
+	return ctrl.Result{RequeueAfter: b.requeueAfter}
 }
 
 // Reconcile brings one KairosConfig closer to having bootstrap data and,
@@ -190,7 +191,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		if ownedByMachineSet(config) {
 			return ctrl.Result{}, nil
 		}
-		return ctrl.Result{}, r.reportWaiting(ctx, config, waiting{
+		return ctrl.Result{}, r.reportBlocked(ctx, config, blocked{
 			reason: bootstrapv1.WaitingForOwnerReason, message: "Waiting for a Machine to own this KairosConfig",
 		})
 	}
@@ -226,7 +227,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		// made for a Cluster that does not exist; the Cluster watch
 		// reconciles the config when it appears.
 		log.Info("Cluster does not exist yet, waiting")
-		return ctrl.Result{}, r.reportWaiting(ctx, config, waiting{
+		return ctrl.Result{}, r.reportBlocked(ctx, config, blocked{
 			reason: bootstrapv1.WaitingForClusterReason, message: fmt.Sprintf("Cluster %s does not exist", klog.KRef(config.Namespace, clusterName)),
 		})
 	}
@@ -243,9 +244,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	// A paused config records that, and nothing else; an unpaused one
-	// records Paused=False in a patch of its own the first time, as Cluster
-	// API's controllers do.
 	if isPaused, requeue, err := r.ensurePausedCondition(ctx, writes, cluster, config); err != nil || isPaused || requeue {
 		r.expect.Wrote(req.NamespacedName, before, writes.Written())
 		return ctrl.Result{}, err

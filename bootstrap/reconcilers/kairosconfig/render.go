@@ -47,13 +47,13 @@ import (
 // the bootstrap data Secret.
 func (r *Reconciler) render(ctx context.Context, s *scope) (ctrl.Result, error) {
 	config := s.config
-	in, wait, err := r.joinInputs(ctx, s)
+	in, blocker, err := r.joinInputs(ctx, s)
 	if err != nil {
 		markInternalError(config)
 		return ctrl.Result{}, err
 	}
-	if wait != nil {
-		return wait.report(config), nil
+	if blocker != nil {
+		return blocker.report(config), nil
 	}
 
 	remote, err := r.ClusterCache.GetClient(ctx, util.ObjectKey(s.cluster))
@@ -92,22 +92,22 @@ type joinInputs struct {
 
 // joinInputs gathers what the join needs, or says what it waits for. No
 // token is minted while anything is missing.
-func (r *Reconciler) joinInputs(ctx context.Context, s *scope) (joinInputs, *waiting, error) {
+func (r *Reconciler) joinInputs(ctx context.Context, s *scope) (joinInputs, *blocked, error) {
 	machine, cluster := s.machine, s.cluster
 	switch {
 	case !ptr.Deref(cluster.Status.Initialization.InfrastructureProvisioned, false):
-		return joinInputs{}, &waiting{reason: bootstrapv1.WaitingForClusterInfrastructureReason, message: "Waiting for the Cluster's infrastructure to be provisioned"}, nil
+		return joinInputs{}, &blocked{reason: bootstrapv1.WaitingForClusterInfrastructureReason, message: "Waiting for the Cluster's infrastructure to be provisioned"}, nil
 	case !controlPlaneInitialized(cluster):
-		return joinInputs{}, &waiting{reason: bootstrapv1.WaitingForControlPlaneInitializedReason, message: "Waiting for the Cluster's control plane to be initialized"}, nil
+		return joinInputs{}, &blocked{reason: bootstrapv1.WaitingForControlPlaneInitializedReason, message: "Waiting for the Cluster's control plane to be initialized"}, nil
 	case !cluster.Spec.ControlPlaneEndpoint.IsValid():
-		return joinInputs{}, &waiting{reason: bootstrapv1.WaitingForControlPlaneEndpointReason, message: "Waiting for Cluster spec.controlPlaneEndpoint to be set"}, nil
+		return joinInputs{}, &blocked{reason: bootstrapv1.WaitingForControlPlaneEndpointReason, message: "Waiting for Cluster spec.controlPlaneEndpoint to be set"}, nil
 	case machine.Spec.InfrastructureRef.Name == "":
-		return joinInputs{}, &waiting{reason: bootstrapv1.WaitingForInfrastructureNameReason, message: "Waiting for Machine spec.infrastructureRef.name, which names the VM, its hostname and providerID"}, nil
+		return joinInputs{}, &blocked{reason: bootstrapv1.WaitingForInfrastructureNameReason, message: "Waiting for Machine spec.infrastructureRef.name, which names the VM, its hostname and providerID"}, nil
 	}
 
 	hashes, err := r.clusterCAHashes(ctx, cluster)
 	if errors.Is(err, errClusterCAMissing) {
-		return joinInputs{}, &waiting{reason: bootstrapv1.WaitingForClusterCAReason,
+		return joinInputs{}, &blocked{reason: bootstrapv1.WaitingForClusterCAReason,
 			message: fmt.Sprintf("Waiting for the cluster CA Secret %s with a certificate", secret.Name(cluster.Name, secret.ClusterCA))}, nil
 	}
 	if err != nil {
@@ -120,10 +120,10 @@ func (r *Reconciler) joinInputs(ctx context.Context, s *scope) (joinInputs, *wai
 		// Final: the Machine's reference is immutable; a cloned-from
 		// annotation changed later is not watched. Replace the Machine.
 		ctrl.LoggerFrom(ctx).Info("Not rendering bootstrap data: the infrastructure kind is not followed", "reason", unsupported.Error())
-		return joinInputs{}, &waiting{reason: bootstrapv1.InfrastructureKindNotSupportedReason, message: unsupported.Error()}, nil
+		return joinInputs{}, &blocked{reason: bootstrapv1.InfrastructureKindNotSupportedReason, message: unsupported.Error()}, nil
 	}
 	if errors.Is(err, errInfrastructureNotFound) {
-		return joinInputs{}, &waiting{reason: bootstrapv1.WaitingForInfrastructureReason,
+		return joinInputs{}, &blocked{reason: bootstrapv1.WaitingForInfrastructureReason,
 			message:      fmt.Sprintf("Waiting for %s %s to exist to check the image's WorkerClass and Kubernetes version", machine.Spec.InfrastructureRef.Kind, machine.Spec.InfrastructureRef.Name),
 			requeueAfter: waitForInfrastructureInterval}, nil
 	}
@@ -131,8 +131,8 @@ func (r *Reconciler) joinInputs(ctx context.Context, s *scope) (joinInputs, *wai
 		return joinInputs{}, nil, err
 	}
 	if template != nil {
-		if wait, err := r.checkTemplate(ctx, s, template); wait != nil || err != nil {
-			return joinInputs{}, wait, err
+		if blocker, err := r.checkTemplate(ctx, s, template); blocker != nil || err != nil {
+			return joinInputs{}, blocker, err
 		}
 	}
 
@@ -141,9 +141,9 @@ func (r *Reconciler) joinInputs(ctx context.Context, s *scope) (joinInputs, *wai
 	var missing *fileSourceError
 	switch {
 	case errors.As(err, &forbidden):
-		return joinInputs{}, &waiting{reason: bootstrapv1.FileSourceForbiddenReason, message: forbidden.Error()}, nil
+		return joinInputs{}, &blocked{reason: bootstrapv1.FileSourceForbiddenReason, message: forbidden.Error()}, nil
 	case errors.As(err, &missing):
-		return joinInputs{}, &waiting{reason: bootstrapv1.FileSourceNotAvailableReason, message: missing.Error(), requeueAfter: waitForFileSourceInterval}, nil
+		return joinInputs{}, &blocked{reason: bootstrapv1.FileSourceNotAvailableReason, message: missing.Error(), requeueAfter: waitForFileSourceInterval}, nil
 	case err != nil:
 		return joinInputs{}, nil, err
 	}
@@ -156,7 +156,7 @@ func (r *Reconciler) joinInputs(ctx context.Context, s *scope) (joinInputs, *wai
 		return joinInputs{}, nil, fmt.Errorf("rendering the cloud-config: %w", err)
 	}
 	if size > corev1.MaxSecretSize {
-		return joinInputs{}, &waiting{reason: bootstrapv1.BootstrapDataTooLargeReason, message: fmt.Sprintf(
+		return joinInputs{}, &blocked{reason: bootstrapv1.BootstrapDataTooLargeReason, message: fmt.Sprintf(
 			"The rendered bootstrap data is %d bytes and a Secret holds at most %d: shrink spec.files", size, corev1.MaxSecretSize)}, nil
 	}
 	return in, nil, nil
@@ -334,7 +334,7 @@ func filePermissions(s string, fromSecret bool) (uint32, error) {
 // and its image's Kubernetes version must match the Machine's. A
 // template's resolution is frozen once written, so a refusal is final: it
 // is not requeued (a new template means new Machines with new configs).
-func (r *Reconciler) checkTemplate(ctx context.Context, s *scope, template *unstructured.Unstructured) (*waiting, error) {
+func (r *Reconciler) checkTemplate(ctx context.Context, s *scope, template *unstructured.Unstructured) (*blocked, error) {
 	log := ctrl.LoggerFrom(ctx)
 	machine := s.machine
 	class, err := templateClassFrom(template)
@@ -346,12 +346,12 @@ func (r *Reconciler) checkTemplate(ctx context.Context, s *scope, template *unst
 		if err := r.watchTemplates(ctx, template); err != nil {
 			return nil, err
 		}
-		return &waiting{reason: bootstrapv1.WaitingForInfrastructureTemplateReason, message: class.waitingMessage()}, nil
+		return &blocked{reason: bootstrapv1.WaitingForInfrastructureTemplateReason, message: class.waitingMessage()}, nil
 	}
 	if mismatch := class.familyMismatch(); mismatch != "" {
 		log.Info("Not rendering bootstrap data: the infrastructure template's WorkerClass does not boot Kairos",
 			"template", class.Source, "workerClass", class.WorkerClass, "bootstrap", class.Bootstrap)
-		return &waiting{reason: bootstrapv1.BootstrapFamilyMismatchReason, message: mismatch}, nil
+		return &blocked{reason: bootstrapv1.BootstrapFamilyMismatchReason, message: mismatch}, nil
 	}
 
 	if machine.Spec.Version == "" {
@@ -363,11 +363,11 @@ func (r *Reconciler) checkTemplate(ctx context.Context, s *scope, template *unst
 	}
 	mismatch, err := checkVersion(machine.Spec.Version, *image)
 	if err != nil {
-		return &waiting{reason: bootstrapv1.KubernetesVersionMismatchReason, message: err.Error()}, nil //nolint:nilerr // An unparsable version is a refusal the condition names, not a reconcile error.
+		return &blocked{reason: bootstrapv1.KubernetesVersionMismatchReason, message: err.Error()}, nil //nolint:nilerr // An unparsable version is a refusal the condition names, not a reconcile error.
 	}
 	if mismatch != "" {
 		log.Info("Not rendering bootstrap data: Kubernetes version mismatch", "machineVersion", machine.Spec.Version, "imageVersion", image.Version, "match", image.Match)
-		return &waiting{reason: bootstrapv1.KubernetesVersionMismatchReason, message: mismatch}, nil
+		return &blocked{reason: bootstrapv1.KubernetesVersionMismatchReason, message: mismatch}, nil
 	}
 	return nil, nil
 }

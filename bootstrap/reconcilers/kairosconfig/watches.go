@@ -22,11 +22,14 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util/predicates"
 	"sigs.k8s.io/cluster-api/util/secret"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -55,6 +58,26 @@ func machineToKairosConfig(_ context.Context, o client.Object) []ctrl.Request {
 // Machines.
 func (r *Reconciler) clusterToKairosConfigs(ctx context.Context, o client.Object) []ctrl.Request {
 	return r.configsOfCluster(ctx, client.ObjectKey{Namespace: o.GetNamespace(), Name: o.GetName()})
+}
+
+// clusterEvents passes the Cluster events a config can wait for, as Cluster
+// API's KubeadmConfig controller filters its Cluster watch: the Cluster's
+// pause transitions and its infrastructure provisioned
+// (ClusterPausedTransitionsOrInfrastructureProvisioned), its control plane
+// initialized, and, because a config waits for them too where Cluster API
+// polls instead, the Cluster appearing or going and any change of its spec
+// (spec.controlPlaneEndpoint set). The rest of the Cluster's status, which
+// changes as its Machines come and go, reconciles none of its configs.
+func clusterEvents(scheme *runtime.Scheme, log logr.Logger) predicate.Funcs {
+	return predicates.Any(scheme, log,
+		predicates.ClusterPausedTransitionsOrInfrastructureProvisioned(scheme, log),
+		predicates.ClusterControlPlaneInitialized(scheme, log),
+		predicate.Funcs{
+			CreateFunc:  func(event.CreateEvent) bool { return true },
+			UpdateFunc:  predicate.GenerationChangedPredicate{}.Update,
+			DeleteFunc:  func(event.DeleteEvent) bool { return true },
+			GenericFunc: func(event.GenericEvent) bool { return false },
+		})
 }
 
 // secretToKairosConfigs maps a cluster-labelled Secret (the only kind the

@@ -42,7 +42,7 @@ import (
 // file: to the KairosConfig its finalizer (ensureFinalizer,
 // removeFinalizer), its Paused condition when it changes
 // (ensurePausedCondition) and a reconcile's one patch through Cluster
-// API's patch helper (patchConfig, reportWaiting: up to three requests,
+// API's patch helper (patchConfig, reportBlocked: up to three requests,
 // the conditions, metadata, the rest of the status, each only when it
 // changed); our token record (createTokenRecord, recordExpiration,
 // forgetToken); and the bootstrap data Secret (storeBootstrapData). Writes
@@ -61,10 +61,10 @@ func (r *Reconciler) ensurePausedCondition(ctx context.Context, writes client.Cl
 	return paused.EnsurePausedCondition(ctx, writes, cluster, config)
 }
 
-// reportWaiting sends the conditions of a config that waits before it has a
+// reportBlocked sends the conditions of a config that waits before it has a
 // Machine and a Cluster to work with, through the patch helper; nothing
 // when they already say so. A paused config only records that.
-func (r *Reconciler) reportWaiting(ctx context.Context, config *bootstrapv1.KairosConfig, w waiting) error {
+func (r *Reconciler) reportBlocked(ctx context.Context, config *bootstrapv1.KairosConfig, b blocked) error {
 	key, before, writes := client.ObjectKeyFromObject(config), config.ResourceVersion, ownwrites.NewRecorder(r.Client)
 	defer func() { r.expect.Wrote(key, before, writes.Written()) }()
 	h, err := patch.NewHelper(config, writes)
@@ -74,7 +74,7 @@ func (r *Reconciler) reportWaiting(ctx context.Context, config *bootstrapv1.Kair
 	if isPaused, requeue, err := r.ensurePausedCondition(ctx, writes, nil, config); err != nil || isPaused || requeue {
 		return err
 	}
-	w.report(config)
+	b.report(config)
 	return r.patchConfig(ctx, h, config, true)
 }
 

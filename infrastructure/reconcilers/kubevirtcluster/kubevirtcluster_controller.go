@@ -90,17 +90,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		return ctrl.Result{}, nil
 	}
 	ctx = ctrl.LoggerInto(ctx, log.WithValues("Cluster", klog.KObj(cluster)))
+	patchHelper, err := patch.NewHelper(kc, r.Client)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
 	if isPaused, requeue, err := paused.EnsurePausedCondition(ctx, r.Client, cluster, kc); err != nil || isPaused || requeue {
 		return ctrl.Result{}, err
 	}
 	if !kc.DeletionTimestamp.IsZero() {
 		// Nothing was created, so nothing waits for deletion.
 		return ctrl.Result{}, nil
-	}
-
-	patchHelper, err := patch.NewHelper(kc, r.Client)
-	if err != nil {
-		return ctrl.Result{}, err
 	}
 	defer func() {
 		opts := []patch.Option{patch.WithOwnedConditions{Conditions: []string{

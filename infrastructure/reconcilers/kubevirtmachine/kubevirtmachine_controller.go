@@ -289,16 +289,18 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	if added, err := finalizers.EnsureFinalizer(ctx, writes, kvm, infrav1.MachineFinalizer); err != nil || added {
 		return ctrl.Result{}, err
 	}
-	// The helper is made first: a Paused condition whose only change is
-	// its observedGeneration is set by the paused helper without a patch,
-	// for this reconcile's patch to carry.
+	// Every controller of both providers makes its patch helper before it
+	// calls the paused helper, as Cluster API's do: a Paused condition
+	// whose only change is its observedGeneration is set by the paused
+	// helper without a patch, for this reconcile's patch to carry; made
+	// afterwards, the helper would take that change for the state it
+	// started from and never send it. A paused object records that, and
+	// nothing else; an unpaused one records Paused=False in a patch of its
+	// own the first time.
 	patchHelper, err := patch.NewHelper(kvm, writes)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	// A paused machine records that, and nothing else; an unpaused one
-	// records Paused=False in a patch of its own the first time, as Cluster
-	// API's controllers do.
 	if isPaused, requeue, err := paused.EnsurePausedCondition(ctx, writes, s.cluster, kvm); err != nil || isPaused || requeue {
 		return ctrl.Result{}, err
 	}
@@ -403,7 +405,7 @@ func patchKubeVirtMachine(ctx context.Context, h *patch.Helper, kvm *infrav1.Kub
 // block reports on the machine why it cannot go on, and when to ask again.
 func (s *scope) block(b *blocked) ctrl.Result {
 	setConditions(s.kubeVirtMachine, b.conditions()...)
-	return ctrl.Result{RequeueAfter: b.retryAfter}
+	return ctrl.Result{RequeueAfter: b.requeueAfter}
 }
 
 // setConditions sets conditions with every URL's credentials masked:

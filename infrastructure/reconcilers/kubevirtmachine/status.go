@@ -556,8 +556,8 @@ type blocked struct {
 	// replacement Machine fixes.
 	status          metav1.ConditionStatus
 	reason, message string
-	// retryAfter asks again after a refusal whose end no watch reports.
-	retryAfter time.Duration
+	// requeueAfter asks again after a refusal whose end no watch reports.
+	requeueAfter time.Duration
 }
 
 // refusedRetry is how long a machine whose object the API server refused,
@@ -572,7 +572,7 @@ func waitingFor(reason, message string) *blocked {
 
 // refusedFor blocks a machine on a refusal, asked again after refusedRetry.
 func refusedFor(reason, message string) *blocked {
-	return &blocked{status: metav1.ConditionUnknown, reason: reason, message: message, retryAfter: refusedRetry}
+	return &blocked{status: metav1.ConditionUnknown, reason: reason, message: message, requeueAfter: refusedRetry}
 }
 
 // conditions are the machine's steps while it is blocked.

@@ -232,16 +232,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 			ctx = ctrl.LoggerInto(ctx, log)
 		}
 	}
+	patchHelper, err := patch.NewHelper(t, r.Client)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
 	if isPaused, requeue, err := paused.EnsurePausedCondition(ctx, r.Client, cluster, t); err != nil || isPaused || requeue {
 		return ctrl.Result{}, err
 	}
 	if !t.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, nil
-	}
-
-	patchHelper, err := patch.NewHelper(t, r.Client)
-	if err != nil {
-		return ctrl.Result{}, err
 	}
 	defer func() {
 		opts := []patch.Option{patch.WithOwnedConditions{Conditions: []string{
