@@ -93,8 +93,14 @@ test: ## Run unit, fuzz-seed, envtest and real-consumer tests (builds what they 
 FAULT_SEEDS ?= 1,2,3,4,5
 
 .PHONY: faults
-faults: ## Fault scenarios (provider kills, apiserver restarts, webhooks down) over FAULT_SEEDS (default "1,2,3,4,5"); FAULT_REPORT=<file> writes the figures.
-	TEST_PACKAGES=./test/faults FAULT_SEEDS="$(FAULT_SEEDS)" FAULT_REPORT="$(FAULT_REPORT)" hack/test.sh -run TestFaults -v -timeout 120m
+faults: ## Fault scenarios (provider kills, apiserver restarts, webhooks down) over FAULT_SEEDS (default "1,2,3,4,5"); FAULT_REPORT=<file> writes the figures, FAULT_ARTIFACTS=<dir> keeps every component's log.
+	TEST_PACKAGES=./test/faults FAULT_SEEDS="$(FAULT_SEEDS)" FAULT_REPORT="$(FAULT_REPORT)" FAULT_ARTIFACTS="$(FAULT_ARTIFACTS)" hack/test.sh -run TestFaults -v -timeout 120m
+
+FAULT_RESTARTS ?= 20
+
+.PHONY: faults-restarts
+faults-restarts: ## The management apiserver restart alone, FAULT_RESTARTS times (default 20, seeds 1..N: one restart each at a random point); not in CI. FAULT_REPORT, FAULT_ARTIFACTS as for faults.
+	TEST_PACKAGES=./test/faults FAULT_SEEDS="$$(seq -s, 1 $(FAULT_RESTARTS))" FAULT_REPORT="$(FAULT_REPORT)" FAULT_ARTIFACTS="$(FAULT_ARTIFACTS)" hack/test.sh -run 'TestFaults/management-apiserver/' -v -timeout 180m
 
 .PHONY: fuzz
 fuzz: ## Run every fuzz target for FUZZ_TIME each (default 60s).

@@ -44,6 +44,7 @@ import (
 	"time"
 
 	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
+	"github.com/cozystack/cluster-api-workers/internal/logcap"
 	"github.com/cozystack/cluster-api-workers/test/harness"
 	"github.com/cozystack/cluster-api-workers/test/harness/components"
 	nodesim "github.com/cozystack/cluster-api-workers/test/sim/node"
@@ -58,12 +59,12 @@ const platformImage = "registry.example.com/cozystack/kairos-worker@sha256:a1a1a
 const tokenTTL = time.Minute
 
 var (
-	h       *harness.Harness
-	verbose = flag.Bool("harness.log", false, "print the in-process controllers' logs")
-	seeds   = flag.String("faults.seeds", envOr("FAULT_SEEDS", "1"), "comma-separated seeds; every fault runs once per seed (FAULT_SEEDS)")
-	report  = flag.String("faults.report", os.Getenv("FAULT_REPORT"), "write the figures as a Markdown table to this file (FAULT_REPORT)")
-	keepLog = flag.String("faults.logs", "", "keep the provider processes' logs in this directory")
-	logDir  string
+	h         *harness.Harness
+	verbose   = flag.Bool("harness.log", false, "print the in-process controllers' logs")
+	seeds     = flag.String("faults.seeds", envOr("FAULT_SEEDS", "1"), "comma-separated seeds; every fault runs once per seed (FAULT_SEEDS)")
+	report    = flag.String("faults.report", os.Getenv("FAULT_REPORT"), "write the figures as a Markdown table to this file (FAULT_REPORT)")
+	artifacts = flag.String("faults.artifacts", os.Getenv("FAULT_ARTIFACTS"), "keep every component's log in this directory: harness.log (the in-process components), providers/ and kubevirt/ (FAULT_ARTIFACTS)")
+	logDir    string
 
 	resultsMu sync.Mutex
 	results   []result
@@ -80,9 +81,30 @@ func run(m *testing.M) (code int) {
 	// The in-process components' lines and, at the end, every line of the
 	// providers' processes (all their lives) are read for tokens, private
 	// keys and bootstrap data.
-	scanner, log := harness.NewSuiteLogScanner(*verbose)
-	var err error
-	if logDir = *keepLog; logDir == "" {
+	scanner, log, closeLog, err := harness.NewSuiteLogScanner(*verbose, *artifacts)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "opening the suite's log:", err)
+		return 1
+	}
+	defer closeLog()
+	opts := harness.Options{
+		Logger:        log,
+		WorkerClasses: true,
+		Processes:     true,
+		// Both logging paths of the providers (controller-runtime's
+		// logger and client-go's request logging) at the highest
+		// verbosity the managers accept, so the scan reads everything
+		// they can ever log.
+		ProcessVerbosity:  logcap.MaxVerbosity,
+		BootstrapTokenTTL: tokenTTL,
+		Images: map[string]nodesim.Image{
+			platformImage: {KubernetesVersion: "v1.36.3", OSImage: "Kairos v3.5.3 (Ubuntu 24.04)"},
+		},
+	}
+	if *artifacts != "" {
+		logDir = filepath.Join(*artifacts, "providers")
+		opts.Infra.KubeVirt.LogDir = filepath.Join(*artifacts, "kubevirt")
+	} else {
 		if logDir, err = os.MkdirTemp("", "faults-providers-"); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
@@ -95,21 +117,22 @@ func run(m *testing.M) (code int) {
 				fmt.Fprintf(os.Stderr, "FAIL: scanning the %s log: %v\n", p, err)
 				code = 1
 			}
+			// A quiet log passes any scan: the providers' request lines
+			// (client-go's, from -v=6) prove the scan read their highest
+			// verbosity.
+			if n := scanner.RequestLines(string(p)); n == 0 && h != nil {
+				fmt.Fprintf(os.Stderr, "FAIL: the %s log has no line of client-go's request logging: it did not run at -v=%d\n", p, logcap.MaxVerbosity)
+				code = 1
+			} else {
+				fmt.Fprintf(os.Stderr, "scanned the %s log: %d lines of client-go's request logging\n", p, n)
+			}
 		}
 		if scanner.Report(os.Stderr) {
 			code = 1
 		}
 	}()
-	h, err = harness.Start(ctx, harness.Options{
-		Logger:            log,
-		WorkerClasses:     true,
-		Processes:         true,
-		ProcessLogDir:     logDir,
-		BootstrapTokenTTL: tokenTTL,
-		Images: map[string]nodesim.Image{
-			platformImage: {KubernetesVersion: "v1.36.3", OSImage: "Kairos v3.5.3 (Ubuntu 24.04)"},
-		},
-	})
+	opts.ProcessLogDir = logDir
+	h, err = harness.Start(ctx, opts)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "starting the harness:", err)
 		return 1

@@ -131,6 +131,11 @@ type Options struct {
 	// ProcessLogDir, when set, keeps the provider processes' logs there
 	// (<component>.log); they are removed with the harness otherwise.
 	ProcessLogDir string
+	// ProcessVerbosity is the provider processes' --v (klog's verbosity,
+	// which controller-runtime's logger and client-go's request logging
+	// both follow); at most logcap.MaxVerbosity, the production cap. The
+	// binaries' default (0) when zero.
+	ProcessVerbosity int
 	// Limits overrides the client rate limits of a component (Cluster API
 	// core included, as components.CAPICore); every component not listed
 	// runs with its production binary's flag defaults

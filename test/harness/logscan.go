@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -43,7 +44,17 @@ type LogScanner struct {
 	mu       sync.Mutex
 	lines    int
 	findings []string
+	// requestLines counts, by logger, client-go's request logging
+	// (RequestLines).
+	requestLines map[string]int
 }
+
+// clientGoRequestPattern is a line of client-go's request logging in
+// klog's text format, which it writes from klog's -v=6
+// (k8s.io/client-go/transport's debugging round tripper): a "Request" with
+// its verb and URL, or its "Response" with the verb and URL (-v=6) or the
+// status (-v=7 and more).
+var clientGoRequestPattern = regexp.MustCompile(`"(Request|Response)" (verb="[A-Z]+" url="https?://|status=")`)
 
 // bootstrapTokenPattern is a bootstrap token with its secret part
 // (<6>.<16>, kubeadm's format); the token ID alone is public.
@@ -111,6 +122,12 @@ func (s *LogScanner) scan(prefix, line string, forbiddenIsFinding bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.lines++
+	if clientGoRequestPattern.MatchString(line) {
+		if s.requestLines == nil {
+			s.requestLines = map[string]int{}
+		}
+		s.requestLines[prefix]++
+	}
 	for _, f := range found {
 		s.findings = append(s.findings, fmt.Sprintf("logger %q logged %s%s", prefix, f, excerpt))
 	}
@@ -133,16 +150,69 @@ func window(s string, at, n int) string {
 }
 
 // NewSuiteLogScanner is the scanner and logger of a test suite: every
-// line reaches the scanner; with verbose, lines up to V(2) are also
-// printed to stderr. klog (client-go) logs through it too.
-func NewSuiteLogScanner(verbose bool) (*LogScanner, logr.Logger) {
-	printed := logr.Discard()
-	if verbose {
-		printed = funcr.New(func(prefix, args string) { fmt.Fprintln(os.Stderr, prefix, args) }, funcr.Options{Verbosity: 2, LogTimestamp: true})
+// line, at every verbosity the managers accept, reaches the scanner and
+// SuiteLogger's sinks (stderr with verbose, artifacts/harness.log).
+// klog (client-go) logs through it too. closeLog closes the file.
+func NewSuiteLogScanner(verbose bool, artifacts string) (s *LogScanner, log logr.Logger, closeLog func(), err error) {
+	sink, closeLog, err := suiteSink(verbose, artifacts)
+	if err != nil {
+		return nil, logr.Logger{}, nil, err
 	}
-	s, log := NewLogScanner(printed)
+	s = &LogScanner{}
+	log = funcr.New(func(prefix, args string) {
+		s.scan(prefix, args, true)
+		if sink != nil {
+			sink(prefix, args)
+		}
+	}, funcr.Options{Verbosity: logcap.MaxVerbosity, LogTimestamp: sink != nil})
 	klog.SetLogger(log)
-	return s, log
+	return s, log, closeLog, nil
+}
+
+// SuiteLogger is where a suite's in-process components log, up to V(2):
+// nowhere by default, stderr with verbose, and artifacts/harness.log when
+// artifacts (a directory the caller names, such as QEMU_ARTIFACTS) is
+// set. closeLog closes the file.
+func SuiteLogger(verbose bool, artifacts string) (log logr.Logger, closeLog func(), err error) {
+	sink, closeLog, err := suiteSink(verbose, artifacts)
+	if err != nil || sink == nil {
+		return logr.Discard(), closeLog, err
+	}
+	return funcr.New(sink, funcr.Options{Verbosity: 2, LogTimestamp: true}), closeLog, nil
+}
+
+// suiteSink writes a logger's lines to stderr (verbose) and to
+// artifacts/harness.log; nil when neither is asked for.
+func suiteSink(verbose bool, artifacts string) (sink func(prefix, args string), closeLog func(), err error) {
+	var (
+		sinks []func(string)
+		mu    sync.Mutex
+	)
+	closeLog = func() {}
+	if verbose {
+		sinks = append(sinks, func(line string) { fmt.Fprintln(os.Stderr, line) })
+	}
+	if artifacts != "" {
+		if err := os.MkdirAll(artifacts, 0o750); err != nil {
+			return nil, nil, err
+		}
+		f, err := os.Create(filepath.Join(artifacts, "harness.log")) //nolint:gosec // The log in the artifacts directory the user names.
+		if err != nil {
+			return nil, nil, err
+		}
+		closeLog = func() { _ = f.Close() }
+		sinks = append(sinks, func(line string) { fmt.Fprintln(f, line) })
+	}
+	if len(sinks) == 0 {
+		return nil, closeLog, nil
+	}
+	return func(prefix, args string) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, sink := range sinks {
+			sink(prefix + " " + args)
+		}
+	}, closeLog, nil
 }
 
 // Report writes the findings to w and reports whether there were any: a
@@ -161,6 +231,15 @@ func (s *LogScanner) Lines() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.lines
+}
+
+// RequestLines is how many lines of client-go's request logging a logger
+// wrote: none unless its process ran at -v=6 or more, so a suite that
+// says it scans every verbosity can prove it did.
+func (s *LogScanner) RequestLines(prefix string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.requestLines[prefix]
 }
 
 // Findings are what must not have been logged, by logger.

@@ -17,12 +17,19 @@ limitations under the License.
 package harness
 
 import (
+	"bytes"
+	"context"
 	"errors"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 
 	"github.com/go-logr/logr"
 	. "github.com/onsi/gomega"
+	"k8s.io/client-go/transport"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/textlogger"
 
 	"github.com/cozystack/cluster-api-workers/internal/sshkeys/sshkeystest"
 )
@@ -63,3 +70,41 @@ func TestLogScannerReport(t *testing.T) {
 	g.Expect(out.String()).To(HavePrefix("FAIL: 1 of 2 log lines carry what must never be logged:\n"))
 	g.Expect(out.String()).NotTo(ContainSubstring("0123456789abcdef"))
 }
+
+// TestLogScannerCountsClientGoRequestLines feeds the scanner what
+// client-go's request logging writes in klog's text format: at the
+// managers' highest verbosity a request and its response are counted, and
+// its Authorization header is masked so that the scan finds nothing; at
+// -v=6 the response alone; at the default verbosity nothing is written,
+// and nothing counted.
+func TestLogScannerCountsClientGoRequestLines(t *testing.T) {
+	g := NewWithT(t)
+	for _, tc := range []struct {
+		verbosity int
+		want      int
+	}{{verbosity: 7, want: 2}, {verbosity: 6, want: 1}, {verbosity: 0, want: 0}} {
+		var out bytes.Buffer
+		logger := textlogger.NewLogger(textlogger.NewConfig(textlogger.Verbosity(tc.verbosity), textlogger.Output(&out)))
+		rt := transport.NewDebuggingRoundTripper(roundTripFunc(func(*http.Request) (*http.Response, error) {
+			return &http.Response{StatusCode: http.StatusOK, Status: "200 OK", Header: http.Header{}, Body: io.NopCloser(strings.NewReader("{}"))}, nil
+		}), transport.DebugByContext)
+		req, err := http.NewRequestWithContext(klog.NewContext(context.Background(), logger), http.MethodGet, "https://127.0.0.1:6443/api/v1/namespaces/kube-system/secrets", http.NoBody)
+		g.Expect(err).NotTo(HaveOccurred())
+		req.Header.Set("Authorization", "Bearer abcdef.0123456789abcdef")
+		resp, err := rt.RoundTrip(req)
+		g.Expect(err).NotTo(HaveOccurred())
+		_ = resp.Body.Close()
+
+		scanner, _ := NewLogScanner(logr.Discard())
+		for line := range strings.SplitSeq(out.String(), "\n") {
+			scanner.Scan("bootstrap", line)
+		}
+		g.Expect(scanner.RequestLines("bootstrap")).To(Equal(tc.want), "-v=%d: %s", tc.verbosity, out.String())
+		g.Expect(scanner.RequestLines("infrastructure")).To(BeZero())
+		g.Expect(scanner.Findings()).To(BeEmpty(), "client-go masks the Authorization header")
+	}
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }

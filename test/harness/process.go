@@ -102,23 +102,26 @@ func (h *Harness) startProcess(ctx context.Context, name components.Name, contro
 	}
 	limits := h.limits(name)
 	args := []string{
-		"-component", string(name),
-		"-kubeconfig", kubeconfig,
-		"-controller-name", controllerName,
-		"-kube-api-qps", strconv.FormatFloat(float64(limits.QPS), 'f', -1, 32),
-		"-kube-api-burst", strconv.Itoa(limits.Burst),
-		"-clustercache-client-qps", strconv.FormatFloat(float64(limits.ClusterCacheQPS), 'f', -1, 32),
-		"-clustercache-client-burst", strconv.Itoa(limits.ClusterCacheBurst),
-		"-worker-classes=" + strconv.FormatBool(h.opts.WorkerClasses),
-		"-bootstrap-token-ttl", h.opts.BootstrapTokenTTL.String(),
-		"-import-failure-restarts", strconv.Itoa(int(h.opts.ImportFailureRestarts)),
+		"--component", string(name),
+		"--kubeconfig", kubeconfig,
+		"--controller-name", controllerName,
+		"--kube-api-qps", strconv.FormatFloat(float64(limits.QPS), 'f', -1, 32),
+		"--kube-api-burst", strconv.Itoa(limits.Burst),
+		"--clustercache-client-qps", strconv.FormatFloat(float64(limits.ClusterCacheQPS), 'f', -1, 32),
+		"--clustercache-client-burst", strconv.Itoa(limits.ClusterCacheBurst),
+		"--worker-classes=" + strconv.FormatBool(h.opts.WorkerClasses),
+		"--bootstrap-token-ttl", h.opts.BootstrapTokenTTL.String(),
+		"--import-failure-restarts", strconv.Itoa(int(h.opts.ImportFailureRestarts)),
+	}
+	if h.opts.ProcessVerbosity > 0 {
+		args = append(args, "--v", strconv.Itoa(h.opts.ProcessVerbosity))
 	}
 	if infraCfg != nil {
 		infraKubeconfig := filepath.Join(h.workDir, string(name)+"-infrastructure.kubeconfig")
 		if err := envtest.WriteKubeconfig(infraKubeconfig, "infrastructure", infraCfg); err != nil {
 			return err
 		}
-		args = append(args, "-infrastructure-kubeconfig", infraKubeconfig)
+		args = append(args, "--infrastructure-kubeconfig", infraKubeconfig)
 	}
 	logDir, err := h.processLogDir()
 	if err != nil {
@@ -135,7 +138,7 @@ func (h *Harness) startProcess(ctx context.Context, name components.Name, contro
 // StartProcess builds the command in pkg (a package path relative to the
 // repository, such as the scale benchmark's contract-floor providers) and
 // runs it as a component process of this harness with cfg's identity: it
-// gets -kubeconfig, args and -address-file, must write the URL of its
+// gets --kubeconfig, args and --address-file, must write the URL of its
 // request counts (requests.Recorder.Handler) to the address file once its
 // caches synced, and stop on SIGTERM. Stop stops it with the providers.
 func (h *Harness) StartProcess(ctx context.Context, name components.Name, pkg string, cfg *rest.Config, args ...string) (*ComponentProcess, error) {
@@ -156,7 +159,7 @@ func (h *Harness) StartProcess(ctx context.Context, name components.Name, pkg st
 	if err != nil {
 		return nil, err
 	}
-	p := &ComponentProcess{Name: name, LogPath: filepath.Join(logDir, string(name)+".log"), command: command, args: append([]string{"-kubeconfig", kubeconfig}, args...), h: h}
+	p := &ComponentProcess{Name: name, LogPath: filepath.Join(logDir, string(name)+".log"), command: command, args: append([]string{"--kubeconfig", kubeconfig}, args...), h: h}
 	if err := p.start(ctx); err != nil {
 		return nil, err
 	}
@@ -197,7 +200,7 @@ func (p *ComponentProcess) start(ctx context.Context) error {
 		return err
 	}
 	defer func() { _ = logFile.Close() }()
-	cmd := exec.Command(p.command, append(p.args, "-address-file", addressFile)...) //nolint:gosec,noctx // A command the harness built; it runs until Kill or stopProcesses, not until a context ends.
+	cmd := exec.Command(p.command, append(p.args, "--address-file", addressFile)...) //nolint:gosec,noctx // A command the harness built; it runs until Kill or stopProcesses, not until a context ends.
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	// The component dies with this process, however it ends.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

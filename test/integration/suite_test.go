@@ -114,7 +114,12 @@ func run(m *testing.M) (code int) {
 	defer cancel()
 	// Every line of every component, at every verbosity, is read for
 	// tokens, private keys and bootstrap data; the suite fails on any.
-	scanner, log := harness.NewSuiteLogScanner(*verbose)
+	scanner, log, closeLog, err := harness.NewSuiteLogScanner(*verbose, "")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "opening the suite's log:", err)
+		return 1
+	}
+	defer closeLog()
 	logger = log
 	defer func() {
 		if scanner.Report(os.Stderr) {

@@ -24,12 +24,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
-	"github.com/go-logr/logr/funcr"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -85,7 +82,7 @@ func runSuite(m *testing.M) int {
 	suiteCtx = ctx
 	started := time.Now()
 	artifacts := os.Getenv("QEMU_ARTIFACTS")
-	log, closeLog, err := suiteLogger(artifacts)
+	log, closeLog, err := harness.SuiteLogger(*harnessLog, artifacts)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "opening the harness log:", err)
 		return 1
@@ -137,38 +134,4 @@ func runSuite(m *testing.M) int {
 	code := m.Run()
 	fmt.Print(timings.report(Accelerator()))
 	return code
-}
-
-// suiteLogger is where the controllers log: nowhere by default, stderr
-// with -harness.log, and a file in the artifacts directory when one is set.
-func suiteLogger(artifacts string) (logr.Logger, func(), error) {
-	var (
-		sinks []func(string)
-		mu    sync.Mutex
-	)
-	closeLog := func() {}
-	if *harnessLog {
-		sinks = append(sinks, func(line string) { fmt.Fprintln(os.Stderr, line) })
-	}
-	if artifacts != "" {
-		if err := os.MkdirAll(artifacts, 0o750); err != nil { //nolint:gosec // The artifacts directory the user names.
-			return logr.Logger{}, nil, err
-		}
-		f, err := os.Create(filepath.Join(artifacts, "harness.log")) //nolint:gosec // The log in the artifacts directory the user names.
-		if err != nil {
-			return logr.Logger{}, nil, err
-		}
-		closeLog = func() { _ = f.Close() }
-		sinks = append(sinks, func(line string) { fmt.Fprintln(f, line) })
-	}
-	if len(sinks) == 0 {
-		return logr.Discard(), closeLog, nil
-	}
-	return funcr.New(func(prefix, args string) {
-		mu.Lock()
-		defer mu.Unlock()
-		for _, sink := range sinks {
-			sink(prefix + " " + args)
-		}
-	}, funcr.Options{Verbosity: 2, LogTimestamp: true}), closeLog, nil
 }

@@ -32,11 +32,15 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/spf13/pflag"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/component-base/logs"
+	logsv1 "k8s.io/component-base/logs/api/v1"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/cozystack/cluster-api-workers/internal/logcap"
 	"github.com/cozystack/cluster-api-workers/test/harness/components"
 	"github.com/cozystack/cluster-api-workers/test/harness/requests"
 )
@@ -47,22 +51,37 @@ func main() {
 		addressFile string
 		opts        components.Options
 		qps, ccQPS  float64
+		logOpts     = logs.NewOptions()
 	)
-	flag.StringVar(&name, "component", "", fmt.Sprintf("the component to run: one of %v", components.Names))
-	flag.StringVar(&addressFile, "address-file", "", "file the request counts' URL is written to once the caches synced")
-	flag.StringVar(&opts.ControllerName, "controller-name", "", "manager name (user agent, informer names); the production binary's when empty")
-	flag.Float64Var(&qps, "kube-api-qps", 0, "management client QPS; the production default when 0")
-	flag.IntVar(&opts.Limits.Burst, "kube-api-burst", 0, "management client burst; the production default when 0")
-	flag.Float64Var(&ccQPS, "clustercache-client-qps", 0, "workload client QPS; the production default when 0")
-	flag.IntVar(&opts.Limits.ClusterCacheBurst, "clustercache-client-burst", 0, "workload client burst; the production default when 0")
-	flag.BoolVar(&opts.WorkerClasses, "worker-classes", false, "turn the WorkerClass feature gate on (infrastructure)")
-	flag.DurationVar(&opts.BootstrapTokenTTL, "bootstrap-token-ttl", 0, "bootstrap token lifetime; the provider's default when 0")
+	fs := pflag.CommandLine
+	// The production binaries' logging flags (--v, --vmodule, ...), capped
+	// and applied as they apply them: one verbosity for controller-runtime's
+	// logger and client-go's request logging.
+	logsv1.AddFlags(logOpts, fs)
+	fs.StringVar(&name, "component", "", fmt.Sprintf("the component to run: one of %v", components.Names))
+	fs.StringVar(&addressFile, "address-file", "", "file the request counts' URL is written to once the caches synced")
+	fs.StringVar(&opts.ControllerName, "controller-name", "", "manager name (user agent, informer names); the production binary's when empty")
+	fs.Float64Var(&qps, "kube-api-qps", 0, "management client QPS; the production default when 0")
+	fs.IntVar(&opts.Limits.Burst, "kube-api-burst", 0, "management client burst; the production default when 0")
+	fs.Float64Var(&ccQPS, "clustercache-client-qps", 0, "workload client QPS; the production default when 0")
+	fs.IntVar(&opts.Limits.ClusterCacheBurst, "clustercache-client-burst", 0, "workload client burst; the production default when 0")
+	fs.BoolVar(&opts.WorkerClasses, "worker-classes", false, "turn the WorkerClass feature gate on (infrastructure)")
+	fs.DurationVar(&opts.BootstrapTokenTTL, "bootstrap-token-ttl", 0, "bootstrap token lifetime; the provider's default when 0")
 	var infraKubeconfig string
-	flag.StringVar(&infraKubeconfig, "infrastructure-kubeconfig", "", "kubeconfig of the infrastructure cluster the VMs run in (infrastructure); the management cluster when empty")
+	fs.StringVar(&infraKubeconfig, "infrastructure-kubeconfig", "", "kubeconfig of the infrastructure cluster the VMs run in (infrastructure); the management cluster when empty")
 	var restarts int
-	flag.IntVar(&restarts, "import-failure-restarts", 0, "importer restarts that fail an import; the provider's default when 0")
-	klog.InitFlags(nil)
-	flag.Parse()
+	fs.IntVar(&restarts, "import-failure-restarts", 0, "importer restarts that fail an import; the provider's default when 0")
+	// controller-runtime's --kubeconfig, as the production binaries bind it.
+	fs.AddGoFlagSet(flag.CommandLine)
+	pflag.Parse()
+	if err := logcap.Validate(logOpts); err != nil {
+		fmt.Fprintf(os.Stderr, "component %s: %v\n", name, err)
+		os.Exit(1)
+	}
+	if err := logsv1.ValidateAndApply(logOpts, nil); err != nil {
+		fmt.Fprintf(os.Stderr, "component %s: applying the logging flags: %v\n", name, err)
+		os.Exit(1)
+	}
 	opts.Limits.QPS, opts.Limits.ClusterCacheQPS = float32(qps), float32(ccQPS)
 	opts.ImportFailureRestarts = int32(restarts)
 	if infraKubeconfig != "" {
@@ -96,7 +115,7 @@ func run(name components.Name, addressFile string, opts components.Options) erro
 	if opts.Limits.ClusterCacheBurst == 0 {
 		opts.Limits.ClusterCacheBurst = defaults.ClusterCacheBurst
 	}
-	// controller-runtime's -kubeconfig flag, as the production binaries read it.
+	// controller-runtime's --kubeconfig flag, as the production binaries read it.
 	cfg, err := ctrl.GetConfig()
 	if err != nil {
 		return fmt.Errorf("loading the kubeconfig: %w", err)
