@@ -251,5 +251,10 @@ func TestClonesAreAuthorizedAsTheTenant(t *testing.T) {
 		waitForVM(t, kvm)
 		dv := &cdiv1.DataVolume{}
 		g.Expect(c.Get(ctx, key(alice.namespace, "golden-root"), dv)).To(Succeed())
+		// The DataVolume names the claim the DataSource pointed at when
+		// it was authorized, not the DataSource, which CDI would read
+		// again and its owner may repoint meanwhile.
+		g.Expect(dv.Spec.SourceRef).To(BeNil())
+		g.Expect(dv.Spec.Source).To(Equal(&cdiv1.DataVolumeSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: golden, Name: "talos"}}))
 	})
 }

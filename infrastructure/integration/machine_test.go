@@ -158,7 +158,10 @@ func TestMachineImageSourcesAndDatasources(t *testing.T) {
 		waitForVM(t, kvm)
 		dv := &cdiv1.DataVolume{}
 		g.Expect(c.Get(ctx, key(tc.namespace, "clone-ds-root"), dv)).To(Succeed())
-		g.Expect(dv.Spec.SourceRef).To(Equal(&cdiv1.DataVolumeSourceRef{Kind: "DataSource", Namespace: ptr.To("cozy-golden"), Name: "talos-v1-13-6"}))
+		// The claim the DataSource pointed at when the clone was
+		// authorized (cloneauth.Pin).
+		g.Expect(dv.Spec.SourceRef).To(BeNil())
+		g.Expect(dv.Spec.Source.PVC).To(Equal(&cdiv1.DataVolumeSourcePVC{Namespace: "cozy-golden", Name: "talos-v1-13-6"}))
 		g.Eventually(func() [][]metav1.Condition { return reportedConditions(kvm) }).WithTimeout(slowImport+time.Minute).Should(ContainElement(
 			ContainElement(conditionMatching(infrav1.BootDiskReadyCondition, metav1.ConditionUnknown, infrav1.CloningReason,
 				MatchRegexp(`^DataVolume clone-ds-root: CloneInProgress`)))),

@@ -22,7 +22,9 @@ limitations under the License.
 // may clone from anywhere, so it never decides: a spec is authorized as the
 // user who writes it, at admission, and a DataVolume as the ServiceAccount
 // default of the machine's namespace before the provider creates it, which
-// is how KubeVirt authorizes a VirtualMachine's DataVolumeTemplates.
+// is how KubeVirt authorizes a VirtualMachine's DataVolumeTemplates. A
+// DataVolume that would name a DataSource names what it pointed at when
+// it was authorized instead (Pin).
 package cloneauth
 
 import (
@@ -72,11 +74,64 @@ func (a *Authorizer) AsUser(ctx context.Context, dv *cdiv1.DataVolume, user auth
 	return decide(res, err)
 }
 
-// AsNamespace authorizes dv for the ServiceAccount default of its
-// namespace.
+// AsNamespace authorizes dv, the DataVolume about to be created, for the
+// ServiceAccount default of its namespace. A dv that clones a DataSource is
+// pinned first (Pin), so that what is authorized is what CDI clones.
 func (a *Authorizer) AsNamespace(ctx context.Context, dv *cdiv1.DataVolume) (Decision, error) {
+	if decision, err := a.Pin(ctx, dv); err != nil || !decision.Allowed {
+		return decision, err
+	}
 	res, err := dv.AuthorizeSA(dv.Namespace, dv.Name, &proxy{ctx: ctx, a: a}, dv.Namespace, NamespaceServiceAccount)
 	return decide(res, err)
+}
+
+// Pin replaces dv's sourceRef to a DataSource with the claim or snapshot
+// that DataSource points at now, read once from the API server: CDI
+// resolves a sourceRef again when it clones, so a DataSource repointed
+// between the authorization and the clone would decide what is cloned.
+// It reads the DataSource as CDI's authorization does (spec.source, or
+// status.source for a DataSource of a DataSource), and an empty namespace
+// is the DataSource's. A DataSource that is missing or points at nothing is
+// Missing; any other dv is left alone.
+func (a *Authorizer) Pin(ctx context.Context, dv *cdiv1.DataVolume) (Decision, error) {
+	ref := dv.Spec.SourceRef
+	if ref == nil || ref.Kind != cdiv1.DataVolumeDataSource {
+		return Decision{Allowed: true}, nil
+	}
+	namespace := dv.Namespace
+	if ref.Namespace != nil && *ref.Namespace != "" {
+		namespace = *ref.Namespace
+	}
+	ds, err := (&proxy{ctx: ctx, a: a}).GetDataSource(namespace, ref.Name)
+	var missing missingError
+	if errors.As(err, &missing) {
+		return Decision{Missing: true, Reason: missing.Error()}, nil
+	}
+	if err != nil {
+		return Decision{}, fmt.Errorf("reading the clone source: %w", err)
+	}
+	src := ds.Spec.Source
+	if src.DataSource != nil {
+		src = ds.Status.Source
+	}
+	switch {
+	case src.PVC != nil:
+		pvc := *src.PVC
+		if pvc.Namespace == "" {
+			pvc.Namespace = ds.Namespace
+		}
+		dv.Spec.Source = &cdiv1.DataVolumeSource{PVC: &pvc}
+	case src.Snapshot != nil:
+		snapshot := *src.Snapshot
+		if snapshot.Namespace == "" {
+			snapshot.Namespace = ds.Namespace
+		}
+		dv.Spec.Source = &cdiv1.DataVolumeSource{Snapshot: &snapshot}
+	default:
+		return Decision{Missing: true, Reason: fmt.Sprintf("DataSource %s/%s points at no PersistentVolumeClaim or VolumeSnapshot", namespace, ref.Name)}, nil
+	}
+	dv.Spec.SourceRef = nil
+	return Decision{Allowed: true}, nil
 }
 
 // missingError names what an authorization could not find.

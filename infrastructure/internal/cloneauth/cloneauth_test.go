@@ -120,3 +120,70 @@ func TestAsNamespace(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(got).To(Equal(Decision{Reason: "User system:serviceaccount:tenant:default has insufficient permissions in clone source namespace golden"}))
 }
+
+func TestPin(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ds   *cdiv1.DataSource
+		want Decision
+		// source is what the DataVolume clones once pinned.
+		source *cdiv1.DataVolumeSource
+	}{
+		{"a DataSource's claim is named with its namespace", &cdiv1.DataSource{
+			Spec: cdiv1.DataSourceSpec{Source: cdiv1.DataSourceSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: "golden", Name: "talos"}}}},
+			Decision{Allowed: true}, &cdiv1.DataVolumeSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: "golden", Name: "talos"}}},
+		{"a claim without a namespace is the DataSource's", &cdiv1.DataSource{
+			Spec: cdiv1.DataSourceSpec{Source: cdiv1.DataSourceSource{PVC: &cdiv1.DataVolumeSourcePVC{Name: "talos"}}}},
+			Decision{Allowed: true}, &cdiv1.DataVolumeSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: "catalog", Name: "talos"}}},
+		{"a snapshot is named as one", &cdiv1.DataSource{
+			Spec: cdiv1.DataSourceSpec{Source: cdiv1.DataSourceSource{Snapshot: &cdiv1.DataVolumeSourceSnapshot{Name: "talos-snap"}}}},
+			Decision{Allowed: true}, &cdiv1.DataVolumeSource{Snapshot: &cdiv1.DataVolumeSourceSnapshot{Namespace: "catalog", Name: "talos-snap"}}},
+		{"a DataSource of a DataSource is read from its status, as CDI's authorization reads it", &cdiv1.DataSource{
+			Spec:   cdiv1.DataSourceSpec{Source: cdiv1.DataSourceSource{DataSource: &cdiv1.DataSourceRefSourceDataSource{Namespace: "golden", Name: "upstream"}}},
+			Status: cdiv1.DataSourceStatus{Source: cdiv1.DataSourceSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: "golden", Name: "talos-v2"}}}},
+			Decision{Allowed: true}, &cdiv1.DataVolumeSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: "golden", Name: "talos-v2"}}},
+		{"a DataSource that points at nothing is missing", &cdiv1.DataSource{},
+			Decision{Missing: true, Reason: "DataSource catalog/ds points at no PersistentVolumeClaim or VolumeSnapshot"}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			a := fakeAuthorizer(t)
+			tc.ds.Namespace, tc.ds.Name = "catalog", "ds"
+			g.Expect(a.Client.Create(context.Background(), tc.ds)).To(Succeed())
+			dv := dataSourceClone("catalog", "ds")
+			got, err := a.Pin(context.Background(), dv)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(got).To(Equal(tc.want))
+			if tc.source == nil {
+				return
+			}
+			g.Expect(dv.Spec.SourceRef).To(BeNil())
+			g.Expect(dv.Spec.Source).To(Equal(tc.source))
+		})
+	}
+
+	t.Run("a DataVolume that names no DataSource is left alone", func(t *testing.T) {
+		g := NewWithT(t)
+		dv := pvcClone("golden", "talos")
+		got, err := fakeAuthorizer(t).Pin(context.Background(), dv)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(got).To(Equal(Decision{Allowed: true}))
+		g.Expect(dv).To(Equal(pvcClone("golden", "talos")))
+	})
+
+	t.Run("a DataSource repointed after the authorization does not change what is cloned", func(t *testing.T) {
+		g := NewWithT(t)
+		a := fakeAuthorizer(t)
+		ctx := context.Background()
+		dv := dataSourceClone("tenant", "own")
+		got, err := a.AsNamespace(ctx, dv)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(got).To(Equal(Decision{Allowed: true}))
+		own := &cdiv1.DataSource{}
+		g.Expect(a.Reader.Get(ctx, client.ObjectKey{Namespace: "tenant", Name: "own"}, own)).To(Succeed())
+		own.Spec.Source.PVC = &cdiv1.DataVolumeSourcePVC{Namespace: "golden", Name: "talos"}
+		g.Expect(a.Client.Update(ctx, own)).To(Succeed())
+		g.Expect(dv.Spec.SourceRef).To(BeNil())
+		g.Expect(dv.Spec.Source).To(Equal(&cdiv1.DataVolumeSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: "tenant", Name: "talos"}}))
+	})
+}

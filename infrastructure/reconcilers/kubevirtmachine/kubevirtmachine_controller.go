@@ -520,7 +520,8 @@ func (r *Reconciler) ensureVirtualMachine(ctx context.Context, s *scope) (*kubev
 // source: the machine's own spec.image, or the one of the classless
 // template it was cloned from. A class's image comes from the hoster's
 // catalog and is not the tenant's to choose. A DataVolume that exists was
-// authorized when it was created.
+// authorized when it was created. dv is pinned: a DataSource it would name
+// is replaced by the claim or snapshot that was authorized.
 func (r *Reconciler) authorizeClone(ctx context.Context, image rootImage, dv *cdiv1.DataVolume) (*blocked, error) {
 	if image.chosenBy == "" || image.source.Clone == nil {
 		return nil, nil
