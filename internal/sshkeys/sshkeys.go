@@ -62,12 +62,13 @@ const PrivateKeyMessage = "this looks like a private key; never put a private ke
 // policies look for the same (config/workerclass/policy).
 var markers = []string{"PRIVATE KEY", "PuTTY-User-Key-File", "b3BlbnNzaC1rZXktdjEA"}
 
-// maxWords and maxRunWords bound the search for a wrapped blob: from each
-// of the first maxWords words, at most maxRunWords words are joined (a
-// 4096-bit RSA key in PKCS#8 wrapped at 64 columns has 50 lines).
+// maxWords and maxRunChars bound the search for a wrapped blob: from each
+// of the first maxWords words, words are joined up to maxRunChars
+// characters, whatever the width they are wrapped at (a 4096-bit RSA key in
+// PKCS#8 is about 3,200 base64 characters, an 8192-bit one 6,400).
 const (
 	maxWords    = 1024
-	maxRunWords = 64
+	maxRunChars = 8192
 )
 
 // LooksLikePrivateKey reports whether s holds private key material: PEM or
@@ -144,10 +145,13 @@ func base64Runs(s string) [][]byte {
 			continue
 		}
 		var joined strings.Builder
-		for _, next := range words[i:min(len(words), i+maxRunWords)] {
+		for _, next := range words[i:] {
 			joined.WriteString(strings.TrimRight(next, "="))
-			if b, ok := wrappedDER(joined.String()); ok {
+			b, ok, more := wrappedDER(joined.String())
+			if ok {
 				out = append(out, b)
+			}
+			if !more || joined.Len() > maxRunChars {
 				break
 			}
 		}
@@ -156,12 +160,13 @@ func base64Runs(s string) [][]byte {
 }
 
 // wrappedDER decodes the DER SEQUENCE that text starts with once text is
-// long enough to hold all of it.
-func wrappedDER(text string) ([]byte, bool) {
+// long enough to hold all of it; more is true while text is too short to
+// tell.
+func wrappedDER(text string) (der []byte, ok, more bool) {
+	if len(text) < 8 {
+		return nil, false, true
+	}
 	for _, enc := range []*base64.Encoding{base64.RawStdEncoding, base64.RawURLEncoding} {
-		if len(text) < 8 {
-			return nil, false
-		}
 		header, err := enc.DecodeString(text[:8])
 		if err != nil || header[0] != 0x30 {
 			continue
@@ -179,13 +184,13 @@ func wrappedDER(text string) ([]byte, bool) {
 		}
 		need := (total*4 + 2) / 3
 		if len(text) < need {
-			return nil, false
+			return nil, false, true
 		}
 		if b, err := enc.DecodeString(text[:need]); err == nil {
-			return b, true
+			return b, true, false
 		}
 	}
-	return nil, false
+	return nil, false, false
 }
 
 func isBase64Rune(r rune) bool {

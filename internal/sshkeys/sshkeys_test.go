@@ -18,6 +18,10 @@ package sshkeys
 
 import (
 	"encoding/base64"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -91,4 +95,35 @@ func FuzzDetectsInsertedPrivateKeys(f *testing.F) {
 			t.Fatalf("%s between %q and %q: not detected", name, before, after)
 		}
 	})
+}
+
+var update = flag.Bool("update", false, "write a new private key corpus (sshkeystest/testdata/corpus.json)")
+
+// TestCorpus: the Go detector says of every value of the shared corpus what
+// the corpus says; the admission policies' test on the real apiserver
+// reads the same corpus (exp/workerclass/webhooks, TestPrivateKeyPolicies).
+func TestCorpus(t *testing.T) {
+	if *update {
+		out, err := json.MarshalIndent(sshkeystest.MakeCorpus(), "", "  ")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join("sshkeystest", "testdata", "corpus.json"), append(out, '\n'), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		t.Log("wrote a new corpus; run the test again without -update")
+		return
+	}
+	entries, err := sshkeystest.Corpus()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) == 0 {
+		t.Fatal("the corpus is empty")
+	}
+	for _, e := range entries {
+		if got := LooksLikePrivateKey(e.Value); got != e.PrivateKey {
+			t.Errorf("%s: LooksLikePrivateKey = %v, the corpus says %v", e.Name, got, e.PrivateKey)
+		}
+	}
 }

@@ -212,7 +212,7 @@ func Start(ctx context.Context, opts Options) (*Environment, error) {
 		_ = e.Stop()
 		return nil, err
 	}
-	if err := e.createManifests(ctx, mapAbs(opts.ManifestPaths)); err != nil {
+	if err := e.CreateManifests(ctx, mapAbs(opts.ManifestPaths)); err != nil {
 		_ = e.Stop()
 		return nil, err
 	}
@@ -226,8 +226,8 @@ func Start(ctx context.Context, opts Options) (*Environment, error) {
 	return e, nil
 }
 
-// createManifests creates every object of the YAML files.
-func (e *Environment) createManifests(ctx context.Context, paths []string) error {
+// CreateManifests creates every object of the YAML files (absolute paths).
+func (e *Environment) CreateManifests(ctx context.Context, paths []string) error {
 	for _, path := range paths {
 		data, err := os.ReadFile(path) //nolint:gosec // A file of the repository or one the harness wrote.
 		if err != nil {
