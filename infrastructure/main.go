@@ -74,6 +74,7 @@ type options struct {
 	templateConcurrency         int
 	clusterConcurrency          int
 	manager                     flags.ManagerOptions
+	workerClassWebhooks         workerclass.WebhookOptions
 	logs                        *logsv1.LoggingConfiguration
 }
 
@@ -111,6 +112,7 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.machineConcurrency, "kubevirtmachine-concurrency", setup.DefaultMachineConcurrency, "KubeVirtMachines reconciled in parallel.")
 	fs.IntVar(&o.templateConcurrency, "kubevirtmachinetemplate-concurrency", setup.DefaultTemplateConcurrency, "KubeVirtMachineTemplates reconciled in parallel.")
 	fs.IntVar(&o.clusterConcurrency, "kubevirtcluster-concurrency", setup.DefaultClusterConcurrency, "KubeVirtClusters reconciled in parallel.")
+	o.workerClassWebhooks.AddFlags(fs)
 	flags.AddManagerOptions(fs, &o.manager)
 	feature.MutableGates.AddFlag(fs)
 }
@@ -224,7 +226,7 @@ func run(o *options) error {
 	// The WorkerClass API (class controller, class and pool admission) is
 	// alpha and runs in this manager only behind its feature gate.
 	if workerClasses {
-		if err := workerclass.SetupWebhooksWithManager(mgr); err != nil {
+		if err := workerclass.SetupWebhooksWithManager(mgr, o.workerClassWebhooks); err != nil {
 			return err
 		}
 		if err := workerclass.SetupWithManager(ctx, mgr, workerclass.Options{}); err != nil {

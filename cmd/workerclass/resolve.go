@@ -70,9 +70,9 @@ func rejected(what string, errs field.ErrorList) error {
 // admission.AdmitObjects as the webhooks call it. It returns the output
 // and the warnings admission reported.
 func resolveCommand(opts options) (string, []string, error) {
-	substrate := resolve.Substrate(opts.substrate)
-	if substrate != resolve.KubeVirt && substrate != resolve.Proxmox {
-		return "", nil, fmt.Errorf("--substrate must be KubeVirt or Proxmox, not %q", opts.substrate)
+	substrate, err := resolve.ParseSubstrate(opts.substrate)
+	if err != nil {
+		return "", nil, fmt.Errorf("--substrate %w", err)
 	}
 	if v := opts.controlPlaneVersion; v != "" {
 		if _, _, ok := validation.ParseSemver(v); !ok {

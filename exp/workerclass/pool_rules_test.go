@@ -96,26 +96,34 @@ func ptrTo[T any](v T) *T { return &v }
 
 // "Upgrade the parent control-plane minor first": through the real
 // apiserver, a pool may not select a minor newer than its Cluster's
-// control plane; once the control plane is upgraded it may.
+// control plane; once the control plane is upgraded it may. The manager
+// runs with its flags' defaults, so the pool's spec.cluster example is
+// Cozystack's Cluster kubernetes-example; a Cluster named example beside
+// it, already on v1.35, is not the pool's.
 func TestPoolMinorWaitsForTheControlPlane(t *testing.T) {
 	g := NewWithT(t)
 	ns := newNamespace(t)
 	installControlPlaneKind(g)
-	cp := &unstructured.Unstructured{Object: map[string]any{
-		"spec":   map[string]any{"version": "v1.35.6"},
-		"status": map[string]any{"version": "v1.34.9"},
-	}}
-	cp.SetGroupVersionKind(testControlPlaneGVK)
-	cp.SetNamespace(ns)
-	cp.SetName("example")
-	g.Eventually(func() error { return env.Client.Create(ctx, cp) }).Should(Succeed())
-	cluster := &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "example"}, Spec: clusterv1.ClusterSpec{
-		ControlPlaneRef: clusterv1.ContractVersionedObjectReference{APIGroup: testControlPlaneGVK.Group, Kind: testControlPlaneGVK.Kind, Name: "example"},
-	}}
-	g.Expect(env.Client.Create(ctx, cluster)).To(Succeed())
-
+	controlPlaneCluster := func(name, specVersion, statusVersion string) *unstructured.Unstructured {
+		cp := &unstructured.Unstructured{Object: map[string]any{
+			"spec":   map[string]any{"version": specVersion},
+			"status": map[string]any{"version": statusVersion},
+		}}
+		cp.SetGroupVersionKind(testControlPlaneGVK)
+		cp.SetNamespace(ns)
+		cp.SetName(name)
+		g.Eventually(func() error { return env.Client.Create(ctx, cp) }).Should(Succeed())
+		cluster := &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: clusterv1.ClusterSpec{
+			ControlPlaneRef: clusterv1.ContractVersionedObjectReference{APIGroup: testControlPlaneGVK.Group, Kind: testControlPlaneGVK.Kind, Name: name},
+		}}
+		g.Expect(env.Client.Create(ctx, cluster)).To(Succeed())
+		return cp
+	}
 	// The control plane is upgrading: its spec asks for v1.35, its
 	// apiservers still run v1.34.
+	cp := controlPlaneCluster("kubernetes-example", "v1.35.6", "v1.34.9")
+	controlPlaneCluster("example", "v1.35.6", "v1.35.6")
+
 	_, err := createPool(t, ns, "too-new", map[string]any{"cluster": "example", "workerClassName": talosR1, "version": "v1.35"})
 	g.Expect(err).To(MatchError(ContainSubstring(`spec.version: Invalid value: "v1.35": upgrade the parent control-plane minor first: cluster example's control plane runs Kubernetes v1.34.9`)))
 	pool, err := createPool(t, ns, "workers", map[string]any{"cluster": "example", "workerClassName": talosR1, "version": "v1.34"})

@@ -24,13 +24,16 @@ package workerclass
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
+	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/util/wait"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/cozystack/cluster-api-workers/exp/workerclass/controllers"
+	"github.com/cozystack/cluster-api-workers/exp/workerclass/resolve"
 	"github.com/cozystack/cluster-api-workers/exp/workerclass/webhooks"
 )
 
@@ -74,17 +77,92 @@ func SetupWithManager(ctx context.Context, mgr ctrl.Manager, opts Options) error
 	return nil
 }
 
+// ClusterPlaceholder stands for a pool's spec.cluster in
+// WebhookOptions.PoolClusterName.
+const ClusterPlaceholder = "{cluster}"
+
+// DefaultPoolClusterName is how Cozystack's Kubernetes application names
+// a tenant cluster's Cluster API Cluster: the pool's spec.cluster example
+// is the Cluster kubernetes-example.
+const DefaultPoolClusterName = "kubernetes-" + ClusterPlaceholder
+
+// WebhookOptions tune pool admission; the infrastructure manager sets
+// them from its flags (AddFlags).
+type WebhookOptions struct {
+	// PoolClusterName names the Cluster API Cluster, in the pool's
+	// namespace, whose control plane a pool's minor is checked against:
+	// ClusterPlaceholder is replaced with the pool's spec.cluster. ""
+	// reads the Cluster named like spec.cluster, as ClusterPlaceholder
+	// alone does.
+	PoolClusterName string
+	// PoolSubstrate is the substrate of pools that name none in
+	// spec.substrate; "" is KubeVirt.
+	PoolSubstrate resolve.Substrate
+}
+
+// DefaultWebhookOptions are the options of a manager started without
+// the flags: Cozystack's Cluster names, KubeVirt.
+func DefaultWebhookOptions() WebhookOptions {
+	return WebhookOptions{PoolClusterName: DefaultPoolClusterName, PoolSubstrate: resolve.KubeVirt}
+}
+
+// AddFlags registers --pool-cluster-name and --pool-substrate, with
+// DefaultWebhookOptions' values as their defaults.
+func (o *WebhookOptions) AddFlags(fs *pflag.FlagSet) {
+	*o = DefaultWebhookOptions()
+	fs.Var((*clusterNameValue)(&o.PoolClusterName), "pool-cluster-name",
+		"Name of the Cluster API Cluster, in a KubernetesNodes pool's namespace, whose control-plane minor the pool's minor may not exceed; "+
+			ClusterPlaceholder+" stands for the pool's spec.cluster (Cozystack names the Cluster kubernetes-"+ClusterPlaceholder+").")
+	fs.Var((*substrateValue)(&o.PoolSubstrate), "pool-substrate",
+		"Substrate of the KubernetesNodes pools that name none in spec.substrate: KubeVirt or Proxmox.")
+}
+
+// clusterNameValue is a pflag.Value that requires the placeholder, so a
+// setting cannot name one Cluster for every pool.
+type clusterNameValue string
+
+func (v *clusterNameValue) String() string { return string(*v) }
+func (v *clusterNameValue) Type() string   { return "string" }
+func (v *clusterNameValue) Set(s string) error {
+	if !strings.Contains(s, ClusterPlaceholder) {
+		return fmt.Errorf("must contain %s, which stands for the pool's spec.cluster, not %q", ClusterPlaceholder, s)
+	}
+	*v = clusterNameValue(s)
+	return nil
+}
+
+// substrateValue is a pflag.Value that accepts only the engine's
+// substrates.
+type substrateValue resolve.Substrate
+
+func (v *substrateValue) String() string { return string(*v) }
+func (v *substrateValue) Type() string   { return "string" }
+func (v *substrateValue) Set(s string) error {
+	sub, err := resolve.ParseSubstrate(s)
+	if err != nil {
+		return err
+	}
+	*v = substrateValue(sub)
+	return nil
+}
+
 // SetupWebhooksWithManager registers WorkerClass and WorkerPlatform
-// validation and KubernetesNodes pool admission (pools that name no
-// substrate run on KubeVirt).
-func SetupWebhooksWithManager(mgr ctrl.Manager) error {
+// validation and KubernetesNodes pool admission with opts.
+func SetupWebhooksWithManager(mgr ctrl.Manager, opts WebhookOptions) error {
 	if err := (&webhooks.WorkerClass{}).SetupWebhookWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the WorkerClass webhook: %w", err)
 	}
 	if err := (&webhooks.WorkerPlatform{}).SetupWebhookWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the WorkerPlatform webhook: %w", err)
 	}
-	if err := (&webhooks.Pool{}).SetupWebhookWithManager(mgr); err != nil {
+	pool := &webhooks.Pool{Substrate: opts.PoolSubstrate}
+	if format := opts.PoolClusterName; format != "" {
+		if err := new(clusterNameValue).Set(format); err != nil {
+			return fmt.Errorf("the pool webhooks' Cluster name %w", err)
+		}
+		pool.ClusterName = func(cluster string) string { return strings.ReplaceAll(format, ClusterPlaceholder, cluster) }
+	}
+	if err := pool.SetupWebhookWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the KubernetesNodes webhooks: %w", err)
 	}
 	return nil

@@ -41,7 +41,10 @@ func WorkerClassOptions(controllers bool) Options {
 		CRDPaths:      []string{PoolCRDPath},
 		WebhookPaths:  []string{WorkerClassWebhookPath},
 		ManifestPaths: []string{WorkerClassPrivateKeyPolicyPath},
-		SetupWebhooks: workerclass.SetupWebhooksWithManager,
+		// As the released manager runs without the pool flags.
+		SetupWebhooks: func(mgr ctrl.Manager) error {
+			return workerclass.SetupWebhooksWithManager(mgr, workerclass.DefaultWebhookOptions())
+		},
 	}
 	if controllers {
 		opts.SetupControllers = func(ctx context.Context, mgr ctrl.Manager) error {

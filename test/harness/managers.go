@@ -137,7 +137,7 @@ func webhookSetup(opts Options, caches *lazyClusterCache) (webhooks, error) {
 			}
 		}
 		if workerClasses {
-			return workerclass.SetupWebhooksWithManager(mgr)
+			return workerclass.SetupWebhooksWithManager(mgr, workerclass.DefaultWebhookOptions())
 		}
 		return nil
 	}}, nil

@@ -485,7 +485,7 @@ func startManagementCluster(ctx context.Context, t *testing.T, releaseDir string
 			if err := infrasetup.Webhooks(mgr, nil); err != nil {
 				return err
 			}
-			return workerclass.SetupWebhooksWithManager(mgr)
+			return workerclass.SetupWebhooksWithManager(mgr, workerclass.DefaultWebhookOptions())
 		},
 	})
 	g.Expect(err).NotTo(HaveOccurred())

@@ -42,7 +42,7 @@ func Resolve(in Input) (*Result, field.ErrorList) {
 	switch in.Substrate {
 	case "", KubeVirt, Proxmox:
 	default:
-		return nil, field.ErrorList{field.NotSupported(r.in.Path, in.Substrate, []Substrate{KubeVirt, Proxmox})}
+		return nil, field.ErrorList{field.NotSupported(r.in.Path, in.Substrate, Substrates)}
 	}
 	r.class = &in.Class.Spec
 

@@ -26,6 +26,9 @@ limitations under the License.
 package resolve
 
 import (
+	"fmt"
+	"slices"
+
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
@@ -41,6 +44,18 @@ const (
 	// Proxmox workers are cloned from Proxmox templates (Talos only).
 	Proxmox Substrate = "Proxmox"
 )
+
+// Substrates are the substrates the engine resolves pools on.
+var Substrates = []Substrate{KubeVirt, Proxmox}
+
+// ParseSubstrate reads a substrate as the manager's and the workerclass
+// command's flags spell it (KubeVirt or Proxmox).
+func ParseSubstrate(s string) (Substrate, error) {
+	if slices.Contains(Substrates, Substrate(s)) {
+		return Substrate(s), nil
+	}
+	return "", fmt.Errorf("must be KubeVirt or Proxmox, not %q", s)
+}
 
 // Input is everything resolution reads.
 type Input struct {
