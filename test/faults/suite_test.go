@@ -272,6 +272,9 @@ type result struct {
 	// Replaced counts Machines that were created beyond the pool's size
 	// (remediations).
 	Replaced int
+	// SlowestInstance is the longest a VirtualMachine of the converged
+	// pool waited for its instance.
+	SlowestInstance time.Duration
 }
 
 func record(r result) {
@@ -289,20 +292,21 @@ func markdown(rs []result) string {
 		return sorted[i].Seed < sorted[j].Seed
 	})
 	var b strings.Builder
-	b.WriteString("| fault | seed | faults injected | recovered | all joined after creation | converged after the last fault | Machines replaced |\n")
-	b.WriteString("| --- | --- | --- | --- | --- | --- | --- |\n")
+	b.WriteString("| fault | seed | faults injected | recovered | all joined after creation | converged after the last fault | Machines replaced | slowest VM to instance |\n")
+	b.WriteString("| --- | --- | --- | --- | --- | --- | --- | --- |\n")
 	for _, r := range sorted {
 		injected := "none"
 		if len(r.Injected) > 0 {
 			injected = fmt.Sprintf("%d: %s", len(r.Injected), strings.Join(r.Injected, "; "))
 		}
-		recovered, joined, after := "no", "-", "-"
+		recovered, joined, after, slowest := "no", "-", "-", "-"
 		if r.Recovered {
 			recovered = "yes"
 			joined = r.ToJoined.Round(time.Second).String()
 			after = r.AfterLastFault.Round(time.Second).String()
+			slowest = r.SlowestInstance.Round(time.Second).String()
 		}
-		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %d |\n", r.Fault, r.Seed, injected, recovered, joined, after, r.Replaced)
+		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %d | %s |\n", r.Fault, r.Seed, injected, recovered, joined, after, r.Replaced, slowest)
 	}
 	return b.String()
 }

@@ -53,14 +53,32 @@ type LogScanner struct {
 // klog's text format, which it writes from klog's -v=6
 // (k8s.io/client-go/transport's debugging round tripper): a "Request" with
 // its verb and URL, or its "Response" with the verb and URL (-v=6) or the
-// status (-v=7 and more).
-var clientGoRequestPattern = regexp.MustCompile(`"(Request|Response)" (verb="[A-Z]+" url="https?://|status=")`)
+// status (-v=7 and more), the request context logger's keys (logger,
+// controller, ...) between the message and those.
+var clientGoRequestPattern = regexp.MustCompile(`"(Request|Response)" (.* )?(verb="[A-Z]+" url="https?://|status=")`)
 
 // bootstrapTokenPattern is a bootstrap token with its secret part
 // (<6>.<16>, kubeadm's format); the token ID alone is public.
 // An ID that continues a longer name ("tenant-kairos.18a2b3c4d5e6f7a8",
 // an Event's name) is not a token.
 var bootstrapTokenPattern = regexp.MustCompile(`(^|[^a-z0-9._-])[a-z0-9]{6}\.[a-z0-9]{16}([^a-z0-9]|$)`)
+
+// eventNamePrefix is what precedes an Event's name in its printed form
+// (&Event{ObjectMeta:{tenant.187d5a0c3b2f1e4a ...}), as a recorder logs an
+// Event the apiserver did not take: an object named with six characters
+// gives an Event name of a token's shape (<name>.<16 hex digits>).
+const eventNamePrefix = "ObjectMeta:{"
+
+// tokenIn locates the first bootstrap token with its secret in line that
+// is not an Event's name; nil when there is none.
+func tokenIn(line string) []int {
+	for _, loc := range bootstrapTokenPattern.FindAllStringIndex(line, -1) {
+		if !strings.HasSuffix(line[:loc[0]+1], eventNamePrefix) {
+			return loc
+		}
+	}
+	return nil
+}
 
 // bootstrapDataMarkers open rendered bootstrap data.
 var bootstrapDataMarkers = []string{"#cloud-config", "kubeadm join ", "discovery-token-unsafe-skip"}
@@ -94,7 +112,7 @@ func (s *LogScanner) scan(prefix, line string, forbiddenIsFinding bool) {
 	// with its secret masked, or the refusal. A line with a key or
 	// bootstrap data gets no excerpt at all.
 	var at []int
-	if loc := bootstrapTokenPattern.FindStringIndex(line); loc != nil {
+	if loc := tokenIn(line); loc != nil {
 		found = append(found, "a bootstrap token with its secret")
 		at = loc
 	}

@@ -40,6 +40,7 @@ func TestLogScannerFindsWhatMustNotBeLogged(t *testing.T) {
 	log.WithName("bootstrap").Info("Created a bootstrap token", "tokenID", "abcdef", "expiration", "2026-12-01T00:00:00Z")
 	log.WithName("infrastructure").V(5).Info("Created the machine's VirtualMachine", "VirtualMachine", "ns/worker-0")
 	log.WithName("capi").Info("Server rejected event", "event", "&Event{ObjectMeta:{tenant-kairos.18a2b3c4d5e6f7a8  ns}")
+	log.WithName("capi").Info("Server rejected event", "err", "connect: connection refused", "event", "&Event{ObjectMeta:{tenant.187d5a0c3b2f1e4a  ns    0 0001-01-01}")
 	g.Expect(scanner.Findings()).To(BeEmpty(), "a token ID, object names and Event names are not secrets")
 
 	log.WithName("bootstrap").V(6).Info("Joining", "token", "abcdef.0123456789abcdef")
@@ -52,7 +53,9 @@ func TestLogScannerFindsWhatMustNotBeLogged(t *testing.T) {
 		`logger "infrastructure" logged a private key`,
 		HavePrefix(`logger "bootstrap" logged a request its ClusterRole does not allow: "`),
 	))
-	g.Expect(scanner.Lines()).To(Equal(7))
+	log.WithName("bootstrap").Info("Event of a token", "event", "&Event{ObjectMeta:{tenant.187d5a0c3b2f1e4a  ns}", "token", "abcdef.0123456789abcdef")
+	g.Expect(scanner.Findings()).To(HaveLen(5), "a token beside an Event's name is found")
+	g.Expect(scanner.Lines()).To(Equal(9))
 	for _, f := range scanner.Findings() {
 		g.Expect(f).NotTo(ContainSubstring("0123456789abcdef"), "a finding never carries the secret")
 	}
@@ -84,7 +87,10 @@ func TestLogScannerCountsClientGoRequestLines(t *testing.T) {
 		want      int
 	}{{verbosity: 7, want: 2}, {verbosity: 6, want: 1}, {verbosity: 0, want: 0}} {
 		var out bytes.Buffer
-		logger := textlogger.NewLogger(textlogger.NewConfig(textlogger.Verbosity(tc.verbosity), textlogger.Output(&out)))
+		// A reconcile's logger, as controller-runtime passes it in the
+		// request's context.
+		logger := textlogger.NewLogger(textlogger.NewConfig(textlogger.Verbosity(tc.verbosity), textlogger.Output(&out))).
+			WithValues("logger", "infrastructure", "controller", "kubevirtmachine")
 		rt := transport.NewDebuggingRoundTripper(roundTripFunc(func(*http.Request) (*http.Response, error) {
 			return &http.Response{StatusCode: http.StatusOK, Status: "200 OK", Header: http.Header{}, Body: io.NopCloser(strings.NewReader("{}"))}, nil
 		}), transport.DebugByContext)

@@ -65,22 +65,28 @@ func (h *Hosts) reconcileInstance(ctx context.Context, req reconcile.Request) (r
 			g.guest.Shutdown()
 		}
 		return reconcile.Result{}, nil
-	case vmi.Status.Phase == kubevirtv1.Scheduled && g == nil:
-		if wait := h.opts.BootDelay - time.Since(scheduledAt(vmi)); wait > 0 {
-			return reconcile.Result{RequeueAfter: wait}, nil
-		}
-		var err error
-		if g, err = h.startGuest(ctx, vmi); err != nil {
-			return reconcile.Result{}, err
-		}
+	case vmi.Status.Phase == kubevirtv1.Scheduled:
 		if g == nil {
-			// The launcher Pod is not running yet; its start requeues.
-			return reconcile.Result{RequeueAfter: h.opts.BootDelay}, nil
+			if wait := h.opts.BootDelay - time.Since(scheduledAt(vmi)); wait > 0 {
+				return reconcile.Result{RequeueAfter: wait}, nil
+			}
+			var err error
+			if g, err = h.startGuest(ctx, vmi); err != nil {
+				return reconcile.Result{}, err
+			}
+			if g == nil {
+				// The launcher Pod is not running yet; its start requeues.
+				return reconcile.Result{RequeueAfter: h.opts.BootDelay}, nil
+			}
+			if stopped(g.guest) {
+				h.reportStopped(updated, g)
+				break
+			}
 		}
-		if stopped(g.guest) {
-			h.reportStopped(updated, g)
-			break
-		}
+		// A guest that runs is reported, also when an earlier report of it
+		// failed (the apiserver restarted under the update): virt-handler
+		// reports its domain's state on every sync. Reporting only at the
+		// start left such an instance Scheduled for good, its guest running.
 		reportRunning(updated, g)
 	case vmi.Status.Phase == kubevirtv1.Running && g == nil:
 		h.reportStopped(updated, &guest{guest: failedGuest("virt-handler found no domain for the running instance")})
