@@ -21,6 +21,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -31,10 +32,20 @@ import (
 	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
 	bootstraputil "k8s.io/cluster-bootstrap/token/util"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	bootstrapv1 "github.com/cozystack/cluster-api-workers/bootstrap/api/v1alpha1"
 )
+
+// One KairosConfig's bootstrap token, from mint to revoke, is in this
+// file: ensureToken finds the token recorded in our management Secret or
+// mints one (the record first, then the workload cluster's
+// bootstrap-token-<id> Secret); keepTokenAlive extends it until the node
+// joins; revokeToken deletes it from the workload cluster, then forgets
+// our record. The KairosConfig's own writes and its bootstrap data Secret
+// are writes.go's.
 
 const (
 	// DefaultTokenTTL is the default lifetime of a bootstrap token between
@@ -87,22 +98,109 @@ func parseToken(value string) (token, error) {
 	return token{ID: parts[1], Secret: parts[2]}, nil
 }
 
-// tokenSecretName is the deterministic name of the Secret that keeps a
-// KairosConfig's token in the management cluster.
-func tokenSecretName(configName string) string {
-	return withSuffix(configName, TokenSecretSuffix)
+// Minting. A token is recorded in our management Secret before it exists
+// in the workload cluster, so that a restart in between never mints a
+// second one and never loses track of one.
+
+// ensureToken returns the Machine's token, creating it when there is none.
+// The token is stored in our management Secret before it is created in the
+// workload cluster, so a restart in between never mints a second token and
+// never loses track of one. A record the cache has not seen yet makes the
+// create fail, and the record is then read directly.
+func (r *Reconciler) ensureToken(ctx context.Context, s *scope, remote client.Client) (token, error) {
+	t, found, err := r.storedToken(ctx, s.config)
+	if err != nil {
+		return token{}, err
+	}
+	if found {
+		// A record from an earlier attempt: the workload token may or may
+		// not exist yet, so look.
+		return r.syncWorkloadToken(ctx, s, remote, t)
+	}
+	if t, err = newToken(r.now(), r.TokenTTL); err != nil {
+		return token{}, err
+	}
+	err = r.createTokenRecord(ctx, s, t)
+	if apierrors.IsAlreadyExists(err) {
+		stored, found, err := r.liveStoredToken(ctx, s.config)
+		if err != nil {
+			return token{}, err
+		}
+		if !found {
+			return token{}, fmt.Errorf("the token Secret %s exists but holds no token", tokenSecretName(s.config.Name))
+		}
+		return r.syncWorkloadToken(ctx, s, remote, stored)
+	}
+	if err != nil {
+		return token{}, fmt.Errorf("storing the bootstrap token: %w", err)
+	}
+	ctrl.LoggerFrom(ctx).Info("Created a bootstrap token", "tokenID", t.ID, "expiration", t.Expiration)
+	created, err := createWorkloadToken(ctx, remote, s.config, t)
+	if err != nil {
+		return token{}, err
+	}
+	if !created {
+		// Another token with this ID: only reuse it if it is ours.
+		return r.syncWorkloadToken(ctx, s, remote, t)
+	}
+	return t, nil
 }
 
-// withSuffix appends suffix, shortening name with a hash when the result
-// would exceed the 253 characters of an object name.
-func withSuffix(name, suffix string) string {
-	const maxLen = 253
-	if len(name)+len(suffix) <= maxLen {
-		return name + suffix
+// storedToken reads the token kept in our management Secret, from the
+// cache.
+func (r *Reconciler) storedToken(ctx context.Context, config *bootstrapv1.KairosConfig) (token, bool, error) {
+	t, found, err := readStoredToken(ctx, r.SecretCachingClient, config)
+	if errors.Is(err, errNoSecretData) {
+		// A cache that drops Secret data (not set up with
+		// SecretCacheOptions): correct, but every reconcile reads.
+		t, found, err = r.liveStoredToken(ctx, config)
 	}
-	sum := sha256.Sum256([]byte(name))
-	hash := hex.EncodeToString(sum[:])[:8]
-	return name[:maxLen-len(suffix)-len(hash)-1] + "-" + hash + suffix
+	if err != nil {
+		return token{}, false, err
+	}
+	key := client.ObjectKeyFromObject(config)
+	if !found {
+		r.expect.tokenRecordGone(key)
+		return token{}, false, nil
+	}
+	if r.expect.tokenRevoked(key, t.ID) {
+		// Deleted by us; the cache has not seen the deletion yet.
+		return token{}, false, nil
+	}
+	return t, true, nil
+}
+
+// liveStoredToken reads the token kept in our management Secret from the
+// API server.
+func (r *Reconciler) liveStoredToken(ctx context.Context, config *bootstrapv1.KairosConfig) (token, bool, error) {
+	t, found, err := readStoredToken(ctx, r.APIReader, config)
+	if errors.Is(err, errNoSecretData) {
+		return token{}, false, nil
+	}
+	return t, found, err
+}
+
+// errNoSecretData means a Secret was read without any data.
+var errNoSecretData = errors.New("the Secret was read without data")
+
+// readStoredToken reads the token kept in our management Secret through
+// reader.
+func readStoredToken(ctx context.Context, reader client.Reader, config *bootstrapv1.KairosConfig) (token, bool, error) {
+	s := &corev1.Secret{}
+	err := reader.Get(ctx, client.ObjectKey{Namespace: config.Namespace, Name: tokenSecretName(config.Name)}, s)
+	if apierrors.IsNotFound(err) {
+		return token{}, false, nil
+	}
+	if err != nil {
+		return token{}, false, fmt.Errorf("reading the token Secret: %w", err)
+	}
+	if !util.IsControlledBy(s, config, bootstrapv1.GroupVersion.WithKind("KairosConfig").GroupKind()) {
+		return token{}, false, fmt.Errorf("the Secret %s exists but is not controlled by this KairosConfig", s.Name)
+	}
+	if s.Data == nil {
+		return token{}, false, errNoSecretData
+	}
+	return readTokenSecret(s)
 }
 
 // readTokenSecret returns the stored token, or ok=false when there is none.
@@ -124,6 +222,12 @@ func readTokenSecret(s *corev1.Secret) (token, bool, error) {
 	return t, true, nil
 }
 
+// createTokenRecord stores a new token in our management Secret; an
+// AlreadyExists error is the caller's to handle.
+func (r *Reconciler) createTokenRecord(ctx context.Context, s *scope, t token) error {
+	return r.Client.Create(ctx, managementTokenSecret(s.config, s.cluster.Name, t))
+}
+
 // managementTokenSecret is the Secret of ours that keeps the token, owned
 // by the KairosConfig and labelled with the cluster name.
 func managementTokenSecret(config *bootstrapv1.KairosConfig, clusterName string, t token) *corev1.Secret {
@@ -142,6 +246,37 @@ func managementTokenSecret(config *bootstrapv1.KairosConfig, clusterName string,
 			expirationKey: []byte(t.Expiration.Format(time.RFC3339)),
 		},
 	}
+}
+
+// tokenSecretName is the deterministic name of the Secret that keeps a
+// KairosConfig's token in the management cluster.
+func tokenSecretName(configName string) string {
+	return withSuffix(configName, TokenSecretSuffix)
+}
+
+// withSuffix appends suffix, shortening name with a hash when the result
+// would exceed the 253 characters of an object name.
+func withSuffix(name, suffix string) string {
+	const maxLen = 253
+	if len(name)+len(suffix) <= maxLen {
+		return name + suffix
+	}
+	sum := sha256.Sum256([]byte(name))
+	hash := hex.EncodeToString(sum[:])[:8]
+	return name[:maxLen-len(suffix)-len(hash)-1] + "-" + hash + suffix
+}
+
+// createWorkloadToken creates the workload token Secret of a token just
+// minted; created is false when a Secret of that name already exists.
+func createWorkloadToken(ctx context.Context, remote client.Client, config *bootstrapv1.KairosConfig, t token) (created bool, err error) {
+	err = remote.Create(ctx, workloadTokenSecret(config, t))
+	if apierrors.IsAlreadyExists(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("creating bootstrap token %s in the workload cluster: %w", t.ID, err)
+	}
+	return true, nil
 }
 
 // workloadTokenSecret is the bootstrap-token-<id> Secret in the workload
@@ -166,15 +301,16 @@ func workloadTokenSecret(config *bootstrapv1.KairosConfig, t token) *corev1.Secr
 	}
 }
 
-// needsRefresh says whether a token's expiry should be pushed out: once a
-// third of its TTL has passed. Checks run every TTL/3, so a token never has
-// less than a third of its TTL left while it is kept alive.
-func needsRefresh(expiration, now time.Time, ttl time.Duration) bool {
-	return expiration.Before(now.Add(ttl - ttl/3))
+// syncWorkloadToken reads the workload token, creates or extends it, and
+// records the new expiry in our Secret. Only used when it is not known
+// whether the workload token exists.
+func (r *Reconciler) syncWorkloadToken(ctx context.Context, s *scope, remote client.Client, t token) (token, error) {
+	updated, err := ensureWorkloadToken(ctx, remote, s.config, t, r.now(), r.TokenTTL)
+	if err != nil {
+		return token{}, err
+	}
+	return updated, r.recordExpiration(ctx, s, t, updated)
 }
-
-// refreshInterval is how often a live token is checked.
-func refreshInterval(ttl time.Duration) time.Duration { return ttl / 3 }
 
 // ensureWorkloadToken reads the workload token Secret and creates it, or
 // pushes out its expiry when due; used where it is not known whether the
@@ -211,18 +347,55 @@ func ensureWorkloadToken(ctx context.Context, remote client.Client, config *boot
 	return t, nil
 }
 
-// createWorkloadToken creates the workload token Secret of a token just
-// minted; created is false when a Secret of that name already exists.
-func createWorkloadToken(ctx context.Context, remote client.Client, config *bootstrapv1.KairosConfig, t token) (created bool, err error) {
-	err = remote.Create(ctx, workloadTokenSecret(config, t))
-	if apierrors.IsAlreadyExists(err) {
-		return false, nil
+// recordExpiration writes a token's new expiry to our Secret.
+func (r *Reconciler) recordExpiration(ctx context.Context, s *scope, before, after token) error {
+	if after.Expiration.Equal(before.Expiration) {
+		return nil
 	}
-	if err != nil {
-		return false, fmt.Errorf("creating bootstrap token %s in the workload cluster: %w", t.ID, err)
+	if err := r.Client.Update(ctx, managementTokenSecret(s.config, s.cluster.Name, after)); err != nil {
+		return fmt.Errorf("recording the token expiration: %w", err)
 	}
-	return true, nil
+	ctrl.LoggerFrom(ctx).V(2).Info("Extended the bootstrap token", "tokenID", after.ID, "expiration", after.Expiration)
+	return nil
 }
+
+// Keeping alive, until the node joins.
+
+// keepTokenAlive refreshes the token while the node has not joined. The
+// expiry our Secret records is the workload token's, so nothing is read
+// from the workload cluster: the token is extended (or created again, if
+// it vanished) once a third of its TTL has passed.
+func (r *Reconciler) keepTokenAlive(ctx context.Context, s *scope, t token) (ctrl.Result, error) {
+	if err := r.watchNodes(ctx, s.cluster); err != nil {
+		return ctrl.Result{}, err
+	}
+	now := r.now()
+	if !t.Expiration.IsZero() && !needsRefresh(t.Expiration, now, r.TokenTTL) {
+		return ctrl.Result{RequeueAfter: refreshInterval(r.TokenTTL)}, nil
+	}
+	remote, err := r.ClusterCache.GetClient(ctx, util.ObjectKey(s.cluster))
+	if err != nil {
+		return workloadUnavailable(s, err)
+	}
+	extended, err := extendWorkloadToken(ctx, remote, s.config, t, now, r.TokenTTL)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.recordExpiration(ctx, s, t, extended); err != nil {
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{RequeueAfter: refreshInterval(r.TokenTTL)}, nil
+}
+
+// needsRefresh says whether a token's expiry should be pushed out: once a
+// third of its TTL has passed. Checks run every TTL/3, so a token never has
+// less than a third of its TTL left while it is kept alive.
+func needsRefresh(expiration, now time.Time, ttl time.Duration) bool {
+	return expiration.Before(now.Add(ttl - ttl/3))
+}
+
+// refreshInterval is how often a live token is checked.
+func refreshInterval(ttl time.Duration) time.Duration { return ttl / 3 }
 
 // extendWorkloadToken pushes a token's expiry out to now+ttl with a patch
 // of that one key, without reading the Secret first. A Secret that
@@ -250,11 +423,68 @@ func extendWorkloadToken(ctx context.Context, remote client.Client, config *boot
 	return t, nil
 }
 
+// Revoking, once the node joined or its Machine goes.
+
+// revokeToken deletes the workload token, then our record of it.
+func (r *Reconciler) revokeToken(ctx context.Context, s *scope) (ctrl.Result, error) {
+	t, found, err := r.storedToken(ctx, s.config)
+	if err != nil || !found {
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{}, r.revoke(ctx, s, t)
+}
+
+// revoke revokes t and forgets it. While the workload cluster cannot be
+// reached the record stays and the error is returned, so the attempt is
+// repeated with backoff (and when the ClusterCache connects), until the
+// token would have expired anyway.
+func (r *Reconciler) revoke(ctx context.Context, s *scope, t token) error {
+	log := ctrl.LoggerFrom(ctx)
+	remote, err := r.ClusterCache.GetClient(ctx, util.ObjectKey(s.cluster))
+	switch {
+	case err != nil && !t.Expiration.IsZero() && r.now().After(t.Expiration):
+		log.Info("Workload cluster unreachable; the bootstrap token has expired, forgetting it", "tokenID", t.ID)
+	case err != nil:
+		return fmt.Errorf("revoking bootstrap token %s: %w", t.ID, err)
+	default:
+		if err := deleteWorkloadToken(ctx, remote, t); err != nil {
+			return err
+		}
+		log.Info("Revoked the bootstrap token", "tokenID", t.ID)
+	}
+	if err := r.forgetToken(ctx, s.config, t); err != nil {
+		return err
+	}
+	r.expect.revokedToken(client.ObjectKeyFromObject(s.config), t.ID)
+	return nil
+}
+
 // deleteWorkloadToken revokes a token; a token already gone is fine.
 func deleteWorkloadToken(ctx context.Context, remote client.Client, t token) error {
 	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceSystem, Name: bootstraputil.BootstrapTokenSecretName(t.ID)}}
 	if err := remote.Delete(ctx, s); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("deleting bootstrap token %s in the workload cluster: %w", t.ID, err)
+	}
+	return nil
+}
+
+// forgetToken deletes our record of t, only while the record is the Secret
+// t was read from: a record made again since (a new token for the same
+// config) is not ours to drop, or its token would leak untracked.
+func (r *Reconciler) forgetToken(ctx context.Context, config *bootstrapv1.KairosConfig, t token) error {
+	if t.recordUID == "" {
+		return fmt.Errorf("bootstrap token %s has no record to forget", t.ID)
+	}
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: config.Namespace, Name: tokenSecretName(config.Name)}}
+	err := r.Client.Delete(ctx, s, client.Preconditions{UID: &t.recordUID})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil
+	case apierrors.IsConflict(err):
+		ctrl.LoggerFrom(ctx).Info("The token Secret was replaced since it was read; keeping the new record", "tokenID", t.ID)
+		return nil
+	case err != nil:
+		return fmt.Errorf("deleting the token Secret: %w", err)
 	}
 	return nil
 }

@@ -30,7 +30,6 @@ import (
 	"sigs.k8s.io/cluster-api/util/finalizers"
 	"sigs.k8s.io/cluster-api/util/patch"
 	"sigs.k8s.io/cluster-api/util/paused"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -44,9 +43,10 @@ import (
 // (ensurePausedCondition) and a reconcile's one patch through Cluster
 // API's patch helper (patchConfig, reportBlocked: up to three requests,
 // the conditions, metadata, the rest of the status, each only when it
-// changed); our token record (createTokenRecord, recordExpiration,
-// forgetToken); and the bootstrap data Secret (storeBootstrapData). Writes
-// to a workload cluster are token.go's.
+// changed); and the bootstrap data Secret (storeBootstrapData). The
+// token's writes, to its record in our management Secret and to the
+// workload cluster, are token.go's, where one token is followed from mint
+// to revoke.
 
 // ensureFinalizer adds our finalizer with a patch of its own, as Cluster
 // API's finalizer helper does; added says the reconcile ends there.
@@ -102,45 +102,6 @@ func (r *Reconciler) patchConfig(ctx context.Context, h *patch.Helper, config *b
 		opts = append(opts, patch.WithStatusObservedGeneration{})
 	}
 	return h.Patch(ctx, config, opts...)
-}
-
-// createTokenRecord stores a new token in our management Secret; an
-// AlreadyExists error is the caller's to handle.
-func (r *Reconciler) createTokenRecord(ctx context.Context, s *scope, t token) error {
-	return r.Client.Create(ctx, managementTokenSecret(s.config, s.cluster.Name, t))
-}
-
-// recordExpiration writes a token's new expiry to our Secret.
-func (r *Reconciler) recordExpiration(ctx context.Context, s *scope, before, after token) error {
-	if after.Expiration.Equal(before.Expiration) {
-		return nil
-	}
-	if err := r.Client.Update(ctx, managementTokenSecret(s.config, s.cluster.Name, after)); err != nil {
-		return fmt.Errorf("recording the token expiration: %w", err)
-	}
-	ctrl.LoggerFrom(ctx).V(2).Info("Extended the bootstrap token", "tokenID", after.ID, "expiration", after.Expiration)
-	return nil
-}
-
-// forgetToken deletes our record of t, only while the record is the Secret
-// t was read from: a record made again since (a new token for the same
-// config) is not ours to drop, or its token would leak untracked.
-func (r *Reconciler) forgetToken(ctx context.Context, config *bootstrapv1.KairosConfig, t token) error {
-	if t.recordUID == "" {
-		return fmt.Errorf("bootstrap token %s has no record to forget", t.ID)
-	}
-	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: config.Namespace, Name: tokenSecretName(config.Name)}}
-	err := r.Client.Delete(ctx, s, client.Preconditions{UID: &t.recordUID})
-	switch {
-	case apierrors.IsNotFound(err):
-		return nil
-	case apierrors.IsConflict(err):
-		ctrl.LoggerFrom(ctx).Info("The token Secret was replaced since it was read; keeping the new record", "tokenID", t.ID)
-		return nil
-	case err != nil:
-		return fmt.Errorf("deleting the token Secret: %w", err)
-	}
-	return nil
 }
 
 // removeFinalizer drops the finalizer of a config being deleted, outside
