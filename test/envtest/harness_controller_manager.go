@@ -17,7 +17,6 @@ limitations under the License.
 package envtest
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
@@ -28,6 +27,8 @@ import (
 	"time"
 
 	crenvtest "sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/cozystack/cluster-api-workers/test/process"
 )
 
 // Controllers of kube-controller-manager that the harness runs. envtest
@@ -55,10 +56,8 @@ var WorkloadControllers = []string{BootstrapSignerController, TokenCleanerContro
 // ControllerManager is a running kube-controller-manager built from source
 // by hack/tools-bins.sh.
 type ControllerManager struct {
-	cmd  *exec.Cmd
+	proc *process.Process
 	dir  string
-	log  *lockedBuffer
-	done chan struct{}
 	once sync.Once
 }
 
@@ -113,8 +112,7 @@ func startControllerManager(env *crenvtest.Environment, controllers []string) (*
 		_ = os.RemoveAll(dir)
 		return nil, err
 	}
-	cm := &ControllerManager{dir: dir, log: &lockedBuffer{}, done: make(chan struct{})}
-	cm.cmd = exec.Command(bin, //nolint:gosec,noctx // kube-controller-manager from the test cache; it runs until Stop, not until a context ends.
+	cmd := exec.Command(bin, //nolint:gosec,noctx // kube-controller-manager from the test cache; it runs until Stop, not until a context ends.
 		"--kubeconfig="+kubeconfigPath,
 		"--controllers="+strings.Join(controllers, ","),
 		"--leader-elect=false",
@@ -124,68 +122,37 @@ func startControllerManager(env *crenvtest.Environment, controllers []string) (*
 		"--concurrent-gc-syncs=5",
 		"--v=1",
 	)
-	cm.cmd.Stdout, cm.cmd.Stderr = cm.log, cm.log
 	// Its own process group, so a test binary killed by a timeout does not
 	// leave it running with the apiserver gone.
-	cm.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cm.cmd.Start(); err != nil {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	proc, err := process.Start("kube-controller-manager", filepath.Join(dir, "kube-controller-manager.log"), cmd)
+	if err != nil {
 		_ = os.RemoveAll(dir)
-		return nil, fmt.Errorf("starting kube-controller-manager: %w", err)
+		return nil, err
 	}
-	go func() {
-		_ = cm.cmd.Wait()
-		close(cm.done)
-	}()
 	// A controller-manager that exits at once has a flag or connection
 	// problem; report it rather than let tests time out.
 	select {
-	case <-cm.done:
+	case <-proc.Done():
+		log := proc.Tail(maxLogBytes)
 		_ = os.RemoveAll(dir)
-		return nil, fmt.Errorf("kube-controller-manager exited at start: %s", cm.log.String())
+		return nil, fmt.Errorf("kube-controller-manager exited at start: %s", log)
 	case <-time.After(time.Second):
 	}
-	return cm, nil
+	return &ControllerManager{proc: proc, dir: dir}, nil
 }
 
-// Log returns what the controller-manager printed, for test failure output.
-func (c *ControllerManager) Log() string { return c.log.String() }
+// maxLogBytes bounds the log Log returns.
+const maxLogBytes = 1 << 20
+
+// Log returns the end of what the controller-manager printed, for test
+// failure output.
+func (c *ControllerManager) Log() string { return c.proc.Tail(maxLogBytes) }
 
 // Stop stops the controller-manager.
 func (c *ControllerManager) Stop() {
 	c.once.Do(func() {
-		if c.cmd.Process != nil {
-			_ = c.cmd.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-c.done:
-			case <-time.After(10 * time.Second):
-				_ = c.cmd.Process.Kill()
-				<-c.done
-			}
-		}
+		_ = c.proc.Stop(10 * time.Second)
 		_ = os.RemoveAll(c.dir)
 	})
-}
-
-// lockedBuffer keeps the last output of a process, safe for concurrent use.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-const maxLogBytes = 1 << 20
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.buf.Len()+len(p) > maxLogBytes {
-		keep := b.buf.Bytes()[b.buf.Len()-maxLogBytes/2:]
-		b.buf = *bytes.NewBuffer(append([]byte(nil), keep...))
-	}
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -18,7 +18,6 @@ package envtest
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -33,6 +32,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"github.com/cozystack/cluster-api-workers/test/process"
 )
 
 // apiServerRestarts kills and restarts a kube-apiserver that envtest
@@ -47,10 +48,9 @@ type apiServerRestarts struct {
 	mu sync.Mutex
 	// replacement is the running apiserver once it was restarted; envtest
 	// only knows the first process.
-	replacement *exec.Cmd
-	exited      chan struct{}
-	// log holds the replacements' output, for the error when one fails.
-	log *os.File
+	replacement *process.Process
+	// logPath holds the replacements' output, for the error when one fails.
+	logPath string
 }
 
 // apiServerStartTimeout bounds a restarted apiserver's way to healthy.
@@ -69,15 +69,15 @@ func (r *apiServerRestarts) restart(ctx context.Context, downtime time.Duration)
 	if err != nil {
 		return err
 	}
-	process, err := os.FindProcess(pid)
+	running, err := os.FindProcess(pid)
 	if err != nil {
 		return err
 	}
-	if err := process.Signal(syscall.SIGKILL); err != nil {
+	if err := running.Signal(syscall.SIGKILL); err != nil {
 		return fmt.Errorf("killing the apiserver (pid %d): %w", pid, err)
 	}
 	if r.replacement != nil {
-		<-r.exited
+		<-r.replacement.Done()
 	} else if err := waitForExit(ctx, pid); err != nil {
 		return err
 	}
@@ -87,25 +87,21 @@ func (r *apiServerRestarts) restart(ctx context.Context, downtime time.Duration)
 	case <-time.After(downtime):
 	}
 
-	if r.log == nil {
-		if r.log, err = os.CreateTemp("", "kube-apiserver-restarted-*.log"); err != nil {
+	if r.logPath == "" {
+		log, err := os.CreateTemp("", "kube-apiserver-restarted-*.log")
+		if err != nil {
 			return err
 		}
+		r.logPath = log.Name()
+		_ = log.Close()
 	}
-	cmd := exec.Command(args[0], args[1:]...) //nolint:gosec,noctx // The command line of the apiserver this process started; it runs until stop, not until a context ends.
-	// The apiserver dies with this process, however it ends.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	cmd.Stdout, cmd.Stderr = r.log, r.log
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("starting the apiserver again: %w", err)
+	//nolint:gosec,noctx // The command line of the apiserver this process started; it runs until stop, not until a context ends.
+	replacement, err := process.Start("the restarted apiserver", r.logPath, exec.Command(args[0], args[1:]...))
+	if err != nil {
+		return err
 	}
-	exited := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		close(exited)
-	}()
-	r.replacement, r.exited = cmd, exited
-	return waitHealthy(ctx, r.config, exited, r.log.Name())
+	r.replacement = replacement
+	return waitHealthy(ctx, r.config, replacement)
 }
 
 // stop stops a replacement apiserver with SIGTERM; envtest stops the
@@ -113,26 +109,18 @@ func (r *apiServerRestarts) restart(ctx context.Context, downtime time.Duration)
 func (r *apiServerRestarts) stop() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.log != nil {
+	if r.logPath != "" {
 		defer func() {
-			_ = r.log.Close()
-			_ = os.Remove(r.log.Name())
-			r.log = nil
+			_ = os.Remove(r.logPath)
+			r.logPath = ""
 		}()
 	}
 	if r.replacement == nil {
 		return nil
 	}
-	_ = r.replacement.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-r.exited:
-	case <-time.After(time.Minute):
-		_ = r.replacement.Process.Kill()
-		<-r.exited
-		return errors.New("the restarted apiserver did not stop within a minute of SIGTERM")
-	}
+	err := r.replacement.Stop(time.Minute)
 	r.replacement = nil
-	return nil
+	return err
 }
 
 // findAPIServer returns the pid and command line of the kube-apiserver
@@ -200,7 +188,7 @@ func waitForExit(ctx context.Context, pid int) error {
 }
 
 // waitHealthy polls /readyz until the apiserver serves again.
-func waitHealthy(ctx context.Context, cfg *rest.Config, exited <-chan struct{}, logPath string) error {
+func waitHealthy(ctx context.Context, cfg *rest.Config, apiserver *process.Process) error {
 	cfg = rest.CopyConfig(cfg)
 	cfg.Timeout = 5 * time.Second
 	cs, err := kubernetes.NewForConfig(cfg)
@@ -208,11 +196,8 @@ func waitHealthy(ctx context.Context, cfg *rest.Config, exited <-chan struct{}, 
 		return err
 	}
 	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, apiServerStartTimeout, true, func(ctx context.Context) (bool, error) {
-		select {
-		case <-exited:
-			raw, _ := os.ReadFile(logPath) //nolint:gosec // A file of the repository or one the harness wrote.
-			return false, fmt.Errorf("the restarted apiserver exited: %s", lastLines(string(raw), 20))
-		default:
+		if apiserver.Exited() {
+			return false, fmt.Errorf("the restarted apiserver exited: %s", apiserver.Tail(4<<10))
 		}
 		body, err := cs.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
 		return err == nil && string(body) == "ok", nil
@@ -221,12 +206,4 @@ func waitHealthy(ctx context.Context, cfg *rest.Config, exited <-chan struct{}, 
 		return fmt.Errorf("waiting for the restarted apiserver: %w", err)
 	}
 	return nil
-}
-
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }

@@ -27,7 +27,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -36,6 +35,7 @@ import (
 	"github.com/cozystack/cluster-api-workers/test/envtest"
 	"github.com/cozystack/cluster-api-workers/test/harness/components"
 	"github.com/cozystack/cluster-api-workers/test/harness/requests"
+	"github.com/cozystack/cluster-api-workers/test/process"
 )
 
 // ComponentProcess is a component the harness runs as its own process.
@@ -53,10 +53,8 @@ type ComponentProcess struct {
 	args    []string
 	h       *Harness
 
-	mu     sync.Mutex
-	cmd    *exec.Cmd
-	exited chan struct{}
-	err    error
+	mu   sync.Mutex
+	proc *process.Process
 	// killed is set by Kill, so that the exit is not reported as a failure.
 	killed bool
 }
@@ -195,41 +193,29 @@ func (p *ComponentProcess) start(ctx context.Context) error {
 	if err := os.Remove(addressFile); err != nil && !os.IsNotExist(err) {
 		return err
 	}
-	logFile, err := os.OpenFile(p.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	cmd := exec.Command(p.command, append(p.args, "--address-file", addressFile)...) //nolint:gosec,noctx // A command the harness built; it runs until Kill or stopProcesses, not until a context ends.
+	proc, err := process.Start(fmt.Sprintf("the %s component", p.Name), p.LogPath, cmd)
 	if err != nil {
 		return err
 	}
-	defer func() { _ = logFile.Close() }()
-	cmd := exec.Command(p.command, append(p.args, "--address-file", addressFile)...) //nolint:gosec,noctx // A command the harness built; it runs until Kill or stopProcesses, not until a context ends.
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	// The component dies with this process, however it ends.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("starting the %s component: %w", p.Name, err)
-	}
-	exited := make(chan struct{})
 	p.mu.Lock()
-	p.cmd, p.exited, p.PID, p.killed = cmd, exited, cmd.Process.Pid, false
+	p.proc, p.PID, p.killed = proc, proc.PID(), false
 	p.mu.Unlock()
 	go func() {
-		err := cmd.Wait()
+		<-proc.Done()
 		p.mu.Lock()
-		p.err = err
 		killed := p.killed
 		p.mu.Unlock()
-		close(exited)
 		if !killed && p.h.releaseCtx.Err() == nil {
 			select {
-			case p.h.errs <- fmt.Errorf("the %s component exited: %v; its log: %s", p.Name, err, p.LogPath):
+			case p.h.errs <- fmt.Errorf("the %s component exited: %v; its log: %s", p.Name, proc.Err(), p.LogPath):
 			default:
 			}
 		}
 	}()
 	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, processStartTimeout, true, func(context.Context) (bool, error) {
-		select {
-		case <-exited:
-			return false, fmt.Errorf("the %s component exited at start: %v: %s", p.Name, p.exitErr(), tail(p.LogPath))
-		default:
+		if proc.Exited() {
+			return false, fmt.Errorf("the %s component exited at start: %v: %s", p.Name, proc.Err(), proc.Tail(2000))
 		}
 		raw, err := os.ReadFile(addressFile) //nolint:gosec // A file of the repository or one the harness wrote.
 		if errors.Is(err, os.ErrNotExist) {
@@ -248,62 +234,41 @@ func (p *ComponentProcess) start(ctx context.Context) error {
 	return nil
 }
 
-func (p *ComponentProcess) exitErr() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.err
-}
-
 // Kill kills the component with SIGKILL, as a node failure or the OOM
 // killer would, and waits until it is gone. The harness does not report
 // its exit as an error.
 func (p *ComponentProcess) Kill() error {
 	p.mu.Lock()
-	cmd, exited := p.cmd, p.exited
+	proc := p.proc
 	p.killed = true
 	p.mu.Unlock()
-	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		return fmt.Errorf("killing the %s component: %w", p.Name, err)
-	}
-	<-exited
-	return nil
+	return proc.Kill()
 }
 
 // Restart starts a killed component again with the same flags and
 // identity, returning once its caches synced.
 func (p *ComponentProcess) Restart(ctx context.Context) error {
 	p.mu.Lock()
-	exited := p.exited
+	proc := p.proc
 	p.mu.Unlock()
-	select {
-	case <-exited:
-	default:
+	if !proc.Exited() {
 		return fmt.Errorf("the %s component is running", p.Name)
 	}
 	return p.start(ctx)
 }
 
-// stopProcesses stops the components with SIGTERM, and kills those that
-// do not stop in time.
+// stopProcesses stops the components together with SIGTERM, and kills
+// those that do not stop in time.
 func (h *Harness) stopProcesses() error {
-	var errs []error
-	for _, p := range h.processes {
+	errs := make([]error, len(h.processes))
+	var wg sync.WaitGroup
+	for i, p := range h.processes {
 		p.mu.Lock()
-		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		proc := p.proc
 		p.mu.Unlock()
+		wg.Go(func() { errs[i] = proc.Stop(30 * time.Second) })
 	}
-	for _, p := range h.processes {
-		p.mu.Lock()
-		cmd, exited := p.cmd, p.exited
-		p.mu.Unlock()
-		select {
-		case <-exited:
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-			errs = append(errs, fmt.Errorf("the %s component did not stop within 30s of SIGTERM", p.Name))
-		}
-	}
+	wg.Wait()
 	h.processes = nil
 	return errors.Join(errs...)
 }
@@ -324,16 +289,4 @@ func buildCommand(ctx context.Context, pkg, out string) error {
 		return fmt.Errorf("building %s: %w: %s", pkg, err, strings.TrimSpace(stderr.String()))
 	}
 	return nil
-}
-
-// tail returns the end of a log for an error message.
-func tail(path string) string {
-	raw, err := os.ReadFile(path) //nolint:gosec // A file of the repository or one the harness wrote.
-	if err != nil {
-		return err.Error()
-	}
-	if len(raw) > 2000 {
-		raw = raw[len(raw)-2000:]
-	}
-	return string(raw)
 }

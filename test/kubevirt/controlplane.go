@@ -38,7 +38,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -393,16 +392,4 @@ func freePort(ctx context.Context) (int, error) {
 	}
 	defer func() { _ = l.Close() }()
 	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-// logTail returns the end of a log for an error message.
-func logTail(path string) string {
-	raw, err := os.ReadFile(path) //nolint:gosec // A log this package writes.
-	if err != nil {
-		return err.Error()
-	}
-	if len(raw) > 3000 {
-		raw = raw[len(raw)-3000:]
-	}
-	return strings.TrimSpace(string(raw))
 }

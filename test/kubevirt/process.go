@@ -23,6 +23,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/cozystack/cluster-api-workers/test/process"
 )
 
 // Process is a KubeVirt component run as a child process and restarted
@@ -39,8 +41,9 @@ type Process struct {
 	args         []string
 	restartDelay time.Duration
 
-	mu       sync.Mutex
-	cmd      *exec.Cmd
+	mu   sync.Mutex
+	proc *process.Process
+	// exited is closed once the run's exit is logged.
 	exited   chan struct{}
 	down     bool
 	stopped  bool
@@ -86,25 +89,17 @@ func (p *Process) supervise() {
 
 // startLocked starts one run; p.mu is held.
 func (p *Process) startLocked() (chan struct{}, error) {
-	log, err := os.OpenFile(p.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = log.Close() }()
 	//nolint:gosec,noctx // virt-api or virt-controller, built into the cache; it runs until Stop, not until a context ends.
-	cmd := exec.Command(p.bin, p.args...)
-	cmd.Stdout, cmd.Stderr = log, log
-	// The component dies with the test process, however it ends.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	proc, err := process.Start(p.Name, p.LogPath, exec.Command(p.bin, p.args...))
+	if err != nil {
 		return nil, err
 	}
 	p.starts++
 	exited := make(chan struct{})
-	p.cmd, p.exited = cmd, exited
+	p.proc, p.exited = proc, exited
 	go func() {
-		err := cmd.Wait()
-		p.appendLog(fmt.Sprintf("supervisor: %s exited: %v", p.Name, err))
+		<-proc.Done()
+		p.appendLog(fmt.Sprintf("supervisor: %s exited: %v", p.Name, proc.Err()))
 		close(exited)
 	}()
 	return exited, nil
@@ -130,15 +125,10 @@ func (p *Process) Starts() int {
 func (p *Process) PID() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.cmd == nil || p.exited == nil {
+	if p.proc == nil || p.proc.Exited() {
 		return 0
 	}
-	select {
-	case <-p.exited:
-		return 0
-	default:
-		return p.cmd.Process.Pid
-	}
+	return p.proc.PID()
 }
 
 // Kill kills the running process with SIGKILL; the supervisor starts it
@@ -153,15 +143,10 @@ func (p *Process) Kill() {
 }
 
 func (p *Process) killLocked() chan struct{} {
-	if p.cmd == nil || p.exited == nil {
+	if p.proc == nil || p.proc.Exited() {
 		return nil
 	}
-	select {
-	case <-p.exited:
-		return nil
-	default:
-	}
-	_ = p.cmd.Process.Kill()
+	_ = p.proc.Signal(syscall.SIGKILL)
 	return p.exited
 }
 
@@ -196,21 +181,16 @@ func (p *Process) poke() {
 func (p *Process) Stop() error {
 	p.mu.Lock()
 	p.stopped = true
-	cmd, exited := p.cmd, p.exited
+	proc, exited := p.proc, p.exited
 	p.mu.Unlock()
 	p.poke()
-	if cmd != nil && exited != nil {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
+	if proc != nil {
+		_ = proc.Stop(10 * time.Second)
+		<-exited
 	}
 	<-p.finished
 	return nil
 }
 
 // Tail returns the end of the process's log.
-func (p *Process) Tail() string { return logTail(p.LogPath) }
+func (p *Process) Tail() string { return process.Tail(p.LogPath, 3000) }

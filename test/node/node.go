@@ -40,6 +40,7 @@ import (
 
 	"github.com/cozystack/cluster-api-workers/test/envtest"
 	"github.com/cozystack/cluster-api-workers/test/node/internal/initconfig"
+	"github.com/cozystack/cluster-api-workers/test/process"
 )
 
 // PauseImage is the sandbox image every node imports and pins in
@@ -84,8 +85,7 @@ type Node struct {
 	NodeIP string
 
 	opts       Options
-	cmd        *exec.Cmd
-	exited     chan struct{}
+	unshare    *process.Process
 	initPID    int
 	pidNS      string
 	cgroupName string
@@ -195,7 +195,7 @@ func Start(ctx context.Context, opts Options) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := &Node{Name: opts.Name, Dir: dir, NodeIP: opts.NodeIP, opts: opts, exited: make(chan struct{}),
+	n := &Node{Name: opts.Name, Dir: dir, NodeIP: opts.NodeIP, opts: opts,
 		cgroupName: "kvw-node-" + opts.Name + "-" + filepath.Base(dir)[len("kvw-node-"):]}
 	n.before = snapshotHost()
 	if err := n.start(ctx, kubeletBin, containerdDir, apiURL); err != nil {
@@ -293,25 +293,14 @@ func (n *Node) start(ctx context.Context, kubeletBin, containerdDir string, apiU
 	if err := os.WriteFile(n.path("nodeinit.json"), raw, 0o600); err != nil {
 		return err
 	}
-	logFile, err := os.Create(n.path("logs", "nodeinit.log"))
+	// --kill-child=SIGTERM: when unshare dies (it dies with this process,
+	// Pdeathsig), nodeinit stops the node as Stop would.
+	//nolint:gosec,noctx // Our own command line; Stop ends it.
+	n.unshare, err = process.Start("unshare", n.path("logs", "nodeinit.log"), exec.Command("unshare", "--mount", "--pid", "--net", "--fork", "--mount-proc", "--propagation", "private",
+		"--kill-child=SIGTERM", n.path("bin", "nodeinit"), n.path("nodeinit.json")))
 	if err != nil {
 		return err
 	}
-	// --kill-child=SIGTERM: when unshare dies (it dies with this process,
-	// Pdeathsig), nodeinit stops the node as Stop would.
-	n.cmd = exec.Command("unshare", "--mount", "--pid", "--net", "--fork", "--mount-proc", "--propagation", "private", //nolint:gosec,noctx // Our own command line; Stop ends it.
-		"--kill-child=SIGTERM", n.path("bin", "nodeinit"), n.path("nodeinit.json"))
-	n.cmd.Stdout, n.cmd.Stderr = logFile, logFile
-	n.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := n.cmd.Start(); err != nil {
-		_ = logFile.Close()
-		return fmt.Errorf("starting unshare: %w", err)
-	}
-	go func() {
-		_ = n.cmd.Wait()
-		_ = logFile.Close()
-		close(n.exited)
-	}()
 	if err := n.findInit(); err != nil {
 		return err
 	}
@@ -323,7 +312,7 @@ func (n *Node) start(ctx context.Context, kubeletBin, containerdDir string, apiU
 		phases, _ := os.ReadFile(n.path("phase"))
 		for _, line := range strings.Split(string(phases), "\n") {
 			if strings.HasPrefix(line, "failed: ") || strings.Contains(line, " exited: ") {
-				return fmt.Errorf("node %s: %s\n%s", n.Name, line, n.LogTails(30))
+				return fmt.Errorf("node %s: %s\n%s", n.Name, line, n.LogTails())
 			}
 			if line == "kubelet" {
 				return nil
@@ -332,10 +321,10 @@ func (n *Node) start(ctx context.Context, kubeletBin, containerdDir string, apiU
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-n.exited:
-			return fmt.Errorf("node %s: nodeinit exited while starting\n%s", n.Name, n.LogTails(30))
+		case <-n.unshare.Done():
+			return fmt.Errorf("node %s: nodeinit exited while starting\n%s", n.Name, n.LogTails())
 		case <-deadline.C:
-			return fmt.Errorf("node %s: the kubelet did not start within %s (phases: %q)\n%s", n.Name, n.opts.StartTimeout, phases, n.LogTails(30))
+			return fmt.Errorf("node %s: the kubelet did not start within %s (phases: %q)\n%s", n.Name, n.opts.StartTimeout, phases, n.LogTails())
 		case <-tick.C:
 		}
 	}
@@ -344,7 +333,7 @@ func (n *Node) start(ctx context.Context, kubeletBin, containerdDir string, apiU
 // findInit finds nodeinit, unshare's only child and PID 1 of the node's PID
 // namespace, and records that namespace.
 func (n *Node) findInit() error {
-	pid := n.cmd.Process.Pid
+	pid := n.unshare.PID()
 	for range 200 {
 		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
 		if err == nil {
@@ -363,8 +352,8 @@ func (n *Node) findInit() error {
 			}
 		}
 		select {
-		case <-n.exited:
-			return fmt.Errorf("unshare exited at once\n%s", n.LogTails(30))
+		case <-n.unshare.Done():
+			return fmt.Errorf("unshare exited at once\n%s", n.LogTails())
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
@@ -407,21 +396,20 @@ func (n *Node) Stop() error {
 
 func (n *Node) stop() error {
 	var errs []error
-	if n.cmd != nil && n.cmd.Process != nil {
+	if n.unshare != nil {
 		if n.initPID != 0 {
 			_ = syscall.Kill(n.initPID, syscall.SIGTERM)
 		} else {
-			_ = n.cmd.Process.Signal(syscall.SIGTERM)
+			_ = n.unshare.Signal(syscall.SIGTERM)
 		}
 		select {
-		case <-n.exited:
+		case <-n.unshare.Done():
 		case <-time.After(45 * time.Second):
 			errs = append(errs, errors.New("the node did not stop within 45s: killed"))
 			if n.initPID != 0 {
 				_ = syscall.Kill(n.initPID, syscall.SIGKILL)
 			}
-			_ = n.cmd.Process.Kill()
-			<-n.exited
+			_ = n.unshare.Kill()
 		}
 	}
 	if n.listener != nil {
@@ -500,19 +488,11 @@ func (n *Node) ContainerLog(namespace, pod, container string) (string, error) {
 	return out.String(), nil
 }
 
-// LogTails returns the last lines of each log of the node.
-func (n *Node) LogTails(lines int) string {
+// LogTails returns the end of each log of the node.
+func (n *Node) LogTails() string {
 	var b strings.Builder
 	for _, name := range []string{"nodeinit", "containerd", "kubelet"} {
-		raw, err := os.ReadFile(n.path("logs", name+".log"))
-		if err != nil {
-			continue
-		}
-		all := strings.Split(strings.TrimRight(string(raw), "\n"), "\n")
-		if len(all) > lines {
-			all = all[len(all)-lines:]
-		}
-		fmt.Fprintf(&b, "--- %s.log (last %d lines)\n%s\n", name, len(all), strings.Join(all, "\n"))
+		fmt.Fprintf(&b, "--- %s.log\n%s\n", name, process.Tail(n.path("logs", name+".log"), 4<<10))
 	}
 	return b.String()
 }

@@ -124,7 +124,7 @@ func TestNodeRunsAPod(t *testing.T) {
 		}
 		return false, "no Ready condition"
 	}); err != nil {
-		t.Fatalf("node %s not Ready: %v\n%s", name, err, n.LogTails(40))
+		t.Fatalf("node %s not Ready: %v\n%s", name, err, n.LogTails())
 	}
 	t.Logf("node Ready %s after Start was called", time.Since(t0).Round(time.Millisecond))
 
@@ -151,11 +151,11 @@ func TestNodeRunsAPod(t *testing.T) {
 			return false, err.Error()
 		}
 		if pod.Status.Phase == corev1.PodFailed {
-			t.Fatalf("pod failed: %+v\n%s", pod.Status, n.LogTails(40))
+			t.Fatalf("pod failed: %+v\n%s", pod.Status, n.LogTails())
 		}
 		return pod.Status.Phase == corev1.PodSucceeded, fmt.Sprintf("phase %s, %+v", pod.Status.Phase, pod.Status.ContainerStatuses)
 	}); err != nil {
-		t.Fatalf("pod not Succeeded: %v\n%s", err, n.LogTails(40))
+		t.Fatalf("pod not Succeeded: %v\n%s", err, n.LogTails())
 	}
 	t.Logf("pod Succeeded %s after it was created", time.Since(t1).Round(time.Millisecond))
 	logs, err := n.ContainerLog("default", "hello", "hello")
@@ -203,11 +203,11 @@ func TestNodeRunsAPod(t *testing.T) {
 			return false, err.Error()
 		}
 		if privileged.Status.Phase == corev1.PodFailed {
-			t.Fatalf("privileged pod failed: %+v\n%s", privileged.Status, n.LogTails(40))
+			t.Fatalf("privileged pod failed: %+v\n%s", privileged.Status, n.LogTails())
 		}
 		return privileged.Status.Phase == corev1.PodSucceeded, fmt.Sprintf("phase %s, %+v", privileged.Status.Phase, privileged.Status.ContainerStatuses)
 	}); err != nil {
-		t.Fatalf("privileged pod not Succeeded: %v\n%s", err, n.LogTails(40))
+		t.Fatalf("privileged pod not Succeeded: %v\n%s", err, n.LogTails())
 	}
 	t.Logf("privileged pod (hostPID, bidirectional host path) Succeeded %s after it was created", time.Since(t1).Round(time.Millisecond))
 
@@ -236,7 +236,7 @@ func TestNodeRunsAPod(t *testing.T) {
 		}
 		return sleeper.Status.Phase == corev1.PodRunning && sleeper.Status.PodIP != "", fmt.Sprintf("phase %s, IP %q", sleeper.Status.Phase, sleeper.Status.PodIP)
 	}); err != nil {
-		t.Fatalf("pod not Running: %v\n%s", err, n.LogTails(40))
+		t.Fatalf("pod not Running: %v\n%s", err, n.LogTails())
 	}
 	if !strings.HasPrefix(sleeper.Status.PodIP, "10.254.64.") {
 		t.Fatalf("pod IP %s is not from the node's pod range 10.254.64.0/24", sleeper.Status.PodIP)

@@ -40,6 +40,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/cozystack/cluster-api-workers/test/envtest"
+	"github.com/cozystack/cluster-api-workers/test/process"
 )
 
 // GuestHostAddress is the host as a guest on QEMU user networking sees it:
@@ -79,7 +80,7 @@ type ControlPlane struct {
 	Config *rest.Config
 	Client client.Client
 
-	procs []*process
+	procs []*process.Process
 }
 
 // StartControlPlane prepares and starts the control plane. Stop it with
@@ -239,8 +240,8 @@ func StartControlPlane(ctx context.Context, opts ControlPlaneOptions) (_ *Contro
 		return nil, err
 	}
 	// Without it nothing signs cluster-info or the kubelet's certificate.
-	if kcm.exited() {
-		return nil, fmt.Errorf("kube-controller-manager exited: %s", kcm.tail())
+	if kcm.Exited() {
+		return nil, fmt.Errorf("kube-controller-manager exited: %s", kcm.Tail(8<<10))
 	}
 	return cp, nil
 }
@@ -273,15 +274,15 @@ func (cp *ControlPlane) prepareForGuests(ctx context.Context) error {
 }
 
 // waitReady waits for the apiserver's /readyz, or for its process to exit.
-func (cp *ControlPlane) waitReady(ctx context.Context, apiserver *process) error {
+func (cp *ControlPlane) waitReady(ctx context.Context, apiserver *process.Process) error {
 	cs, err := kubernetes.NewForConfig(cp.Config)
 	if err != nil {
 		return err
 	}
 	rc := cs.Discovery().RESTClient()
 	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		if apiserver.exited() {
-			return false, fmt.Errorf("kube-apiserver exited: %s", apiserver.tail())
+		if apiserver.Exited() {
+			return false, fmt.Errorf("kube-apiserver exited: %s", apiserver.Tail(8<<10))
 		}
 		return rc.Get().AbsPath("/readyz").Do(ctx).Error() == nil, nil
 	})
@@ -295,7 +296,7 @@ func (cp *ControlPlane) waitReady(ctx context.Context, apiserver *process) error
 // directory.
 func (cp *ControlPlane) Stop() {
 	for i := len(cp.procs) - 1; i >= 0; i-- {
-		cp.procs[i].stop()
+		_ = cp.procs[i].Stop(10 * time.Second)
 	}
 	cp.procs = nil
 	_ = os.RemoveAll(cp.Dir)
@@ -305,7 +306,7 @@ func (cp *ControlPlane) Stop() {
 func (cp *ControlPlane) Logs() string {
 	var b strings.Builder
 	for _, p := range cp.procs {
-		fmt.Fprintf(&b, "==> %s\n%s\n", p.name, p.tail())
+		fmt.Fprintf(&b, "==> %s\n%s\n", p.Name, p.Tail(8<<10))
 	}
 	return b.String()
 }
@@ -387,58 +388,13 @@ func freePorts(ctx context.Context, n int) ([]int, error) {
 	return ports, nil
 }
 
-// process is a host process with its output in a log file.
-type process struct {
-	name string
-	cmd  *exec.Cmd
-	log  string
-	done chan struct{}
-}
-
-func startProcess(dir, name, bin string, args ...string) (*process, error) {
-	logPath := filepath.Join(dir, name+".log")
-	f, err := os.Create(logPath) //nolint:gosec // A log in the control plane's directory.
-	if err != nil {
-		return nil, err
-	}
+// startProcess starts a control plane process with its output in the
+// directory's <name>.log.
+func startProcess(dir, name, bin string, args ...string) (*process.Process, error) {
 	//nolint:gosec,noctx // kube-apiserver, etcd or kube-controller-manager from the test cache; it runs until Stop, not until a context ends.
-	p := &process{name: name, cmd: exec.Command(bin, args...), log: logPath, done: make(chan struct{})}
-	p.cmd.Stdout, p.cmd.Stderr = f, f
-	// Killed with the test binary, so nothing outlives a timed-out test.
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := p.cmd.Start(); err != nil {
-		_ = f.Close()
-		return nil, fmt.Errorf("starting %s: %w", name, err)
-	}
-	go func() {
-		_ = p.cmd.Wait()
-		_ = f.Close()
-		close(p.done)
-	}()
-	return p, nil
+	cmd := exec.Command(bin, args...)
+	// Its own process group: a Ctrl-C at the terminal reaches the test,
+	// which stops the control plane in order, not the process.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	return process.Start(name, filepath.Join(dir, name+".log"), cmd)
 }
-
-func (p *process) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
-
-func (p *process) stop() {
-	if p.exited() {
-		return
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(10 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
-}
-
-// tail returns the end of the process's log.
-func (p *process) tail() string { return tailFile(p.log, 8<<10) }

@@ -24,6 +24,8 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+
+	"github.com/cozystack/cluster-api-workers/test/process"
 )
 
 // TestRootDiskBus boots the worker disk on the buses KubeVirt attaches a
@@ -50,15 +52,15 @@ func TestRootDiskBus(t *testing.T) {
 	}
 	virtio, sata := boot("virtio"), boot("sata")
 
-	g.Eventually(func() string { return tailFile(virtio.ConsoleLog, 256<<10) }, 5*time.Minute, poll).
-		Should(MatchRegexp(`EXT4-fs \(vda\): mounted filesystem`), func() string { return tailFile(virtio.ConsoleLog, 4<<10) })
+	g.Eventually(func() string { return process.Tail(virtio.ConsoleLog, 256<<10) }, 5*time.Minute, poll).
+		Should(MatchRegexp(`EXT4-fs \(vda\): mounted filesystem`), func() string { return process.Tail(virtio.ConsoleLog, 4<<10) })
 	mounted := time.Since(virtio.Started)
 	t.Logf("timing: on virtio the guest mounted its root disk %s after QEMU started", mounted.Round(time.Second))
 	timings.addDiskBus(fmt.Sprintf("virtio: root file system mounted %s after QEMU started", mounted.Round(time.Second)))
 
-	g.Eventually(sata.Done(), 5*time.Minute).Should(BeClosed(), func() string { return tailFile(sata.ConsoleLog, 4<<10) })
+	g.Eventually(sata.Done(), 5*time.Minute).Should(BeClosed(), func() string { return process.Tail(sata.ConsoleLog, 4<<10) })
 	gaveUp := time.Since(sata.Started)
-	console := tailFile(sata.ConsoleLog, 256<<10)
+	console := process.Tail(sata.ConsoleLog, 256<<10)
 	g.Expect(console).To(ContainSubstring("Gave up waiting for root file system device"))
 	g.Expect(console).NotTo(MatchRegexp(`EXT4-fs \(sd[a-z]\): mounted`))
 	t.Logf("timing: on SATA the guest found no root disk and gave up %s after QEMU started", gaveUp.Round(time.Second))

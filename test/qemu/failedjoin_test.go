@@ -43,6 +43,8 @@ import (
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/cozystack/cluster-api-workers/test/process"
 )
 
 // brokenStartupTimeout is the pool's MachineHealthCheck nodeStartupTimeout
@@ -127,7 +129,7 @@ func TestFailedJoinIsReplaced(t *testing.T) {
 	for vm, b := range tampered.guests() {
 		g.Expect(tampered.changed(vm)).To(BeTrue(), "the %s tamper found nothing to rewrite in the data of %s", b.kind, vm.Name)
 		guest := guestOf(g, vm)
-		g.Eventually(func() string { return tailFile(guest.JournalLog, 64<<10) }, joinTimeout, poll).
+		g.Eventually(func() string { return process.Tail(guest.JournalLog, 64<<10) }, joinTimeout, poll).
 			Should(ContainSubstring(b.kubeadmError), func() string { return describe(p) })
 		failedAfter := time.Since(guest.Started)
 		t.Logf("timing: guest %s (%s) reported kubeadm's error %s after QEMU started", vm.Name, b.kind, failedAfter.Round(time.Second))

@@ -23,7 +23,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -40,6 +39,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/cozystack/cluster-api-workers/test/infra"
+	"github.com/cozystack/cluster-api-workers/test/process"
 	cdisim "github.com/cozystack/cluster-api-workers/test/sim/cdi"
 	kubevirtsim "github.com/cozystack/cluster-api-workers/test/sim/kubevirt"
 )
@@ -79,19 +79,13 @@ func (f *fakeGuests) booted(name string) []VMOptions {
 // sleepVM is a VM whose process sleeps for the given time (sleep(1)'s
 // argument) and exits 0, as a guest that powers itself off.
 func sleepVM(name, dir, duration string) (*VM, error) {
-	vm := &VM{
-		Name: name, ConsoleLog: filepath.Join(dir, "console.log"), DebugLog: filepath.Join(dir, "journal.log"),
-		cmd: exec.Command("sleep", duration), done: make(chan struct{}), //nolint:gosec,noctx // sleep, standing in for QEMU, which runs until Kill.
-	}
-	vm.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	vm.Started = time.Now()
-	if err := vm.cmd.Start(); err != nil {
+	vm := &VM{Name: name, ConsoleLog: filepath.Join(dir, "console.log"), DebugLog: filepath.Join(dir, "journal.log"), Started: time.Now()}
+	//nolint:gosec,noctx // sleep, standing in for QEMU, which runs until Kill.
+	sleep, err := process.Start("sleep for "+name, filepath.Join(dir, name+"-qemu.log"), exec.Command("sleep", duration))
+	if err != nil {
 		return nil, err
 	}
-	go func() {
-		vm.err = vm.cmd.Wait()
-		close(vm.done)
-	}()
+	vm.qemu = sleep
 	return vm, nil
 }
 

@@ -36,6 +36,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/cozystack/cluster-api-workers/test/harness"
+	"github.com/cozystack/cluster-api-workers/test/process"
 )
 
 // pool is one MachineDeployment of the example Kairos template in the
@@ -265,7 +266,7 @@ func describe(p pool) string {
 		}
 		fmt.Fprintf(&b, "guest %s (%s seed, started %s): %s\n", guest.VM.Name, guest.Seed, guest.Started.Format(time.TimeOnly), state)
 		if !nodes[guest.VM.Name] {
-			fmt.Fprintf(&b, "journal of %s:\n%s\n", guest.VM.Name, tailFile(guest.JournalLog, 4<<10))
+			fmt.Fprintf(&b, "journal of %s:\n%s\n", guest.VM.Name, process.Tail(guest.JournalLog, 4<<10))
 		}
 	}
 	if cp := controlPlanes.Get(workload.Key); cp != nil {

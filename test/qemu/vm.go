@@ -29,6 +29,8 @@ import (
 	"time"
 
 	kubevirtv1 "kubevirt.io/api/core/v1"
+
+	"github.com/cozystack/cluster-api-workers/test/process"
 )
 
 // GuestAddress is the address QEMU user networking's DHCP server gives the
@@ -78,9 +80,7 @@ type VM struct {
 	// ConsoleLog has the first serial port (kernel console), DebugLog the
 	// second (the guest's journal).
 	ConsoleLog, DebugLog string
-	cmd                  *exec.Cmd
-	done                 chan struct{}
-	err                  error
+	qemu                 *process.Process
 }
 
 // Accelerator is QEMU's accelerator: QEMU_ACCEL when set, otherwise TCG.
@@ -123,7 +123,6 @@ func StartVM(ctx context.Context, opts VMOptions) (*VM, error) {
 		Name:       opts.Name,
 		ConsoleLog: filepath.Join(opts.Dir, opts.Name+"-console.log"),
 		DebugLog:   filepath.Join(opts.Dir, opts.Name+"-journal.log"),
-		done:       make(chan struct{}),
 	}
 	// The disk is shared by every guest: writes go to a temporary overlay
 	// that disappears with QEMU, like a containerDisk.
@@ -154,65 +153,31 @@ func StartVM(ctx context.Context, opts VMOptions) (*VM, error) {
 		"-serial", "file:" + vm.DebugLog,
 	})
 	//nolint:gosec,noctx // QEMU from PATH, with the guest's arguments; the guest runs until Kill, not until a context ends.
-	vm.cmd = exec.Command(qemu, args...)
-	// Killed with the test binary, so no guest outlives a timed-out test.
-	vm.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	out, err := os.Create(filepath.Join(opts.Dir, opts.Name+"-qemu.log"))
-	if err != nil {
+	cmd := exec.Command(qemu, args...)
+	// Its own process group: a Ctrl-C at the terminal reaches the test,
+	// which stops its guests in order, not QEMU.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	vm.Started = time.Now()
+	if vm.qemu, err = process.Start("QEMU for "+opts.Name, filepath.Join(opts.Dir, opts.Name+"-qemu.log"), cmd); err != nil {
 		return nil, err
 	}
-	vm.cmd.Stdout, vm.cmd.Stderr = out, out
-	vm.Started = time.Now()
-	if err := vm.cmd.Start(); err != nil {
-		_ = out.Close()
-		return nil, fmt.Errorf("starting QEMU for %s: %w", opts.Name, err)
-	}
-	go func() {
-		vm.err = vm.cmd.Wait()
-		_ = out.Close()
-		close(vm.done)
-	}()
 	return vm, nil
 }
 
 // Exited reports whether QEMU has exited, and how.
-func (vm *VM) Exited() (bool, error) {
-	select {
-	case <-vm.done:
-		return true, vm.err
-	default:
-		return false, nil
-	}
-}
+func (vm *VM) Exited() (bool, error) { return vm.qemu.Exited(), vm.qemu.Err() }
 
 // Done is closed when QEMU has exited.
-func (vm *VM) Done() <-chan struct{} { return vm.done }
+func (vm *VM) Done() <-chan struct{} { return vm.qemu.Done() }
 
 // Kill kills QEMU at once and waits until it exited.
-func (vm *VM) Kill() {
-	if exited, _ := vm.Exited(); exited {
-		return
-	}
-	_ = vm.cmd.Process.Kill()
-	<-vm.done
-}
+func (vm *VM) Kill() { _ = vm.qemu.Kill() }
 
 // Journal returns the end of the guest's journal (second serial port).
-func (vm *VM) Journal() string { return tailFile(vm.DebugLog, 16<<10) }
+func (vm *VM) Journal() string { return process.Tail(vm.DebugLog, 16<<10) }
 
 // Console returns the end of the guest's console (first serial port).
-func (vm *VM) Console() string { return tailFile(vm.ConsoleLog, 8<<10) }
-
-func tailFile(path string, limit int) string {
-	b, err := os.ReadFile(path) //nolint:gosec // A guest's log in its directory.
-	if err != nil {
-		return err.Error()
-	}
-	if len(b) > limit {
-		b = b[len(b)-limit:]
-	}
-	return string(b)
-}
+func (vm *VM) Console() string { return process.Tail(vm.ConsoleLog, 8<<10) }
 
 // rootDiskArgs attaches the root drive on a KubeVirt disk bus and returns
 // the guest's device for it: the first disk of its kind, since the seed is
