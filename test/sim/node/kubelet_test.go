@@ -18,9 +18,6 @@ package node
 
 import (
 	"context"
-	"net/http"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -31,9 +28,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/rest"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/cozystack/cluster-api-workers/test/harness/requests"
 )
 
 // Short heartbeat timings for the kubelet tests; the bounds of Eventually
@@ -43,65 +41,19 @@ const (
 	testReportFrequency   = time.Second
 )
 
-// requestCounter counts a kubelet's requests to the workload apiserver by
-// verb and object ("PUT lease", "PATCH node/status", ...).
-type requestCounter struct {
-	mu     sync.Mutex
-	counts map[string]int
-}
-
-func (c *requestCounter) RoundTrip(next http.RoundTripper) http.RoundTripper {
-	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
-		c.mu.Lock()
-		c.counts[req.Method+" "+requestObject(req.URL.Path)]++
-		c.mu.Unlock()
-		return next.RoundTrip(req)
-	})
-}
-
-// requestObject names what a request path reads or writes.
-func requestObject(path string) string {
-	switch {
-	case strings.Contains(path, "/leases"):
-		return "lease"
-	case strings.HasPrefix(path, "/api/v1/nodes/") && strings.HasSuffix(path, "/status"):
-		return "node/status"
-	case strings.HasPrefix(path, "/api/v1/nodes"):
-		return "node"
-	}
-	return path
-}
-
-// snapshot returns the counts so far.
-func (c *requestCounter) snapshot() map[string]int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := make(map[string]int, len(c.counts))
-	for k, v := range c.counts {
-		out[k] = v
-	}
-	return out
-}
-
-type roundTripFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
-
 // kubeletRun is a simulator running only kubelets (no instance controller),
-// its requests to the workload apiserver counted.
+// its requests to the workload apiserver logged.
 type kubeletRun struct {
 	sim      *Simulator
-	requests *requestCounter
+	requests *requests.Log
 }
 
 // runKubelets starts a simulator's heartbeat loop against the shared
 // workload apiserver; it stops with the test.
 func runKubelets(t *testing.T, opts Options) *kubeletRun {
 	t.Helper()
-	r := &kubeletRun{sim: New(opts), requests: &requestCounter{counts: map[string]int{}}}
-	cfg := rest.CopyConfig(workload.Config)
-	cfg.Wrap(r.requests.RoundTrip)
-	if err := r.sim.AddCluster(workload.Endpoint, cfg); err != nil {
+	r := &kubeletRun{sim: New(opts), requests: &requests.Log{}}
+	if err := r.sim.AddCluster(workload.Endpoint, r.requests.WrapConfig(workload.Config)); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -109,6 +61,16 @@ func runKubelets(t *testing.T, opts Options) *kubeletRun {
 	go func() { defer close(done); _ = r.sim.heartbeats(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 	return r
+}
+
+// requestCounts counts the kubelets' requests so far by verb and resource
+// ("update leases", "patch nodes/status", ...).
+func (r *kubeletRun) requestCounts() map[string]int {
+	counts := map[string]int{}
+	for _, req := range r.requests.Requests(nil) {
+		counts[req.Verb+" "+req.Resource]++
+	}
+	return counts
 }
 
 // start starts the kubelet of a new instance (UID uid) serving the Node
@@ -168,15 +130,15 @@ func TestKubeletRenewsItsLeaseWithoutReadingItAndLeavesAnUnchangedStatusAlone(t 
 	g := NewWithT(t)
 	r := runKubelets(t, Options{HeartbeatInterval: testHeartbeatInterval, NodeStatusReportFrequency: time.Hour})
 	r.start(t, "lease-only-0", "lease-only-0-a")
-	registered := r.requests.snapshot()
+	registered := r.requestCounts()
 	renewedAt := getLease(g, "lease-only-0").Spec.RenewTime.Time
 
 	g.Eventually(func(g Gomega) {
-		g.Expect(r.requests.snapshot()["PUT lease"]).To(BeNumerically(">=", registered["PUT lease"]+10))
+		g.Expect(r.requestCounts()["update leases"]).To(BeNumerically(">=", registered["update leases"]+10))
 	}, timeout, poll).Should(Succeed())
 	g.Expect(getLease(g, "lease-only-0").Spec.RenewTime.Time).To(BeTemporally(">", renewedAt))
-	now := r.requests.snapshot()
-	for _, request := range []string{"GET lease", "POST lease", "GET node", "PUT node", "PUT node/status", "PATCH node/status"} {
+	now := r.requestCounts()
+	for _, request := range []string{"get leases", "list leases", "create leases", "get nodes", "list nodes", "update nodes", "update nodes/status", "patch nodes/status"} {
 		g.Expect(now[request]).To(Equal(registered[request]), "%s requests after registration", request)
 	}
 }
@@ -189,19 +151,20 @@ func TestKubeletReportsAnUnchangedStatusOnceTheReportFrequencyPassed(t *testing.
 	g := NewWithT(t)
 	r := runKubelets(t, Options{HeartbeatInterval: testHeartbeatInterval, NodeStatusReportFrequency: testReportFrequency})
 	r.start(t, "report-0", "report-0-a")
-	registered := r.requests.snapshot()
+	registered := r.requestCounts()
 	first := getNode(g, "report-0")
 	firstReady := readyCondition(g, first)
 
 	g.Eventually(func(g Gomega) {
-		g.Expect(r.requests.snapshot()["PATCH node/status"]).To(BeNumerically(">=", registered["PATCH node/status"]+2))
+		g.Expect(r.requestCounts()["patch nodes/status"]).To(BeNumerically(">=", registered["patch nodes/status"]+2))
 	}, timeout, poll).Should(Succeed())
-	now := r.requests.snapshot()
-	g.Expect(now["GET node"]).To(Equal(registered["GET node"]), "a report does not read the Node")
-	g.Expect(now["PUT node/status"]).To(Equal(registered["PUT node/status"]))
+	now := r.requestCounts()
+	g.Expect(now["get nodes"]).To(Equal(registered["get nodes"]), "a report does not read the Node")
+	g.Expect(now["list nodes"]).To(Equal(registered["list nodes"]), "nor list the Nodes")
+	g.Expect(now["update nodes/status"]).To(Equal(registered["update nodes/status"]))
 	// Every report comes with a Lease renewal, and renewals come between
 	// reports.
-	g.Expect(now["PUT lease"] - registered["PUT lease"]).To(BeNumerically(">", now["PATCH node/status"]-registered["PATCH node/status"]))
+	g.Expect(now["update leases"] - registered["update leases"]).To(BeNumerically(">", now["patch nodes/status"]-registered["patch nodes/status"]))
 
 	reported := getNode(g, "report-0")
 	g.Expect(reported.Status.Conditions).To(HaveLen(len(first.Status.Conditions)))
@@ -227,13 +190,13 @@ func TestKubeletPostsAChangedStatusAtOnce(t *testing.T) {
 		g.Expect(readyStatus(getNode(g, "changed-0"))).To(Equal(corev1.ConditionUnknown))
 		g.Expect(r.kubelets()).To(BeZero())
 	}, timeout, poll).Should(Succeed())
-	unknown := r.requests.snapshot()
+	unknown := r.requestCounts()
 
 	r.start(t, "changed-0", "changed-0-b")
 	n := getNode(g, "changed-0")
 	g.Expect(readyStatus(n)).To(Equal(corev1.ConditionTrue))
 	g.Expect(n.Spec.Taints).NotTo(ContainElement(HaveField("Key", corev1.TaintNodeUnreachable)))
-	g.Expect(r.requests.snapshot()["PUT node/status"]).To(Equal(unknown["PUT node/status"] + 1))
+	g.Expect(r.requestCounts()["update nodes/status"]).To(Equal(unknown["update nodes/status"] + 1))
 }
 
 // TestNodeOfAKubeletRestartedWithinTheGracePeriodStaysReady: the node
@@ -269,7 +232,7 @@ func TestKubeletRecoversItsLease(t *testing.T) {
 			tamper: func(g Gomega, l *coordinationv1.Lease) {
 				g.Expect(workload.Client.Delete(context.Background(), l)).To(Succeed())
 			},
-			fallback: "POST lease",
+			fallback: "create leases",
 		},
 		{
 			name: "written-by-another-client",
@@ -277,7 +240,7 @@ func TestKubeletRecoversItsLease(t *testing.T) {
 				l.Annotations = map[string]string{"example.com/touched": "true"}
 				g.Expect(workload.Client.Update(context.Background(), l)).To(Succeed())
 			},
-			fallback: "GET lease",
+			fallback: "get leases",
 		},
 	}
 	for _, c := range cases {
@@ -287,21 +250,21 @@ func TestKubeletRecoversItsLease(t *testing.T) {
 			name := "lease-" + c.name
 			r := runKubelets(t, Options{HeartbeatInterval: testHeartbeatInterval, NodeStatusReportFrequency: time.Hour})
 			r.start(t, name, types.UID(name+"-a"))
-			before := r.requests.snapshot()
+			before := r.requestCounts()
 			g.Eventually(func(g Gomega) { c.tamper(g, getLease(g, name)) }, timeout, poll).Should(Succeed())
 			tampered := time.Now()
 
 			g.Eventually(func(g Gomega) {
-				g.Expect(r.requests.snapshot()[c.fallback]).To(BeNumerically(">", before[c.fallback]))
+				g.Expect(r.requestCounts()[c.fallback]).To(BeNumerically(">", before[c.fallback]))
 				l := getLease(g, name)
 				g.Expect(l.Spec.RenewTime.Time).To(BeTemporally(">", tampered))
 				g.Expect(l.OwnerReferences).To(ConsistOf(HaveField("UID", getNode(g, name).UID)))
 			}, timeout, poll).Should(Succeed())
-			recovered := r.requests.snapshot()
+			recovered := r.requestCounts()
 			g.Eventually(func(g Gomega) {
-				g.Expect(r.requests.snapshot()["PUT lease"]).To(BeNumerically(">=", recovered["PUT lease"]+5))
+				g.Expect(r.requestCounts()["update leases"]).To(BeNumerically(">=", recovered["update leases"]+5))
 			}, timeout, poll).Should(Succeed())
-			g.Expect(r.requests.snapshot()["GET lease"]).To(Equal(recovered["GET lease"]), "renewals after the recovery do not read the Lease")
+			g.Expect(r.requestCounts()["get leases"]).To(Equal(recovered["get leases"]), "renewals after the recovery do not read the Lease")
 		})
 	}
 }
