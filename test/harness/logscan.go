@@ -63,17 +63,25 @@ var clientGoRequestPattern = regexp.MustCompile(`"(Request|Response)" (.* )?(ver
 // an Event's name) is not a token.
 var bootstrapTokenPattern = regexp.MustCompile(`(^|[^a-z0-9._-])[a-z0-9]{6}\.[a-z0-9]{16}([^a-z0-9]|$)`)
 
-// eventNamePrefix is what precedes an Event's name in its printed form
-// (&Event{ObjectMeta:{tenant.187d5a0c3b2f1e4a ...}), as a recorder logs an
-// Event the apiserver did not take: an object named with six characters
-// gives an Event name of a token's shape (<name>.<16 hex digits>).
-const eventNamePrefix = "ObjectMeta:{"
+// eventNamePrefixes precede an Event's name where a recorder logs an
+// Event the apiserver did not take: its printed form
+// (&Event{ObjectMeta:{tenant.187d5a0c3b2f1e4a ...}) and its URL
+// (.../events/tenant.187d5a0c3b2f1e4a). An object named with six
+// characters gives an Event name of a token's shape (<name>.<16 hex
+// digits>).
+var eventNamePrefixes = []string{"ObjectMeta:{", "/events/"}
 
 // tokenIn locates the first bootstrap token with its secret in line that
 // is not an Event's name; nil when there is none.
 func tokenIn(line string) []int {
 	for _, loc := range bootstrapTokenPattern.FindAllStringIndex(line, -1) {
-		if !strings.HasSuffix(line[:loc[0]+1], eventNamePrefix) {
+		// The pattern's match starts with the character before the name.
+		before := line[:loc[0]+1]
+		event := false
+		for _, prefix := range eventNamePrefixes {
+			event = event || strings.HasSuffix(before, prefix)
+		}
+		if !event {
 			return loc
 		}
 	}

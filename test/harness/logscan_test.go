@@ -40,7 +40,9 @@ func TestLogScannerFindsWhatMustNotBeLogged(t *testing.T) {
 	log.WithName("bootstrap").Info("Created a bootstrap token", "tokenID", "abcdef", "expiration", "2026-12-01T00:00:00Z")
 	log.WithName("infrastructure").V(5).Info("Created the machine's VirtualMachine", "VirtualMachine", "ns/worker-0")
 	log.WithName("capi").Info("Server rejected event", "event", "&Event{ObjectMeta:{tenant-kairos.18a2b3c4d5e6f7a8  ns}")
-	log.WithName("capi").Info("Server rejected event", "err", "connect: connection refused", "event", "&Event{ObjectMeta:{tenant.187d5a0c3b2f1e4a  ns    0 0001-01-01}")
+	log.WithName("capi").Info("Server rejected event",
+		"err", `Post "https://127.0.0.1:38497/api/v1/namespaces/ns/events/tenant.187d5a0c3b2f1e4a": dial tcp 127.0.0.1:38497: connect: connection refused`,
+		"event", "&Event{ObjectMeta:{tenant.187d5a0c3b2f1e4a  ns    0 0001-01-01}")
 	g.Expect(scanner.Findings()).To(BeEmpty(), "a token ID, object names and Event names are not secrets")
 
 	log.WithName("bootstrap").V(6).Info("Joining", "token", "abcdef.0123456789abcdef")
