@@ -262,14 +262,14 @@ func TestMachineShape(t *testing.T) {
 	tc := newCluster(t)
 	g := NewWithT(t)
 	shapedInstancetype(t)
-	multusNetwork(t, "infra", "storage")
+	multusNetwork(t, tc.namespace, "storage")
 	spec := containerDiskSpec()
 	spec.CPU, spec.Memory = nil, nil
 	spec.Instancetype = &infrav1.InstancetypeReference{Name: "gn1.xlarge"}
 	spec.Preference = &infrav1.PreferenceReference{Name: "linux"}
 	spec.GPUs = []infrav1.GPU{{Name: "gpu1", DeviceName: gpuResource}}
 	spec.HostDevices = []infrav1.HostDevice{{Name: "nic", DeviceName: hostDeviceResource}}
-	spec.Networks = []infrav1.Network{{Name: "pod", Pod: &infrav1.PodNetwork{}}, {Name: "storage", Multus: &infrav1.MultusNetwork{NetworkName: "infra/storage"}}}
+	spec.Networks = []infrav1.Network{{Name: "pod", Pod: &infrav1.PodNetwork{}}, {Name: "storage", Multus: &infrav1.MultusNetwork{NetworkName: tc.namespace + "/storage"}}}
 	spec.Tolerations = []corev1.Toleration{{Key: "gpu", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}
 	// KubeVirt cannot live-migrate a VM with GPUs or host devices.
 	spec.EvictionStrategy = infrav1.EvictionLiveMigrateIfPossible

@@ -298,7 +298,8 @@ type PodNetwork struct{}
 // MultusNetwork names a NetworkAttachmentDefinition.
 type MultusNetwork struct {
 	// networkName is <name> or <namespace>/<name> of the
-	// NetworkAttachmentDefinition.
+	// NetworkAttachmentDefinition, which must be in the machine's own
+	// namespace: another namespace's is refused.
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=317

@@ -22,7 +22,9 @@ limitations under the License.
 package render
 
 import (
+	"fmt"
 	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -286,6 +288,7 @@ func validateInput(in Input) field.ErrorList {
 	// preference cannot place are refused everywhere alike. The
 	// instancetype is KubeVirt's to apply and not read here.
 	errs = append(errs, instancetype.Validate(&m.Spec, nil, in.Preference, spec)...)
+	errs = append(errs, ValidateNetworkNamespaces(m.Spec.Networks, m.Namespace, spec.Child("networks"))...)
 	switch in.Datasource {
 	case "", infrav1.NoCloudDatasource, infrav1.ConfigDriveDatasource:
 	default:
@@ -367,6 +370,26 @@ func diskBus(preference *instancetypev1beta1.VirtualMachinePreferenceSpec) kubev
 		return ""
 	}
 	return kubevirtv1.DiskBusVirtio
+}
+
+// ValidateNetworkNamespaces refuses a Multus networkName that names a
+// NetworkAttachmentDefinition of another namespace than namespace, the
+// machine's: Multus attaches any namespace's network a VM's pod names
+// unless it isolates namespaces, so a tenant could otherwise join another
+// tenant's or the hoster's network. A name without a namespace is the
+// machine's namespace's.
+func ValidateNetworkNamespaces(networks []infrav1.Network, namespace string, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	for i, n := range networks {
+		if n.Multus == nil {
+			continue
+		}
+		if ns, _, found := strings.Cut(n.Multus.NetworkName, "/"); found && ns != namespace {
+			errs = append(errs, field.Forbidden(path.Index(i).Child("multus", "networkName"),
+				fmt.Sprintf("%s is a NetworkAttachmentDefinition of namespace %s; a machine of namespace %s attaches only its own namespace's networks", n.Multus.NetworkName, ns, namespace)))
+		}
+	}
+	return errs
 }
 
 func renderNetworks(in []infrav1.Network) ([]kubevirtv1.Interface, []kubevirtv1.Network) {

@@ -27,6 +27,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/ptr"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	instancetypev1beta1 "kubevirt.io/api/instancetype/v1beta1"
@@ -318,7 +319,7 @@ func TestNetworks(t *testing.T) {
 			name: "pod network with bridge binding and a Multus network",
 			networks: []infrav1.Network{
 				{Name: "pod", Pod: &infrav1.PodNetwork{}, Binding: infrav1.BridgeBinding},
-				{Name: "storage", Multus: &infrav1.MultusNetwork{NetworkName: "infra/storage"}},
+				{Name: "storage", Multus: &infrav1.MultusNetwork{NetworkName: "tenant-a/storage"}},
 			},
 			interfaces: []kubevirtv1.Interface{
 				{Name: "pod", InterfaceBindingMethod: kubevirtv1.InterfaceBindingMethod{Bridge: &kubevirtv1.InterfaceBridge{}}},
@@ -326,7 +327,7 @@ func TestNetworks(t *testing.T) {
 			},
 			vmNetworks: []kubevirtv1.Network{
 				{Name: "pod", NetworkSource: kubevirtv1.NetworkSource{Pod: &kubevirtv1.PodNetwork{}}},
-				{Name: "storage", NetworkSource: kubevirtv1.NetworkSource{Multus: &kubevirtv1.MultusNetwork{NetworkName: "infra/storage"}}},
+				{Name: "storage", NetworkSource: kubevirtv1.NetworkSource{Multus: &kubevirtv1.MultusNetwork{NetworkName: "tenant-a/storage"}}},
 			},
 		},
 		{
@@ -344,6 +345,22 @@ func TestNetworks(t *testing.T) {
 			g.Expect(spec.Networks).To(Equal(tc.vmNetworks))
 		})
 	}
+}
+
+func TestValidateNetworkNamespaces(t *testing.T) {
+	g := NewWithT(t)
+	path := field.NewPath("spec", "networks")
+	g.Expect(ValidateNetworkNamespaces([]infrav1.Network{
+		{Name: "pod", Pod: &infrav1.PodNetwork{}},
+		{Name: "own", Multus: &infrav1.MultusNetwork{NetworkName: "storage"}},
+		{Name: "qualified", Multus: &infrav1.MultusNetwork{NetworkName: "tenant-a/storage"}},
+	}, "tenant-a", path)).To(BeEmpty(), "a name without a namespace, or with the machine's, is the machine's namespace's")
+	errs := ValidateNetworkNamespaces([]infrav1.Network{
+		{Name: "own", Multus: &infrav1.MultusNetwork{NetworkName: "storage"}},
+		{Name: "theirs", Multus: &infrav1.MultusNetwork{NetworkName: "tenant-b/storage"}},
+	}, "tenant-a", path)
+	g.Expect(errs.ToAggregate().Error()).To(Equal("spec.networks[1].multus.networkName: Forbidden: tenant-b/storage is a NetworkAttachmentDefinition of namespace tenant-b; " +
+		"a machine of namespace tenant-a attaches only its own namespace's networks"))
 }
 
 func TestGPUsAndHostDevices(t *testing.T) {
@@ -437,6 +454,9 @@ func TestRenderRejects(t *testing.T) {
 		{"neither instancetype nor memory", input(machine(func(m *infrav1.KubeVirtMachine) { m.Spec.Memory = nil }), containerDisk()), "spec.memory"},
 		{"an unknown datasource", func() Input { in := input(machine(), containerDisk()); in.Datasource = "Ignition"; return in }(), "spec.cloudInitDatasource"},
 		{"no machine", Input{}, "machine"},
+		{"a Multus network of another namespace", input(machine(func(m *infrav1.KubeVirtMachine) {
+			m.Spec.Networks = []infrav1.Network{{Name: "storage", Multus: &infrav1.MultusNetwork{NetworkName: "infra/storage"}}}
+		}), containerDisk()), "spec.networks[0].multus.networkName"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
