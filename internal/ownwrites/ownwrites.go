@@ -27,6 +27,7 @@ package ownwrites
 
 import (
 	"context"
+	"reflect"
 	"sync"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -99,15 +100,30 @@ func (v *Versions) Forget(key types.NamespacedName) {
 
 // Recorder is the client a reconcile writes its object through: it notes
 // the resourceVersion each update or patch returns, object and status,
-// for Versions.Wrote.
+// for Versions.Wrote. It also lets the reconcile read its own writes: a
+// Get that the cache answers with a version this recorder's writes
+// replaced returns the object as the last write left it, so that a
+// reconcile can go on after a write instead of ending and waiting for the
+// write's event (Cluster API's patch helper reads the object before it
+// patches conditions, against that object's resourceVersion).
 type Recorder struct {
 	client.Client
 	written []string
+	// replaced are the versions the writes were sent against.
+	replaced sets.Set[string]
+	// last is, per object, what its last write returned.
+	last map[recordedKey]client.Object
+}
+
+// recordedKey tells objects of different types with the same name apart.
+type recordedKey struct {
+	t   reflect.Type
+	key client.ObjectKey
 }
 
 // NewRecorder writes through c.
 func NewRecorder(c client.Client) *Recorder {
-	return &Recorder{Client: c}
+	return &Recorder{Client: c, replaced: sets.New[string](), last: map[recordedKey]client.Object{}}
 }
 
 // Written are the versions the writes returned, in order.
@@ -115,21 +131,45 @@ func (r *Recorder) Written() []string {
 	return r.written
 }
 
-func (r *Recorder) record(obj client.Object, err error) error {
-	if err == nil {
-		r.written = append(r.written, obj.GetResourceVersion())
+// Get reads through the client; where that returns a version of obj that
+// the recorder's writes replaced (the cache has not seen them yet), obj is
+// set to what the last write returned instead.
+func (r *Recorder) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if err := r.Client.Get(ctx, key, obj, opts...); err != nil {
+		return err
 	}
-	return err
+	last, ok := r.last[recordedKey{reflect.TypeOf(obj), key}]
+	if !ok || !r.replaced.Has(obj.GetResourceVersion()) || obj.GetResourceVersion() == last.GetResourceVersion() {
+		return nil
+	}
+	reflect.ValueOf(obj).Elem().Set(reflect.ValueOf(last.DeepCopyObject()).Elem())
+	return nil
+}
+
+// write sends one write of obj and records it.
+func (r *Recorder) write(obj client.Object, send func() error) error {
+	sent := obj.GetResourceVersion()
+	if err := send(); err != nil {
+		return err
+	}
+	r.written = append(r.written, obj.GetResourceVersion())
+	if sent != "" {
+		r.replaced.Insert(sent)
+	}
+	if copied, ok := obj.DeepCopyObject().(client.Object); ok {
+		r.last[recordedKey{reflect.TypeOf(obj), client.ObjectKeyFromObject(obj)}] = copied
+	}
+	return nil
 }
 
 // Patch patches obj and records its new version.
 func (r *Recorder) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
-	return r.record(obj, r.Client.Patch(ctx, obj, patch, opts...))
+	return r.write(obj, func() error { return r.Client.Patch(ctx, obj, patch, opts...) })
 }
 
 // Update updates obj and records its new version.
 func (r *Recorder) Update(ctx context.Context, obj client.Object, opts ...client.UpdateOption) error {
-	return r.record(obj, r.Client.Update(ctx, obj, opts...))
+	return r.write(obj, func() error { return r.Client.Update(ctx, obj, opts...) })
 }
 
 // Status writes the status subresource, recording each new version.
@@ -143,11 +183,11 @@ type statusRecorder struct {
 }
 
 func (s statusRecorder) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
-	return s.recorder.record(obj, s.SubResourceWriter.Patch(ctx, obj, patch, opts...))
+	return s.recorder.write(obj, func() error { return s.SubResourceWriter.Patch(ctx, obj, patch, opts...) })
 }
 
 func (s statusRecorder) Update(ctx context.Context, obj client.Object, opts ...client.SubResourceUpdateOption) error {
-	return s.recorder.record(obj, s.SubResourceWriter.Update(ctx, obj, opts...))
+	return s.recorder.write(obj, func() error { return s.SubResourceWriter.Update(ctx, obj, opts...) })
 }
 
 // Children remembers, per object, the one child a reconcile of it last

@@ -123,3 +123,78 @@ func TestChildrenRememberTheLastWriteUntilSeen(t *testing.T) {
 	c.Seen(owner)
 	g.Expect(c.Pending(owner, "other")).To(BeFalse())
 }
+
+// frozenReads answers every Get with the object as it was when it was
+// made, as a cache that has seen none of the writes since.
+type frozenReads struct {
+	client.Client
+	seen *corev1.Pod
+}
+
+func (f frozenReads) Get(_ context.Context, _ client.ObjectKey, obj client.Object, _ ...client.GetOption) error {
+	f.seen.DeepCopyInto(obj.(*corev1.Pod))
+	return nil
+}
+
+func TestRecorderReadsItsOwnWrites(t *testing.T) {
+	ctx := context.Background()
+	scheme := runtime.NewScheme()
+	NewWithT(t).Expect(corev1.AddToScheme(scheme)).To(Succeed())
+	setup := func(g Gomega) (client.Client, *corev1.Pod) {
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p"}}
+		c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(pod).WithStatusSubresource(pod).Build()
+		g.Expect(c.Get(ctx, client.ObjectKeyFromObject(pod), pod)).To(Succeed())
+		return c, pod
+	}
+
+	t.Run("a cache behind the writes reads as the last write left the object", func(t *testing.T) {
+		g := NewWithT(t)
+		c, pod := setup(g)
+		r := NewRecorder(frozenReads{Client: c, seen: pod.DeepCopy()})
+		base := pod.DeepCopy()
+		pod.Finalizers = []string{"f"}
+		g.Expect(r.Patch(ctx, pod, client.MergeFrom(base))).To(Succeed())
+		base = pod.DeepCopy()
+		pod.Status.Message = "m"
+		g.Expect(r.Status().Patch(ctx, pod, client.MergeFrom(base))).To(Succeed())
+
+		got := &corev1.Pod{}
+		g.Expect(r.Get(ctx, client.ObjectKeyFromObject(pod), got)).To(Succeed())
+		g.Expect(got.ResourceVersion).To(Equal(pod.ResourceVersion))
+		g.Expect(got.Finalizers).To(Equal([]string{"f"}))
+		g.Expect(got.Status.Message).To(Equal("m"))
+
+		// A patch with an optimistic lock against what Get returned goes
+		// through: it is the server's current version.
+		base = got.DeepCopy()
+		got.Status.Reason = "r"
+		g.Expect(r.Status().Patch(ctx, got, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))).To(Succeed())
+	})
+
+	t.Run("a version written by someone else is read as the cache has it", func(t *testing.T) {
+		g := NewWithT(t)
+		c, pod := setup(g)
+		r := NewRecorder(c)
+		base := pod.DeepCopy()
+		pod.Finalizers = []string{"f"}
+		g.Expect(r.Patch(ctx, pod, client.MergeFrom(base))).To(Succeed())
+		theirs := pod.DeepCopy()
+		theirs.Labels = map[string]string{"by": "them"}
+		g.Expect(c.Update(ctx, theirs)).To(Succeed())
+
+		got := &corev1.Pod{}
+		g.Expect(r.Get(ctx, client.ObjectKeyFromObject(pod), got)).To(Succeed())
+		g.Expect(got.ResourceVersion).To(Equal(theirs.ResourceVersion))
+		g.Expect(got.Labels).To(HaveKeyWithValue("by", "them"))
+	})
+
+	t.Run("an object the recorder did not write is read as the cache has it", func(t *testing.T) {
+		g := NewWithT(t)
+		c, pod := setup(g)
+		seen := pod.DeepCopy()
+		r := NewRecorder(frozenReads{Client: c, seen: seen})
+		got := &corev1.Pod{}
+		g.Expect(r.Get(ctx, client.ObjectKeyFromObject(pod), got)).To(Succeed())
+		g.Expect(got).To(Equal(seen))
+	})
+}

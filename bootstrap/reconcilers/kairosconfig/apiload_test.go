@@ -148,6 +148,53 @@ func TestOneMachineIsWrittenOnceFromCreationToJoin(t *testing.T) {
 	g.Expect(res.IsZero()).To(BeTrue())
 }
 
+// The bootstrap data is ready after the first reconcile of a config owned
+// by its Machine: the finalizer and Paused=False are patches of their own
+// (Cluster API's helpers), but the reconcile goes on after them instead of
+// waiting for their events to come back through the cache, two watch round
+// trips that stood between a Machine's creation and its bootstrap data.
+func TestTheFirstReconcileOfAMachinesConfigRendersItsData(t *testing.T) {
+	cm := startIdleController(t)
+	f := newFixture(t, readyCluster)
+	g := f.g
+	g.Eventually(func() error {
+		_, err := cm.clusterCache.GetClient(suiteCtx, client.ObjectKeyFromObject(f.cluster))
+		return err
+	}, eventually, 50*time.Millisecond).Should(Succeed())
+	w := f.newWorker("worker-0", machineOptions{vmName: "first-vm"})
+	// The manager's cache has the config and its Machine, as the
+	// controller's first reconcile would.
+	g.Eventually(func() error {
+		return cm.reconciler.Client.Get(suiteCtx, client.ObjectKeyFromObject(w.machine), &clusterv1.Machine{})
+	}, eventually, 50*time.Millisecond).Should(Succeed())
+	g.Eventually(func() error {
+		return cm.reconciler.Client.Get(suiteCtx, client.ObjectKeyFromObject(w.config), &bootstrapv1.KairosConfig{})
+	}, eventually, 50*time.Millisecond).Should(Succeed())
+
+	_, sent := reconcileAlone(g, cm, w, time.Now())
+	tok, found := f.storedToken(w)
+	g.Expect(found).To(BeTrue())
+	ns := f.namespace
+	g.Expect(sent).To(ConsistOf(
+		"management patch kairosconfigs "+ns+"/worker-0",
+		"management patch kairosconfigs/status "+ns+"/worker-0",
+		"management patch kairosconfigs/status "+ns+"/worker-0",
+		"management patch kairosconfigs/status "+ns+"/worker-0",
+		"management create secrets "+ns+"/"+tokenSecretName(w.config.Name),
+		"management create secrets "+ns+"/worker-0",
+		"workload create secrets kube-system/"+bootstrapapi.BootstrapTokenSecretPrefix+tok.ID,
+	), "the finalizer, Paused=False, the status in the patch helper's two patches, the token and the data; no conflict retried")
+
+	cfg := &bootstrapv1.KairosConfig{}
+	g.Expect(mgmt.Client.Get(suiteCtx, client.ObjectKeyFromObject(w.config), cfg)).To(Succeed())
+	g.Expect(cfg.Finalizers).To(ContainElement(bootstrapv1.ConfigFinalizer))
+	g.Expect(conditions.IsFalse(cfg, clusterv1.PausedCondition)).To(BeTrue())
+	g.Expect(conditions.IsTrue(cfg, bootstrapv1.ReadyCondition)).To(BeTrue())
+	g.Expect(cfg.Status.DataSecretName).To(Equal(w.config.Name))
+	g.Expect(cfg.Status.Initialization.DataSecretCreated).To(Equal(ptr.To(true)))
+	g.Expect(mgmt.Client.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: w.config.Name}, &corev1.Secret{})).To(Succeed())
+}
+
 func TestAReadyConfigIsReconciledWithoutRequests(t *testing.T) {
 	cm := startController(t, loadTTL)
 	f := newFixture(t, readyCluster)

@@ -233,10 +233,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	}
 
 	// Our writes to the config go through writes, so that a reconcile on a
-	// cache that has not seen them yet can be told apart.
+	// cache that has not seen them yet can be told apart. The finalizer
+	// and Paused=False are patches of their own (Cluster API's helpers),
+	// but the reconcile goes on after them rather than waiting for their
+	// events: writes reads them back while the cache is behind, so the
+	// bootstrap data is rendered in the reconcile that first sees the
+	// config owned by its Machine, not two watch round trips later.
 	before, writes := config.ResourceVersion, ownwrites.NewRecorder(r.Client)
-	if added, err := r.ensureFinalizer(ctx, writes, config); err != nil || added {
-		r.expect.Wrote(req.NamespacedName, before, writes.Written())
+	defer func() { r.expect.Wrote(req.NamespacedName, before, writes.Written()) }()
+	if err := r.ensureFinalizer(ctx, writes, config); err != nil {
 		return ctrl.Result{}, err
 	}
 
@@ -244,16 +249,25 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if isPaused, requeue, err := r.ensurePausedCondition(ctx, writes, cluster, config); err != nil || isPaused || requeue {
-		r.expect.Wrote(req.NamespacedName, before, writes.Written())
+	// A paused config records that, and nothing else; an unpaused one
+	// records Paused=False in a patch of its own the first time, as Cluster
+	// API's controllers do.
+	isPaused, pausedPatched, err := r.ensurePausedCondition(ctx, writes, cluster, config)
+	if err != nil || isPaused {
 		return ctrl.Result{}, err
+	}
+	if pausedPatched {
+		// The reconcile's own patch starts from the config as the paused
+		// helper left it.
+		if patchHelper, err = patch.NewHelper(config, writes); err != nil {
+			return ctrl.Result{}, err
+		}
 	}
 	s := &scope{config: config, machine: machine, cluster: cluster}
 	defer func() {
 		if err := r.patchConfig(ctx, patchHelper, config, rerr == nil); err != nil {
 			rerr = kerrors.NewAggregate([]error{rerr, err})
 		}
-		r.expect.Wrote(req.NamespacedName, before, writes.Written())
 	}()
 
 	if !config.DeletionTimestamp.IsZero() {

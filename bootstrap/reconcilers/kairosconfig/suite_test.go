@@ -151,9 +151,22 @@ func startController(t *testing.T, ttl time.Duration) *controllerManager {
 	return startControllerAs(t, mgmt.Config, ttl, testKinds)
 }
 
+// startIdleController starts a manager whose controller follows only
+// objects with a watch-filter label no fixture sets: its cache and clients
+// are there for reconcileAlone, and no reconcile of its own interferes.
+func startIdleController(t *testing.T) *controllerManager {
+	t.Helper()
+	return startControllerWith(t, mgmt.Config, loadTTL, testKinds, "no-fixture-has-this-label")
+}
+
 // startControllerAs starts the controller as the user of cfg, following
 // kinds.
 func startControllerAs(t *testing.T, cfg *rest.Config, ttl time.Duration, kinds InfrastructureKinds) *controllerManager {
+	t.Helper()
+	return startControllerWith(t, cfg, ttl, kinds, "")
+}
+
+func startControllerWith(t *testing.T, cfg *rest.Config, ttl time.Duration, kinds InfrastructureKinds, watchFilter string) *controllerManager {
 	t.Helper()
 	// Informer names are process-wide, so each manager gets its own name.
 	name := fmt.Sprintf("kairos-test-%d", managerCount.Add(1))
@@ -195,6 +208,7 @@ func startControllerAs(t *testing.T, cfg *rest.Config, ttl time.Duration, kinds 
 		ClusterCache:        requests.ClusterCache{ClusterCache: cc, Uncached: []client.Object{&corev1.Secret{}}},
 		TokenTTL:            ttl,
 		InfrastructureKinds: kinds,
+		WatchFilterValue:    watchFilter,
 	}
 	if err := r.SetupWithManager(ctx, mgr, opts); err != nil {
 		t.Fatal(err)

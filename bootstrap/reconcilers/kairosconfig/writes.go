@@ -49,14 +49,16 @@ import (
 // to revoke.
 
 // ensureFinalizer adds our finalizer with a patch of its own, as Cluster
-// API's finalizer helper does; added says the reconcile ends there.
-func (r *Reconciler) ensureFinalizer(ctx context.Context, writes client.Client, config *bootstrapv1.KairosConfig) (added bool, _ error) {
-	return finalizers.EnsureFinalizer(ctx, writes, config, bootstrapv1.ConfigFinalizer)
+// API's finalizer helper does, when it is missing.
+func (r *Reconciler) ensureFinalizer(ctx context.Context, writes client.Client, config *bootstrapv1.KairosConfig) error {
+	_, err := finalizers.EnsureFinalizer(ctx, writes, config, bootstrapv1.ConfigFinalizer)
+	return err
 }
 
 // ensurePausedCondition is Cluster API's paused helper: the Paused
-// condition in a patch of its own when it changes; isPaused or requeue
-// say the reconcile ends there. cluster is nil where it is not known.
+// condition in a patch of its own when it changes; isPaused says the
+// reconcile ends there, requeue (the helper's name) that the condition
+// was patched. cluster is nil where it is not known.
 func (r *Reconciler) ensurePausedCondition(ctx context.Context, writes client.Client, cluster *clusterv1.Cluster, config *bootstrapv1.KairosConfig) (isPaused, requeue bool, _ error) {
 	return paused.EnsurePausedCondition(ctx, writes, cluster, config)
 }
