@@ -170,6 +170,19 @@ func checkComponents(t *testing.T, p provider, objs []*unstructured.Unstructured
 		request, limit := c.Resources.Requests[r], c.Resources.Limits[r]
 		g.Expect(request.Cmp(limit)).To(BeNumerically("<=", 0), "the %s request fits its limit", r)
 	}
+	// The Go runtime's soft memory limit is the container's memory limit,
+	// in bytes (a divisor of 1Mi would make it 512 bytes).
+	var memLimit *corev1.EnvVar
+	for i := range c.Env {
+		if c.Env[i].Name == "GOMEMLIMIT" {
+			memLimit = &c.Env[i]
+		}
+	}
+	g.Expect(memLimit).NotTo(BeNil(), "GOMEMLIMIT is set")
+	g.Expect(memLimit.ValueFrom).NotTo(BeNil())
+	g.Expect(memLimit.ValueFrom.ResourceFieldRef).NotTo(BeNil())
+	g.Expect(memLimit.ValueFrom.ResourceFieldRef.Resource).To(Equal("limits.memory"))
+	g.Expect(memLimit.ValueFrom.ResourceFieldRef.Divisor.Value()).To(Equal(int64(1)), "GOMEMLIMIT in bytes")
 	g.Expect(c.Args).To(ContainElement("--leader-elect"), "replicas beyond one stand by instead of reconciling twice")
 	g.Expect(c.ReadinessProbe).NotTo(BeNil())
 	g.Expect(c.ReadinessProbe.HTTPGet).NotTo(BeNil())

@@ -29,10 +29,12 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"syscall"
 
 	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/component-base/logs"
 	logsv1 "k8s.io/component-base/logs/api/v1"
@@ -114,6 +116,19 @@ func run(name components.Name, addressFile string, opts components.Options) erro
 	}
 	if opts.Limits.ClusterCacheBurst == 0 {
 		opts.Limits.ClusterCacheBurst = defaults.ClusterCacheBurst
+	}
+	// The Deployments set GOMEMLIMIT from the container's memory limit
+	// (config/base/manager.yaml); HARNESS_GOMEMLIMIT_BOOTSTRAP, ..._INFRASTRUCTURE
+	// (a quantity, as the limit is written: 64Mi) sets it for one
+	// component, so that a benchmark run measures what it costs and saves
+	// without limiting the other Go processes of the run. No limit when
+	// unset.
+	if v := os.Getenv("HARNESS_GOMEMLIMIT_" + strings.ToUpper(name.Role())); v != "" {
+		limit, err := resource.ParseQuantity(v)
+		if err != nil {
+			return fmt.Errorf("HARNESS_GOMEMLIMIT_%s: %w", strings.ToUpper(name.Role()), err)
+		}
+		debug.SetMemoryLimit(limit.Value())
 	}
 	// controller-runtime's --kubeconfig flag, as the production binaries read it.
 	cfg, err := ctrl.GetConfig()
