@@ -196,25 +196,49 @@ func detail(c *cdiv1.DataVolumeCondition) string {
 	return ": " + c.Message
 }
 
-// virtualMachineCondition reports the VirtualMachine and its instance.
+// virtualMachineCondition reports the VirtualMachine and its instance: the
+// first step below that recognises their state says it, in the order a
+// machine meets them; an instance still on its way says it starts.
 func virtualMachineCondition(o *observation) metav1.Condition {
-	const t = infrav1.VirtualMachineProvisionedCondition
+	for _, step := range []func(*observation) (metav1.Condition, bool){
+		virtualMachineGone, waitingForRootDisk, staleClaimStatus,
+		virtualMachineStatus, instanceGone, instanceEvacuating, instancePhase,
+	} {
+		if c, ok := step(o); ok {
+			return c
+		}
+	}
+	return pendingInstance(o)
+}
+
+// vmProvisioned is the condition the steps of virtualMachineCondition set.
+const vmProvisioned = infrav1.VirtualMachineProvisionedCondition
+
+// virtualMachineGone reports a VM not created yet or deleted, and an
+// ephemeral machine whose booting instance has stopped.
+func virtualMachineGone(o *observation) (metav1.Condition, bool) {
 	vm, vmi := o.vm, o.vmi
 	if vm == nil {
 		if o.provisioned {
-			return condition(t, metav1.ConditionFalse, infrav1.VirtualMachineDeletedReason,
-				"VirtualMachine was deleted after the machine was provisioned")
+			return condition(vmProvisioned, metav1.ConditionFalse, infrav1.VirtualMachineDeletedReason,
+				"VirtualMachine was deleted after the machine was provisioned"), true
 		}
-		return condition(t, metav1.ConditionUnknown, infrav1.ProvisioningReason, "Creating the VirtualMachine")
+		return condition(vmProvisioned, metav1.ConditionUnknown, infrav1.ProvisioningReason, "Creating the VirtualMachine"), true
 	}
 	if o.ephemeral() && o.provisionedInstanceUID != "" {
 		if vmi == nil || string(vmi.UID) != o.provisionedInstanceUID ||
 			vmi.Status.Phase == kubevirtv1.Failed || vmi.Status.Phase == kubevirtv1.Succeeded {
-			return condition(t, metav1.ConditionFalse, infrav1.EphemeralDiskLostReason,
-				fmt.Sprintf("VirtualMachineInstance %s that booted the container disk has stopped; a new instance boots a blank disk and the node cannot rejoin", o.provisionedInstanceUID))
+			return condition(vmProvisioned, metav1.ConditionFalse, infrav1.EphemeralDiskLostReason,
+				fmt.Sprintf("VirtualMachineInstance %s that booted the container disk has stopped; a new instance boots a blank disk and the node cannot rejoin", o.provisionedInstanceUID)), true
 		}
 	}
+	return metav1.Condition{}, false
+}
 
+// waitingForRootDisk reports a VM whose root DataVolume is still being
+// made.
+func waitingForRootDisk(o *observation) (metav1.Condition, bool) {
+	vm, vmi := o.vm, o.vmi
 	// virt-controller starts the instance while its DataVolume is still
 	// being made: it reports the claim missing (ErrorPvcNotFound), then
 	// keeps the stale PodScheduled=False it wrote about the missing claim
@@ -225,15 +249,21 @@ func virtualMachineCondition(o *observation) metav1.Condition {
 		case kubevirtv1.VirtualMachineStatusPvcNotFound, kubevirtv1.VirtualMachineStatusUnschedulable,
 			kubevirtv1.VirtualMachineStatusProvisioning, kubevirtv1.VirtualMachineStatusWaitingForVolumeBinding,
 			kubevirtv1.VirtualMachineStatusDataVolumeError:
-			return condition(t, metav1.ConditionUnknown, infrav1.WaitingForDiskReason,
-				fmt.Sprintf("VirtualMachine waits for its root disk (%s)", vm.Status.PrintableStatus))
+			return condition(vmProvisioned, metav1.ConditionUnknown, infrav1.WaitingForDiskReason,
+				fmt.Sprintf("VirtualMachine waits for its root disk (%s)", vm.Status.PrintableStatus)), true
 		}
 		if vmi != nil && vmi.Status.Phase == kubevirtv1.Pending {
-			return condition(t, metav1.ConditionUnknown, infrav1.WaitingForDiskReason,
-				"VirtualMachine waits for its root disk (instance Pending)")
+			return condition(vmProvisioned, metav1.ConditionUnknown, infrav1.WaitingForDiskReason,
+				"VirtualMachine waits for its root disk (instance Pending)"), true
 		}
 	}
+	return metav1.Condition{}, false
+}
 
+// staleClaimStatus reports a VM whose disk is ready but whose instance
+// still says what it said while the claim was missing.
+func staleClaimStatus(o *observation) (metav1.Condition, bool) {
+	vmi := o.vmi
 	// Once the root disk is ready, virt-controller creates the launcher
 	// Pod; until it has (the instance is still Pending), the VM and the
 	// instance keep what they said about the claim while it was missing
@@ -242,51 +272,74 @@ func virtualMachineCondition(o *observation) metav1.Condition {
 	// a failure a MachineHealthCheck would act on.
 	if o.claimStatusStale() {
 		if c := launchRefusal(vmi); c != nil {
-			return launchRefusedCondition(c)
+			return launchRefusedCondition(c), true
 		}
-		return o.startingCondition()
+		return o.startingCondition(), true
 	}
+	return metav1.Condition{}, false
+}
 
+// virtualMachineStatus reports what the VM's printable status says of a
+// failure or a wait.
+func virtualMachineStatus(o *observation) (metav1.Condition, bool) {
+	vm, vmi := o.vm, o.vmi
 	switch vm.Status.PrintableStatus {
 	case kubevirtv1.VirtualMachineStatusUnschedulable:
-		return condition(t, metav1.ConditionFalse, infrav1.UnschedulableReason, unschedulableMessage(vm, vmi))
+		return condition(vmProvisioned, metav1.ConditionFalse, infrav1.UnschedulableReason, unschedulableMessage(vm, vmi)), true
 	case kubevirtv1.VirtualMachineStatusErrImagePull, kubevirtv1.VirtualMachineStatusImagePullBackOff:
-		return condition(t, metav1.ConditionFalse, infrav1.ImagePullFailedReason,
-			fmt.Sprintf("Container disk cannot be pulled (%s)%s", vm.Status.PrintableStatus, vmFailureDetail(vm)))
+		return condition(vmProvisioned, metav1.ConditionFalse, infrav1.ImagePullFailedReason,
+			fmt.Sprintf("Container disk cannot be pulled (%s)%s", vm.Status.PrintableStatus, vmFailureDetail(vm))), true
 	case kubevirtv1.VirtualMachineStatusCrashLoopBackOff:
 		failures := 0
 		if vm.Status.StartFailure != nil {
 			failures = vm.Status.StartFailure.ConsecutiveFailCount
 		}
-		return condition(t, metav1.ConditionFalse, infrav1.StartFailedReason,
-			fmt.Sprintf("KubeVirt backs off starting the VM after %d consecutive failed starts%s", failures, vmFailureDetail(vm)))
+		return condition(vmProvisioned, metav1.ConditionFalse, infrav1.StartFailedReason,
+			fmt.Sprintf("KubeVirt backs off starting the VM after %d consecutive failed starts%s", failures, vmFailureDetail(vm))), true
 	case kubevirtv1.VirtualMachineStatusPvcNotFound:
-		return condition(t, metav1.ConditionFalse, infrav1.VolumeMissingReason,
-			"A PersistentVolumeClaim of the VM does not exist")
+		return condition(vmProvisioned, metav1.ConditionFalse, infrav1.VolumeMissingReason,
+			"A PersistentVolumeClaim of the VM does not exist"), true
 	case kubevirtv1.VirtualMachineStatusProvisioning, kubevirtv1.VirtualMachineStatusWaitingForVolumeBinding,
 		kubevirtv1.VirtualMachineStatusDataVolumeError:
-		return condition(t, metav1.ConditionUnknown, infrav1.WaitingForDiskReason,
-			fmt.Sprintf("VirtualMachine waits for its volumes (%s)", vm.Status.PrintableStatus))
+		return condition(vmProvisioned, metav1.ConditionUnknown, infrav1.WaitingForDiskReason,
+			fmt.Sprintf("VirtualMachine waits for its volumes (%s)", vm.Status.PrintableStatus)), true
 	}
+	return metav1.Condition{}, false
+}
 
+// instanceGone reports a VM without a live instance.
+func instanceGone(o *observation) (metav1.Condition, bool) {
+	vmi := o.vmi
 	if vmi == nil || !vmi.DeletionTimestamp.IsZero() {
 		switch {
 		case !o.provisioned:
-			return condition(t, metav1.ConditionUnknown, infrav1.ProvisioningReason, startingMessage)
+			return condition(vmProvisioned, metav1.ConditionUnknown, infrav1.ProvisioningReason, startingMessage), true
 		case o.restartsInstances(false):
-			return condition(t, metav1.ConditionUnknown, infrav1.InstanceRestartingReason,
-				"VirtualMachineInstance stopped; KubeVirt starts a new one on the persistent root disk")
+			return condition(vmProvisioned, metav1.ConditionUnknown, infrav1.InstanceRestartingReason,
+				"VirtualMachineInstance stopped; KubeVirt starts a new one on the persistent root disk"), true
 		default:
-			return condition(t, metav1.ConditionFalse, infrav1.InstanceStoppedReason,
-				fmt.Sprintf("VirtualMachineInstance stopped and run strategy %s starts no other", o.runStrategy()))
+			return condition(vmProvisioned, metav1.ConditionFalse, infrav1.InstanceStoppedReason,
+				fmt.Sprintf("VirtualMachineInstance stopped and run strategy %s starts no other", o.runStrategy())), true
 		}
 	}
+	return metav1.Condition{}, false
+}
 
+// instanceEvacuating reports an instance stopped so that KubeVirt starts
+// it on another node.
+func instanceEvacuating(o *observation) (metav1.Condition, bool) {
+	vmi := o.vmi
 	if o.stopsForEvacuation() {
-		return condition(t, metav1.ConditionUnknown, infrav1.EvacuationRequestedReason,
-			fmt.Sprintf("Infrastructure node %s is being drained (eviction strategy External): stopping the instance so that KubeVirt starts it on another node", vmi.Status.EvacuationNodeName))
+		return condition(vmProvisioned, metav1.ConditionUnknown, infrav1.EvacuationRequestedReason,
+			fmt.Sprintf("Infrastructure node %s is being drained (eviction strategy External): stopping the instance so that KubeVirt starts it on another node", vmi.Status.EvacuationNodeName)), true
 	}
+	return metav1.Condition{}, false
+}
 
+// instancePhase reports an instance that ended, runs, or whose node is
+// unreachable.
+func instancePhase(o *observation) (metav1.Condition, bool) {
+	vmi := o.vmi
 	switch vmi.Status.Phase {
 	case kubevirtv1.Failed, kubevirtv1.Succeeded:
 		failed := vmi.Status.Phase == kubevirtv1.Failed
@@ -298,50 +351,64 @@ func virtualMachineCondition(o *observation) metav1.Condition {
 			what += " (" + vmi.Status.Reason + ")"
 		}
 		if o.restartsInstances(failed) {
-			return condition(t, metav1.ConditionUnknown, infrav1.InstanceRestartingReason,
-				fmt.Sprintf("VirtualMachineInstance %s; KubeVirt starts a new one", what))
+			return condition(vmProvisioned, metav1.ConditionUnknown, infrav1.InstanceRestartingReason,
+				fmt.Sprintf("VirtualMachineInstance %s; KubeVirt starts a new one", what)), true
 		}
 		reason := infrav1.InstanceStoppedReason
 		if failed {
 			reason = infrav1.InstanceFailedReason
 		}
-		return condition(t, metav1.ConditionFalse, reason,
-			fmt.Sprintf("VirtualMachineInstance %s and run strategy %s starts no other", what, o.runStrategy()))
+		return condition(vmProvisioned, metav1.ConditionFalse, reason,
+			fmt.Sprintf("VirtualMachineInstance %s and run strategy %s starts no other", what, o.runStrategy())), true
 	case kubevirtv1.Running:
-		if !instanceReady(vmi) {
-			switch {
-			case !o.provisioned:
-				// virt-handler reports the instance Running before
-				// virt-controller has synced the launcher Pod's readiness:
-				// for the machine it is still starting, which saves a
-				// status write per machine in that window.
-				return condition(t, metav1.ConditionUnknown, infrav1.ProvisioningReason, startingMessage)
-			case o.restartedInstance():
-				return condition(t, metav1.ConditionUnknown, infrav1.InstanceRestartingReason,
-					fmt.Sprintf("VirtualMachineInstance restarted on node %s and is not ready yet", vmi.Status.NodeName))
-			}
-			return condition(t, metav1.ConditionUnknown, infrav1.InstanceNotReadyReason,
-				fmt.Sprintf("VirtualMachineInstance runs on node %s but is not ready", vmi.Status.NodeName))
-		}
-		if len(instanceIPs(vmi)) == 0 {
-			return condition(t, metav1.ConditionUnknown, infrav1.ProvisioningReason,
-				"VirtualMachineInstance is ready; waiting for it to report an address")
-		}
-		if o.liveMigrating() {
-			return condition(t, metav1.ConditionTrue, infrav1.LiveMigratingReason, liveMigrationMessage(o))
-		}
-		return condition(t, metav1.ConditionTrue, infrav1.ProvisionedReason,
-			fmt.Sprintf("VirtualMachineInstance runs on node %s", vmi.Status.NodeName))
+		return runningInstance(o), true
 	case kubevirtv1.Unknown:
-		return condition(t, metav1.ConditionUnknown, infrav1.InstanceNotReadyReason,
-			"VirtualMachineInstance state is unknown; its node may be unreachable")
+		return condition(vmProvisioned, metav1.ConditionUnknown, infrav1.InstanceNotReadyReason,
+			"VirtualMachineInstance state is unknown; its node may be unreachable"), true
 	}
+	return metav1.Condition{}, false
+}
+
+// runningInstance reports a Running instance: not ready yet, ready without
+// an address, or provisioned.
+func runningInstance(o *observation) metav1.Condition {
+	vmi := o.vmi
+	if !instanceReady(vmi) {
+		switch {
+		case !o.provisioned:
+			// virt-handler reports the instance Running before
+			// virt-controller has synced the launcher Pod's readiness:
+			// for the machine it is still starting, which saves a
+			// status write per machine in that window.
+			return condition(vmProvisioned, metav1.ConditionUnknown, infrav1.ProvisioningReason, startingMessage)
+		case o.restartedInstance():
+			return condition(vmProvisioned, metav1.ConditionUnknown, infrav1.InstanceRestartingReason,
+				fmt.Sprintf("VirtualMachineInstance restarted on node %s and is not ready yet", vmi.Status.NodeName))
+		}
+		return condition(vmProvisioned, metav1.ConditionUnknown, infrav1.InstanceNotReadyReason,
+			fmt.Sprintf("VirtualMachineInstance runs on node %s but is not ready", vmi.Status.NodeName))
+	}
+	if len(instanceIPs(vmi)) == 0 {
+		return condition(vmProvisioned, metav1.ConditionUnknown, infrav1.ProvisioningReason,
+			"VirtualMachineInstance is ready; waiting for it to report an address")
+	}
+	if o.liveMigrating() {
+		return condition(vmProvisioned, metav1.ConditionTrue, infrav1.LiveMigratingReason, liveMigrationMessage(o))
+	}
+	return condition(vmProvisioned, metav1.ConditionTrue, infrav1.ProvisionedReason,
+		fmt.Sprintf("VirtualMachineInstance runs on node %s", vmi.Status.NodeName))
+}
+
+// pendingInstance reports an instance on its way to Running: refused,
+// unschedulable, or starting.
+func pendingInstance(o *observation) metav1.Condition {
+	vm, vmi := o.vm, o.vmi
 	if c := launchRefusal(vmi); c != nil {
 		return launchRefusedCondition(c)
 	}
 	if c := instanceCondition(vmi, kubevirtv1.VirtualMachineInstanceConditionType(corev1.PodScheduled)); c != nil &&
 		c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
-		return condition(t, metav1.ConditionFalse, infrav1.UnschedulableReason, unschedulableMessage(vm, vmi))
+		return condition(vmProvisioned, metav1.ConditionFalse, infrav1.UnschedulableReason, unschedulableMessage(vm, vmi))
 	}
 	return o.startingCondition()
 }
