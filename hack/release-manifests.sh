@@ -3,7 +3,9 @@
 # bootstrap-components.yaml, infrastructure-components.yaml, metadata.yaml
 # the cluster templates (cluster-template*.yaml) and the ClusterClasses their
 # topology flavors name (clusterclass-*.yaml); and, for hosters who run the
-# VMs in a cluster of their own, infrastructure-cluster-role.yaml.
+# VMs in a cluster of their own, infrastructure-cluster-role.yaml; and, for
+# one cluster autoscaler per tenant namespace, its Role and RoleBinding
+# (cluster-autoscaler-tenant-role.yaml, a clusterctl generate yaml input).
 #
 # Environment:
 #   RELEASE_DIR           output folder (default out/), created if missing
@@ -90,6 +92,7 @@ build infrastructure with-workerclass ghcr.io/cozystack/kubevirt-workers-control
 # Not a clusterctl artefact: the role a hoster applies in a remote
 # infrastructure cluster (--infrastructure-kubeconfig).
 "${kustomize}" build config/infrastructure/infrastructure-cluster >"${out}/infrastructure-cluster-role.yaml"
+cp config/infrastructure/autoscaler-tenant/cluster-autoscaler-tenant-role.yaml "${out}/"
 cp metadata.yaml "${out}/metadata.yaml"
 cp templates/cluster-template*.yaml templates/clusterclass-*.yaml "${out}/"
 echo "release manifests (availability ${level}) written to ${out}" >&2

@@ -32,6 +32,7 @@ import (
 	. "github.com/onsi/gomega"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -39,6 +40,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -245,6 +247,83 @@ func TestClusterctl(t *testing.T) {
 		machines := &unstructured.UnstructuredList{}
 		machines.SetGroupVersionKind(schema.GroupVersionKind{Group: "infrastructure.cozystack.io", Version: "v1alpha1", Kind: "KubeVirtMachineList"})
 		g.Expect(as.List(ctx, machines)).To(Satisfy(apierrors.IsForbidden), "the role reads templates only")
+	})
+
+	t.Run("a tenant's cluster autoscaler, bound by the tenant role, acts in its namespace only", func(t *testing.T) {
+		g := NewWithT(t)
+		// Cozystack runs one autoscaler per tenant namespace, its service
+		// account in that namespace; the hoster applies the released
+		// Role and RoleBinding there with clusterctl generate yaml.
+		roleFile := filepath.Join(cc.releaseDir, "cluster-autoscaler-tenant-role.yaml")
+		own, other := "autoscaler-tenant-a", "autoscaler-tenant-b"
+		for _, ns := range []string{own, other} {
+			g.Expect(c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
+			out := cc.runEnv(t, []string{"NAMESPACE=" + ns}, "generate", "yaml", "--from", roleFile)
+			g.Expect(out).NotTo(ContainSubstring("${"), "every variable is substituted")
+			for _, o := range decode(t, []byte(out)) {
+				g.Expect(o.GetNamespace()).To(Equal(ns))
+				g.Expect(c.Create(ctx, o)).To(Succeed(), "%s %s", o.GetKind(), o.GetName())
+			}
+		}
+		cfg, err := env.AddUser("system:serviceaccount:"+own+":cluster-autoscaler", "system:serviceaccounts", "system:serviceaccounts:"+own, "system:authenticated")
+		g.Expect(err).NotTo(HaveOccurred())
+		as, err := client.New(cfg, client.Options{Scheme: env.Scheme})
+		g.Expect(err).NotTo(HaveOccurred())
+
+		// Every request cluster-autoscaler v1.36.1's Cluster API provider
+		// makes in the management cluster (cloudprovider/clusterapi, run
+		// with --node-group-auto-discovery=clusterapi:namespace=<tenant>):
+		// its informers, the scale subresource it reads and merge-patches,
+		// the delete-machine annotation it writes, and the template it
+		// scales from zero with.
+		type request struct{ group, resource, subresource, verb string }
+		var needs []request
+		for _, r := range []string{"machinedeployments", "machinesets", "machinepools", "machines"} {
+			for _, v := range []string{"get", "list", "watch"} {
+				needs = append(needs, request{"cluster.x-k8s.io", r, "", v})
+			}
+		}
+		for _, r := range []string{"machinedeployments", "machinesets", "machinepools"} {
+			needs = append(needs, request{"cluster.x-k8s.io", r, "scale", "get"}, request{"cluster.x-k8s.io", r, "scale", "patch"})
+		}
+		needs = append(needs, request{"cluster.x-k8s.io", "machines", "", "update"})
+		for _, v := range []string{"get", "list", "watch"} {
+			needs = append(needs, request{"infrastructure.cozystack.io", "kubevirtmachinetemplates", "", v})
+		}
+		allowed := func(namespace string, r request) bool {
+			review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
+				ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: namespace, Group: r.group, Resource: r.resource, Subresource: r.subresource, Verb: r.verb},
+			}}
+			g.Expect(as.Create(ctx, review)).To(Succeed())
+			return review.Status.Allowed
+		}
+		g.Eventually(func() bool { return allowed(own, needs[0]) }).Should(BeTrue(), "the binding took effect")
+		for _, r := range needs {
+			g.Expect(allowed(own, r)).To(BeTrue(), "%s in its own namespace", r)
+			g.Expect(allowed(other, r)).To(BeFalse(), "%s in another tenant's namespace", r)
+			g.Expect(allowed("", r)).To(BeFalse(), "%s across namespaces", r)
+		}
+
+		// The same as requests: the templates of its own namespace are
+		// listed, another tenant's are refused; a scale patch is
+		// authorized (the MachineDeployment does not exist) in its own
+		// namespace and refused in the other.
+		templates := &unstructured.UnstructuredList{}
+		templates.SetGroupVersionKind(schema.GroupVersionKind{Group: "infrastructure.cozystack.io", Version: "v1alpha1", Kind: "KubeVirtMachineTemplateList"})
+		g.Expect(as.List(ctx, templates, client.InNamespace(own))).To(Succeed())
+		g.Expect(as.List(ctx, templates, client.InNamespace(other))).To(Satisfy(apierrors.IsForbidden), "another tenant's templates")
+		template := &unstructured.Unstructured{}
+		template.SetGroupVersionKind(schema.GroupVersionKind{Group: "infrastructure.cozystack.io", Version: "v1alpha1", Kind: "KubeVirtMachineTemplate"})
+		g.Expect(as.Get(ctx, client.ObjectKey{Namespace: other, Name: "workers"}, template)).To(Satisfy(apierrors.IsForbidden), "another tenant's template")
+		g.Expect(as.List(ctx, templates)).To(Satisfy(apierrors.IsForbidden), "templates across namespaces")
+		scale := client.RawPatch(types.MergePatchType, []byte(`{"spec":{"replicas":1}}`))
+		for ns, want := range map[string]func(error) bool{own: apierrors.IsNotFound, other: apierrors.IsForbidden} {
+			md := &unstructured.Unstructured{}
+			md.SetGroupVersionKind(schema.GroupVersionKind{Group: "cluster.x-k8s.io", Version: "v1beta2", Kind: "MachineDeployment"})
+			md.SetNamespace(ns)
+			md.SetName("workers")
+			g.Expect(as.SubResource("scale").Patch(ctx, md, scale)).To(Satisfy(want), "a scale patch in %s", ns)
+		}
 	})
 
 	t.Run("move refuses a target without the providers", func(t *testing.T) {

@@ -332,7 +332,7 @@ func TestDocsNameRolesAsReleased(t *testing.T) {
 	g := NewWithT(t)
 	dir := release(t, "pod")
 	released := map[string]bool{}
-	for _, file := range []string{"bootstrap-components.yaml", "infrastructure-components.yaml", "infrastructure-cluster-role.yaml"} {
+	for _, file := range []string{"bootstrap-components.yaml", "infrastructure-components.yaml", "infrastructure-cluster-role.yaml", "cluster-autoscaler-tenant-role.yaml"} {
 		for _, o := range readObjects(t, filepath.Join(dir, file)) {
 			if o.GetKind() == "Role" || o.GetKind() == "ClusterRole" {
 				released[o.GetName()] = true
