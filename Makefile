@@ -116,6 +116,10 @@ bench: ## Run the Go benchmarks and print their figures.
 release-manifests: ## Write components, metadata and cluster templates to RELEASE_DIR (default out/).
 	hack/release-manifests.sh
 
+.PHONY: release-binaries
+release-binaries: ## Write the workerclass command (the restore interface, resolve --legacy) as static linux amd64 and arm64 binaries with SHA-256 sums to RELEASE_DIR (default out/).
+	hack/release-binaries.sh
+
 ##@ Benchmarks (not part of CI)
 
 .PHONY: bench-imports
