@@ -137,8 +137,8 @@ func TestOneMachineLifecycleWrites(t *testing.T) {
 	}).Should(Succeed())
 	waiting := []string{
 		// The finalizer (Cluster API's finalizer helper), Paused=False
-		// (its paused helper), then the providerID, each in a reconcile of
-		// its own before anything is created.
+		// (its paused helper), then the providerID, in one reconcile
+		// before anything is created.
 		"management patch kubevirtmachines " + tc.namespace + "/counted",
 		"management patch kubevirtmachines/status " + tc.namespace + "/counted",
 		"management patch kubevirtmachines " + tc.namespace + "/counted",

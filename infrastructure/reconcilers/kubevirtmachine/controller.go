@@ -207,8 +207,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	before, writes := kvm.ResourceVersion, ownwrites.NewRecorder(r.Client)
 	defer func() { r.ownWrites.Wrote(req.NamespacedName, before, writes.Written()) }()
 	// The finalizer is stored before the VM and disks exist, so that
-	// deletion always waits for them.
-	if added, err := finalizers.EnsureFinalizer(ctx, writes, kvm, infrav1.MachineFinalizer); err != nil || added {
+	// deletion always waits for them. It and Paused=False are patches of
+	// their own (Cluster API's helpers), but the reconcile goes on after
+	// them rather than waiting for their events: writes reads them back
+	// while the cache is behind.
+	if _, err := finalizers.EnsureFinalizer(ctx, writes, kvm, infrav1.MachineFinalizer); err != nil {
 		return ctrl.Result{}, err
 	}
 	// Every controller of both providers makes its patch helper before it
@@ -223,8 +226,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if isPaused, requeue, err := paused.EnsurePausedCondition(ctx, writes, s.cluster, kvm); err != nil || isPaused || requeue {
+	isPaused, pausedPatched, err := paused.EnsurePausedCondition(ctx, writes, s.cluster, kvm)
+	if err != nil || isPaused {
 		return ctrl.Result{}, err
+	}
+	if pausedPatched {
+		// Paused=False was sent: the reconcile's own patch starts from the
+		// machine as the paused helper left it.
+		if patchHelper, err = patch.NewHelper(kvm, writes); err != nil {
+			return ctrl.Result{}, err
+		}
 	}
 	if kvm.DeletionTimestamp.IsZero() && kvm.Spec.ProviderID == "" {
 		return ctrl.Result{}, fillProviderID(ctx, patchHelper, kvm)
