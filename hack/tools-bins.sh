@@ -4,8 +4,9 @@
 # virt-controller) from their Go modules into a cache outside the checkout. Nothing is downloaded as a prebuilt binary: this machine and CI
 # reach only the Go module proxy.
 #
-# Usage: hack/tools-bins.sh [envtest|kubeadm|controller-manager|kubevirt|kubelet|all]...
-# (kubelet is only for the real-guest worker disk, so `all` leaves it out.)
+# Usage: hack/tools-bins.sh [envtest|kubeadm|controller-manager|kubevirt|kubelet|scheduler|all]...
+# (kubelet and scheduler are only for the real guests and the real node, so
+# `all` leaves them out.)
 # Prints the cache directory on stdout. Reuses binaries already built.
 set -euo pipefail
 
@@ -171,6 +172,7 @@ for t in "${targets[@]}"; do
     controller-manager) build_kube kube-controller-manager ;;
     kubevirt) build_kubevirt ;;
     kubelet) build_kube kubelet ;;
+    scheduler) build_kube kube-scheduler ;;
     all) build_etcd; build_kube kube-apiserver; build_kube kubeadm; build_kube kube-controller-manager; build_kubevirt ;;
     *) log "unknown target $t"; exit 2 ;;
   esac

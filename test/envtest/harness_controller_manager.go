@@ -40,6 +40,12 @@ const (
 	ClaimProtectionController  = "persistentvolumeclaim-protection-controller"
 	BootstrapSignerController  = "bootstrap-signer-controller"
 	TokenCleanerController     = "token-cleaner-controller"
+	// DaemonSetController creates a DaemonSet's Pods (test/node: virt-handler).
+	DaemonSetController = "daemonset-controller"
+	// NodeLifecycleController removes the not-ready taint a kubelet
+	// registers its Node with once the Node is Ready (test/node), which
+	// a DaemonSet's Pods do not tolerate.
+	NodeLifecycleController = "node-lifecycle-controller"
 )
 
 // ManagementControllers are the controllers a management cluster needs for
@@ -53,8 +59,8 @@ var ManagementControllers = []string{GarbageCollectorController, NamespaceContro
 // tokens are removed, as in a kubeadm cluster.
 var WorkloadControllers = []string{BootstrapSignerController, TokenCleanerController, GarbageCollectorController}
 
-// ControllerManager is a running kube-controller-manager built from source
-// by hack/tools-bins.sh.
+// ControllerManager is a running kube-controller-manager (or kube-scheduler)
+// built from source by hack/tools-bins.sh.
 type ControllerManager struct {
 	proc *process.Process
 	dir  string
@@ -95,15 +101,52 @@ func startControllerManager(env *crenvtest.Environment, controllers []string) (*
 	if err != nil {
 		return nil, err
 	}
-	user, err := env.AddUser(crenvtest.User{Name: "system:kube-controller-manager", Groups: []string{"system:masters"}}, nil)
+	return startComponent(env, "kube-controller-manager", "system:kube-controller-manager", bin, func(kubeconfig string) []string {
+		return []string{
+			"--kubeconfig=" + kubeconfig,
+			"--controllers=" + strings.Join(controllers, ","),
+			"--leader-elect=false",
+			"--secure-port=0",
+			"--use-service-account-credentials=false",
+			// Tests create and delete quickly; a short resync finds new CRDs soon.
+			"--concurrent-gc-syncs=5",
+			"--v=1",
+		}
+	})
+}
+
+// StartScheduler runs kube-scheduler (built from source by
+// hack/tools-bins.sh scheduler) against the management apiserver, for
+// tests with real nodes (test/node): envtest schedules nothing.
+func (e *Environment) StartScheduler() (*ControllerManager, error) {
+	dir, err := ToolsBinary("scheduler")
 	if err != nil {
-		return nil, fmt.Errorf("creating the kube-controller-manager user: %w", err)
+		return nil, err
+	}
+	return startComponent(e.env, "kube-scheduler", "system:kube-scheduler", filepath.Join(dir, "kube-scheduler"), func(kubeconfig string) []string {
+		return []string{
+			"--kubeconfig=" + kubeconfig,
+			"--authentication-kubeconfig=" + kubeconfig,
+			"--authorization-kubeconfig=" + kubeconfig,
+			"--leader-elect=false",
+			"--secure-port=0",
+			"--v=1",
+		}
+	})
+}
+
+// startComponent runs a Kubernetes control-plane binary as a user of the
+// system:masters group, with the arguments args makes from its kubeconfig.
+func startComponent(env *crenvtest.Environment, name, userName, bin string, args func(kubeconfig string) []string) (*ControllerManager, error) {
+	user, err := env.AddUser(crenvtest.User{Name: userName, Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return nil, fmt.Errorf("creating the %s user: %w", name, err)
 	}
 	kubeconfig, err := user.KubeConfig()
 	if err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp("", "kube-controller-manager-")
+	dir, err := os.MkdirTemp("", name+"-")
 	if err != nil {
 		return nil, err
 	}
@@ -112,31 +155,22 @@ func startControllerManager(env *crenvtest.Environment, controllers []string) (*
 		_ = os.RemoveAll(dir)
 		return nil, err
 	}
-	cmd := exec.Command(bin, //nolint:gosec,noctx // kube-controller-manager from the test cache; it runs until Stop, not until a context ends.
-		"--kubeconfig="+kubeconfigPath,
-		"--controllers="+strings.Join(controllers, ","),
-		"--leader-elect=false",
-		"--secure-port=0",
-		"--use-service-account-credentials=false",
-		// Tests create and delete quickly; a short resync finds new CRDs soon.
-		"--concurrent-gc-syncs=5",
-		"--v=1",
-	)
+	cmd := exec.Command(bin, args(kubeconfigPath)...) //nolint:gosec,noctx // A binary from the test cache; it runs until Stop, not until a context ends.
 	// Its own process group, so a test binary killed by a timeout does not
 	// leave it running with the apiserver gone.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	proc, err := process.Start("kube-controller-manager", filepath.Join(dir, "kube-controller-manager.log"), cmd)
+	proc, err := process.Start(name, filepath.Join(dir, name+".log"), cmd)
 	if err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, err
 	}
-	// A controller-manager that exits at once has a flag or connection
-	// problem; report it rather than let tests time out.
+	// A component that exits at once has a flag or connection problem;
+	// report it rather than let tests time out.
 	select {
 	case <-proc.Done():
 		log := proc.Tail(maxLogBytes)
 		_ = os.RemoveAll(dir)
-		return nil, fmt.Errorf("kube-controller-manager exited at start: %s", log)
+		return nil, fmt.Errorf("%s exited at start: %s", name, log)
 	case <-time.After(time.Second):
 	}
 	return &ControllerManager{proc: proc, dir: dir}, nil

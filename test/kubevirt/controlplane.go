@@ -24,9 +24,11 @@ limitations under the License.
 // configured for emulation, its status as virt-operator leaves it. A process
 // that exits is restarted, as its Deployment would restart it.
 //
-// Only the node side is not here: the scheduler and kubelet of virt-launcher
-// Pods and virt-handler are stand-ins (test/sim/kubevirt), and so is CDI
-// (test/sim/cdi), whose controllers cannot be built from the module proxy.
+// The node side is not here: in the harness the scheduler and kubelet of
+// virt-launcher Pods and virt-handler are stand-ins (test/sim/kubevirt), and
+// so is CDI (test/sim/cdi), whose controllers cannot be built from the module
+// proxy. On a real node (test/node, make test-node) DeployHandler deploys
+// virt-handler's DaemonSet as virt-operator does.
 package kubevirt
 
 import (

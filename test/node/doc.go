@@ -21,5 +21,12 @@ limitations under the License.
 // mount, PID and network namespaces of their own with their state in one
 // temporary directory. Images are assembled here from local files and
 // imported into containerd; nothing is pulled. Start and Stop are one
-// function each; Stop checks that nothing is left behind.
+// function each; Stop checks that nothing is left behind. Pods reach the
+// apiserver at the kubernetes Service's address (ServiceCA).
+//
+// KubeVirt's node side runs on it (TestKubeVirtNodeSide): virt-handler's
+// and virt-launcher's images are built here (BuildKubeVirtImages,
+// hack/node/kubevirt.sh: the binaries with cgo from kubevirt.io/kubevirt, a
+// Debian trixie root with libvirt, virtqemud built from Debian's source, and
+// QEMU), and virt-handler is deployed as virt-operator deploys it.
 package node

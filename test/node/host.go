@@ -82,7 +82,9 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.nri.v1.nri"]
 	}
 
 	// A bridge inside the node's network namespace; no masquerading (pods
-	// reach nothing beyond the node), so no iptables rule either.
+	// reach nothing beyond the node), so no iptables rule either. The
+	// bridge is the pods' default route: the kubernetes Service's address
+	// is one of the node's.
 	cni := fmt.Sprintf(`{
   "cniVersion": "1.0.0",
   "name": "kvw-node",
@@ -91,6 +93,7 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.nri.v1.nri"]
       "type": "bridge",
       "bridge": "kvw0",
       "isGateway": true,
+      "isDefaultGateway": true,
       "ipMasq": false,
       "hairpinMode": true,
       "ipam": {"type": "host-local", "ranges": [[{"subnet": %q}]], "dataDir": %q}

@@ -20,27 +20,45 @@ package node
 
 import (
 	"archive/tar"
-	"bytes"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"os"
 	"path"
+	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 )
 
-// Image is a container image made of local files: static binaries, mostly.
+// Image is a container image made of local files: static binaries, or a
+// root file system (a Debian root made by debootstrap) with binaries over it.
 type Image struct {
 	// Ref is the image's full name with a tag ("kvw.local/hello:v1"). The
 	// kubelet finds it by this name; nothing is ever pulled.
 	Ref string
-	// Files maps a path in the image (absolute) to a file on this machine.
+	// Rootfs, when set, is a directory whose whole tree is the image's
+	// first layer: owners, modes, symbolic links, device nodes and file
+	// capabilities as they are there (it must not be mounted over).
+	Rootfs string
+	// Files maps a path in the image (absolute) to a file on this machine:
+	// the image's last layer, executable and owned by root.
 	Files map[string]string
+	// Capabilities maps a path of Files to the file capabilities it carries
+	// (permitted and effective, as setcap's "=ep"), such as
+	// "cap_net_bind_service".
+	Capabilities map[string][]string
 	// Entrypoint is the image's entrypoint.
 	Entrypoint []string
+	// Archive, when set, is where WriteArchive already wrote this image
+	// (a cache): Start imports it as it is.
+	Archive string
 }
 
 // The OCI image layout media types (image-spec v1.1).
@@ -54,25 +72,54 @@ const (
 type descriptor struct {
 	MediaType   string            `json:"mediaType"`
 	Digest      string            `json:"digest"`
-	Size        int               `json:"size"`
+	Size        int64             `json:"size"`
 	Annotations map[string]string `json:"annotations,omitempty"`
 }
 
+// blob is a layer written to a file beside the archive while its digest is
+// taken (a root file system does not fit in memory twice).
+type blob struct {
+	file   string
+	digest string
+	size   int64
+}
+
 // WriteArchive writes the image as an OCI image layout in a tar archive
-// (what `ctr images import` reads): one uncompressed layer holding the
-// files, a config for linux/amd64, a manifest, and an index naming the image
-// by the annotations containerd and the OCI layout read. The archive is
-// deterministic: the same files give the same digests.
-func (img Image) WriteArchive(file string) error {
+// (what `ctr images import` reads): its layers uncompressed (the root file
+// system's, then the files'), a config for linux/amd64, a manifest, and an
+// index naming the image by the annotations containerd and the OCI layout
+// read. The same files give the same digests.
+func (img Image) WriteArchive(file string) (err error) {
 	if !strings.Contains(img.Ref, ":") {
 		return fmt.Errorf("image %q has no tag: an untagged image is pulled Always", img.Ref)
 	}
-	layer, err := img.layer()
-	if err != nil {
-		return err
+	var layers []blob
+	defer func() {
+		for _, l := range layers {
+			_ = os.Remove(l.file)
+		}
+	}()
+	if img.Rootfs != "" {
+		l, err := writeLayer(file+".rootfs", func(tw *tar.Writer) error { return tarTree(tw, img.Rootfs) })
+		if err != nil {
+			return fmt.Errorf("image %s: root file system %s: %w", img.Ref, img.Rootfs, err)
+		}
+		layers = append(layers, l)
 	}
-	layerSum := sha256.Sum256(layer)
-	layerDigest := "sha256:" + hex.EncodeToString(layerSum[:])
+	if len(img.Files) > 0 {
+		l, err := writeLayer(file+".files", img.tarFiles)
+		if err != nil {
+			return err
+		}
+		layers = append(layers, l)
+	}
+	diffIDs := make([]string, 0, len(layers))
+	layerDescs := make([]descriptor, 0, len(layers))
+	for _, l := range layers {
+		// Uncompressed: a layer's diff ID is its own digest.
+		diffIDs = append(diffIDs, l.digest)
+		layerDescs = append(layerDescs, descriptor{MediaType: mediaTypeLayer, Digest: l.digest, Size: l.size})
+	}
 	config, err := json.Marshal(map[string]any{
 		"architecture": "amd64",
 		"os":           "linux",
@@ -80,8 +127,7 @@ func (img Image) WriteArchive(file string) error {
 			"Entrypoint": img.Entrypoint,
 			"Env":        []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
 		},
-		// Uncompressed: the diff ID is the layer's own digest.
-		"rootfs": map[string]any{"type": "layers", "diff_ids": []string{layerDigest}},
+		"rootfs": map[string]any{"type": "layers", "diff_ids": diffIDs},
 	})
 	if err != nil {
 		return err
@@ -90,7 +136,7 @@ func (img Image) WriteArchive(file string) error {
 		"schemaVersion": 2,
 		"mediaType":     mediaTypeManifest,
 		"config":        blobDescriptor(mediaTypeConfig, config, nil),
-		"layers":        []descriptor{blobDescriptor(mediaTypeLayer, layer, nil)},
+		"layers":        layerDescs,
 	})
 	if err != nil {
 		return err
@@ -107,9 +153,22 @@ func (img Image) WriteArchive(file string) error {
 	if err != nil {
 		return err
 	}
-	var out bytes.Buffer
-	tw := tar.NewWriter(&out)
-	entries := []struct {
+	out, err := os.Create(file) //nolint:gosec // The caller's archive path.
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := out.Close(); err == nil {
+			err = cerr
+		}
+	}()
+	tw := tar.NewWriter(out)
+	for _, dir := range []string{"blobs/", "blobs/sha256/"} {
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: dir, Mode: 0o755, ModTime: time.Unix(0, 0)}); err != nil {
+			return err
+		}
+	}
+	for _, e := range []struct {
 		name string
 		data []byte
 	}{
@@ -117,14 +176,7 @@ func (img Image) WriteArchive(file string) error {
 		{"index.json", index},
 		{"blobs/sha256/" + digestHex(manifest), manifest},
 		{"blobs/sha256/" + digestHex(config), config},
-		{"blobs/sha256/" + digestHex(layer), layer},
-	}
-	for _, dir := range []string{"blobs/", "blobs/sha256/"} {
-		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: dir, Mode: 0o755, ModTime: time.Unix(0, 0)}); err != nil {
-			return err
-		}
-	}
-	for _, e := range entries {
+	} {
 		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: e.name, Mode: 0o644, Size: int64(len(e.data)), ModTime: time.Unix(0, 0)}); err != nil {
 			return err
 		}
@@ -132,24 +184,76 @@ func (img Image) WriteArchive(file string) error {
 			return err
 		}
 	}
-	if err := tw.Close(); err != nil {
-		return err
+	for _, l := range layers {
+		if err := tarBlob(tw, l); err != nil {
+			return err
+		}
 	}
-	return os.WriteFile(file, out.Bytes(), 0o600)
+	return tw.Close()
 }
 
-// layer is the tar of the image's files and their parent directories.
-func (img Image) layer() ([]byte, error) {
+// writeLayer writes a layer's tar to file and takes its digest and size.
+func writeLayer(file string, fill func(*tar.Writer) error) (blob, error) {
+	f, err := os.Create(file) //nolint:gosec // Beside the caller's archive.
+	if err != nil {
+		return blob{}, err
+	}
+	h := sha256.New()
+	counter := &countingWriter{w: io.MultiWriter(f, h)}
+	tw := tar.NewWriter(counter)
+	err = fill(tw)
+	if err == nil {
+		err = tw.Close()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		_ = os.Remove(file)
+		return blob{}, err
+	}
+	return blob{file: file, digest: "sha256:" + hex.EncodeToString(h.Sum(nil)), size: counter.n}, nil
+}
+
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+func tarBlob(tw *tar.Writer, l blob) error {
+	f, err := os.Open(l.file)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = f.Close() }()
+	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: "blobs/sha256/" + strings.TrimPrefix(l.digest, "sha256:"), Mode: 0o644, Size: l.size, ModTime: time.Unix(0, 0)}); err != nil {
+		return err
+	}
+	_, err = io.Copy(tw, f)
+	return err
+}
+
+// tarFiles writes the image's files and their parent directories.
+func (img Image) tarFiles(tw *tar.Writer) error {
 	paths := make([]string, 0, len(img.Files))
 	for p := range img.Files {
 		if !path.IsAbs(p) {
-			return nil, fmt.Errorf("image %s: path %q is not absolute", img.Ref, p)
+			return fmt.Errorf("image %s: path %q is not absolute", img.Ref, p)
 		}
 		paths = append(paths, p)
 	}
+	for p := range img.Capabilities {
+		if _, ok := img.Files[p]; !ok {
+			return fmt.Errorf("image %s: capabilities for %s, which is not one of its files", img.Ref, p)
+		}
+	}
 	sort.Strings(paths)
-	var out bytes.Buffer
-	tw := tar.NewWriter(&out)
 	dirs := map[string]bool{}
 	for _, p := range paths {
 		var parents []string
@@ -162,24 +266,139 @@ func (img Image) layer() ([]byte, error) {
 			}
 			dirs[d] = true
 			if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: strings.TrimPrefix(d, "/") + "/", Mode: 0o755, ModTime: time.Unix(0, 0)}); err != nil {
-				return nil, err
+				return err
 			}
 		}
-		data, err := os.ReadFile(img.Files[p])
+		hdr := &tar.Header{Typeflag: tar.TypeReg, Name: strings.TrimPrefix(p, "/"), Mode: 0o755, ModTime: time.Unix(0, 0), Format: tar.FormatPAX}
+		if caps := img.Capabilities[p]; len(caps) > 0 {
+			raw, err := fileCapability(caps)
+			if err != nil {
+				return fmt.Errorf("image %s: %s: %w", img.Ref, p, err)
+			}
+			hdr.PAXRecords = map[string]string{paxXattr + capabilityXattr: string(raw)}
+		}
+		if err := tarFile(tw, hdr, img.Files[p]); err != nil {
+			return fmt.Errorf("image %s: %w", img.Ref, err)
+		}
+	}
+	return nil
+}
+
+func tarFile(tw *tar.Writer, hdr *tar.Header, file string) error {
+	f, err := os.Open(file) //nolint:gosec // A file the caller put in the image.
+	if err != nil {
+		return err
+	}
+	defer func() { _ = f.Close() }()
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	hdr.Size = fi.Size()
+	if err := tw.WriteHeader(hdr); err != nil {
+		return err
+	}
+	_, err = io.Copy(tw, f)
+	return err
+}
+
+const (
+	// paxXattr prefixes an extended attribute in a PAX header, as GNU tar
+	// and containerd's unpacker read it.
+	paxXattr        = "SCHILY.xattr."
+	capabilityXattr = "security.capability"
+)
+
+// capabilityBits are the capabilities an image file may carry (linux/capability.h).
+var capabilityBits = map[string]uint{
+	"cap_net_bind_service": 10,
+	"cap_net_admin":        12,
+	"cap_net_raw":          13,
+	"cap_sys_admin":        21,
+	"cap_sys_nice":         23,
+	"cap_sys_ptrace":       19,
+}
+
+// fileCapability encodes capabilities as the security.capability
+// attribute (struct vfs_cap_data, revision 2) with the effective flag set.
+func fileCapability(caps []string) ([]byte, error) {
+	var permitted uint64
+	for _, c := range caps {
+		bit, ok := capabilityBits[c]
+		if !ok {
+			return nil, fmt.Errorf("unknown capability %q", c)
+		}
+		permitted |= 1 << bit
+	}
+	const revision2, effective = 0x02000000, 0x000001
+	raw := make([]byte, 20)
+	binary.LittleEndian.PutUint32(raw[0:], revision2|effective)
+	binary.LittleEndian.PutUint32(raw[4:], uint32(permitted))      // permitted, low word
+	binary.LittleEndian.PutUint32(raw[12:], uint32(permitted>>32)) // permitted, high word
+	return raw, nil
+}
+
+// tarTree writes the tree under root as it is: regular files (hard links
+// as links to the first name), directories, symbolic links, device nodes
+// and FIFOs, with their owners, modes, times and file capabilities.
+// Sockets are left out.
+func tarTree(tw *tar.Writer, root string) error {
+	seen := map[uint64]string{}
+	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
-			return nil, fmt.Errorf("image %s: %w", img.Ref, err)
+			return err
 		}
-		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: strings.TrimPrefix(p, "/"), Mode: 0o755, Size: int64(len(data)), ModTime: time.Unix(0, 0)}); err != nil {
-			return nil, err
+		rel, err := filepath.Rel(root, p)
+		if err != nil || rel == "." {
+			return err
 		}
-		if _, err := tw.Write(data); err != nil {
-			return nil, err
+		fi, err := d.Info()
+		if err != nil {
+			return err
 		}
-	}
-	if err := tw.Close(); err != nil {
-		return nil, err
-	}
-	return out.Bytes(), nil
+		if fi.Mode()&fs.ModeSocket != 0 {
+			return nil
+		}
+		link := ""
+		if fi.Mode()&fs.ModeSymlink != 0 {
+			if link, err = os.Readlink(p); err != nil {
+				return err
+			}
+		}
+		hdr, err := tar.FileInfoHeader(fi, link)
+		if err != nil {
+			return fmt.Errorf("%s: %w", rel, err)
+		}
+		hdr.Name = filepath.ToSlash(rel)
+		if fi.IsDir() {
+			hdr.Name += "/"
+		}
+		hdr.Uname, hdr.Gname = "", ""
+		hdr.Format = tar.FormatPAX
+		hdr.AccessTime, hdr.ChangeTime = time.Time{}, time.Time{}
+		st, ok := fi.Sys().(*syscall.Stat_t)
+		if !ok {
+			return fmt.Errorf("%s: no stat", rel)
+		}
+		if fi.Mode().IsRegular() && st.Nlink > 1 {
+			if first, ok := seen[st.Ino]; ok {
+				hdr.Typeflag, hdr.Linkname, hdr.Size = tar.TypeLink, first, 0
+				return tw.WriteHeader(hdr)
+			}
+			seen[st.Ino] = hdr.Name
+		}
+		if fi.Mode().IsRegular() {
+			buf := make([]byte, 64)
+			// A regular file: Getxattr follows no link here.
+			if n, err := syscall.Getxattr(p, capabilityXattr, buf); err == nil && n > 0 {
+				hdr.PAXRecords = map[string]string{paxXattr + capabilityXattr: string(buf[:n])}
+			} else if err != nil && !errors.Is(err, syscall.ENODATA) && !errors.Is(err, syscall.ENOTSUP) {
+				return fmt.Errorf("%s: reading its capabilities: %w", rel, err)
+			}
+			return tarFile(tw, hdr, p)
+		}
+		return tw.WriteHeader(hdr)
+	})
 }
 
 func digestHex(b []byte) string {
@@ -188,5 +407,5 @@ func digestHex(b []byte) string {
 }
 
 func blobDescriptor(mediaType string, b []byte, annotations map[string]string) descriptor {
-	return descriptor{MediaType: mediaType, Digest: "sha256:" + digestHex(b), Size: len(b), Annotations: annotations}
+	return descriptor{MediaType: mediaType, Digest: "sha256:" + digestHex(b), Size: int64(len(b)), Annotations: annotations}
 }

@@ -26,11 +26,13 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -69,6 +71,10 @@ type Options struct {
 	// PodCIDR is the range the CNI bridge gives pods; default
 	// 10.254.64.0/24. It exists only inside the node's network namespace.
 	PodCIDR string
+	// KubernetesServiceIP is the ClusterIP of the apiserver's `kubernetes`
+	// Service, at which pods reach the apiserver (ServiceCA); default
+	// 10.0.0.1, the first address of envtest's service range.
+	KubernetesServiceIP string
 	// ArtifactsDir, when set, receives the node's logs (nodeinit,
 	// containerd, kubelet) on Stop.
 	ArtifactsDir string
@@ -90,6 +96,8 @@ type Node struct {
 	pidNS      string
 	cgroupName string
 	listener   net.Listener
+	service    *http.Server
+	serviceCA  []byte
 	before     hostState
 	stopOnce   sync.Once
 	stopErr    error
@@ -169,6 +177,9 @@ func Start(ctx context.Context, opts Options) (*Node, error) {
 	if opts.PodCIDR == "" {
 		opts.PodCIDR = "10.254.64.0/24"
 	}
+	if opts.KubernetesServiceIP == "" {
+		opts.KubernetesServiceIP = "10.0.0.1"
+	}
 	if opts.StartTimeout == 0 {
 		opts.StartTimeout = 3 * time.Minute
 	}
@@ -228,6 +239,10 @@ func (n *Node) start(ctx context.Context, kubeletBin, containerdDir string, apiU
 	images := append([]Image{{Ref: PauseImage, Files: map[string]string{"/pause": n.path("bin", "pause")}, Entrypoint: []string{"/pause"}}}, n.opts.Images...)
 	var archives []string
 	for i, img := range images {
+		if img.Archive != "" {
+			archives = append(archives, img.Archive)
+			continue
+		}
 		archive := n.path("images", fmt.Sprintf("%d.tar", i))
 		if err := img.WriteArchive(archive); err != nil {
 			return err
@@ -248,6 +263,9 @@ func (n *Node) start(ctx context.Context, kubeletBin, containerdDir string, apiU
 	n.listener = l
 	upstream := apiURL.Host
 	go serveForwarder(l, upstream)
+	if err := n.serveKubernetesService(ctx, apiURL); err != nil {
+		return err
+	}
 
 	kubeletArgs := []string{kubeletBin,
 		"--config=" + n.path("kubelet.yaml"),
@@ -274,6 +292,8 @@ func (n *Node) start(ctx context.Context, kubeletBin, containerdDir string, apiU
 		NodeIP:           n.NodeIP,
 		APIListen:        apiURL.Host,
 		APISocket:        n.path("api.sock"),
+		ServiceListen:    net.JoinHostPort(n.opts.KubernetesServiceIP, "443"),
+		ServiceSocket:    n.path("service.sock"),
 		Path:             containerdDir + ":/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
 		Containerd:       []string{filepath.Join(containerdDir, "containerd"), "--config", n.path("containerd.toml")},
 		ContainerdSocket: socket,
@@ -414,6 +434,9 @@ func (n *Node) stop() error {
 	}
 	if n.listener != nil {
 		_ = n.listener.Close()
+	}
+	if n.service != nil {
+		_ = n.service.Close()
 	}
 	if n.pidNS != "" {
 		if err := waitFor(30*time.Second, func() error {
@@ -595,4 +618,22 @@ func (n *Node) HostPath(nodePath string) string {
 		}
 	}
 	return nodePath
+}
+
+// CommandLines are the command lines (arguments joined by spaces) of the
+// node's processes whose executable's base name is one of names: QEMU's,
+// say.
+func (n *Node) CommandLines(names ...string) []string {
+	var out []string
+	for _, pid := range n.processes() {
+		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if err != nil || len(raw) == 0 {
+			continue
+		}
+		args := strings.Split(strings.TrimRight(string(raw), "\x00"), "\x00")
+		if slices.Contains(names, filepath.Base(args[0])) {
+			out = append(out, strings.Join(args, " "))
+		}
+	}
+	return out
 }

@@ -7,7 +7,10 @@
 //   - -install: the service accounts and RBAC of virt-api, virt-controller
 //     and virt-handler, virt-api's admission webhook configurations, the
 //     ValidatingAdmissionPolicy that confines virt-handler, KubeVirt's
-//     PriorityClass, and the common cluster instancetypes and preferences.
+//     PriorityClass, and the common cluster instancetypes and preferences;
+//     and virt-handler's DaemonSet (virt-handler.yaml), for the real node of
+//     test/node, with the images named as virt-operator names them for the
+//     quay.io/kubevirt registry at this version.
 //
 // It lives in its own module because kubevirt.io/kubevirt pins older k8s.io
 // modules through replace directives that the main module cannot share; the
@@ -112,6 +115,24 @@ func run(crdDir, installDir string) error {
 	for _, o := range strategy.ValidatingAdmissionPolicyBindings() {
 		policies = append(policies, withKind(o, admissionKind("ValidatingAdmissionPolicyBinding")))
 	}
+	// virt-handler's DaemonSet as virt-operator deploys it for a KubeVirt CR
+	// naming the upstream registry and this version: the launcher image in
+	// its node-labeller init container is the one virt-controller is given
+	// (test/kubevirt.LauncherImage).
+	kvImages := kv.DeepCopy()
+	kvImages.Spec.ImageRegistry = "quay.io/kubevirt"
+	kvImages.Spec.ImageTag = version
+	imageStrategy, err := install.GenerateCurrentInstallStrategy(operatorutil.GetTargetConfigFromKV(kvImages), "", namespace)
+	if err != nil {
+		return fmt.Errorf("generating virt-operator's install strategy with images: %w", err)
+	}
+	handler := []any{}
+	for _, ds := range imageStrategy.DaemonSets() {
+		handler = append(handler, withKind(ds, schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "DaemonSet"}))
+	}
+	if len(handler) != 1 {
+		return fmt.Errorf("virt-operator's install strategy has %d DaemonSets, want virt-handler's alone", len(handler))
+	}
 	priority := []any{withKind(components.NewKubeVirtPriorityClassCR(), schema.GroupVersionKind{Group: "scheduling.k8s.io", Version: "v1", Kind: "PriorityClass"})}
 	catalog := []any{}
 	for _, o := range strategy.Instancetypes() {
@@ -127,6 +148,7 @@ func run(crdDir, installDir string) error {
 		"admission-policies.yaml":   policies,
 		"priorityclass.yaml":        priority,
 		"common-instancetypes.yaml": catalog,
+		"virt-handler.yaml":         handler,
 	} {
 		if err := write(filepath.Join(installDir, file), version, "virt-operator install strategy", objs); err != nil {
 			return err

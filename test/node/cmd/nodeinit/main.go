@@ -145,9 +145,33 @@ func setup() error {
 	// namespace does not see: a listener on this loopback at the same
 	// address hands each connection to the host side through a Unix socket
 	// in the node's directory. TLS runs end to end.
-	l, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", cfg.APIListen)
+	if err := listenAndForward(cfg.APIListen, cfg.APISocket); err != nil {
+		return err
+	}
+	// Pods reach the apiserver at the `kubernetes` Service's address (their
+	// in-cluster configuration): it is an address of this namespace, which
+	// their default route through the bridge leads to, so no rule is needed.
+	if cfg.ServiceListen != "" {
+		host, _, err := net.SplitHostPort(cfg.ServiceListen)
+		if err != nil {
+			return err
+		}
+		if out, err := exec.Command("ip", "addr", "add", host+"/32", "dev", "lo").CombinedOutput(); err != nil { //nolint:gosec,noctx // Our own command line.
+			return fmt.Errorf("ip addr add %s/32 dev lo: %w: %s", host, err, out)
+		}
+		if err := listenAndForward(cfg.ServiceListen, cfg.ServiceSocket); err != nil {
+			return err
+		}
+	}
+	return os.Setenv("PATH", cfg.Path)
+}
+
+// listenAndForward listens on addr in this namespace and hands each
+// connection to the host side through the Unix socket.
+func listenAndForward(addr, socket string) error {
+	l, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", addr)
 	if err != nil {
-		return fmt.Errorf("listening for the apiserver on %s: %w", cfg.APIListen, err)
+		return fmt.Errorf("listening for the apiserver on %s: %w", addr, err)
 	}
 	go func() {
 		for {
@@ -155,15 +179,15 @@ func setup() error {
 			if err != nil {
 				return
 			}
-			go forward(c)
+			go forward(c, socket)
 		}
 	}()
-	return os.Setenv("PATH", cfg.Path)
+	return nil
 }
 
-func forward(c net.Conn) {
+func forward(c net.Conn, socket string) {
 	defer func() { _ = c.Close() }()
-	up, err := (&net.Dialer{Timeout: 10 * time.Second}).DialContext(context.Background(), "unix", cfg.APISocket)
+	up, err := (&net.Dialer{Timeout: 10 * time.Second}).DialContext(context.Background(), "unix", socket)
 	if err != nil {
 		logf("apiserver forwarder: %v", err)
 		return

@@ -22,18 +22,24 @@ package initconfig
 
 // Config is the node's layout and the commands its init runs.
 type Config struct {
-	Dir              string            `json:"dir"`
-	PrivateDirs      map[string]string `json:"privateDirs"`
-	Sysctls          map[string]string `json:"sysctls"`
-	NodeIP           string            `json:"nodeIP"`
-	APIListen        string            `json:"apiListen"`
-	APISocket        string            `json:"apiSocket"`
-	Path             string            `json:"path"`
-	Containerd       []string          `json:"containerd"`
-	ContainerdSocket string            `json:"containerdSocket"`
-	Ctr              string            `json:"ctr"`
-	Images           []string          `json:"images"`
-	Kubelet          []string          `json:"kubelet"`
-	LogDir           string            `json:"logDir"`
-	PhaseFile        string            `json:"phaseFile"`
+	Dir         string            `json:"dir"`
+	PrivateDirs map[string]string `json:"privateDirs"`
+	Sysctls     map[string]string `json:"sysctls"`
+	NodeIP      string            `json:"nodeIP"`
+	APIListen   string            `json:"apiListen"`
+	APISocket   string            `json:"apiSocket"`
+	// ServiceListen, when set, is the `kubernetes` Service's address and
+	// port: the init puts the address on its loopback and hands each
+	// connection to ServiceSocket, where the host serves the apiserver to
+	// pods (in-cluster clients).
+	ServiceListen    string   `json:"serviceListen,omitempty"`
+	ServiceSocket    string   `json:"serviceSocket,omitempty"`
+	Path             string   `json:"path"`
+	Containerd       []string `json:"containerd"`
+	ContainerdSocket string   `json:"containerdSocket"`
+	Ctr              string   `json:"ctr"`
+	Images           []string `json:"images"`
+	Kubelet          []string `json:"kubelet"`
+	LogDir           string   `json:"logDir"`
+	PhaseFile        string   `json:"phaseFile"`
 }

@@ -1,0 +1,153 @@
+//go:build node
+
+/*
+Copyright 2026 The Cozystack Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package node
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/cozystack/cluster-api-workers/test/envtest"
+	"github.com/cozystack/cluster-api-workers/test/kubevirt"
+)
+
+// The images of KubeVirt's node side, named as virt-operator names them
+// (test/kubevirt/manifests/virt-handler.yaml, and the launcher image
+// virt-controller is given): found by name, never pulled.
+const (
+	HandlerImage  = "quay.io/kubevirt/virt-handler:" + kubevirt.Version
+	LauncherImage = kubevirt.LauncherImage
+)
+
+// KubeVirtImages are virt-handler's and virt-launcher's images, built here
+// (hack/node/kubevirt.sh: the binaries with cgo from kubevirt.io/kubevirt,
+// a Debian root with libvirt and QEMU) and written as archives into the
+// cache once; Stats says what that took.
+type KubeVirtImages struct {
+	Handler, Launcher Image
+	Stats             ImageStats
+}
+
+// ImageStats are the figures of building the images.
+type ImageStats struct {
+	// Parts is how long hack/node/kubevirt.sh took (0 s when cached).
+	Parts time.Duration
+	// Archives is how long writing the archives took (0 s when cached).
+	Archives time.Duration
+	// RootfsBytes is the Debian root's size on disk, HandlerBytes and
+	// LauncherBytes the archives' sizes.
+	RootfsBytes, HandlerBytes, LauncherBytes int64
+}
+
+// BuildKubeVirtImages builds (or reuses) KubeVirt's node-side images.
+func BuildKubeVirtImages() (*KubeVirtImages, error) {
+	t0 := time.Now()
+	cmd := exec.Command("bash", filepath.Join(envtest.RepoRoot(), "hack", "node", "kubevirt.sh")) //nolint:gosec,noctx // Our own script; it ends on its own.
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, io.MultiWriter(&stderr, os.Stderr)
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("hack/node/kubevirt.sh: %w: %s", err, stderr.String())
+	}
+	out := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(stdout.String()), "\n") {
+		if k, v, ok := strings.Cut(line, "="); ok {
+			out[k] = v
+		}
+	}
+	bin, rootfs, images := out["bin"], out["rootfs"], out["images"]
+	if bin == "" || rootfs == "" || images == "" {
+		return nil, fmt.Errorf("hack/node/kubevirt.sh printed %q, want bin=, rootfs= and images=", stdout.String())
+	}
+	k := &KubeVirtImages{Stats: ImageStats{Parts: time.Since(t0)}}
+	binFiles := func(names ...string) map[string]string {
+		files := map[string]string{}
+		for _, name := range names {
+			files["/usr/bin/"+name] = filepath.Join(bin, name)
+		}
+		return files
+	}
+	// As KubeVirt's images are (cmd/virt-handler and cmd/virt-launcher's
+	// BUILD.bazel): both over the same Debian root here, where upstream's
+	// handler base has fewer packages than its launcher base.
+	k.Handler = Image{
+		Ref:        HandlerImage,
+		Rootfs:     rootfs,
+		Files:      binFiles("virt-handler", "virt-chroot", "container-disk"),
+		Entrypoint: []string{"/usr/bin/virt-handler"},
+		Archive:    filepath.Join(images, "virt-handler.tar"),
+	}
+	k.Launcher = Image{
+		Ref:    LauncherImage,
+		Rootfs: rootfs,
+		Files:  binFiles("virt-launcher", "virt-launcher-monitor", "virt-probe", "virt-tail", "virt-freezer", "container-disk"),
+		// virt-launcher runs as the qemu user; its DHCP server binds port 67.
+		Capabilities: map[string][]string{"/usr/bin/virt-launcher-monitor": {"cap_net_bind_service"}},
+		Entrypoint:   []string{"/usr/bin/virt-launcher"},
+		Archive:      filepath.Join(images, "virt-launcher.tar"),
+	}
+	t1 := time.Now()
+	wrote := false
+	for _, img := range []*Image{&k.Handler, &k.Launcher} {
+		if _, err := os.Stat(img.Archive); err == nil {
+			continue
+		}
+		tmp := img.Archive + ".tmp"
+		if err := img.WriteArchive(tmp); err != nil {
+			_ = os.Remove(tmp)
+			return nil, err
+		}
+		if err := os.Rename(tmp, img.Archive); err != nil {
+			return nil, err
+		}
+		wrote = true
+	}
+	if wrote {
+		k.Stats.Archives = time.Since(t1)
+	}
+	var err error
+	if k.Stats.RootfsBytes, err = diskUsage(rootfs); err != nil {
+		return nil, err
+	}
+	for img, size := range map[*Image]*int64{&k.Handler: &k.Stats.HandlerBytes, &k.Launcher: &k.Stats.LauncherBytes} {
+		fi, err := os.Stat(img.Archive)
+		if err != nil {
+			return nil, err
+		}
+		*size = fi.Size()
+	}
+	return k, nil
+}
+
+// diskUsage is the space the files under dir take (du -s).
+func diskUsage(dir string) (int64, error) {
+	out, err := exec.Command("du", "-s", "-B1", dir).Output() //nolint:gosec,noctx // A directory of the cache.
+	if err != nil {
+		return 0, fmt.Errorf("du %s: %w", dir, err)
+	}
+	var n int64
+	if _, err := fmt.Sscan(string(out), &n); err != nil {
+		return 0, fmt.Errorf("du %s: %q", dir, out)
+	}
+	return n, nil
+}
