@@ -69,6 +69,7 @@ type options struct {
 	webhookKeyName              string
 	healthAddr                  string
 	infrastructureKubeconfig    string
+	managementClusterIdentity   string
 	importFailureRestarts       int32
 	machineConcurrency          int
 	templateConcurrency         int
@@ -107,6 +108,8 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.healthAddr, "health-addr", ":9440", "Bind address of the health and readiness probes.")
 	fs.StringVar(&o.infrastructureKubeconfig, "infrastructure-kubeconfig", "",
 		"Kubeconfig of the cluster the machines' VirtualMachines run in (mounted from a Secret of the provider's namespace); the management cluster when empty.")
+	fs.StringVar(&o.managementClusterIdentity, "management-cluster-identity", "",
+		"Identity of this management cluster that every object made in --infrastructure-kubeconfig's cluster carries, so that management clusters sharing it never adopt or delete each other's VMs; the UID of the management cluster's kube-system namespace when empty. Set the source's on a clusterctl move's target.")
 	fs.Int32Var(&o.importFailureRestarts, "import-failure-restarts", kubevirtmachine.DefaultImportFailureRestarts,
 		"Importer pod restarts of a root DataVolume that count as a failed import (reported as ImportFailed).")
 	fs.IntVar(&o.machineConcurrency, "kubevirtmachine-concurrency", setup.DefaultMachineConcurrency, "KubeVirtMachines reconciled in parallel.")
@@ -210,16 +213,17 @@ func run(o *options) error {
 		return err
 	}
 	if err := setup.Reconcilers(ctx, mgr, setup.Options{
-		ControllerName:        controllerName,
-		WatchFilterValue:      o.watchFilterValue,
-		WatchNamespace:        o.watchNamespace,
-		WorkerClasses:         workerClasses,
-		ImportFailureRestarts: o.importFailureRestarts,
-		MachineConcurrency:    o.machineConcurrency,
-		TemplateConcurrency:   o.templateConcurrency,
-		ClusterConcurrency:    o.clusterConcurrency,
-		Infrastructure:        infraConfig,
-		SyncPeriod:            o.syncPeriod,
+		ControllerName:            controllerName,
+		WatchFilterValue:          o.watchFilterValue,
+		WatchNamespace:            o.watchNamespace,
+		WorkerClasses:             workerClasses,
+		ImportFailureRestarts:     o.importFailureRestarts,
+		MachineConcurrency:        o.machineConcurrency,
+		TemplateConcurrency:       o.templateConcurrency,
+		ClusterConcurrency:        o.clusterConcurrency,
+		Infrastructure:            infraConfig,
+		ManagementClusterIdentity: o.managementClusterIdentity,
+		SyncPeriod:                o.syncPeriod,
 	}); err != nil {
 		return err
 	}

@@ -22,6 +22,7 @@ package setup
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -29,6 +30,8 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	kubevirtv1 "kubevirt.io/api/core/v1"
@@ -173,6 +176,13 @@ type Options struct {
 	// management cluster. Shared imports are made only in the management
 	// cluster, where the templates that own them are.
 	Infrastructure *rest.Config
+	// ManagementClusterIdentity is the identity every object made in
+	// Infrastructure carries (infrav1.ManagementClusterLabel), so that
+	// management clusters sharing it never adopt or delete each other's
+	// objects (--management-cluster-identity). When empty it is the UID of
+	// the management cluster's kube-system namespace
+	// (DefaultManagementClusterIdentity). Unused without Infrastructure.
+	ManagementClusterIdentity string
 	// SyncPeriod is the infrastructure cluster's cache resync period; 10m
 	// when zero.
 	SyncPeriod time.Duration
@@ -192,7 +202,7 @@ func Reconcilers(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 	if controllerName == "" {
 		controllerName = "kubevirt-workers"
 	}
-	infra, err := infrastructureCluster(mgr, opts, controllerName)
+	infra, err := infrastructureCluster(ctx, mgr, opts, controllerName)
 	if err != nil {
 		return err
 	}
@@ -241,13 +251,24 @@ func Reconcilers(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 // infrastructureCluster is the management cluster, or the cluster
 // opts.Infrastructure reaches, with a cache of its own that the manager
 // starts and stops.
-func infrastructureCluster(mgr ctrl.Manager, opts Options, controllerName string) (*infracluster.Cluster, error) {
+func infrastructureCluster(ctx context.Context, mgr ctrl.Manager, opts Options, controllerName string) (*infracluster.Cluster, error) {
 	if opts.Infrastructure == nil {
 		return &infracluster.Cluster{
 			Client: client.WithFieldValidation(mgr.GetClient(), metav1.FieldValidationStrict),
 			Reader: mgr.GetAPIReader(),
 			Cache:  mgr.GetCache(),
 		}, nil
+	}
+	identity := opts.ManagementClusterIdentity
+	if identity == "" {
+		var err error
+		if identity, err = DefaultManagementClusterIdentity(ctx, mgr.GetAPIReader()); err != nil {
+			return nil, err
+		}
+	}
+	if msgs := validation.IsValidLabelValue(identity); identity == "" || len(msgs) > 0 {
+		return nil, field.Invalid(field.NewPath("managementClusterIdentity"), identity,
+			"must be a non-empty label value: "+strings.Join(msgs, "; "))
 	}
 	syncPeriod := opts.SyncPeriod
 	if syncPeriod == 0 {
@@ -269,26 +290,40 @@ func infrastructureCluster(mgr ctrl.Manager, opts Options, controllerName string
 		return nil, err
 	}
 	return &infracluster.Cluster{
-		Client: client.WithFieldValidation(c.GetClient(), metav1.FieldValidationStrict),
-		Reader: c.GetAPIReader(),
-		Cache:  c.GetCache(),
-		Remote: true,
+		Client:   client.WithFieldValidation(c.GetClient(), metav1.FieldValidationStrict),
+		Reader:   c.GetAPIReader(),
+		Cache:    c.GetCache(),
+		Remote:   true,
+		Identity: identity,
 	}, nil
 }
 
-// Webhooks registers the provider's admission webhooks. Clones are
-// authorized, and instancetypes and preferences read, in the
-// infrastructure cluster infra reaches, or in the management cluster when
-// it is nil.
+// DefaultManagementClusterIdentity is the management cluster's identity
+// when --management-cluster-identity is not set: the UID of its
+// kube-system namespace, which every cluster has, which stays while the
+// cluster does, and which no two clusters share.
+func DefaultManagementClusterIdentity(ctx context.Context, management client.Reader) (string, error) {
+	ns := &corev1.Namespace{}
+	if err := management.Get(ctx, client.ObjectKey{Name: metav1.NamespaceSystem}, ns); err != nil {
+		return "", fmt.Errorf("reading the management cluster's %s namespace for its identity (or set --management-cluster-identity): %w", metav1.NamespaceSystem, err)
+	}
+	return string(ns.UID), nil
+}
+
+// Webhooks registers the provider's admission webhooks. Instancetypes and
+// preferences are read, and clone sources (namespaces, DataSources) looked
+// up, in the infrastructure cluster infra reaches, or in the management
+// cluster when it is nil; the user who writes a clone source is always
+// authorized in the management cluster (AdmissionClones).
 func Webhooks(mgr ctrl.Manager, infra *rest.Config) error {
-	clones := &cloneauth.Authorizer{Client: mgr.GetClient(), Reader: mgr.GetAPIReader()}
+	clones := AdmissionClones(mgr.GetClient(), mgr.GetAPIReader())
 	instancetypes := mgr.GetAPIReader()
 	if infra != nil {
 		c, err := client.New(infra, client.Options{Scheme: mgr.GetScheme()})
 		if err != nil {
 			return fmt.Errorf("connecting to the infrastructure cluster: %w", err)
 		}
-		clones = &cloneauth.Authorizer{Client: c, Reader: c}
+		clones = AdmissionClones(mgr.GetClient(), c)
 		instancetypes = c
 	}
 	for name, setup := range map[string]func(ctrl.Manager) error{
@@ -302,6 +337,19 @@ func Webhooks(mgr ctrl.Manager, infra *rest.Config) error {
 		}
 	}
 	return nil
+}
+
+// AdmissionClones authorizes, at admission, the clone source a user
+// writes: the user is the management cluster's, so whether they may clone
+// from a namespace is that cluster's RBAC's answer (SubjectAccessReviews go
+// to management), while the namespace and a DataSource, which name where
+// the data is, are read from sources: the infrastructure cluster in the
+// remote mode, whose namespace of the same name is the tenant's (the
+// namespace mapping, docs/infrastructure.md). Asking the infrastructure
+// cluster about a management cluster's user would judge them by another
+// cluster's RBAC, where the name may be nobody's or someone else's.
+func AdmissionClones(management client.Client, sources client.Reader) *cloneauth.Authorizer {
+	return &cloneauth.Authorizer{Client: management, Reader: sources}
 }
 
 func concurrency(n int) controller.Options {

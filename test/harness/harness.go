@@ -163,6 +163,14 @@ type Options struct {
 	// Images and VMs are unused then, and KubeVirt, Hosts, CDI and Nodes
 	// are nil.
 	InfrastructureOf *Harness
+	// ManagementClusterIdentity is the infrastructure provider's
+	// --management-cluster-identity with RemoteInfrastructure or
+	// InfrastructureOf: the identity its objects in the infrastructure
+	// cluster carry. Empty: the management apiserver's kube-system UID, as
+	// in production, so that two harnesses sharing an infrastructure
+	// cluster have identities of their own; a ClusterctlMove's target sets
+	// the source's (ManagementClusterIdentity) to take its VMs over.
+	ManagementClusterIdentity string
 }
 
 // Bootstrap is a bootstrap provider the harness can run.

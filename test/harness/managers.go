@@ -267,13 +267,14 @@ func (h *Harness) setupManagers(ctx context.Context, caches *lazyClusterCache) (
 			continue
 		}
 		c, err := components.New(ctx, providerCfg, name, components.Options{
-			Manager:               h.managerOptions(name.Role()),
-			ControllerName:        controllerName,
-			Limits:                h.limits(name),
-			WorkerClasses:         h.opts.WorkerClasses,
-			BootstrapTokenTTL:     h.opts.BootstrapTokenTTL,
-			ImportFailureRestarts: h.opts.ImportFailureRestarts,
-			Infrastructure:        infraCfg,
+			Manager:                   h.managerOptions(name.Role()),
+			ControllerName:            controllerName,
+			Limits:                    h.limits(name),
+			WorkerClasses:             h.opts.WorkerClasses,
+			BootstrapTokenTTL:         h.opts.BootstrapTokenTTL,
+			ImportFailureRestarts:     h.opts.ImportFailureRestarts,
+			Infrastructure:            infraCfg,
+			ManagementClusterIdentity: h.opts.ManagementClusterIdentity,
 		})
 		if err != nil {
 			return nil, err
@@ -433,4 +434,15 @@ func prefixWebhookConfigurations(parts map[string]string) (string, error) {
 		}
 	}
 	return dir, nil
+}
+
+// ManagementClusterIdentity is the identity the harness's infrastructure
+// provider gives the objects it makes in a remote infrastructure cluster:
+// Options.ManagementClusterIdentity, or the management apiserver's
+// kube-system UID, as the provider derives it.
+func (h *Harness) ManagementClusterIdentity(ctx context.Context) (string, error) {
+	if h.opts.ManagementClusterIdentity != "" {
+		return h.opts.ManagementClusterIdentity, nil
+	}
+	return infrasetup.DefaultManagementClusterIdentity(ctx, h.Client)
 }

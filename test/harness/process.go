@@ -120,6 +120,9 @@ func (h *Harness) startProcess(ctx context.Context, name components.Name, contro
 			return err
 		}
 		args = append(args, "--infrastructure-kubeconfig", infraKubeconfig)
+		if h.opts.ManagementClusterIdentity != "" {
+			args = append(args, "--management-cluster-identity", h.opts.ManagementClusterIdentity)
+		}
 	}
 	logDir, err := h.processLogDir()
 	if err != nil {

@@ -133,7 +133,11 @@ func TestClusterctlMoveCarriesAJoinedPool(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	source := startScenarioHarness(t, harness.Options{RemoteInfrastructure: true})
-	target := startScenarioHarness(t, harness.Options{InfrastructureOf: source})
+	// The hand-over: the target's provider runs with the source's identity
+	// (--management-cluster-identity), so that it may take the VMs over.
+	identity, err := source.ManagementClusterIdentity(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	target := startScenarioHarness(t, harness.Options{InfrastructureOf: source, ManagementClusterIdentity: identity})
 	key := client.ObjectKey{Namespace: "clusterctl-move", Name: "tenant"}
 	w, err := source.CreateCluster(ctx, key, harness.ClusterOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
@@ -149,6 +153,7 @@ func TestClusterctlMoveCarriesAJoinedPool(t *testing.T) {
 		g.Expect(source.Client.Get(ctx, vmKey(m), vm)).To(Succeed())
 		g.Expect(vm.OwnerReferences).To(BeEmpty(), "the remote mode labels the VM side instead of owning it")
 		g.Expect(vm.Labels).To(HaveKeyWithValue(infrav1.MachineNameLabel, m.Spec.InfrastructureRef.Name))
+		g.Expect(vm.Labels).To(HaveKeyWithValue(infrav1.ManagementClusterLabel, identity))
 		vms[vm.Name] = vm.UID
 	}
 

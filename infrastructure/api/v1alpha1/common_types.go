@@ -28,6 +28,14 @@ const (
 	// it.
 	MachineNameLabel = "infrastructure.cozystack.io/kubevirt-machine"
 
+	// ManagementClusterLabel names, on every object the provider creates in
+	// an infrastructure cluster of its own (--infrastructure-kubeconfig),
+	// the management cluster whose machine it is: several management
+	// clusters may share one infrastructure cluster, and a machine adopts
+	// or deletes only the objects of its own management cluster's identity
+	// (--management-cluster-identity).
+	ManagementClusterLabel = "infrastructure.cozystack.io/management-cluster"
+
 	// WorkerClassLabel names the WorkerClass a KubeVirtMachineTemplate uses.
 	// The class controller finds the templates that use a class by this
 	// label, without importing this API.

@@ -71,17 +71,55 @@ type Cluster struct {
 	// objects carry only its labels, and the machine controller deletes
 	// them by name: nothing else would.
 	Remote bool
+	// Identity is the management cluster's identity in a remote cluster,
+	// which every object created there carries as its
+	// infrav1.ManagementClusterLabel: several management clusters may
+	// share one infrastructure cluster, and a machine takes as its own only
+	// objects of its management cluster's identity. Empty for the
+	// management cluster itself.
+	Identity string
+}
+
+// Labels returns the labels every object a machine creates in the cluster
+// carries besides its machine and cluster names: the management cluster's
+// identity in a remote cluster, nothing in the management cluster.
+func (c *Cluster) Labels() map[string]string {
+	if !c.Remote {
+		return nil
+	}
+	return map[string]string{infrav1.ManagementClusterLabel: c.Identity}
+}
+
+// Labelled reports whether o carries the machine's labels: its name and,
+// in a remote cluster, this management cluster's identity. A
+// VirtualMachineInstance, which KubeVirt owns, is the machine's so.
+func (c *Cluster) Labelled(o metav1.Object, kvm *infrav1.KubeVirtMachine) bool {
+	return o.GetNamespace() == kvm.Namespace &&
+		o.GetLabels()[infrav1.MachineNameLabel] == kvm.Name &&
+		(!c.Remote || o.GetLabels()[infrav1.ManagementClusterLabel] == c.Identity)
+}
+
+// OfAnotherManagementCluster reports whether o, in a remote cluster, is
+// labelled with a machine's name but not with this management cluster's
+// identity: a machine of the same namespace and name in another
+// management cluster that shares the infrastructure cluster.
+func (c *Cluster) OfAnotherManagementCluster(o metav1.Object) bool {
+	if !c.Remote {
+		return false
+	}
+	_, machine := o.GetLabels()[infrav1.MachineNameLabel]
+	return machine && o.GetLabels()[infrav1.ManagementClusterLabel] != c.Identity
 }
 
 // Controls reports whether o is the machine's own: controlled by the
 // KubeVirtMachine in the management cluster; in a remote cluster, labelled
-// with the machine's name and controlled by nobody. A machine moved to
-// another management cluster (a new UID) finds its objects so.
+// with the machine's name and this management cluster's identity and
+// controlled by nobody. A machine moved to another management cluster (a
+// new UID) of the same identity finds its objects so; an object of
+// another identity is never the machine's.
 func (c *Cluster) Controls(o metav1.Object, kvm *infrav1.KubeVirtMachine) bool {
 	if !c.Remote {
 		return metav1.IsControlledBy(o, kvm)
 	}
-	return o.GetNamespace() == kvm.Namespace &&
-		o.GetLabels()[infrav1.MachineNameLabel] == kvm.Name &&
-		metav1.GetControllerOfNoCopy(o) == nil
+	return c.Labelled(o, kvm) && metav1.GetControllerOfNoCopy(o) == nil
 }

@@ -31,7 +31,9 @@ func TestControls(t *testing.T) {
 	controller := func(uid string) metav1.OwnerReference {
 		return metav1.OwnerReference{APIVersion: infrav1.GroupVersion.String(), Kind: "KubeVirtMachine", Name: "worker-0", UID: apitypes.UID(uid), Controller: ptr.To(true)}
 	}
-	labelled := map[string]string{infrav1.MachineNameLabel: "worker-0"}
+	labelled := map[string]string{infrav1.MachineNameLabel: "worker-0", infrav1.ManagementClusterLabel: "mgmt-a"}
+	ofAnother := map[string]string{infrav1.MachineNameLabel: "worker-0", infrav1.ManagementClusterLabel: "mgmt-b"}
+	ofNone := map[string]string{infrav1.MachineNameLabel: "worker-0"}
 	tests := []struct {
 		name          string
 		obj           metav1.ObjectMeta
@@ -40,7 +42,9 @@ func TestControls(t *testing.T) {
 		{name: "controlled by the machine", obj: metav1.ObjectMeta{Namespace: "tenant", Labels: labelled, OwnerReferences: []metav1.OwnerReference{controller("kvm-uid")}}, local: true},
 		{name: "controlled by an earlier machine of the name", obj: metav1.ObjectMeta{Namespace: "tenant", Labels: labelled, OwnerReferences: []metav1.OwnerReference{controller("old-uid")}}},
 		{name: "labelled, controlled by nobody (a remote cluster's, or a machine moved with a new UID)", obj: metav1.ObjectMeta{Namespace: "tenant", Labels: labelled}, remote: true},
-		{name: "labelled for another machine", obj: metav1.ObjectMeta{Namespace: "tenant", Labels: map[string]string{infrav1.MachineNameLabel: "worker-1"}}},
+		{name: "labelled for another machine", obj: metav1.ObjectMeta{Namespace: "tenant", Labels: map[string]string{infrav1.MachineNameLabel: "worker-1", infrav1.ManagementClusterLabel: "mgmt-a"}}},
+		{name: "labelled for the machine of the name in another management cluster", obj: metav1.ObjectMeta{Namespace: "tenant", Labels: ofAnother}},
+		{name: "labelled for the machine without a management cluster's identity", obj: metav1.ObjectMeta{Namespace: "tenant", Labels: ofNone}},
 		{name: "labelled in another namespace", obj: metav1.ObjectMeta{Namespace: "other", Labels: labelled}},
 		{name: "not labelled", obj: metav1.ObjectMeta{Namespace: "tenant"}},
 	}
@@ -49,8 +53,32 @@ func TestControls(t *testing.T) {
 			if got := (&Cluster{}).Controls(&tt.obj, kvm); got != tt.local {
 				t.Errorf("in the management cluster: Controls = %v, want %v", got, tt.local)
 			}
-			if got := (&Cluster{Remote: true}).Controls(&tt.obj, kvm); got != tt.remote {
+			if got := (&Cluster{Remote: true, Identity: "mgmt-a"}).Controls(&tt.obj, kvm); got != tt.remote {
 				t.Errorf("in a remote cluster: Controls = %v, want %v", got, tt.remote)
+			}
+		})
+	}
+}
+
+func TestOfAnotherManagementCluster(t *testing.T) {
+	remote := &Cluster{Remote: true, Identity: "mgmt-a"}
+	for _, tt := range []struct {
+		name   string
+		labels map[string]string
+		want   bool
+	}{
+		{name: "this management cluster's", labels: map[string]string{infrav1.MachineNameLabel: "w", infrav1.ManagementClusterLabel: "mgmt-a"}},
+		{name: "another management cluster's", labels: map[string]string{infrav1.MachineNameLabel: "w", infrav1.ManagementClusterLabel: "mgmt-b"}, want: true},
+		{name: "a machine's without an identity", labels: map[string]string{infrav1.MachineNameLabel: "w"}, want: true},
+		{name: "nobody's machine", labels: map[string]string{"app": "w"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			o := &metav1.ObjectMeta{Labels: tt.labels}
+			if got := remote.OfAnotherManagementCluster(o); got != tt.want {
+				t.Errorf("in a remote cluster: OfAnotherManagementCluster = %v, want %v", got, tt.want)
+			}
+			if (&Cluster{}).OfAnotherManagementCluster(o) {
+				t.Error("in the management cluster: OfAnotherManagementCluster = true, want false")
 			}
 		})
 	}

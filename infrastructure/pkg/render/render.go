@@ -23,6 +23,7 @@ package render
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -81,6 +82,10 @@ type Input struct {
 	// to an infrastructure cluster other than the machine's, where it
 	// cannot point. Their labels name the machine.
 	Unowned bool
+	// ExtraLabels are added to every object's labels and the instance's:
+	// in an infrastructure cluster of its own, the management cluster's
+	// identity (infracluster.Cluster.Labels).
+	ExtraLabels map[string]string
 }
 
 // Objects are a machine's rendered objects.
@@ -123,6 +128,7 @@ func Render(in Input) (*Objects, field.ErrorList) {
 	m := in.Machine
 	spec := &m.Spec
 	labels := Labels(in.ClusterName, m.Name)
+	maps.Copy(labels, in.ExtraLabels)
 	var owners []metav1.OwnerReference
 	if !in.Unowned {
 		owners = []metav1.OwnerReference{ownerReference(m)}

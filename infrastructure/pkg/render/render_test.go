@@ -19,6 +19,7 @@ package render
 import (
 	"bytes"
 	"encoding/json"
+	"maps"
 	"reflect"
 	"strings"
 	"testing"
@@ -206,9 +207,13 @@ func TestIdentity(t *testing.T) {
 	// machine: an owner reference cannot point across clusters.
 	in := input(machine(withRootDisk("10Gi")), infrav1.ImageSource{HTTPImport: &infrav1.HTTPImportSource{URL: "https://x.example.com/d.raw", CABundle: testCA}})
 	in.Unowned = true
+	in.ExtraLabels = map[string]string{infrav1.ManagementClusterLabel: "mgmt-a"}
 	out = mustRender(t, in)
+	remoteLabels := map[string]string{infrav1.ManagementClusterLabel: "mgmt-a"}
+	maps.Copy(remoteLabels, wantLabels)
+	g.Expect(out.VirtualMachine.Spec.Template.ObjectMeta.Labels).To(Equal(remoteLabels), "the VMI carries the management cluster's identity")
 	for _, obj := range []metav1.Object{out.VirtualMachine, out.RootDataVolume, out.ImportCA, out.UserData} {
-		g.Expect(obj.GetLabels()).To(Equal(wantLabels))
+		g.Expect(obj.GetLabels()).To(Equal(remoteLabels))
 		g.Expect(obj.GetOwnerReferences()).To(BeEmpty(), "%s", obj.GetName())
 	}
 }

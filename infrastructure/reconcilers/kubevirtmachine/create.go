@@ -106,6 +106,7 @@ func (r *Reconciler) ensureVirtualMachine(ctx context.Context, s *scope) (*kubev
 		UserData:      userData,
 		Preference:    preference,
 		Unowned:       infra.Remote,
+		ExtraLabels:   infra.Labels(),
 	})
 	if len(errs) > 0 {
 		return nil, waitingFor(infrav1.InvalidSpecReason, errs.ToAggregate().Error()), nil
@@ -276,6 +277,13 @@ func refusal(kind, name string, err error) *blocked {
 func (r *Reconciler) notControlled(o client.Object, kvm *infrav1.KubeVirtMachine, kind string) *blocked {
 	if r.Infrastructure.Controls(o, kvm) {
 		return nil
+	}
+	if r.Infrastructure.OfAnotherManagementCluster(o) {
+		// A machine of the same namespace and name in another management
+		// cluster that shares the infrastructure cluster: never adopted,
+		// never deleted, whatever its state.
+		return &blocked{status: metav1.ConditionFalse, reason: infrav1.NameConflictReason,
+			message: fmt.Sprintf("%s %s exists and belongs to another management cluster", kind, o.GetName())}
 	}
 	if !o.GetDeletionTimestamp().IsZero() {
 		return waitingFor(infrav1.WaitingForOldVirtualMachineReason,

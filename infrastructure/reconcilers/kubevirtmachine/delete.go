@@ -69,7 +69,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) error {
 		return nil
 	}
 	controlled := func(o client.Object) bool { return infra.Controls(o, kvm) }
-	labelled := func(o client.Object) bool { return o.GetLabels()[infrav1.MachineNameLabel] == kvm.Name }
+	labelled := func(o client.Object) bool { return infra.Labelled(o, kvm) }
 
 	waitForAll := func(reader client.Reader) error {
 		vm := &kubevirtv1.VirtualMachine{ObjectMeta: metav1.ObjectMeta{Name: key.Name}}

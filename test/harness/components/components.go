@@ -149,6 +149,10 @@ type Options struct {
 	// cluster (--infrastructure-kubeconfig); the management cluster when
 	// nil.
 	Infrastructure *rest.Config
+	// ManagementClusterIdentity is the infrastructure provider's
+	// --management-cluster-identity; the management cluster's kube-system
+	// UID when empty.
+	ManagementClusterIdentity string
 }
 
 // Component is one component's manager, not started.
@@ -285,11 +289,12 @@ func (c *Component) infrastructure(ctx context.Context, cfg *rest.Config, opts O
 	}
 	c.Manager = mgr
 	if err := infrasetup.Reconcilers(ctx, mgr, infrasetup.Options{
-		ControllerName:        opts.ControllerName,
-		WorkerClasses:         opts.WorkerClasses,
-		ImportFailureRestarts: opts.ImportFailureRestarts,
-		Infrastructure:        opts.Infrastructure,
-		SyncPeriod:            opts.SyncPeriod,
+		ControllerName:            opts.ControllerName,
+		WorkerClasses:             opts.WorkerClasses,
+		ImportFailureRestarts:     opts.ImportFailureRestarts,
+		Infrastructure:            opts.Infrastructure,
+		ManagementClusterIdentity: opts.ManagementClusterIdentity,
+		SyncPeriod:                opts.SyncPeriod,
 		// The flag defaults.
 		MachineConcurrency:  infrasetup.DefaultMachineConcurrency,
 		TemplateConcurrency: infrasetup.DefaultTemplateConcurrency,

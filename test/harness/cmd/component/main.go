@@ -71,6 +71,7 @@ func main() {
 	fs.DurationVar(&opts.BootstrapTokenTTL, "bootstrap-token-ttl", 0, "bootstrap token lifetime; the provider's default when 0")
 	var infraKubeconfig string
 	fs.StringVar(&infraKubeconfig, "infrastructure-kubeconfig", "", "kubeconfig of the infrastructure cluster the VMs run in (infrastructure); the management cluster when empty")
+	fs.StringVar(&opts.ManagementClusterIdentity, "management-cluster-identity", "", "identity of the management cluster in the infrastructure cluster (infrastructure); its kube-system UID when empty")
 	var restarts int
 	fs.IntVar(&restarts, "import-failure-restarts", 0, "importer restarts that fail an import; the provider's default when 0")
 	// controller-runtime's --kubeconfig, as the production binaries bind it.
