@@ -49,7 +49,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/rest"
 	certutil "k8s.io/client-go/util/cert"
 	"k8s.io/utils/ptr"
 	kubevirtv1 "kubevirt.io/api/core/v1"
@@ -352,11 +351,6 @@ func (c *ControlPlane) kubeconfig(env *envtest.Environment, component, user stri
 	}
 	path := filepath.Join(c.dir, component+".kubeconfig")
 	return path, envtest.WriteKubeconfig(path, "kubevirt", cfg)
-}
-
-// HandlerConfig returns a rest.Config acting as virt-handler.
-func HandlerConfig(env *envtest.Environment) (*rest.Config, error) {
-	return env.AddUser(HandlerUser)
 }
 
 // Stop stops virt-controller and virt-api.

@@ -193,22 +193,9 @@ func (r *Report) Provider() string {
 	}
 }
 
-// Run starts a harness, creates a workload cluster with a pool at zero
-// (Kairos, or the kubeadm peer), scales it to N and measures. The harness
-// is stopped before the floor is measured on a bare apiserver, so the two
-// do not share the CPU.
-func Run(ctx context.Context, cfg Config) (*Report, error) {
-	report, objs, err := run(ctx, cfg)
-	if err != nil || cfg.SkipFloor {
-		return report, err
-	}
-	if report.Floor, err = measureFloor(ctx, objs, cfg.FloorWorkers); err != nil {
-		return nil, err
-	}
-	return report, nil
-}
-
-// run is Run without the floor; it returns the objects the floor writes.
+// run starts a harness, creates a workload cluster with a pool at zero
+// (Kairos, or the kubeadm peer), scales it to N and measures; it returns
+// the objects the floor writes.
 func run(ctx context.Context, cfg Config) (*Report, []*unstructured.Unstructured, error) {
 	cfg.defaults()
 	if cfg.Machines < 1 {

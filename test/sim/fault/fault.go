@@ -30,9 +30,6 @@ import (
 // Selector picks the objects a fault applies to.
 type Selector func(client.Object) bool
 
-// All selects every object.
-func All() Selector { return func(client.Object) bool { return true } }
-
 // Named selects one object.
 func Named(key client.ObjectKey) Selector {
 	return func(o client.Object) bool { return o.GetNamespace() == key.Namespace && o.GetName() == key.Name }
