@@ -121,19 +121,30 @@ func Labels(clusterName, machineName string) map[string]string {
 
 // Render renders a machine's objects, or the field errors that prevent it.
 func Render(in Input) (*Objects, field.ErrorList) {
-	errs := validateInput(in)
-	if len(errs) > 0 {
+	if errs := validateInput(in); len(errs) > 0 {
 		return nil, errs
 	}
+	meta := objectMetaFor(in)
+	out := &Objects{UserData: userDataSecret(in, meta)}
+	root := rootVolume(in, meta, out)
+	vmi := instanceSpec(in, root, cloudInitVolume(in.Datasource, out.UserData.Name))
+	out.VirtualMachine = virtualMachine(in, meta, vmi)
+	return out, nil
+}
+
+// objectMeta names one of a machine's objects in the machine's namespace,
+// with its labels and, unless the objects are unowned, the machine as owner.
+type objectMeta func(name string) metav1.ObjectMeta
+
+func objectMetaFor(in Input) objectMeta {
 	m := in.Machine
-	spec := &m.Spec
 	labels := Labels(in.ClusterName, m.Name)
 	maps.Copy(labels, in.ExtraLabels)
 	var owners []metav1.OwnerReference
 	if !in.Unowned {
 		owners = []metav1.OwnerReference{ownerReference(m)}
 	}
-	meta := func(name string) metav1.ObjectMeta {
+	return func(name string) metav1.ObjectMeta {
 		return metav1.ObjectMeta{
 			Name:            name,
 			Namespace:       m.Namespace,
@@ -141,57 +152,72 @@ func Render(in Input) (*Objects, field.ErrorList) {
 			OwnerReferences: slices.Clone(owners),
 		}
 	}
+}
 
-	out := &Objects{
-		UserData: &corev1.Secret{
-			TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
-			ObjectMeta: meta(UserDataSecretName(m.Name)),
-			Type:       corev1.SecretTypeOpaque,
-			Data:       map[string][]byte{UserDataKey: append([]byte(nil), in.UserData...)},
-		},
+func userDataSecret(in Input, meta objectMeta) *corev1.Secret {
+	return &corev1.Secret{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
+		ObjectMeta: meta(UserDataSecretName(in.Machine.Name)),
+		Type:       corev1.SecretTypeOpaque,
+		Data:       map[string][]byte{UserDataKey: append([]byte(nil), in.UserData...)},
 	}
+}
 
-	rootVolume := kubevirtv1.Volume{Name: rootVolumeName}
-	switch {
-	case in.Image.ContainerDisk != nil:
-		rootVolume.ContainerDisk = &kubevirtv1.ContainerDiskSource{
+// rootVolume is the VM's root disk: the container disk itself, or the
+// DataVolume (and an HTTP import's CA ConfigMap) it renders into out.
+func rootVolume(in Input, meta objectMeta, out *Objects) kubevirtv1.Volume {
+	volume := kubevirtv1.Volume{Name: rootVolumeName}
+	if in.Image.ContainerDisk != nil {
+		volume.ContainerDisk = &kubevirtv1.ContainerDiskSource{
 			Image:           in.Image.ContainerDisk.Reference,
 			ImagePullPolicy: corev1.PullIfNotPresent,
 		}
-	default:
-		dv := &cdiv1.DataVolume{
-			TypeMeta:   metav1.TypeMeta{APIVersion: cdiv1.SchemeGroupVersion.String(), Kind: "DataVolume"},
-			ObjectMeta: meta(RootDataVolumeName(m.Name)),
-			Spec:       cdiv1.DataVolumeSpec{Storage: storageSpec(spec.RootDisk)},
-		}
-		dv.Annotations = map[string]string{KeepAfterCompletionAnnotation: "false"}
-		switch {
-		case in.Image.HTTPImport != nil:
-			http := &cdiv1.DataVolumeSourceHTTP{URL: in.Image.HTTPImport.URL}
-			if in.Image.HTTPImport.CABundle != "" {
-				out.ImportCA = &corev1.ConfigMap{
-					TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
-					ObjectMeta: meta(ImportCAConfigMapName(m.Name)),
-					Data:       map[string]string{ImportCAKey: in.Image.HTTPImport.CABundle},
-				}
-				http.CertConfigMap = out.ImportCA.Name
+		return volume
+	}
+	m := in.Machine
+	dv := &cdiv1.DataVolume{
+		TypeMeta:   metav1.TypeMeta{APIVersion: cdiv1.SchemeGroupVersion.String(), Kind: "DataVolume"},
+		ObjectMeta: meta(RootDataVolumeName(m.Name)),
+		Spec:       cdiv1.DataVolumeSpec{Storage: storageSpec(m.Spec.RootDisk)},
+	}
+	dv.Annotations = map[string]string{KeepAfterCompletionAnnotation: "false"}
+	if in.Image.HTTPImport != nil {
+		http := &cdiv1.DataVolumeSourceHTTP{URL: in.Image.HTTPImport.URL}
+		if in.Image.HTTPImport.CABundle != "" {
+			out.ImportCA = &corev1.ConfigMap{
+				TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
+				ObjectMeta: meta(ImportCAConfigMapName(m.Name)),
+				Data:       map[string]string{ImportCAKey: in.Image.HTTPImport.CABundle},
 			}
-			dv.Spec.Source = &cdiv1.DataVolumeSource{HTTP: http}
-		default:
-			setCloneSource(&dv.Spec, in.Image.Clone, m.Namespace)
+			http.CertConfigMap = out.ImportCA.Name
 		}
-		out.RootDataVolume = dv
-		rootVolume.DataVolume = &kubevirtv1.DataVolumeSource{Name: dv.Name}
-	}
-
-	cloudInitVolume := kubevirtv1.Volume{Name: cloudInitVolumeName}
-	secretRef := &corev1.LocalObjectReference{Name: out.UserData.Name}
-	if in.Datasource == infrav1.ConfigDriveDatasource {
-		cloudInitVolume.CloudInitConfigDrive = &kubevirtv1.CloudInitConfigDriveSource{UserDataSecretRef: secretRef}
+		dv.Spec.Source = &cdiv1.DataVolumeSource{HTTP: http}
 	} else {
-		cloudInitVolume.CloudInitNoCloud = &kubevirtv1.CloudInitNoCloudSource{UserDataSecretRef: secretRef}
+		setCloneSource(&dv.Spec, in.Image.Clone, m.Namespace)
 	}
+	out.RootDataVolume = dv
+	volume.DataVolume = &kubevirtv1.DataVolumeSource{Name: dv.Name}
+	return volume
+}
 
+// cloudInitVolume hands the user data Secret to the guest through the
+// datasource the machine asks for.
+func cloudInitVolume(datasource infrav1.CloudInitDatasource, userDataSecretName string) kubevirtv1.Volume {
+	volume := kubevirtv1.Volume{Name: cloudInitVolumeName}
+	secretRef := &corev1.LocalObjectReference{Name: userDataSecretName}
+	if datasource == infrav1.ConfigDriveDatasource {
+		volume.CloudInitConfigDrive = &kubevirtv1.CloudInitConfigDriveSource{UserDataSecretRef: secretRef}
+	} else {
+		volume.CloudInitNoCloud = &kubevirtv1.CloudInitNoCloudSource{UserDataSecretRef: secretRef}
+	}
+	return volume
+}
+
+// instanceSpec is the instance the VM starts: its disks, devices,
+// networks and placement, and its size unless an instancetype sets it.
+func instanceSpec(in Input, root, cloudInit kubevirtv1.Volume) kubevirtv1.VirtualMachineInstanceSpec {
+	m := in.Machine
+	spec := &m.Spec
 	interfaces, networks := renderNetworks(spec.Networks)
 	vmi := kubevirtv1.VirtualMachineInstanceSpec{
 		Domain: kubevirtv1.DomainSpec{
@@ -207,7 +233,7 @@ func Render(in Input) (*Objects, field.ErrorList) {
 		},
 		Hostname:     m.Name,
 		Networks:     networks,
-		Volumes:      []kubevirtv1.Volume{rootVolume, cloudInitVolume},
+		Volumes:      []kubevirtv1.Volume{root, cloudInit},
 		Affinity:     affinity(spec.Affinity, in.FailureDomain),
 		Tolerations:  append([]corev1.Toleration(nil), spec.Tolerations...),
 		Architecture: string(spec.Architecture),
@@ -220,18 +246,25 @@ func Render(in Input) (*Objects, field.ErrorList) {
 	if spec.EvictionStrategy != "" {
 		vmi.EvictionStrategy = ptr.To(kubevirtv1.EvictionStrategy(spec.EvictionStrategy))
 	}
+	return vmi
+}
 
+// virtualMachine is the VM running the instance, with its run strategy
+// and the instancetype and preference it names.
+func virtualMachine(in Input, meta objectMeta, vmi kubevirtv1.VirtualMachineInstanceSpec) *kubevirtv1.VirtualMachine {
+	spec := &in.Machine.Spec
 	runStrategy := kubevirtv1.RunStrategyAlways
 	if spec.RunStrategy != "" {
 		runStrategy = kubevirtv1.VirtualMachineRunStrategy(spec.RunStrategy)
 	}
+	vmMeta := meta(in.Machine.Name)
 	vm := &kubevirtv1.VirtualMachine{
 		TypeMeta:   metav1.TypeMeta{APIVersion: kubevirtv1.SchemeGroupVersion.String(), Kind: "VirtualMachine"},
-		ObjectMeta: meta(m.Name),
+		ObjectMeta: vmMeta,
 		Spec: kubevirtv1.VirtualMachineSpec{
 			RunStrategy: &runStrategy,
 			Template: &kubevirtv1.VirtualMachineInstanceTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: copyMap(labels)},
+				ObjectMeta: metav1.ObjectMeta{Labels: copyMap(vmMeta.Labels)},
 				Spec:       vmi,
 			},
 		},
@@ -242,8 +275,7 @@ func Render(in Input) (*Objects, field.ErrorList) {
 	if spec.Preference != nil {
 		vm.Spec.Preference = &kubevirtv1.PreferenceMatcher{Kind: string(spec.Preference.EffectiveKind()), Name: spec.Preference.Name}
 	}
-	out.VirtualMachine = vm
-	return out, nil
+	return vm
 }
 
 func validateInput(in Input) field.ErrorList {
