@@ -23,6 +23,18 @@ limitations under the License.
 // on a version our own writes replaced can do nothing.
 // (kube-controller-manager's ControllerExpectations solve the same
 // problem.)
+//
+// Why not Cluster API v1.14's own guard (util/controller's consistency
+// store, behind the ReconcilerRateLimiting gate), which covers the same
+// case for objects in the manager's cache: it only holds a stale
+// reconcile back, requeueing it every 100 ms until the cache has the
+// write, so each step of a reconcile still waits for its watch event,
+// while a Recorder lets the reconcile that wrote go on from its own last
+// write (issue #30's round trips, docs/benchmarks.md). It also sees only
+// the manager's cache: the VMs in a remote infrastructure cluster live in
+// another cache, and the token-record Secrets are read through a
+// label-selected one, for which the guard would open an informer on every
+// Secret.
 package ownwrites
 
 import (
