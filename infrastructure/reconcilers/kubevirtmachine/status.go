@@ -280,12 +280,14 @@ func staleClaimStatus(o *observation) (metav1.Condition, bool) {
 }
 
 // virtualMachineStatus reports what the VM's printable status says of a
-// failure or a wait.
+// failure or a wait. Its Unschedulable is not read here: virt-controller
+// derives it from the instance's PodScheduled=False and writes it after
+// the instance, and the two reach our caches apart, so the VM can still
+// say Unschedulable of an instance already scheduled (or not in the cache
+// yet). The instance as we see it decides (pendingInstance).
 func virtualMachineStatus(o *observation) (metav1.Condition, bool) {
-	vm, vmi := o.vm, o.vmi
+	vm := o.vm
 	switch vm.Status.PrintableStatus {
-	case kubevirtv1.VirtualMachineStatusUnschedulable:
-		return condition(vmProvisioned, metav1.ConditionFalse, infrav1.UnschedulableReason, unschedulableMessage(vm, vmi)), true
 	case kubevirtv1.VirtualMachineStatusErrImagePull, kubevirtv1.VirtualMachineStatusImagePullBackOff:
 		return condition(vmProvisioned, metav1.ConditionFalse, infrav1.ImagePullFailedReason,
 			fmt.Sprintf("Container disk cannot be pulled (%s)%s", vm.Status.PrintableStatus, vmFailureDetail(vm))), true
