@@ -193,6 +193,10 @@ func TestIdleObjectsAreNotRewritten(t *testing.T) {
 		expectCondition(g, kc, infrav1.ReadyCondition, metav1.ConditionTrue, infrav1.ReadyReason)
 	}).Should(Succeed())
 
+	// The recorder sends the machine's Events in the background; they
+	// are writes to the namespace too.
+	waitForEvents(t, "KubeVirtMachine", kvm, "RootDiskCreated", "VirtualMachineCreated", "Provisioned")
+
 	objects := []client.Object{kvm, tmpl, kc,
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "idle-userdata", Namespace: tc.namespace}}}
 	versions := make([]string, len(objects))

@@ -18,11 +18,14 @@ package kairosconfig
 
 import (
 	"context"
+	"fmt"
+	"sort"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
 	"k8s.io/utils/ptr"
@@ -79,6 +82,7 @@ func reconcileAlone(g Gomega, cm *controllerManager, w *worker, now time.Time) (
 		ClusterCache:        cm.reconciler.ClusterCache,
 		TokenTTL:            cm.reconciler.TokenTTL,
 		InfrastructureKinds: cm.reconciler.InfrastructureKinds,
+		Recorder:            cm.reconciler.Recorder,
 		now:                 func() time.Time { return now },
 		expect:              newExpectations(),
 	}
@@ -102,7 +106,9 @@ func TestOneMachineIsWrittenOnceFromCreationToJoin(t *testing.T) {
 	f.waitForData(w)
 	tok, _ := f.storedToken(w)
 	ours := requestsOf(f, tok.ID)
-	writes := func(r requests.Request) bool { return ours(r) && r.IsWrite() }
+	// The Events are writes the recorder sends in the background: counted
+	// on their own, below.
+	writes := func(r requests.Request) bool { return ours(r) && r.IsWrite() && r.Resource != "events" }
 	reads := func(r requests.Request) bool { return ours(r) && !r.IsWrite() }
 
 	// Until the data is ready: the finalizer, Paused=False (Cluster API's
@@ -141,6 +147,24 @@ func TestOneMachineIsWrittenOnceFromCreationToJoin(t *testing.T) {
 
 	// Every read of the controller was a cache hit.
 	g.Expect(cm.requests.Strings(reads)).To(BeEmpty())
+
+	// One Event for each transition of the machine's life, each created
+	// once and never made a series: the reconciles the Machine's, the
+	// Cluster's and the Node's events caused added none.
+	lifeEvents := []string{
+		"Normal BootstrapDataReady Render: Wrote the bootstrap data Secret worker-0 (join mode Stages)",
+		"Normal BootstrapTokenRevoked Revoke: Revoked the bootstrap token in the workload cluster: the node joined",
+	}
+	g.Eventually(func(g Gomega) []string { return eventsOf(g, w.config) }, eventually, 50*time.Millisecond).Should(Equal(lifeEvents))
+	eventWrites := func(r requests.Request) bool { return ours(r) && r.IsWrite() && r.Resource == "events" }
+	g.Consistently(func(g Gomega) {
+		g.Expect(eventsOf(g, w.config)).To(Equal(lifeEvents))
+		sent := cm.requests.Requests(eventWrites)
+		g.Expect(sent).To(HaveLen(len(lifeEvents)))
+		for _, r := range sent {
+			g.Expect(r.Verb).To(Equal("create"))
+		}
+	}, time.Second, 100*time.Millisecond).Should(Succeed())
 
 	// A joined Machine's config costs nothing to reconcile.
 	res, requests := reconcileAlone(g, cm, w, time.Now())
@@ -350,4 +374,27 @@ func TestForgettingATokenKeepsARecordMadeSince(t *testing.T) {
 	// A token without a record to forget is a programming error, not a
 	// deletion by name.
 	g.Expect(r.forgetToken(ctx, config, second)).To(MatchError(ContainSubstring("has no record")))
+}
+
+// eventsOf lists the Events of a config as "type reason action: note",
+// sorted; one the recorder made a series (a repeat) says so, and no note
+// carries bootstrap data or a token.
+func eventsOf(g Gomega, config *bootstrapv1.KairosConfig) []string {
+	list := &eventsv1.EventList{}
+	g.Expect(mgmt.Client.List(suiteCtx, list, client.InNamespace(config.Namespace))).To(Succeed())
+	var out []string
+	for _, e := range list.Items {
+		if e.Regarding.Kind != "KairosConfig" || e.Regarding.Name != config.Name {
+			continue
+		}
+		g.Expect(e.Note).NotTo(ContainSubstring("cloud-config"))
+		g.Expect(e.Note).NotTo(MatchRegexp(`[a-z0-9]{6}\.[a-z0-9]{16}`), "a bootstrap token")
+		line := e.Type + " " + e.Reason + " " + e.Action + ": " + e.Note
+		if e.Series != nil {
+			line += fmt.Sprintf(" (repeated %d times)", e.Series.Count)
+		}
+		out = append(out, line)
+	}
+	sort.Strings(out)
+	return out
 }

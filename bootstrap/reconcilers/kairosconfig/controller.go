@@ -26,6 +26,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -65,6 +66,7 @@ const (
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions,verbs=get;list;watch
 // +kubebuilder:rbac:groups=infrastructure.cozystack.io,resources=kubevirtmachines;kubevirtmachinetemplates,verbs=get;list;watch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconciler reconciles KairosConfigs.
 type Reconciler struct {
@@ -90,6 +92,9 @@ type Reconciler struct {
 	// infrastructure reference and its cloned-from annotations;
 	// KubeVirtKinds when zero.
 	InfrastructureKinds InfrastructureKinds
+	// Recorder emits the configs' Events (events.go); the manager's when
+	// nil.
+	Recorder events.EventRecorder
 
 	controller controller.Controller
 	// templates adds a watch per infrastructure template kind, the first
@@ -112,6 +117,9 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 	}
 	if r.InfrastructureKinds == (InfrastructureKinds{}) {
 		r.InfrastructureKinds = KubeVirtKinds
+	}
+	if r.Recorder == nil {
+		r.Recorder = mgr.GetEventRecorder("kairosconfig-controller")
 	}
 	r.expect = newExpectations()
 	if err := indexFields(ctx, mgr.GetFieldIndexer()); err != nil {

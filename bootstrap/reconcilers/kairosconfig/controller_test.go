@@ -169,6 +169,8 @@ func TestMachineDeletedAndTheTokenIsDeleted(t *testing.T) {
 	g.Expect(mgmt.Client.Delete(suiteCtx, w.machine)).To(Succeed())
 	g.Eventually(func() bool { _, err := workloadToken(tok.ID); return apierrors.IsNotFound(err) }, eventually, 100*time.Millisecond).Should(BeTrue())
 	g.Eventually(func() bool { _, found := f.storedToken(w); return found }, eventually, 100*time.Millisecond).Should(BeFalse())
+	g.Eventually(func(g Gomega) []string { return eventsOf(g, w.config) }, eventually, 100*time.Millisecond).Should(ContainElement(
+		"Normal BootstrapTokenRevoked Revoke: Revoked the bootstrap token in the workload cluster: its Machine is being deleted"))
 }
 
 func TestConfigDeletedRevokesTheTokenBeforeItGoes(t *testing.T) {

@@ -75,6 +75,7 @@ func (r *Reconciler) render(ctx context.Context, s *scope) (ctrl.Result, error) 
 		return ctrl.Result{}, err
 	}
 	ctrl.LoggerFrom(ctx).Info("Wrote the bootstrap data", "Secret", klog.KRef(config.Namespace, config.Name), "joinMode", joinMode(config))
+	r.recordDataReady(s)
 	config.Status.DataSecretName = config.Name
 	config.Status.Initialization.DataSecretCreated = ptr.To(true)
 	markAvailable(config)

@@ -451,6 +451,7 @@ func (r *Reconciler) revoke(ctx context.Context, s *scope, t token) error {
 			return err
 		}
 		log.Info("Revoked the bootstrap token", "tokenID", t.ID)
+		r.recordRevoked(s)
 	}
 	if err := r.forgetToken(ctx, s.config, t); err != nil {
 		return err

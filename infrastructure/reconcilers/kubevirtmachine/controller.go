@@ -27,6 +27,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
@@ -78,6 +79,7 @@ const BootstrapDataKey = "value"
 // +kubebuilder:rbac:groups=cdi.kubevirt.io,resources=datavolumes/source,verbs=create
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconciler reconciles KubeVirtMachines.
 type Reconciler struct {
@@ -105,6 +107,9 @@ type Reconciler struct {
 	// import which shared import to clone, or what it waits for. Nil with a
 	// remote infrastructure cluster: every machine imports its own image.
 	SharedImages *sharedimage.Images
+	// Recorder emits the machine's Events (events.go); the manager's
+	// when nil.
+	Recorder events.EventRecorder
 
 	ownWrites *ownwrites.Versions
 	// createdVMs holds the machines whose VirtualMachine a reconcile
@@ -127,6 +132,9 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 	}
 	if r.ImportFailureRestarts == 0 {
 		r.ImportFailureRestarts = DefaultImportFailureRestarts
+	}
+	if r.Recorder == nil {
+		r.Recorder = mgr.GetEventRecorder("kubevirtmachine-controller")
 	}
 	r.ownWrites = ownwrites.New()
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &infrav1.KubeVirtMachine{}, clonedFromTemplateIndex, clonedFromTemplate); err != nil {
@@ -240,10 +248,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	if kvm.DeletionTimestamp.IsZero() && kvm.Spec.ProviderID == "" {
 		return ctrl.Result{}, fillProviderID(ctx, patchHelper, kvm)
 	}
+	was := transitionsOf(kvm)
 	defer func() {
 		if err := patchKubeVirtMachine(ctx, patchHelper, kvm, reterr == nil); err != nil {
 			reterr = kerrors.NewAggregate([]error{reterr, err})
+			return
 		}
+		r.recordTransitions(kvm, was)
 	}()
 
 	if !kvm.DeletionTimestamp.IsZero() {

@@ -116,7 +116,7 @@ func (r *Reconciler) ensureVirtualMachine(ctx context.Context, s *scope) (*kubev
 		return nil, blocker, err
 	}
 	if objs.ImportCA != nil {
-		if _, blocker, err := ensureCreated(ctx, r, kvm, objs.ImportCA, "ConfigMap"); err != nil || blocker != nil {
+		if _, blocker, err := ensureCreated(ctx, r, kvm, objs.ImportCA, "ConfigMap", nil); err != nil || blocker != nil {
 			return nil, blocker, err
 		}
 	}
@@ -124,11 +124,11 @@ func (r *Reconciler) ensureVirtualMachine(ctx context.Context, s *scope) (*kubev
 		if blocker, err := r.authorizeClone(ctx, image, objs.RootDataVolume); err != nil || blocker != nil {
 			return nil, blocker, err
 		}
-		if _, blocker, err := ensureCreated(ctx, r, kvm, objs.RootDataVolume, "DataVolume"); err != nil || blocker != nil {
+		if _, blocker, err := ensureCreated(ctx, r, kvm, objs.RootDataVolume, "DataVolume", rootDiskCreated(image, objs.RootDataVolume.Name)); err != nil || blocker != nil {
 			return nil, blocker, err
 		}
 	}
-	vm, blocker, err = ensureCreated(ctx, r, kvm, objs.VirtualMachine, "VirtualMachine")
+	vm, blocker, err = ensureCreated(ctx, r, kvm, objs.VirtualMachine, "VirtualMachine", vmCreated(objs.VirtualMachine.Name))
 	if err == nil && blocker == nil {
 		r.createdVMs.Wrote(key, vm.Name)
 	}
@@ -196,7 +196,7 @@ func (r *Reconciler) ensureUserData(ctx context.Context, kvm *infrav1.KubeVirtMa
 	existing := &corev1.Secret{}
 	err := infra.Client.Get(ctx, client.ObjectKeyFromObject(desired), existing)
 	if apierrors.IsNotFound(err) {
-		_, blocker, err := ensureCreated(ctx, r, kvm, desired, "Secret")
+		_, blocker, err := ensureCreated(ctx, r, kvm, desired, "Secret", nil)
 		return blocker, err
 	}
 	if err != nil {
@@ -218,9 +218,10 @@ func (r *Reconciler) ensureUserData(ctx context.Context, kvm *infrav1.KubeVirtMa
 }
 
 // ensureCreated creates desired unless it exists, and returns the live
-// object. It never updates: a machine's VM and disks are immutable. An object
-// of the same name that this machine does not control blocks provisioning.
-func ensureCreated[T client.Object](ctx context.Context, r *Reconciler, kvm *infrav1.KubeVirtMachine, desired T, kind string) (T, *blocked, error) {
+// object; event, when not nil, is the Event of the create. It never
+// updates: a machine's VM and disks are immutable. An object of the same
+// name that this machine does not control blocks provisioning.
+func ensureCreated[T client.Object](ctx context.Context, r *Reconciler, kvm *infrav1.KubeVirtMachine, desired T, kind string, event *created) (T, *blocked, error) {
 	var none T
 	key := client.ObjectKeyFromObject(desired)
 	infra := r.Infrastructure
@@ -248,6 +249,7 @@ func ensureCreated[T client.Object](ctx context.Context, r *Reconciler, kvm *inf
 		return existing, r.notControlled(existing, kvm, kind), nil
 	}
 	ctrl.LoggerFrom(ctx).Info("Created the machine's "+kind, kind, klog.KObj(desired))
+	r.recordCreated(kvm, event)
 	return desired, nil, nil
 }
 

@@ -39,6 +39,9 @@ type rootImage struct {
 	// hoster's catalog, and a template's shared import lives in the
 	// machine's own namespace.
 	chosenBy string
+	// sharedImport names the template's shared import when the source is
+	// a clone of it.
+	sharedImport string
 }
 
 // ownImage is a machine's own spec.image.
@@ -102,11 +105,12 @@ func (r *Reconciler) machineImage(ctx context.Context, kvm *infrav1.KubeVirtMach
 		if wait != nil {
 			return rootImage{}, waitingFor(wait.Reason, wait.Message), nil
 		}
+		shared := sharedimage.Name(template)
 		if kvm.Spec.Image != nil {
 			// The machine's own spec names the bytes and how they boot.
-			return rootImage{source: image, datasource: ownDatasource(kvm)}, nil, nil
+			return rootImage{source: image, datasource: ownDatasource(kvm), sharedImport: shared}, nil, nil
 		}
-		return rootImage{source: image, datasource: resolved.CloudInitDatasource}, nil, nil
+		return rootImage{source: image, datasource: resolved.CloudInitDatasource, sharedImport: shared}, nil, nil
 	}
 	img := rootImage{source: resolved.Image, datasource: resolved.CloudInitDatasource}
 	if resolved.WorkerClassName == "" {

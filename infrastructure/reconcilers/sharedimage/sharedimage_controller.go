@@ -26,6 +26,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -59,6 +60,19 @@ const (
 // +kubebuilder:rbac:groups=cdi.kubevirt.io,resources=datavolumes,verbs=get;list;watch;create;delete;patch
 // +kubebuilder:rbac:groups=infrastructure.cozystack.io,resources=kubevirtmachinetemplates,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;create
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// The Events on a template, one per change this controller made: its
+// image is imported once into a shared import it creates, or it shares
+// one imported for another template.
+const (
+	// SharedImportCreatedEvent: the shared import was created (or created
+	// again for its second attempt).
+	SharedImportCreatedEvent = "SharedImportCreated"
+	// SharedImportJoinedEvent: the template became an owner of a shared
+	// import that exists.
+	SharedImportJoinedEvent = "SharedImportJoined"
+)
 
 // Reconciler keeps one shared import per namespace, resolved image and disk
 // shape while a template resolves to it. Its requests are the shared
@@ -74,6 +88,8 @@ type Reconciler struct {
 	// WatchFilterValue restricts the controller to templates with this
 	// cluster.x-k8s.io/watch-filter label value.
 	WatchFilterValue string
+	// Recorder emits the templates' Events; the manager's when nil.
+	Recorder events.EventRecorder
 
 	// retries remembers, between deleting a failed first attempt and
 	// creating the second, that the next one is the retry. A restart in
@@ -87,6 +103,9 @@ type Reconciler struct {
 func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, options controller.Options) error {
 	if r.Client == nil || r.APIReader == nil || r.Images == nil {
 		return fmt.Errorf("the shared image reconciler needs a Client, an APIReader and the shared Images")
+	}
+	if r.Recorder == nil {
+		r.Recorder = mgr.GetEventRecorder("sharedimage-controller")
 	}
 	indexer := mgr.GetFieldIndexer()
 	if err := indexer.IndexField(ctx, &infrav1.KubeVirtMachineTemplate{}, templateIndex, sharedImportOfTemplate); err != nil {
@@ -246,6 +265,7 @@ func (r *Reconciler) create(ctx context.Context, req ctrl.Request, owners []meta
 	}
 	r.retries.Delete(req.NamespacedName)
 	ctrl.LoggerFrom(ctx).Info("Importing the templates' image once into a shared DataVolume", "attempt", attempt, "templates", len(owners))
+	r.recordOwners(dv.Namespace, owners, SharedImportCreatedEvent, "Importing the image once into the shared DataVolume %s (attempt %d) for the machines to clone", dv.Name, attempt)
 	return r.ensureCA(ctx, dv, resolved, rootDisk)
 }
 
@@ -285,7 +305,16 @@ func (r *Reconciler) adoptOwners(ctx context.Context, dv *cdiv1.DataVolume, owne
 		return fmt.Errorf("adding templates as owners of the shared import: %w", err)
 	}
 	ctrl.LoggerFrom(ctx).Info("A further template shares the import", "templates", len(dv.OwnerReferences))
+	r.recordOwners(dv.Namespace, missing, SharedImportJoinedEvent, "The machines clone the shared DataVolume %s, imported for another template", dv.Name)
 	return nil
+}
+
+// recordOwners emits an Event on each template of owners.
+func (r *Reconciler) recordOwners(namespace string, owners []metav1.OwnerReference, reason, note string, args ...any) {
+	for _, o := range owners {
+		t := &infrav1.KubeVirtMachineTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: o.Name, UID: o.UID}}
+		r.Recorder.Eventf(t, nil, corev1.EventTypeNormal, reason, "Import", note, args...)
+	}
 }
 
 // releaseWhenCloned removes the finalizer of a shared import being deleted
