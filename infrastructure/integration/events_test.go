@@ -39,12 +39,12 @@ import (
 // TestEventsOnceForEachTransition follows machines through the transitions
 // a person watches with kubectl describe and lists their Events: a machine
 // of a template whose HTTP import is shared (the template's import
-// created, the machine's clone of it, its VM created, provisioned), a
-// machine whose launcher Pod KubeVirt refuses (a GPU it does not permit)
-// and one whose namespace may not clone the source its image names. Each
-// transition is one Event of its reason, never a series, and the
-// controllers' resyncs (every syncPeriod) re-reconcile every machine
-// without adding one.
+// created, the machine's clone of it, its VM created, provisioned) with a
+// second template sharing the import, a machine whose launcher Pod
+// KubeVirt refuses (a GPU it does not permit) and one whose namespace may
+// not clone the source its image names. Each transition is one Event of
+// its reason, never a series, and the controllers' resyncs (every
+// syncPeriod) re-reconcile every machine without adding one.
 func TestEventsOnceForEachTransition(t *testing.T) {
 	t.Parallel()
 	tc := newCluster(t)
@@ -82,9 +82,18 @@ func TestEventsOnceForEachTransition(t *testing.T) {
 	expectReady(t, forbidden, metav1.ConditionUnknown, infrav1.CloneSourceForbiddenReason)
 
 	sharedImport := sharedimage.Name(tmpl)
+	// A second template of the same resolution, once the import exists,
+	// shares it.
+	again := classlessTemplate(tc.namespace, "shared-again", spec)
+	g.Expect(c.Create(ctx, again)).To(Succeed())
+	waitResolved(t, again)
+	g.Expect(sharedimage.Name(again)).To(Equal(sharedImport))
 	want := map[string][]string{
 		"KubeVirtMachineTemplate/shared": {
 			"Normal SharedImportCreated Import: Importing the image once into the shared DataVolume " + sharedImport + " (attempt 1) for the machines to clone",
+		},
+		"KubeVirtMachineTemplate/shared-again": {
+			"Normal SharedImportJoined Import: The machines clone the shared DataVolume " + sharedImport + ", imported for another template",
 		},
 		"KubeVirtMachine/" + shared.Name: {
 			"Normal Provisioned Provision: VirtualMachineInstance " + shared.Name + " runs on node " + shared.Status.NodeName,
