@@ -46,6 +46,7 @@ import (
 	cdisim "github.com/cozystack/cluster-api-workers/test/sim/cdi"
 	"github.com/cozystack/cluster-api-workers/test/sim/fault"
 	kubevirtsim "github.com/cozystack/cluster-api-workers/test/sim/kubevirt"
+	"github.com/cozystack/cluster-api-workers/test/vmfixture"
 )
 
 var (
@@ -131,45 +132,8 @@ func namespace(t *testing.T) string {
 	return ns.Name
 }
 
-func userDataSecret(ns, name string) *corev1.Secret {
-	return &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Data:       map[string][]byte{"userdata": []byte("#cloud-config\n")},
-	}
-}
-
-// virtualMachine is a VM shaped like the ones the infrastructure provider
-// renders: a root volume, a NoCloud volume and a pod network interface.
-func virtualMachine(ns, name string, root kubevirtv1.VolumeSource) *kubevirtv1.VirtualMachine {
-	return &kubevirtv1.VirtualMachine{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: kubevirtv1.VirtualMachineSpec{
-			RunStrategy: ptr.To(kubevirtv1.RunStrategyAlways),
-			Template: &kubevirtv1.VirtualMachineInstanceTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"machine": name}},
-				Spec: kubevirtv1.VirtualMachineInstanceSpec{
-					Domain: kubevirtv1.DomainSpec{
-						CPU:    &kubevirtv1.CPU{Cores: 2},
-						Memory: &kubevirtv1.Memory{Guest: ptr.To(resource.MustParse("4Gi"))},
-						Devices: kubevirtv1.Devices{
-							Disks: []kubevirtv1.Disk{
-								{Name: "root", DiskDevice: kubevirtv1.DiskDevice{Disk: &kubevirtv1.DiskTarget{}}},
-								{Name: "cloudinit", DiskDevice: kubevirtv1.DiskDevice{Disk: &kubevirtv1.DiskTarget{}}},
-							},
-							Interfaces: []kubevirtv1.Interface{{Name: "default", InterfaceBindingMethod: kubevirtv1.InterfaceBindingMethod{Masquerade: &kubevirtv1.InterfaceMasquerade{}}}},
-						},
-					},
-					Hostname: name,
-					Networks: []kubevirtv1.Network{{Name: "default", NetworkSource: kubevirtv1.NetworkSource{Pod: &kubevirtv1.PodNetwork{}}}},
-					Volumes: []kubevirtv1.Volume{
-						{Name: "root", VolumeSource: root},
-						{Name: "cloudinit", VolumeSource: kubevirtv1.VolumeSource{CloudInitNoCloud: &kubevirtv1.CloudInitNoCloudSource{UserDataSecretRef: &corev1.LocalObjectReference{Name: name + "-userdata"}}}},
-					},
-				},
-			},
-		},
-	}
-}
+// cloudConfig is the user data of every VM here; no scenario reads it.
+var cloudConfig = []byte("#cloud-config\n")
 
 func containerDisk() kubevirtv1.VolumeSource {
 	return kubevirtv1.VolumeSource{ContainerDisk: &kubevirtv1.ContainerDiskSource{Image: "registry.example.com/kairos@sha256:" + fmt.Sprintf("%064d", 1)}}
@@ -212,8 +176,8 @@ func gone(key client.ObjectKey, obj client.Object) func() bool {
 func TestContainerDiskVirtualMachineRunsWithAnAddress(t *testing.T) {
 	g := NewWithT(t)
 	ns := namespace(t)
-	vm := virtualMachine(ns, "cd", containerDisk())
-	create(t, userDataSecret(ns, "cd-userdata"), vm)
+	vm := vmfixture.New(ns, "cd", containerDisk())
+	create(t, vmfixture.UserData(ns, "cd", cloudConfig), vm)
 	key := client.ObjectKeyFromObject(vm)
 
 	g.Eventually(func(g Gomega) {
@@ -240,8 +204,8 @@ func TestSettledObjectsAreNotRewritten(t *testing.T) {
 	g := NewWithT(t)
 	ns := namespace(t)
 	dv := httpDataVolume(ns, "settled-root")
-	vm := virtualMachine(ns, "settled", kubevirtv1.VolumeSource{DataVolume: &kubevirtv1.DataVolumeSource{Name: dv.Name}})
-	create(t, userDataSecret(ns, "settled-userdata"), dv, vm)
+	vm := vmfixture.New(ns, "settled", kubevirtv1.VolumeSource{DataVolume: &kubevirtv1.DataVolumeSource{Name: dv.Name}})
+	create(t, vmfixture.UserData(ns, "settled", cloudConfig), dv, vm)
 	key := client.ObjectKeyFromObject(vm)
 	g.Eventually(func(g Gomega) {
 		g.Expect(get(g, key, &kubevirtv1.VirtualMachine{}).Status.Ready).To(BeTrue())
@@ -276,10 +240,10 @@ func TestVirtAPIIsIdleWhenNothingHappens(t *testing.T) {
 func TestDataVolumeTemplateImportsWithProgressBeforeTheInstanceStarts(t *testing.T) {
 	g := NewWithT(t)
 	ns := namespace(t)
-	vm := virtualMachine(ns, "tpl", kubevirtv1.VolumeSource{DataVolume: &kubevirtv1.DataVolumeSource{Name: "tpl-root"}})
+	vm := vmfixture.New(ns, "tpl", kubevirtv1.VolumeSource{DataVolume: &kubevirtv1.DataVolumeSource{Name: "tpl-root"}})
 	dv := httpDataVolume(ns, "tpl-root")
 	vm.Spec.DataVolumeTemplates = []kubevirtv1.DataVolumeTemplateSpec{{ObjectMeta: metav1.ObjectMeta{Name: dv.Name}, Spec: dv.Spec}}
-	create(t, userDataSecret(ns, "tpl-userdata"), vm)
+	create(t, vmfixture.UserData(ns, "tpl", cloudConfig), vm)
 	key := client.ObjectKeyFromObject(vm)
 	dvKey := client.ObjectKey{Namespace: ns, Name: "tpl-root"}
 
@@ -315,8 +279,8 @@ func TestFailedImportRestartsTheImporterAndNeverStartsTheVM(t *testing.T) {
 	ns := namespace(t)
 	stack.CDI.FailImports(fault.Named(client.ObjectKey{Namespace: ns, Name: "bad-root"}), 1)
 	dv := httpDataVolume(ns, "bad-root")
-	vm := virtualMachine(ns, "bad", kubevirtv1.VolumeSource{DataVolume: &kubevirtv1.DataVolumeSource{Name: dv.Name}})
-	create(t, userDataSecret(ns, "bad-userdata"), dv, vm)
+	vm := vmfixture.New(ns, "bad", kubevirtv1.VolumeSource{DataVolume: &kubevirtv1.DataVolumeSource{Name: dv.Name}})
+	create(t, vmfixture.UserData(ns, "bad", cloudConfig), dv, vm)
 
 	g.Eventually(func(g Gomega) {
 		dv := get(g, client.ObjectKeyFromObject(dv), &cdiv1.DataVolume{})
@@ -358,8 +322,8 @@ func TestNeverScheduledInstanceIsReportedUnschedulable(t *testing.T) {
 	g := NewWithT(t)
 	ns := namespace(t)
 	stack.Hosts.NeverSchedule(fault.WithLabels(map[string]string{"machine": "stuck"}), 1)
-	vm := virtualMachine(ns, "stuck", containerDisk())
-	create(t, userDataSecret(ns, "stuck-userdata"), vm)
+	vm := vmfixture.New(ns, "stuck", containerDisk())
+	create(t, vmfixture.UserData(ns, "stuck", cloudConfig), vm)
 	g.Eventually(func(g Gomega) {
 		vmi := get(g, client.ObjectKeyFromObject(vm), &kubevirtv1.VirtualMachineInstance{})
 		g.Expect(vmi.Status.Phase).To(Equal(kubevirtv1.Scheduling))
@@ -377,13 +341,13 @@ func TestNodeAffinityToAZoneWithoutNodesIsUnschedulable(t *testing.T) {
 	g := NewWithT(t)
 	ns := namespace(t)
 	zoned := func(name, zone string) *kubevirtv1.VirtualMachine {
-		vm := virtualMachine(ns, name, containerDisk())
+		vm := vmfixture.New(ns, name, containerDisk())
 		vm.Spec.Template.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
 			RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
 				MatchExpressions: []corev1.NodeSelectorRequirement{{Key: corev1.LabelTopologyZone, Operator: corev1.NodeSelectorOpIn, Values: []string{zone}}},
 			}}},
 		}}
-		create(t, userDataSecret(ns, name+"-userdata"), vm)
+		create(t, vmfixture.UserData(ns, name, cloudConfig), vm)
 		return vm
 	}
 	inB, nowhere := zoned("in-b", "zone-b"), zoned("nowhere", "zone-x")
@@ -396,8 +360,8 @@ func TestNodeAffinityToAZoneWithoutNodesIsUnschedulable(t *testing.T) {
 func TestCrashedInstanceIsReplacedUnderRunStrategyAlways(t *testing.T) {
 	g := NewWithT(t)
 	ns := namespace(t)
-	vm := virtualMachine(ns, "crash", containerDisk())
-	create(t, userDataSecret(ns, "crash-userdata"), vm)
+	vm := vmfixture.New(ns, "crash", containerDisk())
+	create(t, vmfixture.UserData(ns, "crash", cloudConfig), vm)
 	key := client.ObjectKeyFromObject(vm)
 	var first types.UID
 	g.Eventually(func(g Gomega) {
@@ -417,9 +381,9 @@ func TestCrashedInstanceIsReplacedUnderRunStrategyAlways(t *testing.T) {
 func TestHaltedVirtualMachineStartsNoInstance(t *testing.T) {
 	g := NewWithT(t)
 	ns := namespace(t)
-	vm := virtualMachine(ns, "halted", containerDisk())
+	vm := vmfixture.New(ns, "halted", containerDisk())
 	vm.Spec.RunStrategy = ptr.To(kubevirtv1.RunStrategyHalted)
-	create(t, userDataSecret(ns, "halted-userdata"), vm)
+	create(t, vmfixture.UserData(ns, "halted", cloudConfig), vm)
 	g.Eventually(func(g Gomega) {
 		g.Expect(get(g, client.ObjectKeyFromObject(vm), &kubevirtv1.VirtualMachine{}).Status.PrintableStatus).To(Equal(kubevirtv1.VirtualMachineStatusStopped))
 	}, timeout, poll).Should(Succeed(), func() string { return describe(ns) })
@@ -433,7 +397,7 @@ func TestHaltedVirtualMachineStartsNoInstance(t *testing.T) {
 func TestMissingCloudInitSecretKeepsTheLauncherPodPending(t *testing.T) {
 	g := NewWithT(t)
 	ns := namespace(t)
-	vm := virtualMachine(ns, "nodata", containerDisk())
+	vm := vmfixture.New(ns, "nodata", containerDisk())
 	create(t, vm)
 	key := client.ObjectKeyFromObject(vm)
 	g.Eventually(func(g Gomega) {
@@ -448,7 +412,7 @@ func TestMissingCloudInitSecretKeepsTheLauncherPodPending(t *testing.T) {
 		g.Expect(get(g, key, &kubevirtv1.VirtualMachineInstance{}).Status.Phase).NotTo(Equal(kubevirtv1.Running))
 	}, 2*time.Second, 200*time.Millisecond).Should(Succeed())
 
-	create(t, userDataSecret(ns, "nodata-userdata"))
+	create(t, vmfixture.UserData(ns, "nodata", cloudConfig))
 	g.Eventually(func(g Gomega) {
 		g.Expect(get(g, key, &kubevirtv1.VirtualMachine{}).Status.PrintableStatus).To(Equal(kubevirtv1.VirtualMachineStatusRunning))
 	}, timeout, poll).Should(Succeed(), func() string { return describe(ns) })
@@ -467,10 +431,10 @@ func TestInstancetypeSizesTheInstance(t *testing.T) {
 	}
 	create(t, it)
 	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), it) })
-	vm := virtualMachine(ns, "sized", containerDisk())
+	vm := vmfixture.New(ns, "sized", containerDisk())
 	vm.Spec.Template.Spec.Domain.CPU, vm.Spec.Template.Spec.Domain.Memory = nil, nil
 	vm.Spec.Instancetype = &kubevirtv1.InstancetypeMatcher{Kind: "VirtualMachineClusterInstancetype", Name: it.Name}
-	create(t, userDataSecret(ns, "sized-userdata"), vm)
+	create(t, vmfixture.UserData(ns, "sized", cloudConfig), vm)
 	g.Eventually(func(g Gomega) {
 		vmi := get(g, client.ObjectKeyFromObject(vm), &kubevirtv1.VirtualMachineInstance{})
 		g.Expect(vmi.Spec.Domain.CPU.Sockets).To(Equal(uint32(4)))
@@ -487,10 +451,10 @@ func TestInstancetypeSizesTheInstance(t *testing.T) {
 func TestDeletingTheVirtualMachineLeavesNothing(t *testing.T) {
 	g := NewWithT(t)
 	ns := namespace(t)
-	vm := virtualMachine(ns, "del", kubevirtv1.VolumeSource{DataVolume: &kubevirtv1.DataVolumeSource{Name: "del-root"}})
+	vm := vmfixture.New(ns, "del", kubevirtv1.VolumeSource{DataVolume: &kubevirtv1.DataVolumeSource{Name: "del-root"}})
 	dv := httpDataVolume(ns, "del-root")
 	vm.Spec.DataVolumeTemplates = []kubevirtv1.DataVolumeTemplateSpec{{ObjectMeta: metav1.ObjectMeta{Name: dv.Name}, Spec: dv.Spec}}
-	create(t, userDataSecret(ns, "del-userdata"), vm)
+	create(t, vmfixture.UserData(ns, "del", cloudConfig), vm)
 	key := client.ObjectKeyFromObject(vm)
 	g.Eventually(func(g Gomega) {
 		g.Expect(get(g, key, &kubevirtv1.VirtualMachineInstance{}).Status.Phase).To(Equal(kubevirtv1.Running))
@@ -527,7 +491,7 @@ func describe(ns string) string {
 func TestVirtAPIRefusesAnInvalidVirtualMachine(t *testing.T) {
 	g := NewWithT(t)
 	ns := namespace(t)
-	vm := virtualMachine(ns, "invalid", containerDisk())
+	vm := vmfixture.New(ns, "invalid", containerDisk())
 	vm.Spec.Template.Spec.Domain.Devices.Disks = append(vm.Spec.Template.Spec.Domain.Devices.Disks,
 		kubevirtv1.Disk{Name: "data", DiskDevice: kubevirtv1.DiskDevice{Disk: &kubevirtv1.DiskTarget{}}})
 	err := env.Client.Create(context.Background(), vm, strict)
@@ -540,9 +504,9 @@ func TestVirtAPIRefusesAnInvalidVirtualMachine(t *testing.T) {
 func TestRunStrategyRerunOnFailureRestartsOnlyAFailedGuest(t *testing.T) {
 	g := NewWithT(t)
 	ns := namespace(t)
-	vm := virtualMachine(ns, "rerun", containerDisk())
+	vm := vmfixture.New(ns, "rerun", containerDisk())
 	vm.Spec.RunStrategy = ptr.To(kubevirtv1.RunStrategyRerunOnFailure)
-	create(t, userDataSecret(ns, "rerun-userdata"), vm)
+	create(t, vmfixture.UserData(ns, "rerun", cloudConfig), vm)
 	key := client.ObjectKeyFromObject(vm)
 	running := func() types.UID {
 		var uid types.UID
@@ -577,8 +541,8 @@ func TestRunStrategyRerunOnFailureRestartsOnlyAFailedGuest(t *testing.T) {
 func TestLostDiskFailsTheInstanceAndKubeVirtBootsANewOne(t *testing.T) {
 	g := NewWithT(t)
 	ns := namespace(t)
-	vm := virtualMachine(ns, "lost", containerDisk())
-	create(t, userDataSecret(ns, "lost-userdata"), vm)
+	vm := vmfixture.New(ns, "lost", containerDisk())
+	create(t, vmfixture.UserData(ns, "lost", cloudConfig), vm)
 	key := client.ObjectKeyFromObject(vm)
 	var first types.UID
 	g.Eventually(func(g Gomega) {
@@ -601,8 +565,8 @@ func TestUnpullableContainerDiskIsReportedErrImagePull(t *testing.T) {
 	g := NewWithT(t)
 	ns := namespace(t)
 	stack.Hosts.FailPulls(fault.InNamespace(ns), 1)
-	vm := virtualMachine(ns, "nopull", containerDisk())
-	create(t, userDataSecret(ns, "nopull-userdata"), vm)
+	vm := vmfixture.New(ns, "nopull", containerDisk())
+	create(t, vmfixture.UserData(ns, "nopull", cloudConfig), vm)
 	g.Eventually(func(g Gomega) {
 		g.Expect(get(g, client.ObjectKeyFromObject(vm), &kubevirtv1.VirtualMachine{}).Status.PrintableStatus).To(BeElementOf(
 			kubevirtv1.VirtualMachineStatusErrImagePull, kubevirtv1.VirtualMachineStatusImagePullBackOff))

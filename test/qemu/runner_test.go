@@ -42,6 +42,7 @@ import (
 
 	"github.com/cozystack/cluster-api-workers/test/envtest"
 	"github.com/cozystack/cluster-api-workers/test/infra"
+	"github.com/cozystack/cluster-api-workers/test/vmfixture"
 )
 
 // The runner as the infrastructure cluster's VM backend: KubeVirt's real
@@ -208,7 +209,7 @@ func TestRunnerBootsWhatKubeVirtCreates(t *testing.T) {
 	t.Run("a DataVolume template is imported for real from ImageURL and the guest boots its volume", func(t *testing.T) {
 		g := NewWithT(t)
 		vm := newVMWithDataVolumeTemplate(namespace, "imported", runner.ImageURL(), "16Mi")
-		secret := userDataSecret(namespace, vm.Name, "#cloud-config\n")
+		secret := vmfixture.UserData(namespace, vm.Name, []byte("#cloud-config\n"))
 		g.Expect(c.Create(ctx, secret)).To(Succeed())
 		g.Expect(c.Create(ctx, vm)).To(Succeed())
 		dv := &cdiv1.DataVolume{}
@@ -269,48 +270,24 @@ func guestRecord(r *Runner, instance types.UID) func() Guest {
 	}
 }
 
-func userDataSecret(namespace, vm, userData string) *corev1.Secret {
-	return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: vm + "-userdata"}, Data: map[string][]byte{"userdata": []byte(userData)}}
-}
-
 // createVM creates a VM shaped as the infrastructure provider renders one,
 // with its user data Secret.
 func createVM(g Gomega, c client.Client, namespace, name string, root kubevirtv1.VolumeSource, userData string, configDrive bool) *kubevirtv1.VirtualMachine {
-	secret := userDataSecret(namespace, name, userData)
-	vm := newVM(namespace, name, root, secret.Name, configDrive)
+	secret, vm := vmfixture.UserData(namespace, name, []byte(userData)), newVM(namespace, name, root)
+	if configDrive {
+		vmfixture.ConfigDrive(vm)
+	}
 	g.Expect(c.Create(context.Background(), secret)).To(Succeed())
 	g.Expect(c.Create(context.Background(), vm)).To(Succeed())
 	return vm
 }
 
-// newVM returns a VM booting root with its user data in the named Secret,
-// not yet created.
-func newVM(namespace, name string, root kubevirtv1.VolumeSource, secret string, configDrive bool) *kubevirtv1.VirtualMachine {
-	cloudInit := kubevirtv1.VolumeSource{CloudInitNoCloud: &kubevirtv1.CloudInitNoCloudSource{UserDataSecretRef: &corev1.LocalObjectReference{Name: secret}}}
-	if configDrive {
-		cloudInit = kubevirtv1.VolumeSource{CloudInitConfigDrive: &kubevirtv1.CloudInitConfigDriveSource{UserDataSecretRef: &corev1.LocalObjectReference{Name: secret}}}
-	}
-	return &kubevirtv1.VirtualMachine{
-		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
-		Spec: kubevirtv1.VirtualMachineSpec{
-			RunStrategy: ptr.To(kubevirtv1.RunStrategyAlways),
-			Template: &kubevirtv1.VirtualMachineInstanceTemplateSpec{Spec: kubevirtv1.VirtualMachineInstanceSpec{
-				Domain: kubevirtv1.DomainSpec{
-					CPU:    &kubevirtv1.CPU{Cores: 2},
-					Memory: &kubevirtv1.Memory{Guest: ptr.To(resource.MustParse("1536Mi"))},
-					Devices: kubevirtv1.Devices{
-						Disks: []kubevirtv1.Disk{
-							{Name: "root", BootOrder: ptr.To[uint](1), DiskDevice: kubevirtv1.DiskDevice{Disk: &kubevirtv1.DiskTarget{}}},
-							{Name: "cloudinit", DiskDevice: kubevirtv1.DiskDevice{Disk: &kubevirtv1.DiskTarget{}}},
-						},
-						Interfaces: []kubevirtv1.Interface{{Name: "default", InterfaceBindingMethod: kubevirtv1.InterfaceBindingMethod{Masquerade: &kubevirtv1.InterfaceMasquerade{}}}},
-					},
-				},
-				Networks: []kubevirtv1.Network{{Name: "default", NetworkSource: kubevirtv1.NetworkSource{Pod: &kubevirtv1.PodNetwork{}}}},
-				Volumes:  []kubevirtv1.Volume{{Name: "root", VolumeSource: root}, {Name: "cloudinit", VolumeSource: cloudInit}},
-			}},
-		},
-	}
+// newVM is vmfixture's VM, not yet created, asking for the memory the
+// runner gives every guest, so that it fits the guest node's places.
+func newVM(namespace, name string, root kubevirtv1.VolumeSource) *kubevirtv1.VirtualMachine {
+	vm := vmfixture.New(namespace, name, root)
+	vm.Spec.Template.Spec.Domain.Memory.Guest = ptr.To(resource.MustParse("1536Mi"))
+	return vm
 }
 
 // newVMWithDataVolumeTemplate is a VM whose root disk is a DataVolume
@@ -318,7 +295,7 @@ func newVM(namespace, name string, root kubevirtv1.VolumeSource, secret string, 
 // renders an httpImport image.
 func newVMWithDataVolumeTemplate(namespace, name, url, size string) *kubevirtv1.VirtualMachine {
 	dv := dataVolume(namespace, name+"-root", url, size)
-	vm := newVM(namespace, name, kubevirtv1.VolumeSource{DataVolume: &kubevirtv1.DataVolumeSource{Name: dv.Name}}, name+"-userdata", false)
+	vm := newVM(namespace, name, kubevirtv1.VolumeSource{DataVolume: &kubevirtv1.DataVolumeSource{Name: dv.Name}})
 	vm.Spec.DataVolumeTemplates = []kubevirtv1.DataVolumeTemplateSpec{{ObjectMeta: metav1.ObjectMeta{Name: dv.Name}, Spec: dv.Spec}}
 	return vm
 }

@@ -29,19 +29,9 @@ import (
 	kubeadmv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	"sigs.k8s.io/cluster-api/bootstrap/kubeadm/pkg/cloudinit"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-)
 
-// configDriveVolume presents the user data on a ConfigDrive instead of
-// NoCloud.
-func configDriveVolume(vm *kubevirtv1.VirtualMachine) {
-	for i, v := range vm.Spec.Template.Spec.Volumes {
-		if v.CloudInitNoCloud != nil {
-			vm.Spec.Template.Spec.Volumes[i].VolumeSource = kubevirtv1.VolumeSource{
-				CloudInitConfigDrive: &kubevirtv1.CloudInitConfigDriveSource{UserDataSecretRef: v.CloudInitNoCloud.UserDataSecretRef},
-			}
-		}
-	}
-}
+	"github.com/cozystack/cluster-api-workers/test/vmfixture"
+)
 
 // TestCloudInitImageJoinsWithCABPKUserData boots CAPK-style disks with
 // the user data Cluster API's kubeadm bootstrap provider renders: the
@@ -56,7 +46,7 @@ func TestCloudInitImageJoinsWithCABPKUserData(t *testing.T) {
 		mutate func(*kubevirtv1.VirtualMachine)
 	}{
 		{name: "kubeadm-nocloud-0"},
-		{name: "kubeadm-configdrive-0", mutate: configDriveVolume},
+		{name: "kubeadm-configdrive-0", mutate: vmfixture.ConfigDrive},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -39,7 +39,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
 	bootstraputil "k8s.io/cluster-bootstrap/token/util"
-	"k8s.io/utils/ptr"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	kubeadmv1beta4 "sigs.k8s.io/cluster-api/bootstrap/kubeadm/pkg/types/upstreamv1beta4"
@@ -50,6 +49,7 @@ import (
 
 	"github.com/cozystack/cluster-api-workers/test/envtest"
 	"github.com/cozystack/cluster-api-workers/test/infra"
+	"github.com/cozystack/cluster-api-workers/test/vmfixture"
 )
 
 const (
@@ -300,32 +300,7 @@ func machine(t *testing.T, ns, name string, root kubevirtv1.VolumeSource, userDa
 // created.
 func machineWith(t *testing.T, ns, name string, root kubevirtv1.VolumeSource, userData []byte, mutate func(*kubevirtv1.VirtualMachine), extra ...client.Object) client.ObjectKey {
 	t.Helper()
-	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name + "-userdata"}, Data: map[string][]byte{"userdata": userData}}
-	vm := &kubevirtv1.VirtualMachine{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: kubevirtv1.VirtualMachineSpec{
-			RunStrategy: ptr.To(kubevirtv1.RunStrategyAlways),
-			Template: &kubevirtv1.VirtualMachineInstanceTemplateSpec{Spec: kubevirtv1.VirtualMachineInstanceSpec{
-				Domain: kubevirtv1.DomainSpec{
-					CPU:    &kubevirtv1.CPU{Cores: 2},
-					Memory: &kubevirtv1.Memory{Guest: ptr.To(resource.MustParse("4Gi"))},
-					Devices: kubevirtv1.Devices{
-						Disks: []kubevirtv1.Disk{
-							{Name: "root", BootOrder: ptr.To[uint](1), DiskDevice: kubevirtv1.DiskDevice{Disk: &kubevirtv1.DiskTarget{}}},
-							{Name: "cloudinit", DiskDevice: kubevirtv1.DiskDevice{Disk: &kubevirtv1.DiskTarget{}}},
-						},
-						Interfaces: []kubevirtv1.Interface{{Name: "default", InterfaceBindingMethod: kubevirtv1.InterfaceBindingMethod{Masquerade: &kubevirtv1.InterfaceMasquerade{}}}},
-					},
-				},
-				Hostname: name,
-				Networks: []kubevirtv1.Network{{Name: "default", NetworkSource: kubevirtv1.NetworkSource{Pod: &kubevirtv1.PodNetwork{}}}},
-				Volumes: []kubevirtv1.Volume{
-					{Name: "root", VolumeSource: root},
-					{Name: "cloudinit", VolumeSource: kubevirtv1.VolumeSource{CloudInitNoCloud: &kubevirtv1.CloudInitNoCloudSource{UserDataSecretRef: &corev1.LocalObjectReference{Name: secret.Name}}}},
-				},
-			}},
-		},
-	}
+	secret, vm := vmfixture.UserData(ns, name, userData), vmfixture.New(ns, name, root)
 	if mutate != nil {
 		mutate(vm)
 	}
