@@ -229,6 +229,11 @@ type Harness struct {
 	releases      sync.WaitGroup
 	releaseCtx    context.Context //nolint:containedctx // Ends the background releases when the harness stops; they outlive any caller's context.
 	cancelRelease context.CancelFunc
+	// verdicts and infrastructureFailures keep, for Describe, why a
+	// Machine was remediated: a replaced Machine is gone by the time a
+	// test fails.
+	verdicts, infrastructureFailures *ConditionHistory
+	stopHistories                    []func()
 }
 
 // Scheme returns a scheme with every API the harness serves.
@@ -376,6 +381,9 @@ func Start(ctx context.Context, opts Options) (_ *Harness, rerr error) {
 		return nil, err
 	}
 	h.Client = client.WithFieldValidation(h.Management.Client, "Strict")
+	if err := h.recordMachineHistory(); err != nil {
+		return nil, err
+	}
 	if err := h.registerWithClusterctl(ctx); err != nil {
 		return nil, err
 	}
@@ -407,6 +415,22 @@ func Start(ctx context.Context, opts Options) (_ *Harness, rerr error) {
 		}
 	}
 	return h, nil
+}
+
+// recordMachineHistory watches every Machine's health check verdict and
+// infrastructure failure from the start, so Describe can say why a Machine
+// was replaced after it is gone.
+func (h *Harness) recordMachineHistory() error {
+	watcher, err := client.NewWithWatch(h.Management.Config, client.Options{Scheme: h.Scheme})
+	if err != nil {
+		return err
+	}
+	var stop func()
+	h.verdicts, stop = watchConditions(watcher, &clusterv1.MachineList{}, clusterv1.MachineHealthCheckSucceededCondition)
+	h.stopHistories = append(h.stopHistories, stop)
+	h.infrastructureFailures, stop = watchConditions(watcher, &clusterv1.MachineList{}, clusterv1.MachineInfrastructureReadyCondition)
+	h.stopHistories = append(h.stopHistories, stop)
+	return nil
 }
 
 // infrastructure is the harness that runs the infrastructure cluster
@@ -465,6 +489,9 @@ func (h *Harness) Stop() error {
 	h.mu.Unlock()
 	if h.gc != nil {
 		h.gc.Stop()
+	}
+	for _, stop := range h.stopHistories {
+		stop()
 	}
 	if h.Management != nil {
 		if err := h.Management.Stop(); err != nil {

@@ -19,6 +19,8 @@ package harness
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -38,7 +40,7 @@ type ConditionHistory struct {
 	conditionType string
 	mu            sync.Mutex
 	states        map[types.UID][]metav1.Condition
-	names         map[types.UID]string
+	keys          map[types.UID]client.ObjectKey
 }
 
 // WatchConditions records the states of conditionType on the objects that
@@ -47,10 +49,16 @@ type ConditionHistory struct {
 // the API server no longer has that point.
 func WatchConditions(tb testing.TB, c client.WithWatch, list client.ObjectList, conditionType string, opts ...client.ListOption) *ConditionHistory {
 	tb.Helper()
-	hist := &ConditionHistory{conditionType: conditionType, states: map[types.UID][]metav1.Condition{}, names: map[types.UID]string{}}
+	hist, stop := watchConditions(c, list, conditionType, opts...)
+	tb.Cleanup(stop)
+	return hist
+}
+
+// watchConditions is WatchConditions until stop is called.
+func watchConditions(c client.WithWatch, list client.ObjectList, conditionType string, opts ...client.ListOption) (_ *ConditionHistory, stop func()) {
+	hist := &ConditionHistory{conditionType: conditionType, states: map[types.UID][]metav1.Condition{}, keys: map[types.UID]client.ObjectKey{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	tb.Cleanup(func() { cancel(); <-done })
 	go func() {
 		defer close(done)
 		resourceVersion := ""
@@ -84,7 +92,7 @@ func WatchConditions(tb testing.TB, c client.WithWatch, list client.ObjectList, 
 			w.Stop()
 		}
 	}()
-	return hist
+	return hist, func() { cancel(); <-done }
 }
 
 // conditionsGetter is what Cluster API's v1beta2 objects and ours have.
@@ -99,7 +107,7 @@ func (hist *ConditionHistory) observe(o client.Object) {
 	}
 	hist.mu.Lock()
 	defer hist.mu.Unlock()
-	hist.names[o.GetUID()] = o.GetName()
+	hist.keys[o.GetUID()] = client.ObjectKeyFromObject(o)
 	for _, c := range getter.GetConditions() {
 		if c.Type != hist.conditionType {
 			continue
@@ -129,13 +137,26 @@ func (hist *ConditionHistory) Reasons(uid types.UID, status metav1.ConditionStat
 // With lists, as "<object>: <reason>: <message>", every state any object
 // showed with status.
 func (hist *ConditionHistory) With(status metav1.ConditionStatus) []string {
+	return hist.WithIn("", status)
+}
+
+// WithIn is With for the objects of one namespace (all when empty).
+func (hist *ConditionHistory) WithIn(namespace string, status metav1.ConditionStatus) []string {
 	hist.mu.Lock()
 	defer hist.mu.Unlock()
+	uids := make([]types.UID, 0, len(hist.states))
+	for uid := range hist.states {
+		if namespace == "" || hist.keys[uid].Namespace == namespace {
+			uids = append(uids, uid)
+		}
+	}
+	// By object, and in the order each object showed its states.
+	slices.SortFunc(uids, func(a, b types.UID) int { return strings.Compare(hist.keys[a].String(), hist.keys[b].String()) })
 	var out []string
-	for uid, states := range hist.states {
-		for _, c := range states {
+	for _, uid := range uids {
+		for _, c := range hist.states[uid] {
 			if c.Status == status {
-				out = append(out, fmt.Sprintf("%s: %s: %s", hist.names[uid], c.Reason, c.Message))
+				out = append(out, fmt.Sprintf("%s: %s: %s", hist.keys[uid].Name, c.Reason, c.Message))
 			}
 		}
 	}

@@ -154,5 +154,18 @@ func (h *Harness) Describe(ctx context.Context, key client.ObjectKey) string {
 	for _, n := range s.Nodes {
 		fmt.Fprintf(&b, "Node %s ready=%v providerID=%s taints=%v\n", n.Name, NodeReady(n), n.Spec.ProviderID, n.Spec.Taints)
 	}
+	// The Machines already replaced are gone: what the health check and
+	// the infrastructure said of them is the history.
+	for _, history := range []struct {
+		what string
+		hist *ConditionHistory
+	}{{"health check verdict", h.verdicts}, {"infrastructure failure", h.infrastructureFailures}} {
+		if history.hist == nil {
+			continue
+		}
+		for _, state := range history.hist.WithIn(key.Namespace, metav1.ConditionFalse) {
+			fmt.Fprintf(&b, "Machine %s: %s\n", history.what, state)
+		}
+	}
 	return b.String()
 }

@@ -18,6 +18,7 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"slices"
 	"testing"
@@ -189,7 +190,9 @@ func TestClusterctlMoveCarriesAJoinedPool(t *testing.T) {
 		g.Expect(source.Client.Get(ctx, vmKey(inFlight), vm)).To(Succeed(), "the machine in flight has its VM")
 	}, timeout, poll).Should(Succeed())
 	err = source.ClusterctlMove(ctx, key.Namespace, target)
-	g.Expect(err).To(MatchError(ContainSubstring("cannot start the move operation while")))
+	g.Expect(err).To(MatchError(ContainSubstring("cannot start the move operation while")), func() string {
+		return fmt.Sprintf("the machine in flight: %s\n%s", inFlight.Name, source.Describe(ctx, key))
+	})
 	g.Expect(err).To(MatchError(ContainSubstring(inFlight.Name + " is still provisioning the node")))
 	g.Expect(apierrors.IsNotFound(target.Client.Get(ctx, key, &clusterv1.Cluster{}))).To(BeTrue(), "nothing was moved")
 	// Back to the joined pool: the machine in flight goes.
