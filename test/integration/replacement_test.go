@@ -18,6 +18,7 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -175,7 +176,9 @@ func TestSlowHealthyImportDoesNotLoop(t *testing.T) {
 	watcher, err := client.NewWithWatch(h.Config(), client.Options{Scheme: h.Scheme})
 	g.Expect(err).NotTo(HaveOccurred())
 	provisioning := harness.WatchConditions(t, watcher, &infrav1.KubeVirtMachineList{}, infrav1.VirtualMachineProvisionedCondition, client.InNamespace(w.Key.Namespace))
-	h.CDI.SlowImports(machineDisksIn(w.Key.Namespace), 2, 20*time.Second)
+	// Far longer than the health check lets infrastructure report False.
+	slow := 2 * infrastructureFailedTimeout
+	h.CDI.SlowImports(machineDisksIn(w.Key.Namespace), 2, slow)
 	applyImportPool(t, w, map[string]string{"WORKER_MACHINE_COUNT": "2", "MAX_UNHEALTHY": "100%", "NODE_STARTUP_TIMEOUT_SECONDS": "120"})
 
 	firstMachines := map[types.UID]bool{}
@@ -206,7 +209,9 @@ func TestSlowHealthyImportDoesNotLoop(t *testing.T) {
 		for _, m := range ms {
 			g.Expect(m.Status.Phase).To(Equal(string(clusterv1.MachinePhaseRunning)))
 		}
-	}, timeout, poll).Should(Succeed(), func() string { return describe(w) })
+	}, slow+timeout, poll).Should(Succeed(), func() string {
+		return fmt.Sprintf("%s\nKubeVirtMachines read as failed: %q", describe(w), provisioning.With(metav1.ConditionFalse))
+	})
 	g.Expect(sawProgress).To(BeTrue(), "no Machine reported clone progress")
 	g.Expect(disks).To(HaveLen(3), "the shared import and each Machine's clone")
 	expectBootsClean(g, expectJoined(t, w, 2))

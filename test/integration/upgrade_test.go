@@ -187,6 +187,8 @@ func only(t *testing.T, objs []unstructured.Unstructured, kind string) unstructu
 
 // expectReplacedOnto waits until every Machine of before is replaced, the
 // two new ones have joined and booted clean, and each new VM boots image.
+// The rollout replaces one Machine at a time (maxSurge 1): each replacement
+// gets the suite's timeout.
 func expectReplacedOnto(t *testing.T, w *harness.WorkloadCluster, before []clusterv1.Machine, image string) {
 	t.Helper()
 	g := NewWithT(t)
@@ -194,7 +196,7 @@ func expectReplacedOnto(t *testing.T, w *harness.WorkloadCluster, before []clust
 		for _, m := range machines(g, w) {
 			g.Expect(machineUIDs(before)).NotTo(ContainElement(m.UID), "Machine %s was not replaced", m.Name)
 		}
-	}, timeout, poll).Should(Succeed(), func() string { return describe(w) })
+	}, time.Duration(len(before))*timeout, poll).Should(Succeed(), func() string { return describe(w) })
 	after := expectJoined(t, w, 2)
 	expectBootsClean(g, after)
 	for _, m := range after {
