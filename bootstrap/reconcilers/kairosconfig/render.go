@@ -39,6 +39,7 @@ import (
 
 	bootstrapv1 "github.com/cozystack/cluster-api-workers/bootstrap/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/bootstrap/internal/cloudconfig"
+	"github.com/cozystack/cluster-api-workers/bootstrap/internal/metrics"
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/internal/clustersecrets"
 )
@@ -76,6 +77,9 @@ func (r *Reconciler) render(ctx context.Context, s *scope) (ctrl.Result, error) 
 	}
 	ctrl.LoggerFrom(ctx).Info("Wrote the bootstrap data", "Secret", klog.KRef(config.Namespace, config.Name), "joinMode", joinMode(config))
 	r.recordDataReady(s)
+	if !ptr.Deref(config.Status.Initialization.DataSecretCreated, false) {
+		metrics.ObserveDataReady(s.machine.CreationTimestamp, r.now())
+	}
 	config.Status.DataSecretName = config.Name
 	config.Status.Initialization.DataSecretCreated = ptr.To(true)
 	markAvailable(config)

@@ -37,6 +37,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	bootstrapv1 "github.com/cozystack/cluster-api-workers/bootstrap/api/v1alpha1"
+	"github.com/cozystack/cluster-api-workers/bootstrap/internal/metrics"
 )
 
 // One KairosConfig's bootstrap token, from mint to revoke, is in this
@@ -135,6 +136,7 @@ func (r *Reconciler) ensureToken(ctx context.Context, s *scope, remote client.Cl
 		return token{}, fmt.Errorf("storing the bootstrap token: %w", err)
 	}
 	ctrl.LoggerFrom(ctx).Info("Created a bootstrap token", "tokenID", t.ID, "expiration", t.Expiration)
+	metrics.TokensMinted.Inc()
 	created, err := createWorkloadToken(ctx, remote, s.config, t)
 	if err != nil {
 		return token{}, err
@@ -452,6 +454,7 @@ func (r *Reconciler) revoke(ctx context.Context, s *scope, t token) error {
 		}
 		log.Info("Revoked the bootstrap token", "tokenID", t.ID)
 		r.recordRevoked(s)
+		metrics.TokensRevoked.Inc()
 	}
 	if err := r.forgetToken(ctx, s.config, t); err != nil {
 		return err

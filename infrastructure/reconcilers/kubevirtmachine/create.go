@@ -39,6 +39,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
+	"github.com/cozystack/cluster-api-workers/infrastructure/internal/metrics"
 	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/instancetype"
 	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/render"
 )
@@ -124,8 +125,13 @@ func (r *Reconciler) ensureVirtualMachine(ctx context.Context, s *scope) (*kubev
 		if blocker, err := r.authorizeClone(ctx, image, objs.RootDataVolume); err != nil || blocker != nil {
 			return nil, blocker, err
 		}
-		if _, blocker, err := ensureCreated(ctx, r, kvm, objs.RootDataVolume, "DataVolume", rootDiskCreated(image, objs.RootDataVolume.Name)); err != nil || blocker != nil {
+		dv, blocker, err := ensureCreated(ctx, r, kvm, objs.RootDataVolume, "DataVolume", rootDiskCreated(image, objs.RootDataVolume.Name))
+		if err != nil || blocker != nil {
 			return nil, blocker, err
+		}
+		if dv == objs.RootDataVolume {
+			// ensureCreated returns desired itself only when it created it.
+			metrics.RootDiskCreated(dv, image.sharedImport != "")
 		}
 	}
 	vm, blocker, err = ensureCreated(ctx, r, kvm, objs.VirtualMachine, "VirtualMachine", vmCreated(objs.VirtualMachine.Name))
@@ -237,6 +243,7 @@ func ensureCreated[T client.Object](ctx context.Context, r *Reconciler, kvm *inf
 		if refused(err) {
 			// Asking again at once would be refused again.
 			ctrl.LoggerFrom(ctx).Info("The API server refused the machine's "+kind, kind, klog.KObj(desired), "reason", err.Error())
+			metrics.CreateRefused(kind, err)
 			return none, refusal(kind, key.Name, err), nil
 		}
 		if !apierrors.IsAlreadyExists(err) {

@@ -35,6 +35,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
+	"github.com/cozystack/cluster-api-workers/infrastructure/internal/metrics"
 	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/kubevirtconfig"
 )
 
@@ -97,6 +98,7 @@ func (r *Reconciler) observe(ctx context.Context, s *scope, vm *kubevirtv1.Virtu
 			kvm.Status.Initialization.Provisioned = ptr.To(true)
 			kvm.Status.ProvisionedInstanceUID = string(o.vmi.UID)
 			ctrl.LoggerFrom(ctx).Info("The machine's VirtualMachine is provisioned", "VirtualMachineInstance", klog.KObj(o.vmi), "node", o.vmi.Status.NodeName)
+			metrics.ObserveProvisioned(machine.CreationTimestamp, time.Now())
 		}
 	}
 	if o.liveMigrating() {

@@ -41,6 +41,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
+	"github.com/cozystack/cluster-api-workers/infrastructure/internal/metrics"
 	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/render"
 )
 
@@ -266,6 +267,7 @@ func (r *Reconciler) create(ctx context.Context, req ctrl.Request, owners []meta
 	r.retries.Delete(req.NamespacedName)
 	ctrl.LoggerFrom(ctx).Info("Importing the templates' image once into a shared DataVolume", "attempt", attempt, "templates", len(owners))
 	r.recordOwners(dv.Namespace, owners, SharedImportCreatedEvent, "Importing the image once into the shared DataVolume %s (attempt %d) for the machines to clone", dv.Name, attempt)
+	metrics.SharedImportCreated()
 	return r.ensureCA(ctx, dv, resolved, rootDisk)
 }
 
