@@ -34,6 +34,7 @@ import (
 
 	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
+	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/capacity"
 	"github.com/cozystack/cluster-api-workers/test/kubevirt"
 )
 
@@ -86,6 +87,7 @@ func TestClasslessTemplate(t *testing.T) {
 		corev1.ResourceCPU: resource.MustParse("2"), corev1.ResourceMemory: resource.MustParse("4Gi"),
 		"nvidia.com/gpu": resource.MustParse("1")})
 	g.Expect(tmpl.Status.NodeInfo).To(Equal(infrav1.NodeInfo{Architecture: infrav1.ArchitectureAmd64, OperatingSystem: "linux"}))
+	g.Expect(tmpl.Status.NodeLabels).To(Equal(map[string]string{capacity.GPULabel: "GA102GL_A10"}), "the GPU type the bootstrap provider labels the nodes with")
 }
 
 // TestTemplateOfAPausedCluster: a template created while its Cluster is
@@ -173,6 +175,7 @@ func TestTemplateCapacityFromInstancetype(t *testing.T) {
 		g.Expect(cond.Message).To(Equal("spec.template.spec.preference.name: Forbidden: KubeVirt kubevirt/kubevirt runs amd64 and does not enable " +
 			"the MultiArchitecture feature gate (spec.configuration.developerConfiguration.featureGates), and virt-api refuses a VM of architecture arm64 without it"))
 		g.Expect(tmpl.Status.Capacity).To(BeEmpty(), "nothing to scale from zero into")
+		g.Expect(tmpl.Status.NodeLabels).To(BeEmpty())
 	}).Should(Succeed())
 
 	enableFeatureGate(t, "MultiArchitecture")
@@ -181,6 +184,7 @@ func TestTemplateCapacityFromInstancetype(t *testing.T) {
 		corev1.ResourceCPU: resource.MustParse("8"), corev1.ResourceMemory: resource.MustParse("32Gi"),
 		"nvidia.com/gpu": resource.MustParse("2"), corev1.ResourceEphemeralStorage: resource.MustParse("50Gi")})
 	g.Expect(tmpl.Status.NodeInfo).To(Equal(infrav1.NodeInfo{Architecture: infrav1.ArchitectureArm64, OperatingSystem: "linux"}))
+	g.Expect(tmpl.Status.NodeLabels).To(Equal(map[string]string{capacity.GPULabel: "GA102GL_A10"}), "the instancetype's GPUs name the type")
 }
 
 // TestTemplateWaitsForKubeVirtFeatures: a template whose VMs ask for a GPU

@@ -31,6 +31,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
+	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/capacity"
 	"github.com/cozystack/cluster-api-workers/test/harness"
 )
 
@@ -39,7 +40,8 @@ import (
 // an instancetype that attaches the GPU. virt-api refuses a VM that lists
 // the instancetype's GPU again ("conflicts with selected instance type"),
 // so the machines carry it once, from the instancetype, and the pool joins
-// on the node that has the GPU.
+// on the node that has the GPU, labelled cluster-api/accelerator with the
+// GPU's model.
 func TestPoolWithAGPUInstancetypeJoins(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
@@ -88,5 +90,9 @@ func TestPoolWithAGPUInstancetypeJoins(t *testing.T) {
 	nodes := nodes(g, w)
 	g.Expect(nodes).To(HaveLen(1))
 	g.Expect(nodes[0].Status.Capacity).To(HaveKey(corev1.ResourceName("nvidia.com/gpu")), "the template advertised the GPU for scale from zero")
+	// The node registered with the label the cluster autoscaler
+	// recognizes a GPU node by, its value the instancetype's GPU model,
+	// which the pool's KairosConfigTemplate never named.
+	g.Expect(nodes[0].Labels).To(HaveKeyWithValue(capacity.GPULabel, "GA102GL_A10"))
 	expectNoOrphans(t, w)
 }

@@ -33,9 +33,11 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
+	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/capacity"
 	infraadmission "github.com/cozystack/cluster-api-workers/infrastructure/webhooks/admission"
 	"github.com/cozystack/cluster-api-workers/test/envtest"
 )
@@ -96,6 +98,8 @@ var docRecipes = []struct{ file, name string }{
 	{"docs/packaging.md", "hoster-class"},
 	{"docs/packaging.md", "topology"},
 	{"README.md", "readme-quick-start"},
+	{"docs/infrastructure.md", "autoscaler-tenant-role"},
+	{"docs/infrastructure.md", "gpu-pool-autoscaler-labels"},
 }
 
 // TestDocsRecipes runs the install and quick-start shell blocks of
@@ -121,7 +125,7 @@ func TestDocsRecipes(t *testing.T) {
 	quickStart.WriteString("set -euo pipefail\n")
 	script := &install
 	found := map[string]docBlock{}
-	for _, file := range []string{"docs/packaging.md", "README.md"} {
+	for _, file := range []string{"docs/packaging.md", "README.md", "docs/infrastructure.md"} {
 		for _, b := range markedBlocks(t, file) {
 			found[file+"#"+b.name] = b
 		}
@@ -224,11 +228,20 @@ func TestDocsRecipes(t *testing.T) {
 		{schema.GroupVersionKind{Group: "cluster.x-k8s.io", Version: "v1beta2", Kind: "Cluster"}, "tenant-demo", "demo-topology"},
 		{schema.GroupVersionKind{Group: "cluster.x-k8s.io", Version: "v1beta2", Kind: "ClusterClass"}, "tenant-demo", "kairos-workers"},
 		{schema.GroupVersionKind{Group: "cozystack.io", Version: "v1alpha1", Kind: "WorkerClass"}, "", "kairos-v1-35-6-r1"},
+		{schema.GroupVersionKind{Group: "rbac.authorization.k8s.io", Version: "v1", Kind: "Role"}, "tenant-demo", "kubevirt-workers-cluster-autoscaler-tenant-role"},
 	} {
 		o := &unstructured.Unstructured{}
 		o.SetGroupVersionKind(want.gvk)
 		g.Expect(c.Get(ctx, client.ObjectKey{Namespace: want.namespace, Name: want.name}, o)).To(Succeed(), "%s %s/%s", want.gvk.Kind, want.namespace, want.name)
 	}
+	// The GPU pool recipe's annotations are the ones cluster-autoscaler
+	// v1.36.1 reads a template node's labels from
+	// (cloudprovider/clusterapi/clusterapi_unstructured.go: Labels).
+	md := &unstructured.Unstructured{}
+	md.SetGroupVersionKind(schema.GroupVersionKind{Group: "cluster.x-k8s.io", Version: "v1beta2", Kind: "MachineDeployment"})
+	g.Expect(c.Get(ctx, client.ObjectKey{Namespace: "tenant-demo", Name: "demo-kairos"}, md)).To(Succeed())
+	g.Expect(md.GetAnnotations()).To(HaveKeyWithValue("capacity.cluster-autoscaler.kubernetes.io/labels", capacity.GPULabel+"=GA102GL_A10"))
+	g.Expect(md.GetAnnotations()).To(HaveKeyWithValue(clusterv1.AutoscalerMinSizeAnnotation, "0"))
 }
 
 // keepWebhookConfigurations records the apiserver's webhook configurations

@@ -20,6 +20,7 @@ import (
 	"fmt"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
@@ -32,7 +33,8 @@ func fieldPath(fields []string) *field.Path {
 }
 
 // templateClass is what an infrastructure machine template says about the
-// WorkerClass its machines boot.
+// WorkerClass its machines boot, and whether its resolution decides what
+// its machines' nodes are labelled with.
 type templateClass struct {
 	// Source names the template, for messages ("Kind name").
 	Source string
@@ -48,6 +50,10 @@ type templateClass struct {
 	// freezes from the WorkerClass's spec.bootstrap; empty when the
 	// template declares none.
 	Bootstrap workerclassv1.BootstrapFamily
+	// MayAttachGPUs says whether the template's machines list GPUs
+	// (spec.template.spec.gpus) or use an instancetype, which may attach
+	// some: its resolution writes status.nodeLabels with their GPU type.
+	MayAttachGPUs bool
 }
 
 // templateClassFrom reads a template's WorkerClass and bootstrap family, by
@@ -76,6 +82,15 @@ func templateClassFrom(template *unstructured.Unstructured) (templateClass, erro
 		return templateClass{}, fmt.Errorf("reading %s of %s: %w", fieldPath(infrav1.ResolvedField), c.Source, err)
 	}
 	c.Resolved = found && resolved != nil
+	for _, f := range [][]string{infrav1.TemplateGPUsField, infrav1.TemplateInstancetypeField} {
+		v, found, err := unstructured.NestedFieldNoCopy(template.Object, f...)
+		if err != nil {
+			return templateClass{}, fmt.Errorf("reading %s of %s: %w", fieldPath(f), c.Source, err)
+		}
+		if list, isList := v.([]any); found && v != nil && (!isList || len(list) > 0) {
+			c.MayAttachGPUs = true
+		}
+	}
 	c.Bootstrap = workerclassv1.BootstrapFamily(bootstrap)
 	c.WorkerClass = resolvedClass
 	if c.WorkerClass == "" {
@@ -84,17 +99,38 @@ func templateClassFrom(template *unstructured.Unstructured) (templateClass, erro
 	return c, nil
 }
 
-// awaitingResolution says whether the template names a WorkerClass it has
-// not resolved yet: until it has, the class's family is unknown, and a
-// rendering (and its token) could be for a disk that is not Kairos.
+// awaitingResolution says whether the template has yet to resolve what
+// the KairosConfig needs: the WorkerClass it names (until then the class's
+// family is unknown, and a rendering, and its token, could be for a disk
+// that is not Kairos), or the GPUs its machines get (until then the nodes'
+// GPU label is unknown, and a rendering is frozen without it).
 func (c templateClass) awaitingResolution() bool {
-	return c.WorkerClass != "" && !c.Resolved
+	return (c.WorkerClass != "" || c.MayAttachGPUs) && !c.Resolved
 }
 
 // waitingMessage says what awaitingResolution waits for.
 func (c templateClass) waitingMessage() string {
+	if c.WorkerClass == "" {
+		return fmt.Sprintf("Waiting for %s to resolve the GPUs its machines get into %s, to label the nodes with their GPU type",
+			c.Source, fieldPath(infrav1.NodeLabelsField))
+	}
 	return fmt.Sprintf("Waiting for %s to resolve WorkerClass %s into %s, to check that its workers boot Kairos",
 		c.Source, c.WorkerClass, fieldPath(infrav1.ResolvedField))
+}
+
+// templateNodeLabels reads the labels a resolved template gives its
+// machines' nodes (status.nodeLabels, the infrastructure provider's
+// cluster-api/accelerator for GPU machines). A label of invalid syntax is
+// an error: the kubelet would refuse it and the node never register.
+func templateNodeLabels(template *unstructured.Unstructured) (map[string]string, error) {
+	labels, _, err := unstructured.NestedStringMap(template.Object, infrav1.NodeLabelsField...)
+	if err != nil {
+		return nil, fmt.Errorf("reading %s of %s %s: %w", fieldPath(infrav1.NodeLabelsField), template.GetKind(), template.GetName(), err)
+	}
+	if errs := metav1validation.ValidateLabels(labels, fieldPath(infrav1.NodeLabelsField)); len(errs) > 0 {
+		return nil, fmt.Errorf("%s %s: %w", template.GetKind(), template.GetName(), errs.ToAggregate())
+	}
+	return labels, nil
 }
 
 // familyMismatch returns why a KairosConfig cannot bootstrap the template's

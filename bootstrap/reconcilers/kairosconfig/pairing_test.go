@@ -194,6 +194,88 @@ func TestTemplatePairingReadsTheInfrastructureContract(t *testing.T) {
 	pending, err := templateClassFrom(toUnstructured(unresolved))
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(pending.awaitingResolution()).To(BeTrue())
+
+	// A classless template's GPUs and instancetype are read where the
+	// infrastructure API writes them, and so are its node labels.
+	gpus := resolved("", "")
+	gpus.Spec.Template.Spec.GPUs = []infrav1.GPU{{Name: "gpu1", DeviceName: "nvidia.com/GA102GL_A10"}}
+	gpus.Status.NodeLabels = map[string]string{"cluster-api/accelerator": "GA102GL_A10"}
+	withGPUs, err := templateClassFrom(toUnstructured(gpus))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(withGPUs.MayAttachGPUs).To(BeTrue())
+	g.Expect(templateNodeLabels(toUnstructured(gpus))).To(Equal(map[string]string{"cluster-api/accelerator": "GA102GL_A10"}))
+	gpus.Status.Resolved = nil
+	withGPUs, err = templateClassFrom(toUnstructured(gpus))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(withGPUs.awaitingResolution()).To(BeTrue())
+	sized := resolved("", "")
+	sized.Spec.Template.Spec.Instancetype = &infrav1.InstancetypeReference{Name: "gn1.xlarge"}
+	sized.Status.Resolved = nil
+	withInstancetype, err := templateClassFrom(toUnstructured(sized))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(withInstancetype.awaitingResolution()).To(BeTrue())
+}
+
+// TestTemplateGPUsAreWaitedFor: a classless template whose machines list
+// GPUs or use an instancetype (which may attach some) is waited for until
+// it is resolved, as its resolution writes the GPU type the nodes are
+// labelled with; a template without either is not.
+func TestTemplateGPUsAreWaitedFor(t *testing.T) {
+	for _, tt := range []struct {
+		name     string
+		machine  map[string]any
+		resolved bool
+		wantWait bool
+	}{
+		{name: "GPUs listed, not resolved", machine: map[string]any{"gpus": []any{map[string]any{"name": "gpu1", "deviceName": "nvidia.com/GA102GL_A10"}}}, wantWait: true},
+		{name: "an instancetype, not resolved", machine: map[string]any{"instancetype": map[string]any{"name": "gn1.xlarge"}}, wantWait: true},
+		{name: "GPUs listed, resolved", machine: map[string]any{"gpus": []any{map[string]any{"name": "gpu1", "deviceName": "nvidia.com/GA102GL_A10"}}}, resolved: true},
+		{name: "an empty GPU list", machine: map[string]any{"gpus": []any{}}},
+		{name: "neither", machine: map[string]any{}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			var resolved map[string]any
+			if tt.resolved {
+				resolved = map[string]any{}
+			}
+			tmpl := templateObject("", resolved)
+			tmpl.Object["spec"] = map[string]any{"template": map[string]any{"spec": tt.machine}}
+			c, err := templateClassFrom(tmpl)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(c.awaitingResolution()).To(Equal(tt.wantWait))
+			if tt.wantWait {
+				g.Expect(c.waitingMessage()).To(Equal("Waiting for TestMachineTemplate pool-r1 to resolve the GPUs its machines get into status.nodeLabels, to label the nodes with their GPU type"))
+			}
+		})
+	}
+}
+
+// TestTemplateNodeLabels: the template's status.nodeLabels are rendered
+// under the config's own, which win; a label the kubelet would refuse, or
+// a malformed field, is an error naming the template and the field.
+func TestTemplateNodeLabels(t *testing.T) {
+	g := NewWithT(t)
+	withLabels := func(labels any) *unstructured.Unstructured {
+		tmpl := templateObject("", map[string]any{})
+		tmpl.Object["status"].(map[string]any)["nodeLabels"] = labels
+		return tmpl
+	}
+	labels, err := templateNodeLabels(withLabels(map[string]any{"cluster-api/accelerator": "GA102GL_A10"}))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(labels).To(Equal(map[string]string{"cluster-api/accelerator": "GA102GL_A10"}))
+	g.Expect(templateNodeLabels(templateObject("", nil))).To(BeEmpty())
+
+	_, err = templateNodeLabels(withLabels(map[string]any{"cluster-api/accelerator": "nvidia.com/GA102GL_A10"}))
+	g.Expect(err).To(MatchError(ContainSubstring(`TestMachineTemplate pool-r1: status.nodeLabels: Invalid value: "nvidia.com/GA102GL_A10"`)))
+	_, err = templateNodeLabels(withLabels("cluster-api/accelerator=GA102GL_A10"))
+	g.Expect(err).To(MatchError(ContainSubstring("reading status.nodeLabels of TestMachineTemplate pool-r1")))
+
+	g.Expect(nodeLabels(map[string]string{"cluster-api/accelerator": "GA102GL_A10"}, map[string]string{"cluster-api/accelerator": "a10", "pool": "gpu"})).
+		To(Equal(map[string]string{"cluster-api/accelerator": "a10", "pool": "gpu"}), "the label the user set wins")
+	g.Expect(nodeLabels(map[string]string{"cluster-api/accelerator": "GA102GL_A10"}, map[string]string{"pool": "gpu"})).
+		To(Equal(map[string]string{"cluster-api/accelerator": "GA102GL_A10", "pool": "gpu"}))
+	g.Expect(nodeLabels(nil, map[string]string{"pool": "gpu"})).To(Equal(map[string]string{"pool": "gpu"}))
 }
 
 // TestKairosConfigRefusesANonKairosClass pairs a KairosConfig with a

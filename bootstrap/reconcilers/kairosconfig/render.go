@@ -20,6 +20,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strconv"
 	"strings"
 	"time"
@@ -93,6 +94,9 @@ func (r *Reconciler) render(ctx context.Context, s *scope) (ctrl.Result, error) 
 type joinInputs struct {
 	caHashes []string
 	files    []cloudconfig.File
+	// templateLabels are the infrastructure template's status.nodeLabels,
+	// rendered beside the config's own nodeLabels, which win.
+	templateLabels map[string]string
 }
 
 // joinInputs gathers what the join needs, or says what it waits for. No
@@ -135,9 +139,13 @@ func (r *Reconciler) joinInputs(ctx context.Context, s *scope) (joinInputs, *blo
 	if err != nil {
 		return joinInputs{}, nil, err
 	}
+	var templateLabels map[string]string
 	if template != nil {
 		if blocker, err := r.checkTemplate(ctx, s, template); blocker != nil || err != nil {
 			return joinInputs{}, blocker, err
+		}
+		if templateLabels, err = templateNodeLabels(template); err != nil {
+			return joinInputs{}, nil, err
 		}
 	}
 
@@ -152,7 +160,7 @@ func (r *Reconciler) joinInputs(ctx context.Context, s *scope) (joinInputs, *blo
 	case err != nil:
 		return joinInputs{}, nil, err
 	}
-	in := joinInputs{caHashes: hashes, files: files}
+	in := joinInputs{caHashes: hashes, files: files, templateLabels: templateLabels}
 
 	// A token is minted only for data a Secret can hold: measured with a
 	// placeholder of a token's length, which is all the token changes.
@@ -198,7 +206,7 @@ func renderInput(s *scope, t token, join joinInputs) cloudconfig.Input {
 		CACertHashes:      join.caHashes,
 		Token:             t.String(),
 		ClusterToken:      string(s.cluster.UID),
-		NodeLabels:        spec.NodeLabels,
+		NodeLabels:        nodeLabels(join.templateLabels, spec.NodeLabels),
 		Files:             join.files,
 		Timeouts: cloudconfig.Timeouts{
 			Discovery:          seconds(spec.JoinTimeouts.DiscoverySeconds),
@@ -217,6 +225,17 @@ func renderInput(s *scope, t token, join joinInputs) cloudconfig.Input {
 		in.KubeletExtraArgs = append(in.KubeletExtraArgs, cloudconfig.Arg{Name: a.Name, Value: a.Value})
 	}
 	return in
+}
+
+// nodeLabels are the template's labels with the config's own over them:
+// a label the user set wins over the one the template derives.
+func nodeLabels(template, own map[string]string) map[string]string {
+	if len(template) == 0 {
+		return own
+	}
+	labels := maps.Clone(template)
+	maps.Copy(labels, own)
+	return labels
 }
 
 func seconds(s *int32) time.Duration {

@@ -36,6 +36,15 @@ var (
 	// TemplateWorkerClassField is spec.template.spec.workerClass.name: the
 	// WorkerClass the template names.
 	TemplateWorkerClassField = []string{"spec", "template", "spec", "workerClass", "name"}
+	// TemplateGPUsField is spec.template.spec.gpus: the GPUs the
+	// template's machines list.
+	TemplateGPUsField = []string{"spec", "template", "spec", "gpus"}
+	// TemplateInstancetypeField is spec.template.spec.instancetype: the
+	// instancetype, which may attach GPUs of its own.
+	TemplateInstancetypeField = []string{"spec", "template", "spec", "instancetype"}
+	// NodeLabelsField is status.nodeLabels: the labels the template's
+	// machines' nodes register with, written with status.resolved.
+	NodeLabelsField = []string{"status", "nodeLabels"}
 	// ResolvedField is status.resolved (ResolvedMachine), set once the
 	// template is resolved.
 	ResolvedField = []string{"status", "resolved"}

@@ -33,9 +33,13 @@ import (
 func TestContractFieldPaths(t *testing.T) {
 	template := &infrav1.KubeVirtMachineTemplate{
 		Spec: infrav1.KubeVirtMachineTemplateSpec{Template: infrav1.KubeVirtMachineTemplateResource{
-			Spec: infrav1.KubeVirtMachineSpec{WorkerClass: &infrav1.WorkerClassSelection{Name: "spec-class"}},
+			Spec: infrav1.KubeVirtMachineSpec{
+				WorkerClass:  &infrav1.WorkerClassSelection{Name: "spec-class"},
+				GPUs:         []infrav1.GPU{{Name: "gpu1", DeviceName: "nvidia.com/GA102GL_A10"}},
+				Instancetype: &infrav1.InstancetypeReference{Name: "gn1.xlarge"},
+			},
 		}},
-		Status: infrav1.KubeVirtMachineTemplateStatus{Resolved: &infrav1.ResolvedMachine{
+		Status: infrav1.KubeVirtMachineTemplateStatus{NodeLabels: map[string]string{"cluster-api/accelerator": "GA102GL_A10"}, Resolved: &infrav1.ResolvedMachine{
 			WorkerClassName:        "resolved-class",
 			Bootstrap:              workerclassv1.BootstrapKairos,
 			KubernetesVersion:      "v1.33.1",
@@ -60,6 +64,15 @@ func TestContractFieldPaths(t *testing.T) {
 		if err != nil || !found || got != c.want {
 			t.Errorf("%s = %v (found %v, err %v), want %q", strings.Join(c.fields, "."), got, found, err, c.want)
 		}
+	}
+	if gpus, found, err := unstructured.NestedSlice(u, infrav1.TemplateGPUsField...); err != nil || !found || len(gpus) != 1 {
+		t.Errorf("%s = %v (found %v, err %v), want the one GPU", strings.Join(infrav1.TemplateGPUsField, "."), gpus, found, err)
+	}
+	if name, found, err := unstructured.NestedString(u, append(infrav1.TemplateInstancetypeField, "name")...); err != nil || !found || name != "gn1.xlarge" {
+		t.Errorf("%s.name = %q (found %v, err %v), want gn1.xlarge", strings.Join(infrav1.TemplateInstancetypeField, "."), name, found, err)
+	}
+	if labels, found, err := unstructured.NestedStringMap(u, infrav1.NodeLabelsField...); err != nil || !found || labels["cluster-api/accelerator"] != "GA102GL_A10" {
+		t.Errorf("%s = %v (found %v, err %v), want the GPU label", strings.Join(infrav1.NodeLabelsField, "."), labels, found, err)
 	}
 	resolved, found, err := unstructured.NestedFieldNoCopy(u, infrav1.ResolvedField...)
 	if _, isMap := resolved.(map[string]any); err != nil || !found || !isMap {

@@ -138,6 +138,16 @@ type KubeVirtMachineTemplateStatus struct {
 	// +optional
 	NodeInfo NodeInfo `json:"nodeInfo,omitempty,omitzero"`
 
+	// nodeLabels the template's machines' nodes register with, derived
+	// from what the machines get: cluster-api/accelerator=<gpu type> for
+	// machines with GPUs (the label the cluster autoscaler's Cluster API
+	// provider recognizes a GPU node by). The Kairos bootstrap provider
+	// renders them beside the KairosConfig's own nodeLabels, which win.
+	// Written with status.resolved, once.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=16
+	NodeLabels map[string]string `json:"nodeLabels,omitempty"`
+
 	// observedGeneration is the latest generation the controller observed.
 	// +optional
 	// +kubebuilder:validation:Minimum=1

@@ -17,11 +17,13 @@ limitations under the License.
 package capacity
 
 import (
+	"strings"
 	"testing"
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/ptr"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	instancetypev1beta1 "kubevirt.io/api/instancetype/v1beta1"
@@ -42,6 +44,8 @@ func TestCompute(t *testing.T) {
 		in       Input
 		capacity corev1.ResourceList
 		nodeInfo infrav1.NodeInfo
+		// labels are the node's labels; nil for a machine without GPUs.
+		labels map[string]string
 	}{
 		{
 			name:     "cpu and memory from the spec",
@@ -62,6 +66,7 @@ func TestCompute(t *testing.T) {
 			},
 			capacity: corev1.ResourceList{corev1.ResourceCPU: q("8"), corev1.ResourceMemory: q("32Gi"), "nvidia.com/gpu": q("2")},
 			nodeInfo: infrav1.NodeInfo{Architecture: infrav1.ArchitectureAmd64, OperatingSystem: "linux"},
+			labels:   map[string]string{GPULabel: "GA102GL_A10"},
 		},
 		{
 			// KubeVirt copies an instancetype's GPUs into a VM that lists
@@ -82,6 +87,7 @@ func TestCompute(t *testing.T) {
 			},
 			capacity: corev1.ResourceList{corev1.ResourceCPU: q("8"), corev1.ResourceMemory: q("32Gi"), "nvidia.com/gpu": q("1")},
 			nodeInfo: infrav1.NodeInfo{Architecture: infrav1.ArchitectureAmd64, OperatingSystem: "linux"},
+			labels:   map[string]string{GPULabel: "GA102GL_A10"},
 		},
 		{
 			name: "an instancetype without GPUs and the spec's GPUs",
@@ -98,6 +104,7 @@ func TestCompute(t *testing.T) {
 			},
 			capacity: corev1.ResourceList{corev1.ResourceCPU: q("4"), corev1.ResourceMemory: q("16Gi"), "nvidia.com/l40s": q("1")},
 			nodeInfo: infrav1.NodeInfo{Architecture: infrav1.ArchitectureAmd64, OperatingSystem: "linux"},
+			labels:   map[string]string{GPULabel: "AD102GL_L40S"},
 		},
 		{
 			name: "GPUs are counted by their node resource name",
@@ -113,6 +120,7 @@ func TestCompute(t *testing.T) {
 			capacity: corev1.ResourceList{corev1.ResourceCPU: q("2"), corev1.ResourceMemory: q("4Gi"),
 				"nvidia.com/gpu": q("1"), "amd.com/gpu": q("1"), "nvidia.com/t4": q("1"), "local-gpu": q("1")},
 			nodeInfo: infrav1.NodeInfo{Architecture: infrav1.ArchitectureAmd64, OperatingSystem: "linux"},
+			labels:   map[string]string{GPULabel: "GA102GL_A10.MI210.TU104GL_T4.local-gpu"},
 		},
 		{
 			name: "an imported root disk's size is the ephemeral storage",
@@ -145,14 +153,47 @@ func TestCompute(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
-			capacity, nodeInfo := Compute(tc.in)
-			g.Expect(capacity).To(HaveLen(len(tc.capacity)))
+			node := Compute(tc.in)
+			g.Expect(node.Capacity).To(HaveLen(len(tc.capacity)))
 			for name, want := range tc.capacity {
-				got, ok := capacity[name]
+				got, ok := node.Capacity[name]
 				g.Expect(ok).To(BeTrue(), "missing %s", name)
 				g.Expect(got.Cmp(want)).To(BeZero(), "%s: got %s, want %s", name, got.String(), want.String())
 			}
-			g.Expect(nodeInfo).To(Equal(tc.nodeInfo))
+			g.Expect(node.Info).To(Equal(tc.nodeInfo))
+			g.Expect(node.Labels).To(Equal(tc.labels))
+		})
+	}
+}
+
+// TestGPUType: the GPULabel value is derived from the device names alone,
+// the same for any order or repetition, and always a valid label value.
+func TestGPUType(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		devices []string
+		want    string
+	}{
+		{name: "no GPU", devices: nil, want: ""},
+		{name: "the model after the vendor domain", devices: []string{"nvidia.com/GA102GL_A10"}, want: "GA102GL_A10"},
+		{name: "a vGPU profile", devices: []string{"nvidia.com/GRID_A10-4Q"}, want: "GRID_A10-4Q"},
+		{name: "a device name without a vendor domain", devices: []string{"local-gpu"}, want: "local-gpu"},
+		{name: "several GPUs of one model", devices: []string{"nvidia.com/GA102GL_A10", "nvidia.com/GA102GL_A10"}, want: "GA102GL_A10"},
+		{name: "mixed models, sorted whatever the order", devices: []string{"nvidia.com/TU104GL_T4", "amd.com/MI210", "nvidia.com/TU104GL_T4"}, want: "MI210.TU104GL_T4"},
+		{name: "a character a label value cannot hold", devices: []string{"example.com/gpu:v2"}, want: "gpu_v2"},
+		{name: "no letter or digit at either end", devices: []string{"example.com/-gpu-"}, want: "gpu"},
+		{name: "an empty model", devices: []string{"example.com/"}, want: ""},
+		{
+			name:    "cut to 63 characters, ending on a letter or digit",
+			devices: []string{"example.com/" + strings.Repeat("a", 62) + "-b"},
+			want:    strings.Repeat("a", 62),
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			got := GPUType(tc.devices)
+			g.Expect(got).To(Equal(tc.want))
+			g.Expect(validation.IsValidLabelValue(got)).To(BeEmpty())
 		})
 	}
 }

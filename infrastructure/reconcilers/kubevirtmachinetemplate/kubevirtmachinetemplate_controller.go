@@ -27,7 +27,6 @@ import (
 	"fmt"
 	"slices"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -265,13 +264,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	}
 	reason := infrav1.ResolutionFailedReason
 	if len(errs) == 0 {
-		t.Status.Capacity, t.Status.NodeInfo, errs, reason, err = r.capacity(ctx, t, resolved.Image)
+		var node capacity.Node
+		node, errs, reason, err = r.capacity(ctx, t, resolved.Image)
 		if err != nil {
 			return ctrl.Result{}, err
 		}
+		t.Status.Capacity, t.Status.NodeInfo, t.Status.NodeLabels = node.Capacity, node.Info, node.Labels
 	}
 	if len(errs) > 0 {
-		t.Status.Capacity, t.Status.NodeInfo = nil, infrav1.NodeInfo{}
+		t.Status.Capacity, t.Status.NodeInfo, t.Status.NodeLabels = nil, infrav1.NodeInfo{}, nil
 		setResolved(t, metav1.ConditionFalse, reason, errs.ToAggregate().Error())
 		return ctrl.Result{}, nil
 	}
@@ -354,11 +355,11 @@ func (r *Reconciler) resolve(ctx context.Context, t *infrav1.KubeVirtMachineTemp
 
 // capacity reads the template's instancetype and preference, refuses a
 // template whose VMs KubeVirt would refuse, and computes one machine's
-// capacity and node info. reason is the Resolved condition's reason for
+// capacity, node info and node labels. reason is the Resolved condition's reason for
 // the errors: KubeVirtFeatureNotEnabled when the spec is sound but the
 // installed KubeVirt does not run it (a hoster's configuration change
 // resolves it), ResolutionFailed otherwise.
-func (r *Reconciler) capacity(ctx context.Context, t *infrav1.KubeVirtMachineTemplate, image infrav1.ImageSource) (corev1.ResourceList, infrav1.NodeInfo, field.ErrorList, string, error) {
+func (r *Reconciler) capacity(ctx context.Context, t *infrav1.KubeVirtMachineTemplate, image infrav1.ImageSource) (capacity.Node, field.ErrorList, string, error) {
 	spec := &t.Spec.Template.Spec
 	path := field.NewPath("spec", "template", "spec")
 	in := capacity.Input{Spec: spec, Image: image}
@@ -366,7 +367,7 @@ func (r *Reconciler) capacity(ctx context.Context, t *infrav1.KubeVirtMachineTem
 	if ref := spec.Instancetype; ref != nil {
 		itSpec, missing, err := instancetype.Instancetype(ctx, r.Infrastructure.Client, t.Namespace, ref, path.Child("instancetype"))
 		if err != nil || missing != nil {
-			return nil, infrav1.NodeInfo{}, fieldErrors(missing), infrav1.ResolutionFailedReason, err
+			return capacity.Node{}, fieldErrors(missing), infrav1.ResolutionFailedReason, err
 		}
 		in.Instancetype = itSpec
 	}
@@ -375,7 +376,7 @@ func (r *Reconciler) capacity(ctx context.Context, t *infrav1.KubeVirtMachineTem
 		var err error
 		prefSpec, missing, err = instancetype.Preference(ctx, r.Infrastructure.Client, t.Namespace, ref, path.Child("preference"))
 		if err != nil || missing != nil {
-			return nil, infrav1.NodeInfo{}, fieldErrors(missing), infrav1.ResolutionFailedReason, err
+			return capacity.Node{}, fieldErrors(missing), infrav1.ResolutionFailedReason, err
 		}
 		in.PreferredArchitecture = ptr.Deref(prefSpec.PreferredArchitecture, "")
 	}
@@ -386,17 +387,16 @@ func (r *Reconciler) capacity(ctx context.Context, t *infrav1.KubeVirtMachineTem
 		errs = append(errs, gpuErrors(t, in.Instancetype)...)
 	}
 	if len(errs) > 0 {
-		return nil, infrav1.NodeInfo{}, errs, infrav1.ResolutionFailedReason, nil
+		return capacity.Node{}, errs, infrav1.ResolutionFailedReason, nil
 	}
 	kv, err := kubevirtconfig.Installed(ctx, r.Infrastructure.Client)
 	if err != nil {
-		return nil, infrav1.NodeInfo{}, nil, "", err
+		return capacity.Node{}, nil, "", err
 	}
 	if errs := kubevirtconfig.Validate(kubevirtconfig.Input{Spec: spec, Instancetype: in.Instancetype, Preference: prefSpec, KubeVirt: kv}, path); len(errs) > 0 {
-		return nil, infrav1.NodeInfo{}, errs, infrav1.KubeVirtFeatureNotEnabledReason, nil
+		return capacity.Node{}, errs, infrav1.KubeVirtFeatureNotEnabledReason, nil
 	}
-	resources, nodeInfo := capacity.Compute(in)
-	return resources, nodeInfo, nil, "", nil
+	return capacity.Compute(in), nil, "", nil
 }
 
 // gpuErrors checks a class-based template's pool GPUs, which drive the
