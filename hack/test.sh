@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The project's test command (README: `make test`). Builds or reuses every
 # binary the suites need (kube-apiserver, etcd, kubeadm, kube-controller-manager,
-# virt-api, virt-controller, yip, clusterctl, kubectl), then runs all
-# Go tests, fuzz seed corpora included, with the race detector off to fit two
-# cores.
+# virt-api, virt-controller, yip, clusterctl, kubectl, the Cluster API
+# operator), then runs all Go tests, fuzz seed corpora included, with the race
+# detector off to fit two cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export GOFLAGS="${GOFLAGS:--mod=readonly}"
@@ -21,6 +21,9 @@ export CLUSTERCTL_BIN
 # The docs' recipes (test/packaging) pipe into kubectl.
 KUBECTL_BIN=$(hack/tool.sh kubectl)
 export KUBECTL_BIN
+# The Cluster API operator (test/packaging's TestClusterAPIOperator), built
+# here once rather than while the packages test in parallel.
+hack/tool.sh cluster-api-operator >/dev/null
 
 # TEST_PACKAGES narrows the run (make faults); every package by default.
 go test -count=1 -timeout 45m "$@" ${TEST_PACKAGES:-./...}

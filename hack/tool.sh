@@ -13,6 +13,10 @@ KUSTOMIZE_VERSION="${KUSTOMIZE_VERSION:-v5.8.0}"
 # Kubernetes v1.X.Y).
 KUBECTL_VERSION="${KUBECTL_VERSION:-v0.36.3}"
 GOVULNCHECK_VERSION="${GOVULNCHECK_VERSION:-v1.9.0}"
+# The Cluster API operator Cozystack installs providers with. It pins its
+# own Cluster API, controller-runtime and Kubernetes modules (v1.13,
+# v0.23, v0.35), so it is built in a module of its own, never from ours.
+CLUSTER_API_OPERATOR_VERSION="${CLUSTER_API_OPERATOR_VERSION:-v0.29.0}"
 # The Go vulnerability database as a module: vuln.go.dev is not reachable
 # from every machine, the module proxy is, and a pinned snapshot makes the
 # scan's verdict depend on the commit alone. Bump it to learn of new
@@ -71,6 +75,25 @@ build_in_module() {
   echo "${dir}/${name}"
 }
 
+# install_operator builds the Cluster API operator's manager and copies its
+# module's config/ (CRDs, RBAC, webhook configurations) beside it, so a test
+# installs the operator from the same module version it runs.
+install_operator() {
+  local version="$1"
+  local dir="${CACHE_ROOT}/tools/cluster-api-operator-${version}"
+  if [[ ! -x "${dir}/cluster-api-operator" || ! -d "${dir}/config" ]]; then
+    build_in_module cluster-api-operator sigs.k8s.io/cluster-api-operator sigs.k8s.io/cluster-api-operator/cmd "${version}" >/dev/null
+    local mod
+    mod=$(cd "${CACHE_ROOT}/src/cluster-api-operator-${version}" && GOFLAGS=-mod=mod GOWORK=off go list -m -f '{{.Dir}}' sigs.k8s.io/cluster-api-operator)
+    rm -rf "${dir}/config.tmp"
+    cp -r "${mod}/config" "${dir}/config.tmp"
+    chmod -R u+w "${dir}/config.tmp"
+    rm -rf "${dir}/config"
+    mv "${dir}/config.tmp" "${dir}/config"
+  fi
+  echo "${dir}/cluster-api-operator"
+}
+
 # kubectl's main package lives in k8s.io/kubernetes (cmd/kubectl); the
 # command itself is k8s.io/kubectl's. Build that same main in a throw-away
 # module requiring k8s.io/kubectl at the pinned version, stamped with the
@@ -103,6 +126,7 @@ case "${1:-}" in
   yip) build_in_module yip github.com/mudler/yip github.com/mudler/yip "${YIP_VERSION}" ;;
   clusterctl) install_clusterctl "${CLUSTER_API_VERSION}" ;;
   kubectl) install_kubectl "${KUBECTL_VERSION}" ;;
+  cluster-api-operator) install_operator "${CLUSTER_API_OPERATOR_VERSION}" ;;
   kustomize) install kustomize sigs.k8s.io/kustomize/kustomize/v5 "${KUSTOMIZE_VERSION}" ;;
   # govulncheck type-checks with the go/types it was built with, so it is
   # built by the Go release it scans with (GOTOOLCHAIN).
@@ -122,5 +146,5 @@ case "${1:-}" in
     fi
     echo "${db}"
     ;;
-  *) echo "usage: $0 controller-gen|golangci-lint|yip|clusterctl|kubectl|kustomize|govulncheck|vulndb" >&2; exit 2 ;;
+  *) echo "usage: $0 controller-gen|golangci-lint|yip|clusterctl|kubectl|kustomize|govulncheck|vulndb|cluster-api-operator" >&2; exit 2 ;;
 esac

@@ -56,8 +56,15 @@ var externalCRDs = []externalCRD{
 // when they are there) and returns the CRD files.
 func externalCRDFiles(t *testing.T) []string {
 	t.Helper()
+	return crdFiles(t, externalCRDs...)
+}
+
+// crdFiles downloads the modules of crds into the module cache (a no-op
+// when they are there) and returns their CRD files.
+func crdFiles(t *testing.T, crds ...externalCRD) []string {
+	t.Helper()
 	var files []string
-	for _, crd := range externalCRDs {
+	for _, crd := range crds {
 		// Outside this module, so go.mod and go.sum stay untouched.
 		out := run(t, []string{"GOFLAGS=", "GOWORK=off"}, t.TempDir(), "go", "mod", "download", "-json", crd.module+"@"+crd.version)
 		var m struct{ Dir, Error string }
