@@ -362,6 +362,11 @@ func checkRBAC(t *testing.T, p provider, objs []*unstructured.Unstructured, dep 
 	for _, verb := range []string{"get", "create", "update"} {
 		g.Expect(allows(append(namespaceRules, clusterRules...), "coordination.k8s.io", "leases", verb)).To(BeTrue(), "leader election may %s leases", verb)
 	}
+	// The controllers' Events (the manager's events.k8s.io recorder) in
+	// every namespace; the broadcaster patches a repeat into a series.
+	for _, verb := range []string{"create", "patch"} {
+		g.Expect(allows(clusterRules, "events.k8s.io", "events", verb)).To(BeTrue(), "the manager's recorder may %s Events", verb)
+	}
 
 	// The aggregated role gives Cluster API core every verb it uses on every
 	// kind that implements the contract.
