@@ -201,11 +201,12 @@ type Harness struct {
 	// KubeVirt is KubeVirt's control plane: virt-api and virt-controller.
 	KubeVirt *kubevirt.ControlPlane
 	// Hosts are the infrastructure nodes: scheduler, kubelets and
-	// virt-handler.
+	// virt-handler; nil with Options.Infra.RealNodes.
 	Hosts *kubevirtsim.Hosts
 	// CDI is the CDI stand-in.
 	CDI *cdisim.CDI
-	// Nodes is the node simulator; nil with Options.VMs.
+	// Nodes is the node simulator; nil with Options.VMs or
+	// Options.Infra.RealNodes.
 	Nodes *nodesim.Simulator
 
 	opts      Options
@@ -367,16 +368,24 @@ func Start(ctx context.Context, opts Options) (_ *Harness, rerr error) {
 		}
 		crdPaths = append(crdPaths, kubeadmCRDs)
 	}
-	audit, err := auditArgs(opts.AuditLog)
+	apiserverArgs, err := auditArgs(opts.AuditLog)
 	if err != nil {
 		return nil, err
+	}
+	if opts.Infra.RealNodes {
+		// envtest turns the ServiceAccount admission plugin off; a real
+		// node's Pods (virt-handler's in-cluster client) need their tokens.
+		if apiserverArgs == nil {
+			apiserverArgs = map[string]string{}
+		}
+		apiserverArgs["disable-admission-plugins"] = ""
 	}
 	if h.Management, err = envtest.Start(ctx, envtest.Options{
 		Scheme:        scheme,
 		CRDPaths:      crdPaths,
 		WebhookPaths:  webhooks.paths,
 		SetupWebhooks: webhooks.setup,
-		APIServerArgs: audit,
+		APIServerArgs: apiserverArgs,
 	}); err != nil {
 		return nil, err
 	}

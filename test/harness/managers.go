@@ -311,7 +311,8 @@ func (h *Harness) setupManagers(ctx context.Context, caches *lazyClusterCache) (
 	}
 	h.KubeVirt, h.Hosts, h.CDI = h.infra.KubeVirt, h.infra.Hosts, h.infra.CDI
 	managers["simulators"] = simMgr
-	if h.opts.VMs != nil {
+	if h.opts.VMs != nil || infraOpts.RealNodes {
+		// Real guests: the backend's, or KubeVirt's on real nodes.
 		return managers, nil
 	}
 	nodeOpts := h.opts.Nodes

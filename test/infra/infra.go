@@ -50,13 +50,18 @@ type Options struct {
 	Hosts kubevirtsim.Options
 	// CDI configures the CDI stand-in: timings, the importer.
 	CDI cdisim.Options
+	// RealNodes leaves the node side to real nodes (test/node: a kubelet,
+	// kube-scheduler and virt-handler): no stand-in scheduler, kubelets or
+	// virt-handler run, and Hosts is nil.
+	RealNodes bool
 }
 
 // Infra is a running infrastructure cluster.
 type Infra struct {
 	KubeVirt *kubevirt.ControlPlane
-	Hosts    *kubevirtsim.Hosts
-	CDI      *cdisim.CDI
+	// Hosts is the node-side stand-in; nil with Options.RealNodes.
+	Hosts *kubevirtsim.Hosts
+	CDI   *cdisim.CDI
 }
 
 // AddToScheme adds what the stand-ins read and write.
@@ -86,9 +91,12 @@ func Start(ctx context.Context, env *envtest.Environment, mgr ctrl.Manager, opts
 			rerr = errors.Join(rerr, cp.Stop())
 		}
 	}()
-	i := &Infra{KubeVirt: cp, Hosts: kubevirtsim.New(opts.Hosts), CDI: cdisim.New(opts.CDI)}
-	if err := i.Hosts.SetupWithManager(ctx, mgr); err != nil {
-		return nil, err
+	i := &Infra{KubeVirt: cp, CDI: cdisim.New(opts.CDI)}
+	if !opts.RealNodes {
+		i.Hosts = kubevirtsim.New(opts.Hosts)
+		if err := i.Hosts.SetupWithManager(ctx, mgr); err != nil {
+			return nil, err
+		}
 	}
 	if err := i.CDI.SetupWithManager(ctx, mgr); err != nil {
 		return nil, err

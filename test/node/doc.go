@@ -28,5 +28,9 @@ limitations under the License.
 // and virt-launcher's images are built here (BuildKubeVirtImages,
 // hack/node/kubevirt.sh: the binaries with cgo from kubevirt.io/kubevirt, a
 // Debian trixie root with libvirt, virtqemud built from Debian's source, and
-// QEMU), and virt-handler is deployed as virt-operator deploys it.
+// QEMU), and virt-handler is deployed as virt-operator deploys it. A
+// Kairos pool's machine boots on it through virt-launcher
+// (TestPoolJoinsThroughVirtLauncher) from the worker disk as a container
+// disk (BuildWorkerContainerDisk), reaching the workload apiserver on the
+// host through the node's Forwards.
 package node

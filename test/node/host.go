@@ -31,6 +31,8 @@ import (
 	"strconv"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/types"
+
 	"github.com/cozystack/cluster-api-workers/test/envtest"
 )
 
@@ -131,6 +133,12 @@ authorization:
 podLogsDir: /var/log/pods
 volumePluginDir: %[4]s
 resolvConf: ""
+# A cluster's DNS Service and domain, as every cluster's kubelets have them
+# (nothing answers at that address; no test resolves a name). Without them
+# the kubelet gives pods "search .", and virt-launcher's DHCP server then
+# panics: "failed to run DHCP Server: Search domain is not valid: '.'".
+clusterDomain: cluster.local
+clusterDNS: [%[5]s]
 registerNode: true
 serializeImagePulls: false
 evictionHard:
@@ -138,7 +146,7 @@ evictionHard:
   nodefs.available: 1%%
   nodefs.inodesFree: 1%%
   imagefs.available: 1%%
-`, n.cgroupName, n.path("containerd", "containerd.sock"), n.NodeIP, n.path("volume-plugins"))
+`, n.cgroupName, n.path("containerd", "containerd.sock"), n.NodeIP, n.path("volume-plugins"), n.opts.ClusterDNS)
 	if err := os.WriteFile(n.path("kubelet.yaml"), []byte(kubelet), 0o600); err != nil {
 		return err
 	}
@@ -452,4 +460,33 @@ func processMentions(dir string) bool {
 		}
 	}
 	return false
+}
+
+// PodMemoryPeak is the peak memory use (bytes) of a pod's cgroup on this
+// node, as the cgroup v1 memory controller counts it
+// (memory.max_usage_in_bytes: page cache included), or 0 when the pod has
+// no memory cgroup (yet).
+func (n *Node) PodMemoryPeak(uid types.UID) int64 {
+	v1, _ := cgroupMounts()
+	for _, m := range v1 {
+		if !strings.Contains(","+m.options+",", ",memory,") {
+			continue
+		}
+		var peak int64
+		_ = filepath.WalkDir(filepath.Join(m.dir, n.cgroupName), func(p string, e fs.DirEntry, err error) error {
+			if err != nil {
+				return nil //nolint:nilerr // A cgroup gone while walking: the walk goes on.
+			}
+			if !e.IsDir() || filepath.Base(p) != "pod"+string(uid) {
+				return nil
+			}
+			raw, err := os.ReadFile(filepath.Join(p, "memory.max_usage_in_bytes")) //nolint:gosec // The node's own cgroup.
+			if err == nil {
+				_, _ = fmt.Sscan(string(raw), &peak)
+			}
+			return filepath.SkipDir
+		})
+		return peak
+	}
+	return 0
 }

@@ -59,6 +59,11 @@ type Image struct {
 	// Archive, when set, is where WriteArchive already wrote this image
 	// (a cache): Start imports it as it is.
 	Archive string
+	// ByDigest names the image by its manifest's digest, Ref being the
+	// repository alone ("kvw.local/kairos-worker"): WriteArchive names it
+	// <Ref>@sha256:<hex>, what a reference pinned by digest finds
+	// (ArchiveRef reads the name back).
+	ByDigest bool
 }
 
 // The OCI image layout media types (image-spec v1.1).
@@ -90,7 +95,10 @@ type blob struct {
 // index naming the image by the annotations containerd and the OCI layout
 // read. The same files give the same digests.
 func (img Image) WriteArchive(file string) (err error) {
-	if !strings.Contains(img.Ref, ":") {
+	if img.ByDigest && strings.ContainsAny(img.Ref, ":@") {
+		return fmt.Errorf("image %q: with ByDigest the reference is a repository, without tag or digest", img.Ref)
+	}
+	if !img.ByDigest && !strings.Contains(img.Ref, ":") {
 		return fmt.Errorf("image %q has no tag: an untagged image is pulled Always", img.Ref)
 	}
 	var layers []blob
@@ -141,14 +149,16 @@ func (img Image) WriteArchive(file string) (err error) {
 	if err != nil {
 		return err
 	}
-	tag := img.Ref[strings.LastIndex(img.Ref, ":")+1:]
+	annotations := map[string]string{"io.containerd.image.name": img.Ref}
+	if img.ByDigest {
+		annotations["io.containerd.image.name"] = img.Ref + "@sha256:" + digestHex(manifest)
+	} else {
+		annotations["org.opencontainers.image.ref.name"] = img.Ref[strings.LastIndex(img.Ref, ":")+1:]
+	}
 	index, err := json.Marshal(map[string]any{
 		"schemaVersion": 2,
 		"mediaType":     mediaTypeIndex,
-		"manifests": []descriptor{blobDescriptor(mediaTypeManifest, manifest, map[string]string{
-			"io.containerd.image.name":          img.Ref,
-			"org.opencontainers.image.ref.name": tag,
-		})},
+		"manifests":     []descriptor{blobDescriptor(mediaTypeManifest, manifest, annotations)},
 	})
 	if err != nil {
 		return err
@@ -190,6 +200,36 @@ func (img Image) WriteArchive(file string) (err error) {
 		}
 	}
 	return tw.Close()
+}
+
+// ArchiveRef is the name an archive WriteArchive wrote gives its image
+// (with ByDigest, the repository and the manifest's digest).
+func ArchiveRef(file string) (string, error) {
+	f, err := os.Open(file) //nolint:gosec // An archive of the cache.
+	if err != nil {
+		return "", err
+	}
+	defer func() { _ = f.Close() }()
+	tr := tar.NewReader(f)
+	for {
+		hdr, err := tr.Next()
+		if err != nil {
+			return "", fmt.Errorf("%s: no index.json: %w", file, err)
+		}
+		if hdr.Name != "index.json" {
+			continue
+		}
+		var index struct {
+			Manifests []descriptor `json:"manifests"`
+		}
+		if err := json.NewDecoder(tr).Decode(&index); err != nil {
+			return "", fmt.Errorf("%s: index.json: %w", file, err)
+		}
+		if len(index.Manifests) != 1 || index.Manifests[0].Annotations["io.containerd.image.name"] == "" {
+			return "", fmt.Errorf("%s: index.json names no single image", file)
+		}
+		return index.Manifests[0].Annotations["io.containerd.image.name"], nil
+	}
 }
 
 // writeLayer writes a layer's tar to file and takes its digest and size.

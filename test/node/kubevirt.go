@@ -151,3 +151,60 @@ func diskUsage(dir string) (int64, error) {
 	}
 	return n, nil
 }
+
+// WorkerImageRepository is the repository of the worker container disk;
+// the image is named by its manifest's digest, as a WorkerPlatform's
+// Kairos image must be pinned.
+const WorkerImageRepository = "kvw.local/kairos-worker"
+
+// WorkerContainerDisk is the real-guest worker disk (hack/worker-disk) as a
+// KubeVirt container disk image: made bootable and laid out as KubeVirt's
+// container-disk contract says by hack/node/worker-containerdisk.sh (one
+// qcow2 under /disk/, owned by the qemu user), written as an archive into
+// the cache once, named <WorkerImageRepository>@sha256:<manifest digest>.
+type WorkerContainerDisk struct {
+	Image Image
+	// Build is how long the script and the archive took (about 0 s when
+	// cached); DiskBytes is the qcow2's size, ArchiveBytes the archive's.
+	Build                   time.Duration
+	DiskBytes, ArchiveBytes int64
+}
+
+// BuildWorkerContainerDisk builds (or reuses) the worker container disk.
+func BuildWorkerContainerDisk() (*WorkerContainerDisk, error) {
+	t0 := time.Now()
+	cmd := exec.Command("bash", filepath.Join(envtest.RepoRoot(), "hack", "node", "worker-containerdisk.sh")) //nolint:gosec,noctx // Our own script; it ends on its own.
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, io.MultiWriter(&stderr, os.Stderr)
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("hack/node/worker-containerdisk.sh: %w: %s", err, stderr.String())
+	}
+	layer := strings.TrimSpace(stdout.String())
+	disk, err := os.Stat(filepath.Join(layer, "disk", "worker.qcow2"))
+	if err != nil {
+		return nil, fmt.Errorf("hack/node/worker-containerdisk.sh printed %q: %w", layer, err)
+	}
+	w := &WorkerContainerDisk{
+		Image:     Image{Ref: WorkerImageRepository, ByDigest: true, Rootfs: layer, Archive: filepath.Join(filepath.Dir(layer), "image.tar")},
+		DiskBytes: disk.Size(),
+	}
+	if _, err := os.Stat(w.Image.Archive); err != nil {
+		tmp := w.Image.Archive + ".tmp"
+		if err := w.Image.WriteArchive(tmp); err != nil {
+			_ = os.Remove(tmp)
+			return nil, err
+		}
+		if err := os.Rename(tmp, w.Image.Archive); err != nil {
+			return nil, err
+		}
+	}
+	if w.Image.Ref, err = ArchiveRef(w.Image.Archive); err != nil {
+		return nil, err
+	}
+	fi, err := os.Stat(w.Image.Archive)
+	if err != nil {
+		return nil, err
+	}
+	w.ArchiveBytes, w.Build = fi.Size(), time.Since(t0)
+	return w, nil
+}

@@ -25,6 +25,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
@@ -75,6 +76,16 @@ type Options struct {
 	// Service, at which pods reach the apiserver (ServiceCA); default
 	// 10.0.0.1, the first address of envtest's service range.
 	KubernetesServiceIP string
+	// ClusterDNS is the cluster DNS Service's address the kubelet gives
+	// pods (nothing serves it); default 10.0.0.10, in envtest's service
+	// range.
+	ClusterDNS string
+	// Forwards map an address and port inside the node's network namespace
+	// (on its loopback, which pods' default route leads to) to a host TCP
+	// address: pods, and guests behind virt-launcher's NAT, reach a host
+	// service there, such as a workload cluster's apiserver on the host's
+	// loopback. Nothing else leaves the node.
+	Forwards map[string]string
 	// ArtifactsDir, when set, receives the node's logs (nodeinit,
 	// containerd, kubelet) on Stop.
 	ArtifactsDir string
@@ -96,6 +107,7 @@ type Node struct {
 	pidNS      string
 	cgroupName string
 	listener   net.Listener
+	forwards   []net.Listener
 	service    *http.Server
 	serviceCA  []byte
 	before     hostState
@@ -179,6 +191,9 @@ func Start(ctx context.Context, opts Options) (*Node, error) {
 	}
 	if opts.KubernetesServiceIP == "" {
 		opts.KubernetesServiceIP = "10.0.0.1"
+	}
+	if opts.ClusterDNS == "" {
+		opts.ClusterDNS = "10.0.0.10"
 	}
 	if opts.StartTimeout == 0 {
 		opts.StartTimeout = 3 * time.Minute
@@ -266,6 +281,20 @@ func (n *Node) start(ctx context.Context, kubeletBin, containerdDir string, apiU
 	if err := n.serveKubernetesService(ctx, apiURL); err != nil {
 		return err
 	}
+	var forwards []initconfig.Forward
+	for _, listen := range slices.Sorted(maps.Keys(n.opts.Forwards)) {
+		if _, _, err := net.SplitHostPort(listen); err != nil {
+			return fmt.Errorf("forward %s: %w", listen, err)
+		}
+		socket := n.path(fmt.Sprintf("forward-%d.sock", len(forwards)))
+		l, err := (&net.ListenConfig{}).Listen(ctx, "unix", socket)
+		if err != nil {
+			return err
+		}
+		n.forwards = append(n.forwards, l)
+		go serveForwarder(l, n.opts.Forwards[listen])
+		forwards = append(forwards, initconfig.Forward{Listen: listen, Socket: socket})
+	}
 
 	kubeletArgs := []string{kubeletBin,
 		"--config=" + n.path("kubelet.yaml"),
@@ -294,6 +323,7 @@ func (n *Node) start(ctx context.Context, kubeletBin, containerdDir string, apiU
 		APISocket:        n.path("api.sock"),
 		ServiceListen:    net.JoinHostPort(n.opts.KubernetesServiceIP, "443"),
 		ServiceSocket:    n.path("service.sock"),
+		Forwards:         forwards,
 		Path:             containerdDir + ":/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
 		Containerd:       []string{filepath.Join(containerdDir, "containerd"), "--config", n.path("containerd.toml")},
 		ContainerdSocket: socket,
@@ -434,6 +464,9 @@ func (n *Node) stop() error {
 	}
 	if n.listener != nil {
 		_ = n.listener.Close()
+	}
+	for _, l := range n.forwards {
+		_ = l.Close()
 	}
 	if n.service != nil {
 		_ = n.service.Close()

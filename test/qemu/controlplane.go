@@ -57,12 +57,17 @@ type ControlPlaneOptions struct {
 	// Dir holds certificates, kubeconfigs, etcd data and logs; a fresh
 	// temporary directory when empty.
 	Dir string
+	// GuestHost is the address guests dial the apiserver at, in its
+	// serving certificate; GuestHostAddress when empty. A guest behind
+	// KubeVirt's masquerade binding is 10.0.2.2 itself, so the real node's
+	// guests reach the host at an address the node forwards (test/node).
+	GuestHost string
 }
 
 // ControlPlane is a workload cluster's control plane on the host: etcd,
 // kube-apiserver and kube-controller-manager built from source, prepared
 // with `kubeadm init phase` as kubeadm would prepare a control-plane node,
-// serving guests at GuestHostAddress.
+// serving guests at GuestHostAddress (or ControlPlaneOptions.GuestHost).
 type ControlPlane struct {
 	// Dir holds the certificates (pki/), kubeconfigs and process logs.
 	Dir string
@@ -111,7 +116,10 @@ func StartControlPlane(ctx context.Context, opts ControlPlaneOptions) (_ *Contro
 	if err != nil {
 		return nil, err
 	}
-	cp := &ControlPlane{Dir: dir, Port: ports[0], GuestEndpoint: net.JoinHostPort(GuestHostAddress, strconv.Itoa(ports[0]))}
+	if opts.GuestHost == "" {
+		opts.GuestHost = GuestHostAddress
+	}
+	cp := &ControlPlane{Dir: dir, Port: ports[0], GuestEndpoint: net.JoinHostPort(opts.GuestHost, strconv.Itoa(ports[0]))}
 	defer func() {
 		if rerr != nil {
 			cp.Stop()
@@ -344,7 +352,7 @@ apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 cgroupDriver: systemd
 failSwapOn: false
-`, opts.ClusterName, opts.KubernetesVersion, endpoint, certificatesDir, GuestHostAddress, port))
+`, opts.ClusterName, opts.KubernetesVersion, endpoint, certificatesDir, opts.GuestHost, port))
 }
 
 func setKubeconfigServer(path, server string) error {

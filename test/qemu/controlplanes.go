@@ -37,6 +37,9 @@ var _ harness.ControlPlanes = (*ControlPlanes)(nil)
 type ControlPlanes struct {
 	// KubernetesVersion must match the worker disk's kubelet and kubeadm.
 	KubernetesVersion string
+	// GuestHost is the address guests dial the apiservers at;
+	// GuestHostAddress when empty (ControlPlaneOptions.GuestHost).
+	GuestHost string
 
 	mu      sync.Mutex
 	started map[client.ObjectKey]*ControlPlane
@@ -44,7 +47,7 @@ type ControlPlanes struct {
 
 // StartControlPlane starts the control plane of a cluster, named after it.
 func (c *ControlPlanes) StartControlPlane(ctx context.Context, cluster client.ObjectKey) (*envtest.Workload, error) {
-	cp, err := StartControlPlane(ctx, ControlPlaneOptions{KubernetesVersion: c.KubernetesVersion, ClusterName: cluster.Name})
+	cp, err := StartControlPlane(ctx, ControlPlaneOptions{KubernetesVersion: c.KubernetesVersion, ClusterName: cluster.Name, GuestHost: c.GuestHost})
 	if err != nil {
 		return nil, err
 	}

@@ -151,15 +151,24 @@ func setup() error {
 	// Pods reach the apiserver at the `kubernetes` Service's address (their
 	// in-cluster configuration): it is an address of this namespace, which
 	// their default route through the bridge leads to, so no rule is needed.
+	// The further host services (Forwards) are reached the same way.
+	forwards := cfg.Forwards
 	if cfg.ServiceListen != "" {
-		host, _, err := net.SplitHostPort(cfg.ServiceListen)
+		forwards = append([]initconfig.Forward{{Listen: cfg.ServiceListen, Socket: cfg.ServiceSocket}}, forwards...)
+	}
+	added := map[string]bool{}
+	for _, f := range forwards {
+		host, _, err := net.SplitHostPort(f.Listen)
 		if err != nil {
 			return err
 		}
-		if out, err := exec.Command("ip", "addr", "add", host+"/32", "dev", "lo").CombinedOutput(); err != nil { //nolint:gosec,noctx // Our own command line.
-			return fmt.Errorf("ip addr add %s/32 dev lo: %w: %s", host, err, out)
+		if !added[host] {
+			if out, err := exec.Command("ip", "addr", "add", host+"/32", "dev", "lo").CombinedOutput(); err != nil { //nolint:gosec,noctx // Our own command line.
+				return fmt.Errorf("ip addr add %s/32 dev lo: %w: %s", host, err, out)
+			}
+			added[host] = true
 		}
-		if err := listenAndForward(cfg.ServiceListen, cfg.ServiceSocket); err != nil {
+		if err := listenAndForward(f.Listen, f.Socket); err != nil {
 			return err
 		}
 	}

@@ -42,4 +42,15 @@ type Config struct {
 	Kubelet          []string `json:"kubelet"`
 	LogDir           string   `json:"logDir"`
 	PhaseFile        string   `json:"phaseFile"`
+	// Forwards are further host services pods reach: the init puts each
+	// Listen address on its loopback and hands each connection to Socket,
+	// where the host passes it on to the service.
+	Forwards []Forward `json:"forwards,omitempty"`
+}
+
+// Forward is an address of the node's namespace whose connections go to a
+// host service through a Unix socket.
+type Forward struct {
+	Listen string `json:"listen"`
+	Socket string `json:"socket"`
 }
