@@ -344,3 +344,9 @@ func (e *Environment) Stop() error {
 	defer func() { _ = os.RemoveAll(e.dir) }()
 	return errors.Join(e.restarts.stop(), e.env.Stop())
 }
+
+// EtcdURL returns the client URL of the apiserver's etcd, for an extension
+// apiserver that keeps its objects there under a prefix of its own.
+func (e *Environment) EtcdURL() string {
+	return e.env.ControlPlane.Etcd.URL.String()
+}

@@ -20,7 +20,11 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"fmt"
+	"math/big"
 	"os"
 	"path/filepath"
 
@@ -35,7 +39,9 @@ import (
 // authentication as kubeadm does, with a CA of its own in dir. The apiserver
 // then publishes the CA in kube-system/extension-apiserver-authentication,
 // which extension apiservers read at start (virt-api refuses to start
-// without it).
+// without it), and proxies requests for an aggregated API (an APIService)
+// with the CA's front-proxy-client certificate, which those apiservers
+// authenticate.
 func frontProxyArgs(dir string) (map[string]string, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -53,13 +59,56 @@ func frontProxyArgs(dir string) (map[string]string, error) {
 	if err := os.WriteFile(caFile, caPEM, 0o600); err != nil {
 		return nil, err
 	}
+	clientCert, clientKey, err := frontProxyClient(dir, ca, key)
+	if err != nil {
+		return nil, err
+	}
 	return map[string]string{
+		"proxy-client-cert-file":             clientCert,
+		"proxy-client-key-file":              clientKey,
 		"requestheader-client-ca-file":       caFile,
 		"requestheader-allowed-names":        "front-proxy-client",
 		"requestheader-username-headers":     "X-Remote-User",
 		"requestheader-group-headers":        "X-Remote-Group",
 		"requestheader-extra-headers-prefix": "X-Remote-Extra-",
 	}, nil
+}
+
+// frontProxyClient writes the front-proxy-client certificate, signed by the
+// front proxy CA, and its key to dir and returns their paths.
+func frontProxyClient(dir string, ca *x509.Certificate, caKey *ecdsa.PrivateKey) (certFile, keyFile string, err error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return "", "", err
+	}
+	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
+	if err != nil {
+		return "", "", err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: serial,
+		Subject:      pkix.Name{CommonName: "front-proxy-client"},
+		NotBefore:    ca.NotBefore,
+		NotAfter:     ca.NotAfter,
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	if err != nil {
+		return "", "", fmt.Errorf("signing the front proxy client certificate: %w", err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return "", "", err
+	}
+	certFile, keyFile = filepath.Join(dir, "front-proxy-client.crt"), filepath.Join(dir, "front-proxy-client.key")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		return "", "", err
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+		return "", "", err
+	}
+	return certFile, keyFile, nil
 }
 
 // WriteKubeconfig writes a kubeconfig with the config's server and
