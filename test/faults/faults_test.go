@@ -28,7 +28,11 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 	kubevirtv1 "kubevirt.io/api/core/v1"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/cozystack/cluster-api-workers/test/harness"
@@ -110,7 +114,7 @@ func scaleUpThrough(t *testing.T, name string, inject fault, seed int64) {
 	g.Expect(err).NotTo(HaveOccurred())
 	t.Cleanup(func() { h.ReleaseCluster(key) })
 
-	watch := watchPool(ctx, key)
+	pool := watchPool(t, w)
 	startupTimeout := nodeStartupTimeout
 	if name == managementAPIServer {
 		startupTimeout = restartNodeStartupTimeout
@@ -144,7 +148,7 @@ func scaleUpThrough(t *testing.T, name string, inject fault, seed int64) {
 		g.Expect(tokens).To(BeEmpty(), "bootstrap tokens left in the workload cluster")
 	}, convergeTimeout, time.Second).Should(Succeed(), func() string { return h.Describe(ctx, key) })
 	r.Recovered, r.ToJoined, r.AfterLastFault = true, time.Since(start), time.Since(lastFault)
-	seen := watch.stop()
+	seen := pool.stop()
 	r.Replaced = len(seen.machines) - poolSize
 	r.SlowestInstance, err = slowestInstance(ctx, key.Namespace)
 	g.Expect(err).NotTo(HaveOccurred())
@@ -180,14 +184,17 @@ func slowestInstance(ctx context.Context, namespace string) (time.Duration, erro
 	return slowest, nil
 }
 
-// poolWatch samples the pool while the faults strike: every Machine name
-// it ever saw, and every moment a KairosConfig had two tokens at once in
-// the workload cluster.
+// poolWatch follows the pool while the faults strike, through watches
+// (harness.Watch): every Machine name it ever saw, and every moment a
+// KairosConfig had two tokens at once in the workload cluster.
 type poolWatch struct {
 	cancel context.CancelFunc
-	done   chan struct{}
+	done   []<-chan struct{}
 	mu     sync.Mutex
 	seen   sample
+	// tokens are the bootstrap token Secrets in the workload cluster now,
+	// each with the KairosConfig it names.
+	tokens map[string]string
 }
 
 type sample struct {
@@ -195,44 +202,60 @@ type sample struct {
 	duplicateTokens []string
 }
 
-func watchPool(ctx context.Context, key client.ObjectKey) *poolWatch {
-	ctx, cancel := context.WithCancel(ctx)
-	p := &poolWatch{cancel: cancel, done: make(chan struct{}), seen: sample{machines: map[string]bool{}}}
-	go func() {
-		defer close(p.done)
-		tick := time.NewTicker(250 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
-			// Reads fail while an apiserver is down; the next tick reads again.
-			if s, err := h.State(ctx, key); err == nil {
-				p.mu.Lock()
-				for _, m := range s.Machines {
-					p.seen.machines[m.Name] = true
-				}
-				p.mu.Unlock()
-			}
-			if tokens, err := h.JoinTokens(ctx, key); err == nil {
-				p.mu.Lock()
-				for config, names := range tokens {
-					if len(names) > 1 {
-						p.seen.duplicateTokens = append(p.seen.duplicateTokens, fmt.Sprintf("%s: %v", config, names))
-					}
-				}
-				p.mu.Unlock()
-			}
-		}
-	}()
+func watchPool(t *testing.T, w *harness.WorkloadCluster) *poolWatch {
+	t.Helper()
+	management, err := client.NewWithWatch(h.Config(), client.Options{Scheme: h.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	workload, err := client.NewWithWatch(w.API.Config, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &poolWatch{cancel: cancel, seen: sample{machines: map[string]bool{}}, tokens: map[string]string{}}
+	p.done = append(p.done,
+		harness.Watch(ctx, management, &clusterv1.MachineList{}, p.machine,
+			client.InNamespace(w.Key.Namespace), client.MatchingLabels{clusterv1.ClusterNameLabel: w.Key.Name}),
+		harness.Watch(ctx, workload, &corev1.SecretList{}, p.token, client.InNamespace(metav1.NamespaceSystem)))
 	return p
+}
+
+func (p *poolWatch) machine(_ watch.EventType, o client.Object) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.seen.machines[o.GetName()] = true
+}
+
+func (p *poolWatch) token(event watch.EventType, o client.Object) {
+	owner, ok := harness.JoinTokenOwner(o.(*corev1.Secret))
+	if !ok {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if event == watch.Deleted {
+		delete(p.tokens, o.GetName())
+		return
+	}
+	p.tokens[o.GetName()] = owner
+	var names []string
+	for name, of := range p.tokens {
+		if of == owner {
+			names = append(names, name)
+		}
+	}
+	if len(names) > 1 {
+		sort.Strings(names)
+		p.seen.duplicateTokens = append(p.seen.duplicateTokens, fmt.Sprintf("%s: %v", owner, names))
+	}
 }
 
 func (p *poolWatch) stop() sample {
 	p.cancel()
-	<-p.done
+	for _, done := range p.done {
+		<-done
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.seen

@@ -26,7 +26,9 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -44,9 +46,7 @@ type ConditionHistory struct {
 }
 
 // WatchConditions records the states of conditionType on the objects that
-// list and opts select, from now until the test ends. The watch resumes
-// where it stopped when the API server ends it, and lists afresh only when
-// the API server no longer has that point.
+// list and opts select, from now until the test ends (Watch).
 func WatchConditions(tb testing.TB, c client.WithWatch, list client.ObjectList, conditionType string, opts ...client.ListOption) *ConditionHistory {
 	tb.Helper()
 	hist, stop := watchConditions(c, list, conditionType, opts...)
@@ -58,41 +58,113 @@ func WatchConditions(tb testing.TB, c client.WithWatch, list client.ObjectList, 
 func watchConditions(c client.WithWatch, list client.ObjectList, conditionType string, opts ...client.ListOption) (_ *ConditionHistory, stop func()) {
 	hist := &ConditionHistory{conditionType: conditionType, states: map[types.UID][]metav1.Condition{}, keys: map[types.UID]client.ObjectKey{}}
 	ctx, cancel := context.WithCancel(context.Background())
+	done := Watch(ctx, c, list, func(_ watch.EventType, o client.Object) { hist.observe(o) }, opts...)
+	return hist, func() { cancel(); <-done }
+}
+
+// Watch calls observe with every change to the objects that list and opts
+// select, from a first listing until ctx ends, and returns a channel closed
+// once it has stopped; observe runs on one goroutine, one call at a time.
+// As client-go's reflector does, it resumes a watch the API server ended
+// where it stopped, and lists afresh when the API server no longer has that
+// point, reporting the objects gone meanwhile as deleted; while the API
+// server cannot be reached, it tries again every second. This is the one
+// watcher of the test tiers: a state that lasts an instant (a verdict until
+// the object is deleted, a status written and overwritten within a second)
+// is not missed, as polling would miss it.
+func Watch(ctx context.Context, c client.WithWatch, list client.ObjectList, observe func(watch.EventType, client.Object), opts ...client.ListOption) <-chan struct{} {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
+		known := map[types.UID]client.Object{}
 		resourceVersion := ""
 		for ctx.Err() == nil {
-			listOpts := append([]client.ListOption{}, opts...)
-			if resourceVersion != "" {
-				listOpts = append(listOpts, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: resourceVersion}})
+			if resourceVersion == "" {
+				listed := list.DeepCopyObject().(client.ObjectList)
+				if err := c.List(ctx, listed, opts...); err != nil {
+					pause(ctx)
+					continue
+				}
+				resourceVersion = listed.GetResourceVersion()
+				known = relisted(known, listed, observe)
 			}
-			w, err := c.Watch(ctx, list.DeepCopyObject().(client.ObjectList), listOpts...)
+			w, err := c.Watch(ctx, list.DeepCopyObject().(client.ObjectList),
+				append(append([]client.ListOption{}, opts...), &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: resourceVersion}})...)
 			if err != nil {
 				if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
 					resourceVersion = ""
 				}
-				select {
-				case <-ctx.Done():
-				case <-time.After(time.Second):
-				}
+				pause(ctx)
 				continue
 			}
-			for ev := range w.ResultChan() {
-				if ev.Type == watch.Error {
-					// Most often the point the watch resumed from is gone.
-					resourceVersion = ""
-					break
-				}
-				if o, ok := ev.Object.(client.Object); ok {
-					resourceVersion = o.GetResourceVersion()
-					hist.observe(o)
-				}
-			}
+			resourceVersion = follow(ctx, w, resourceVersion, known, observe)
 			w.Stop()
 		}
 	}()
-	return hist, func() { cancel(); <-done }
+	return done
+}
+
+// follow reports the events of w until it ends or ctx does, and returns
+// the resourceVersion to resume from: the last event's, or none when the
+// watch ended on an error.
+func follow(ctx context.Context, w watch.Interface, resourceVersion string, known map[types.UID]client.Object, observe func(watch.EventType, client.Object)) string {
+	for {
+		var ev watch.Event
+		var open bool
+		select {
+		case <-ctx.Done():
+			return resourceVersion
+		case ev, open = <-w.ResultChan():
+		}
+		if !open {
+			return resourceVersion
+		}
+		o, ok := ev.Object.(client.Object)
+		if ev.Type == watch.Error || !ok {
+			// Most often the point the watch resumed from is gone.
+			return ""
+		}
+		resourceVersion = o.GetResourceVersion()
+		if ev.Type == watch.Deleted {
+			delete(known, o.GetUID())
+		} else {
+			known[o.GetUID()] = o
+		}
+		observe(ev.Type, o)
+	}
+}
+
+// relisted reports a fresh listing to observe against the objects known
+// before it, and returns the objects it lists.
+func relisted(known map[types.UID]client.Object, listed client.ObjectList, observe func(watch.EventType, client.Object)) map[types.UID]client.Object {
+	current := map[types.UID]client.Object{}
+	_ = meta.EachListItem(listed, func(item runtime.Object) error {
+		if o, ok := item.(client.Object); ok {
+			current[o.GetUID()] = o
+		}
+		return nil
+	})
+	for uid, o := range known {
+		if _, ok := current[uid]; !ok {
+			observe(watch.Deleted, o)
+		}
+	}
+	for uid, o := range current {
+		event := watch.Added
+		if _, ok := known[uid]; ok {
+			event = watch.Modified
+		}
+		observe(event, o)
+	}
+	return current
+}
+
+// pause waits a second, or until ctx ends.
+func pause(ctx context.Context) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(time.Second):
+	}
 }
 
 // conditionsGetter is what Cluster API's v1beta2 objects and ours have.

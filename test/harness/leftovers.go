@@ -151,21 +151,29 @@ func (h *Harness) JoinTokens(ctx context.Context, key client.ObjectKey) (map[str
 		return nil, err
 	}
 	tokens := map[string][]string{}
-	for _, s := range list.Items {
-		if s.Type != bootstrapapi.SecretTypeBootstrapToken {
-			continue
+	for i := range list.Items {
+		if owner, ok := JoinTokenOwner(&list.Items[i]); ok {
+			tokens[owner] = append(tokens[owner], list.Items[i].Name)
 		}
-		owner := "(no KairosConfig)"
-		d := string(s.Data[bootstrapapi.BootstrapTokenDescriptionKey])
-		if f := strings.Fields(strings.TrimPrefix(d, joinTokenDescriptionPrefix)); strings.HasPrefix(d, joinTokenDescriptionPrefix) && len(f) > 0 {
-			owner = strings.TrimSuffix(f[0], ",")
-		}
-		tokens[owner] = append(tokens[owner], s.Name)
 	}
 	for _, names := range tokens {
 		sort.Strings(names)
 	}
 	return tokens, nil
+}
+
+// JoinTokenOwner reports whether s is a bootstrap token Secret and, if so,
+// the namespace/name of the KairosConfig its description names, or "(no
+// KairosConfig)".
+func JoinTokenOwner(s *corev1.Secret) (string, bool) {
+	if s.Type != bootstrapapi.SecretTypeBootstrapToken {
+		return "", false
+	}
+	d := string(s.Data[bootstrapapi.BootstrapTokenDescriptionKey])
+	if f := strings.Fields(strings.TrimPrefix(d, joinTokenDescriptionPrefix)); strings.HasPrefix(d, joinTokenDescriptionPrefix) && len(f) > 0 {
+		return strings.TrimSuffix(f[0], ","), true
+	}
+	return "(no KairosConfig)", true
 }
 
 // joinTokenDescriptionPrefix starts the description the Kairos bootstrap

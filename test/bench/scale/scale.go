@@ -520,16 +520,16 @@ type machineTimes struct {
 	created, bootstrapReady, nodeHealthy time.Time
 }
 
-// machineWatcher follows the pool's Machines through a watch, so the
-// timestamps have the watch's resolution rather than the API's seconds.
+// machineWatcher follows the pool's Machines through a watch
+// (harness.Watch), so the timestamps have the watch's resolution rather
+// than the API's seconds.
 type machineWatcher struct {
 	cancel context.CancelFunc
-	done   chan struct{}
+	done   <-chan struct{}
 
 	mu       sync.Mutex
 	machines map[string]*machineTimes
 	running  map[string]bool
-	errs     []error
 }
 
 func watchMachines(ctx context.Context, h *harness.Harness, namespace string) (*machineWatcher, error) {
@@ -538,50 +538,20 @@ func watchMachines(ctx context.Context, h *harness.Harness, namespace string) (*
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	mw := &machineWatcher{cancel: cancel, done: make(chan struct{}), machines: map[string]*machineTimes{}, running: map[string]bool{}}
-	first, err := wc.Watch(ctx, &clusterv1.MachineList{}, client.InNamespace(namespace))
-	if err != nil {
-		cancel()
-		return nil, fmt.Errorf("watching the Machines: %w", err)
-	}
-	go func() {
-		defer close(mw.done)
-		w := first
-		for {
-			for ev := range w.ResultChan() {
-				mw.observe(ev)
-			}
-			if ctx.Err() != nil {
-				return
-			}
-			// The apiserver closes watches now and then; the Machines seen
-			// so far keep their first timestamps.
-			next, err := wc.Watch(ctx, &clusterv1.MachineList{}, client.InNamespace(namespace))
-			if err != nil {
-				if ctx.Err() == nil {
-					mw.mu.Lock()
-					mw.errs = append(mw.errs, err)
-					mw.mu.Unlock()
-				}
-				return
-			}
-			w = next
-		}
-	}()
+	mw := &machineWatcher{cancel: cancel, machines: map[string]*machineTimes{}, running: map[string]bool{}}
+	mw.done = harness.Watch(ctx, wc, &clusterv1.MachineList{}, mw.observe, client.InNamespace(namespace))
 	return mw, nil
 }
 
-func (mw *machineWatcher) observe(ev watch.Event) {
-	m, ok := ev.Object.(*clusterv1.Machine)
+func (mw *machineWatcher) observe(event watch.EventType, o client.Object) {
+	m, ok := o.(*clusterv1.Machine)
 	if !ok {
-		// A watch error (for example an expired resourceVersion); the
-		// watch closes after it and is reopened.
 		return
 	}
 	now := time.Now()
 	mw.mu.Lock()
 	defer mw.mu.Unlock()
-	if ev.Type == watch.Deleted {
+	if event == watch.Deleted {
 		delete(mw.running, m.Name)
 		return
 	}
@@ -607,9 +577,6 @@ func (mw *machineWatcher) waitAll(ctx context.Context, cfg Config, start time.Ti
 	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, cfg.Timeout, true, func(context.Context) (bool, error) {
 		mw.mu.Lock()
 		defer mw.mu.Unlock()
-		if len(mw.errs) > 0 {
-			return false, errors.Join(mw.errs...)
-		}
 		seen, running, bootstrapped = len(mw.running), 0, 0
 		for _, r := range mw.running {
 			if r {

@@ -94,9 +94,6 @@ func (mw *machineWatcher) waitCreated(ctx context.Context, cfg Config, start tim
 	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, cfg.Timeout, true, func(context.Context) (bool, error) {
 		mw.mu.Lock()
 		defer mw.mu.Unlock()
-		if len(mw.errs) > 0 {
-			return false, errors.Join(mw.errs...)
-		}
 		seen = len(mw.machines)
 		if time.Since(lastReport) >= 30*time.Second {
 			lastReport = time.Now()
