@@ -47,6 +47,7 @@ import (
 	bootstrapv1 "github.com/cozystack/cluster-api-workers/bootstrap/api/v1alpha1"
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/internal/ownwrites"
+	"github.com/cozystack/cluster-api-workers/internal/watchview"
 )
 
 // Requeue intervals for waits that no watch ends.
@@ -130,7 +131,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 		For(&bootstrapv1.KairosConfig{}).
 		Named("kairosconfig").
 		WithOptions(options).
-		Watches(&clusterv1.Machine{}, handler.EnqueueRequestsFromMapFunc(machineToKairosConfig)).
+		Watches(&clusterv1.Machine{}, handler.EnqueueRequestsFromMapFunc(machineToKairosConfig), watchview.Changed(machineView)).
 		Watches(&clusterv1.Cluster{}, handler.EnqueueRequestsFromMapFunc(r.clusterToKairosConfigs), clusterEvents(mgr.GetScheme(), log)).
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.secretToKairosConfigs)).
 		WatchesRawSource(r.ClusterCache.GetClusterSource("kairosconfig", r.clusterToKairosConfigs)).

@@ -39,6 +39,7 @@ import (
 
 	bootstrapv1 "github.com/cozystack/cluster-api-workers/bootstrap/api/v1alpha1"
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
+	"github.com/cozystack/cluster-api-workers/internal/watchview"
 )
 
 // machineToKairosConfig maps a Machine to the KairosConfig it references.
@@ -52,6 +53,17 @@ func machineToKairosConfig(_ context.Context, o client.Object) []ctrl.Request {
 		return nil
 	}
 	return []ctrl.Request{{NamespacedName: types.NamespacedName{Namespace: m.Namespace, Name: ref.Name}}}
+}
+
+// machineView is what a config's reconcile reads of its Machine: its
+// watchview.Machine and, of the status, only the nodeRef (the node joined:
+// the token is revoked). Cluster API's other rewrites of the Machine's
+// status reconcile no config.
+func machineView(m *clusterv1.Machine) any {
+	return struct {
+		watchview.Machine
+		NodeRef clusterv1.MachineNodeReference
+	}{watchview.OfMachine(m), m.Status.NodeRef}
 }
 
 // clusterToKairosConfigs maps a Cluster to the KairosConfigs of its

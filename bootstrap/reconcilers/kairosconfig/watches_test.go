@@ -26,6 +26,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -34,7 +35,28 @@ import (
 
 	bootstrapv1 "github.com/cozystack/cluster-api-workers/bootstrap/api/v1alpha1"
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
+	"github.com/cozystack/cluster-api-workers/internal/watchview"
 )
+
+// TestMachineEventsAConfigReads: of its Machine's status a config reads
+// only the nodeRef (the node joined, the token goes); Cluster API's other
+// status rewrites reconcile no config (the rest of the view:
+// internal/watchview).
+func TestMachineEventsAConfigReads(t *testing.T) {
+	g := NewWithT(t)
+	p := watchview.Changed(machineView)
+	old := &clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Name: "w", Namespace: "ns"}, Spec: clusterv1.MachineSpec{ClusterName: "c"}}
+	conditions := old.DeepCopy()
+	conditions.Status.Phase = string(clusterv1.MachinePhaseRunning)
+	conditions.Status.Conditions = []metav1.Condition{{Type: clusterv1.MachineNodeHealthyCondition, Status: metav1.ConditionTrue, Reason: "NodeHealthy"}}
+	g.Expect(p.Update(event.UpdateEvent{ObjectOld: old, ObjectNew: conditions})).To(BeFalse())
+	joined := conditions.DeepCopy()
+	joined.Status.NodeRef = clusterv1.MachineNodeReference{Name: "w"}
+	g.Expect(p.Update(event.UpdateEvent{ObjectOld: conditions, ObjectNew: joined})).To(BeTrue())
+	named := old.DeepCopy()
+	named.Spec.Bootstrap.DataSecretName = ptr.To("w")
+	g.Expect(p.Update(event.UpdateEvent{ObjectOld: old, ObjectNew: named})).To(BeTrue())
+}
 
 // TestNodeEventsThatCanMeanAJoin: of a workload Node's events only its
 // creation and a change of providerID can tell that a node joined; the

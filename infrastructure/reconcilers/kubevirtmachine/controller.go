@@ -52,6 +52,7 @@ import (
 	"github.com/cozystack/cluster-api-workers/infrastructure/reconcilers/sharedimage"
 	"github.com/cozystack/cluster-api-workers/internal/ownwrites"
 	"github.com/cozystack/cluster-api-workers/internal/redact"
+	"github.com/cozystack/cluster-api-workers/internal/watchview"
 )
 
 // DefaultImportFailureRestarts is how many importer pod restarts of a root
@@ -153,20 +154,20 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 		WithOptions(options).
 		Watches(&clusterv1.Machine{},
 			handler.EnqueueRequestsFromMapFunc(util.MachineToInfrastructureMapFunc(infrav1.GroupVersion.WithKind("KubeVirtMachine"))),
-			filter).
+			watchview.Changed(machineView), filter).
 		Watches(&clusterv1.Cluster{},
 			handler.EnqueueRequestsFromMapFunc(clusterToMachines),
 			predicates.ClusterPausedTransitionsOrInfrastructureProvisioned(mgr.GetScheme(), predicateLog),
 			filter).
-		WatchesRawSource(source.Kind[client.Object](infra, &kubevirtv1.VirtualMachine{}, byMachineLabel, viewChanged(viewOfVirtualMachine))).
-		WatchesRawSource(source.Kind[client.Object](infra, &kubevirtv1.VirtualMachineInstance{}, byMachineLabel, viewChanged(viewOfInstance))).
-		WatchesRawSource(source.Kind[client.Object](infra, &cdiv1.DataVolume{}, byMachineLabel, viewChanged(viewOfDataVolume))).
+		WatchesRawSource(source.Kind[client.Object](infra, &kubevirtv1.VirtualMachine{}, byMachineLabel, watchview.Changed(viewOfVirtualMachine))).
+		WatchesRawSource(source.Kind[client.Object](infra, &kubevirtv1.VirtualMachineInstance{}, byMachineLabel, watchview.Changed(viewOfInstance))).
+		WatchesRawSource(source.Kind[client.Object](infra, &cdiv1.DataVolume{}, byMachineLabel, watchview.Changed(viewOfDataVolume))).
 		Watches(&infrav1.KubeVirtMachineTemplate{},
 			handler.EnqueueRequestsFromMapFunc(r.templateToMachines),
 			templateResolved())
 	if r.SharedImages != nil {
 		b = b.WatchesRawSource(source.Kind[client.Object](r.SharedImages.Cache(), &cdiv1.DataVolume{},
-			handler.EnqueueRequestsFromMapFunc(r.sharedImportToMachines), viewChanged(viewOfDataVolume)))
+			handler.EnqueueRequestsFromMapFunc(r.sharedImportToMachines), watchview.Changed(viewOfDataVolume)))
 	}
 	return b.Complete(ctx, r)
 }

@@ -18,16 +18,15 @@ package kubevirtmachine
 
 import (
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/event"
-	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
+	"github.com/cozystack/cluster-api-workers/internal/watchview"
 )
 
 // KubeVirt and CDI rewrite status fields this controller never reads (guest
@@ -36,20 +35,12 @@ import (
 // VirtualMachine, VirtualMachineInstance or DataVolume reconciles its
 // machine only when it changes the view below: exactly what status.go and
 // the deletion read. Creates and deletes always pass; the KubeVirtMachine's
-// own resync still reads every object afresh.
+// own resync still reads every object afresh (watchview.Changed). The
+// Machine's updates pass only when its watchview.Machine changes: this
+// controller reads none of its status.
 
-// viewChanged passes updates whose view differs between the old and the new
-// object.
-func viewChanged[T client.Object](view func(T) any) predicate.Funcs {
-	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
-		before, okBefore := e.ObjectOld.(T)
-		after, okAfter := e.ObjectNew.(T)
-		if !okBefore || !okAfter {
-			return true
-		}
-		return !equality.Semantic.DeepEqual(view(before), view(after))
-	}}
-}
+// machineView is what the controller reads of a Machine.
+func machineView(m *clusterv1.Machine) any { return watchview.OfMachine(m) }
 
 // objectView is what the controller reads of any of the three kinds'
 // metadata: the label that maps it to its machine, its controller and

@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
+	"github.com/cozystack/cluster-api-workers/internal/watchview"
 )
 
 func TestUpdatesPassOnlyWhenTheyChangeWhatTheControllerReads(t *testing.T) {
@@ -56,7 +57,7 @@ func TestUpdatesPassOnlyWhenTheyChangeWhatTheControllerReads(t *testing.T) {
 		change(o)
 		return o
 	}
-	vmPredicate, vmiPredicate, dvPredicate := viewChanged(viewOfVirtualMachine), viewChanged(viewOfInstance), viewChanged(viewOfDataVolume)
+	vmPredicate, vmiPredicate, dvPredicate := watchview.Changed(viewOfVirtualMachine), watchview.Changed(viewOfInstance), watchview.Changed(viewOfDataVolume)
 	for _, tt := range []struct {
 		name      string
 		pass      func(event.UpdateEvent) bool

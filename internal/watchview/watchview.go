@@ -1,0 +1,66 @@
+/*
+Copyright 2026 The Cozystack Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package watchview filters a watch's update events down to those that
+// change what a reconciler reads of the object: a view of it. Cluster API
+// and KubeVirt rewrite their objects' status many times over a machine's
+// life (a Machine's conditions mirror every provider's, a
+// VirtualMachineInstance reports its guest), and each update that reached
+// a reconciler cost a reconcile: reads, and Cluster API's patch helper's
+// conversions and diffs, for nothing (issue #30's profiles,
+// docs/benchmarks.md). Creates and deletes always pass, and the reconciled
+// object's own events and resync still read everything afresh.
+package watchview
+
+import (
+	"k8s.io/apimachinery/pkg/api/equality"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+)
+
+// Changed passes updates whose view differs between the old and the new
+// object; an update of another type than T passes.
+func Changed[T client.Object](view func(T) any) predicate.Funcs {
+	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+		before, okBefore := e.ObjectOld.(T)
+		after, okAfter := e.ObjectNew.(T)
+		if !okBefore || !okAfter {
+			return true
+		}
+		return !equality.Semantic.DeepEqual(view(before), view(after))
+	}}
+}
+
+// Machine is what a provider reads of its Machine apart from the status:
+// the spec (the bootstrap data Secret's name, the infrastructure
+// reference, the version, the failure domain), the labels and annotations,
+// and whether it is being deleted. Cluster API's rewrites of the Machine's
+// status (its phase, addresses and conditions, which mirror the providers'
+// own) leave it unchanged; a provider that reads a status field adds it to
+// its own view.
+type Machine struct {
+	Spec        clusterv1.MachineSpec
+	Labels      map[string]string
+	Annotations map[string]string
+	Deleting    bool
+}
+
+// OfMachine is m's Machine view.
+func OfMachine(m *clusterv1.Machine) Machine {
+	return Machine{Spec: m.Spec, Labels: m.Labels, Annotations: m.Annotations, Deleting: !m.DeletionTimestamp.IsZero()}
+}

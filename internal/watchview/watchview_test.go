@@ -1,0 +1,82 @@
+/*
+Copyright 2026 The Cozystack Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package watchview
+
+import (
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+)
+
+// TestMachineUpdatesPassOnlyWhenTheViewChanges walks a Machine through
+// what Cluster API writes on its way to Running: the status rewrites
+// (phase, conditions, addresses) are filtered, the spec, label and
+// deletion changes pass, and creates and deletes always pass.
+func TestMachineUpdatesPassOnlyWhenTheViewChanges(t *testing.T) {
+	base := &clusterv1.Machine{
+		ObjectMeta: metav1.ObjectMeta{Name: "w", Namespace: "ns", ResourceVersion: "1", Labels: map[string]string{clusterv1.ClusterNameLabel: "c"}},
+		Spec: clusterv1.MachineSpec{ClusterName: "c", Version: "v1.36.0",
+			Bootstrap:         clusterv1.Bootstrap{ConfigRef: clusterv1.ContractVersionedObjectReference{APIGroup: "bootstrap.cluster.x-k8s.io", Kind: "KairosConfig", Name: "w"}},
+			InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: "infrastructure.cluster.x-k8s.io", Kind: "KubeVirtMachine", Name: "w"}},
+	}
+	changed := func(change func(*clusterv1.Machine)) *clusterv1.Machine {
+		m := base.DeepCopy()
+		m.ResourceVersion = "2"
+		change(m)
+		return m
+	}
+	p := Changed(func(m *clusterv1.Machine) any { return OfMachine(m) })
+	for _, tt := range []struct {
+		name string
+		new  *clusterv1.Machine
+		pass bool
+	}{
+		{"resync (same object)", base.DeepCopy(), false},
+		{"phase", changed(func(m *clusterv1.Machine) { m.Status.Phase = string(clusterv1.MachinePhaseProvisioning) }), false},
+		{"conditions mirrored from the providers", changed(func(m *clusterv1.Machine) {
+			m.Status.Conditions = []metav1.Condition{{Type: clusterv1.MachineBootstrapConfigReadyCondition, Status: metav1.ConditionTrue, Reason: "Ready", LastTransitionTime: metav1.NewTime(time.Unix(1, 0))}}
+		}), false},
+		{"addresses and initialization", changed(func(m *clusterv1.Machine) {
+			m.Status.Addresses = clusterv1.MachineAddresses{{Type: clusterv1.MachineInternalIP, Address: "10.0.0.1"}}
+			m.Status.Initialization.InfrastructureProvisioned = ptr.To(true)
+		}), false},
+		{"managed fields and resource version", changed(func(m *clusterv1.Machine) {
+			m.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "capi"}}
+		}), false},
+		{"bootstrap data Secret named", changed(func(m *clusterv1.Machine) { m.Spec.Bootstrap.DataSecretName = ptr.To("w") }), true},
+		{"providerID", changed(func(m *clusterv1.Machine) { m.Spec.ProviderID = "kubevirt://w" }), true},
+		{"failure domain", changed(func(m *clusterv1.Machine) { m.Spec.FailureDomain = "zone-a" }), true},
+		{"label", changed(func(m *clusterv1.Machine) { m.Labels["pool"] = "a" }), true},
+		{"annotation", changed(func(m *clusterv1.Machine) { m.Annotations = map[string]string{clusterv1.PausedAnnotation: ""} }), true},
+		{"deletion", changed(func(m *clusterv1.Machine) { m.DeletionTimestamp = ptr.To(metav1.NewTime(time.Unix(2, 0))) }), true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			g.Expect(p.Update(event.UpdateEvent{ObjectOld: base, ObjectNew: tt.new})).To(Equal(tt.pass))
+		})
+	}
+	g := NewWithT(t)
+	g.Expect(p.Create(event.CreateEvent{Object: base})).To(BeTrue())
+	g.Expect(p.Delete(event.DeleteEvent{Object: base})).To(BeTrue())
+	// Another type than the view's passes: the view cannot judge it.
+	g.Expect(p.Update(event.UpdateEvent{ObjectOld: &clusterv1.Cluster{}, ObjectNew: &clusterv1.Cluster{}})).To(BeTrue())
+}
