@@ -62,15 +62,34 @@ func (r *Reconciler) render(ctx context.Context, s *scope) (ctrl.Result, error) 
 	if err != nil {
 		return workloadUnavailable(s, err)
 	}
-	t, err := r.ensureToken(ctx, s, remote)
+	// The data is rendered once, with the token it will carry, before that
+	// token is minted: a token is minted only for data a Secret can hold.
+	candidate, stored, err := r.tokenToRender(ctx, s.config)
 	if err != nil {
 		markInternalError(config)
 		return ctrl.Result{}, err
 	}
-	data, err := cloudconfig.Render(renderInput(s, t, in))
+	data, err := cloudconfig.Render(renderInput(s, candidate, in))
 	if err != nil {
 		markInternalError(config)
 		return ctrl.Result{}, fmt.Errorf("rendering the cloud-config: %w", err)
+	}
+	if size := len(data) + len(bootstrapv1.DataFormatCloudConfig); size > corev1.MaxSecretSize {
+		return (&blocked{reason: bootstrapv1.BootstrapDataTooLargeReason, message: fmt.Sprintf(
+			"The rendered bootstrap data is %d bytes and a Secret holds at most %d: shrink spec.files", size, corev1.MaxSecretSize)}).report(config), nil
+	}
+	t, err := r.ensureToken(ctx, s, remote, candidate, stored)
+	if err != nil {
+		markInternalError(config)
+		return ctrl.Result{}, err
+	}
+	if t.String() != candidate.String() {
+		// Another reconcile recorded a token first: render with that one
+		// (its length, and so the size, is the same).
+		if data, err = cloudconfig.Render(renderInput(s, t, in)); err != nil {
+			markInternalError(config)
+			return ctrl.Result{}, fmt.Errorf("rendering the cloud-config: %w", err)
+		}
 	}
 	if err := r.storeBootstrapData(ctx, s, data); err != nil {
 		markInternalError(config)
@@ -100,7 +119,8 @@ type joinInputs struct {
 }
 
 // joinInputs gathers what the join needs, or says what it waits for. No
-// token is minted while anything is missing.
+// token is minted while anything is missing, nor for data too large for a
+// Secret (render).
 func (r *Reconciler) joinInputs(ctx context.Context, s *scope) (joinInputs, *blocked, error) {
 	machine, cluster := s.machine, s.cluster
 	switch {
@@ -160,27 +180,7 @@ func (r *Reconciler) joinInputs(ctx context.Context, s *scope) (joinInputs, *blo
 	case err != nil:
 		return joinInputs{}, nil, err
 	}
-	in := joinInputs{caHashes: hashes, files: files, templateLabels: templateLabels}
-
-	// A token is minted only for data a Secret can hold: measured with a
-	// placeholder of a token's length, which is all the token changes.
-	size, err := renderedSize(s, in)
-	if err != nil {
-		return joinInputs{}, nil, fmt.Errorf("rendering the cloud-config: %w", err)
-	}
-	if size > corev1.MaxSecretSize {
-		return joinInputs{}, &blocked{reason: bootstrapv1.BootstrapDataTooLargeReason, message: fmt.Sprintf(
-			"The rendered bootstrap data is %d bytes and a Secret holds at most %d: shrink spec.files", size, corev1.MaxSecretSize)}, nil
-	}
-	return in, nil, nil
-}
-
-// renderedSize is the size of the bootstrap data Secret's data for s, with
-// a placeholder token of a real token's length.
-func renderedSize(s *scope, in joinInputs) (int, error) {
-	placeholder := token{ID: strings.Repeat("0", 6), Secret: strings.Repeat("0", 16)}
-	data, err := cloudconfig.Render(renderInput(s, placeholder, in))
-	return len(data) + len(bootstrapv1.DataFormatCloudConfig), err
+	return joinInputs{caHashes: hashes, files: files, templateLabels: templateLabels}, nil, nil
 }
 
 func controlPlaneInitialized(cluster *clusterv1.Cluster) bool {

@@ -103,34 +103,41 @@ func parseToken(value string) (token, error) {
 // in the workload cluster, so that a restart in between never mints a
 // second one and never loses track of one.
 
-// ensureToken returns the Machine's token, creating it when there is none.
-// The token is stored in our management Secret before it is created in the
-// workload cluster, so a restart in between never mints a second token and
-// never loses track of one. A record the cache has not seen yet makes the
-// create fail, and the record is then read directly.
-func (r *Reconciler) ensureToken(ctx context.Context, s *scope, remote client.Client) (token, error) {
-	t, found, err := r.storedToken(ctx, s.config)
-	if err != nil {
-		return token{}, err
+// tokenToRender is the token a render puts in the data: the one stored
+// in our management Secret (stored), or a new one, generated here and not
+// yet minted: ensureToken mints it once the data is known to fit in a
+// Secret.
+func (r *Reconciler) tokenToRender(ctx context.Context, config *bootstrapv1.KairosConfig) (t token, stored bool, err error) {
+	t, stored, err = r.storedToken(ctx, config)
+	if err != nil || stored {
+		return t, stored, err
 	}
-	if found {
+	t, err = newToken(r.now(), r.TokenTTL)
+	return t, false, err
+}
+
+// ensureToken makes t, from tokenToRender, the Machine's token and returns
+// it. A stored token is synced with the workload cluster; a new one is
+// stored in our management Secret before it is created in the workload
+// cluster, so a restart in between never mints a second token and never
+// loses track of one. A record the cache has not seen yet makes the
+// create fail, and the record is then read directly and returned instead.
+func (r *Reconciler) ensureToken(ctx context.Context, s *scope, remote client.Client, t token, stored bool) (token, error) {
+	if stored {
 		// A record from an earlier attempt: the workload token may or may
 		// not exist yet, so look.
 		return r.syncWorkloadToken(ctx, s, remote, t)
 	}
-	if t, err = newToken(r.now(), r.TokenTTL); err != nil {
-		return token{}, err
-	}
-	err = r.createTokenRecord(ctx, s, t)
+	err := r.createTokenRecord(ctx, s, t)
 	if apierrors.IsAlreadyExists(err) {
-		stored, found, err := r.liveStoredToken(ctx, s.config)
+		recorded, found, err := r.liveStoredToken(ctx, s.config)
 		if err != nil {
 			return token{}, err
 		}
 		if !found {
 			return token{}, fmt.Errorf("the token Secret %s exists but holds no token", tokenSecretName(s.config.Name))
 		}
-		return r.syncWorkloadToken(ctx, s, remote, stored)
+		return r.syncWorkloadToken(ctx, s, remote, recorded)
 	}
 	if err != nil {
 		return token{}, fmt.Errorf("storing the bootstrap token: %w", err)
