@@ -219,47 +219,52 @@ func (c *Comparison) Targets() []Target {
 	return out
 }
 
-// FloorRatio is one measure of ours divided by the contract-floor
-// providers'.
-type FloorRatio struct {
+// RunRatio is one measure of ours divided by another run's (the
+// contract-floor providers' or the peer's) in the same side-by-side run.
+type RunRatio struct {
 	Name  string  `json:"name"`
 	Ours  string  `json:"ours"`
-	Floor string  `json:"floor"`
+	Other string  `json:"other"`
 	Ratio float64 `json:"ratio"`
 }
 
 // FloorRatios are our time to all Running, and our providers' writes per
 // machine, CPU and peak RSS, each against the contract-floor providers';
 // nil without their run.
-func (c *Comparison) FloorRatios() []FloorRatio {
-	o, f := c.Ours, c.FloorProviders
-	if f == nil {
+func (c *Comparison) FloorRatios() []RunRatio { return ratiosAgainst(c.Ours, c.FloorProviders) }
+
+// PeerRatios are the same measures against the kubeadm peer's (whose
+// infrastructure provider is ours); nil without its run.
+func (c *Comparison) PeerRatios() []RunRatio { return ratiosAgainst(c.Ours, c.Peer) }
+
+func ratiosAgainst(o, f *Report) []RunRatio {
+	if o == nil || f == nil {
 		return nil
 	}
-	out := []FloorRatio{{
-		Name: "all Machines Running", Ours: round(o.AllRunning).String(), Floor: round(f.AllRunning).String(),
+	out := []RunRatio{{
+		Name: "all Machines Running", Ours: round(o.AllRunning).String(), Other: round(f.AllRunning).String(),
 		Ratio: Ratio(float64(o.AllRunning), float64(f.AllRunning)),
 	}}
 	ob, oi := o.providerNames()
 	fb, fi := f.providerNames()
 	for _, role := range []struct {
 		label, component string
-		ours, floor      components.Name
+		ours, other      components.Name
 	}{
 		{"bootstrap provider", requests.ComponentBootstrap, ob, fb},
 		{"infrastructure provider", requests.ComponentInfra, oi, fi},
 	} {
 		ow, fw := o.WritesPerMachine(role.component), f.WritesPerMachine(role.component)
 		ou, _ := o.Usage(role.ours)
-		fu, _ := f.Usage(role.floor)
+		fu, _ := f.Usage(role.other)
 		out = append(out,
-			FloorRatio{Name: role.label + ": writes per machine", Ours: fmt.Sprintf("%.1f", ow), Floor: fmt.Sprintf("%.1f", fw), Ratio: Ratio(ow, fw)},
-			FloorRatio{
+			RunRatio{Name: role.label + ": writes per machine", Ours: fmt.Sprintf("%.1f", ow), Other: fmt.Sprintf("%.1f", fw), Ratio: Ratio(ow, fw)},
+			RunRatio{
 				Name: role.label + ": CPU ms per machine (scale-up)",
-				Ours: fmt.Sprintf("%.1f", o.CPUMillisPerMachine(role.ours)), Floor: fmt.Sprintf("%.1f", f.CPUMillisPerMachine(role.floor)),
+				Ours: fmt.Sprintf("%.1f", o.CPUMillisPerMachine(role.ours)), Other: fmt.Sprintf("%.1f", f.CPUMillisPerMachine(role.other)),
 				Ratio: Ratio(ou.CPUSeconds, fu.CPUSeconds),
 			},
-			FloorRatio{Name: role.label + ": peak RSS MiB", Ours: fmt.Sprintf("%.0f", ou.PeakRSSMiB), Floor: fmt.Sprintf("%.0f", fu.PeakRSSMiB), Ratio: Ratio(ou.PeakRSSMiB, fu.PeakRSSMiB)},
+			RunRatio{Name: role.label + ": peak RSS MiB", Ours: fmt.Sprintf("%.0f", ou.PeakRSSMiB), Other: fmt.Sprintf("%.0f", fu.PeakRSSMiB), Ratio: Ratio(ou.PeakRSSMiB, fu.PeakRSSMiB)},
 		)
 	}
 	return out
@@ -344,7 +349,7 @@ func (c *Comparison) Markdown() string {
 	if ratios := c.FloorRatios(); len(ratios) > 0 {
 		b.WriteString("\nOurs against the contract-floor providers:\n\n| measure | ours | contract floor | ours / floor |\n|---|---|---|---|\n")
 		for _, r := range ratios {
-			fmt.Fprintf(&b, "| %s | %s | %s | %.2f |\n", r.Name, r.Ours, r.Floor, r.Ratio)
+			fmt.Fprintf(&b, "| %s | %s | %s | %.2f |\n", r.Name, r.Ours, r.Other, r.Ratio)
 		}
 	}
 	if c.Peer != nil {
@@ -353,6 +358,11 @@ func (c *Comparison) Markdown() string {
 		b.WriteString("\nRatios, ours / peer:\n\n| ratio | value |\n|---|---|\n")
 		fmt.Fprintf(&b, "| bootstrap data ready p50 | %.2f |\n| bootstrap data ready p95 | %.2f |\n", p50, p95)
 		fmt.Fprintf(&b, "| writes per machine, bootstrap provider | %.2f |\n| writes per machine, pipeline | %.2f |\n", wb, wp)
+		for _, r := range c.PeerRatios() {
+			if strings.Contains(r.Name, "CPU") || strings.Contains(r.Name, "RSS") {
+				fmt.Fprintf(&b, "| %s (ours %s, peer %s) | %.2f |\n", r.Name, r.Ours, r.Other, r.Ratio)
+			}
+		}
 	}
 	b.WriteString("\nTargets (stated for N = 1000):\n\n| target | this run | met |\n|---|---|---|\n")
 	for _, t := range c.Targets() {

@@ -23,6 +23,7 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/cozystack/cluster-api-workers/test/bench/floor"
+	"github.com/cozystack/cluster-api-workers/test/harness"
 	"github.com/cozystack/cluster-api-workers/test/harness/components"
 	"github.com/cozystack/cluster-api-workers/test/harness/requests"
 )
@@ -85,4 +86,29 @@ func TestFloorProvidersComparison(t *testing.T) {
 	g.Expect(md).To(ContainSubstring("| bootstrap provider: writes per machine | 3.0 | 2.0 | 1.50 |"))
 	g.Expect(md).To(ContainSubstring("### contract-floor providers: N = 100"))
 	g.Expect(md).NotTo(ContainSubstring("Ratios, ours / peer"))
+
+	// Against the peer: its bootstrap provider is Cluster API's, its
+	// infrastructure provider ours.
+	c.Peer = &Report{
+		Machines: 100, AllRunning: 50 * time.Second, Bootstrap: harness.BootstrapKubeadm,
+		Requests: []requests.RequestCount{write(requests.ComponentBootstrap, "secrets", 400), write(requests.ComponentInfra, "virtualmachines", 400)},
+		Resources: []ProcessUsage{
+			{Name: "kubeadm-bootstrap provider process", Component: string(components.KubeadmBootstrap), CPUSeconds: 2.0, PeakRSSMiB: 80},
+			{Name: "infrastructure provider process", Component: string(components.Infrastructure), CPUSeconds: 2.0, PeakRSSMiB: 100},
+		},
+	}
+	ratios = map[string]float64{}
+	for _, r := range c.PeerRatios() {
+		ratios[r.Name] = r.Ratio
+	}
+	g.Expect(ratios).To(Equal(map[string]float64{
+		"all Machines Running":                                   0.8,
+		"bootstrap provider: writes per machine":                 0.75,
+		"bootstrap provider: CPU ms per machine (scale-up)":      0.5,
+		"bootstrap provider: peak RSS MiB":                       0.75,
+		"infrastructure provider: writes per machine":            1,
+		"infrastructure provider: CPU ms per machine (scale-up)": 1,
+		"infrastructure provider: peak RSS MiB":                  1.2,
+	}))
+	g.Expect(c.Markdown()).To(ContainSubstring("| bootstrap provider: CPU ms per machine (scale-up) (ours 10.0, peer 20.0) | 0.50 |"))
 }
