@@ -19,6 +19,7 @@ package kairosconfig
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -252,6 +253,17 @@ type fixture struct {
 	g         *WithT
 	namespace string
 	cluster   *clusterv1.Cluster
+	// watchFilter is the value of the watch-filter label on the
+	// fixture's objects; none when empty.
+	watchFilter string
+}
+
+// filterLabel is the fixture's watch-filter label, nil without a filter.
+func (f *fixture) filterLabel() map[string]string {
+	if f.watchFilter == "" {
+		return nil
+	}
+	return map[string]string{clusterv1.WatchLabel: f.watchFilter}
 }
 
 type clusterState struct {
@@ -268,12 +280,21 @@ var readyCluster = clusterState{infrastructureProvisioned: true, controlPlaneIni
 
 func newFixture(t *testing.T, state clusterState) *fixture {
 	t.Helper()
+	return newFilteredFixture(t, state, "")
+}
+
+// newFilteredFixture is newFixture whose Cluster, Machines and configs
+// carry Cluster API's watch-filter label with watchFilter, so that only a
+// controller started with that filter reconciles them, and it none of the
+// configs earlier tests left behind.
+func newFilteredFixture(t *testing.T, state clusterState, watchFilter string) *fixture {
+	t.Helper()
 	g := NewWithT(t)
-	f := &fixture{t: t, g: g, namespace: "kairos-" + rand.String(6)}
+	f := &fixture{t: t, g: g, namespace: "kairos-" + rand.String(6), watchFilter: watchFilter}
 	c := mgmt.Client
 	g.Expect(c.Create(suiteCtx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: f.namespace}})).To(Succeed())
 	// spec must not be empty; paused: false is the neutral field to send.
-	f.cluster = &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace, Name: "workload"}, Spec: clusterv1.ClusterSpec{Paused: ptr.To(false)}}
+	f.cluster = &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace, Name: "workload", Labels: f.filterLabel()}, Spec: clusterv1.ClusterSpec{Paused: ptr.To(false)}}
 	if !state.absent {
 		f.createCluster(state)
 	}
@@ -394,6 +415,7 @@ func (f *fixture) newWorker(name string, o machineOptions) *worker {
 		g.Expect(c.Create(suiteCtx, infra)).To(Succeed())
 	}
 	labels := map[string]string{clusterv1.ClusterNameLabel: f.cluster.Name}
+	maps.Copy(labels, f.filterLabel())
 	w.machine = &clusterv1.Machine{
 		ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace, Name: name, Labels: labels},
 		Spec: clusterv1.MachineSpec{
