@@ -159,49 +159,9 @@ func TestKubeVirtNodeSide(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	t1 := time.Now()
-	if err := cp.DeployHandler(ctx); err != nil {
-		t.Fatal(err)
-	}
-	var handler corev1.Pod
-	if err := waitFor(ctx, 10*time.Minute, func() (bool, string) {
-		var pods corev1.PodList
-		if err := c.List(ctx, &pods, client.InNamespace(kubevirt.Namespace), client.MatchingLabels{"kubevirt.io": "virt-handler"}); err != nil {
-			return false, err.Error()
-		}
-		if len(pods.Items) == 0 {
-			return false, "no virt-handler Pod"
-		}
-		handler = pods.Items[0]
-		for _, cs := range append(handler.Status.InitContainerStatuses, handler.Status.ContainerStatuses...) {
-			if cs.State.Terminated != nil && cs.State.Terminated.ExitCode != 0 || cs.RestartCount > 0 {
-				t.Fatalf("virt-handler's Pod: container %s failed (%+v, restarts %d)\n%s", cs.Name, cs.State, cs.RestartCount, podLogs(n, &handler))
-			}
-		}
-		for _, cond := range handler.Status.Conditions {
-			if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
-				return true, ""
-			}
-		}
-		return false, fmt.Sprintf("phase %s, node %q, conditions %+v", handler.Status.Phase, handler.Spec.NodeName, handler.Status.Conditions)
-	}); err != nil {
-		t.Fatalf("virt-handler not Ready: %v\n%s\nkube-scheduler:\n%s", err, podLogs(n, &handler), tail(scheduler.Log(), 20))
-	}
-	t.Logf("virt-handler Ready %s after its DaemonSet was created", time.Since(t1).Round(time.Second))
-
 	// virt-handler labels its node schedulable for instances and offers the
 	// devices launcher Pods ask for under emulation.
-	if err := waitFor(ctx, 3*time.Minute, func() (bool, string) {
-		var nd corev1.Node
-		if err := c.Get(ctx, client.ObjectKey{Name: name}, &nd); err != nil {
-			return false, err.Error()
-		}
-		tun := nd.Status.Allocatable["devices.kubevirt.io/tun"]
-		return nd.Labels[kubevirtv1.NodeSchedulable] == "true" && !tun.IsZero(),
-			fmt.Sprintf("labels %v, allocatable %v", nd.Labels, nd.Status.Allocatable)
-	}); err != nil {
-		t.Fatalf("virt-handler did not make the node schedulable: %v\n%s", err, podLogs(n, &handler))
-	}
+	handler := deployHandler(ctx, t, c, cp, n, scheduler)
 	t.Logf("node %s labelled %s=true with devices.kubevirt.io/tun allocatable", name, kubevirtv1.NodeSchedulable)
 
 	// An instance with no network and an empty scratch disk: virt-controller

@@ -188,7 +188,7 @@ func TestPoolJoinsThroughVirtLauncher(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	handler := deployHandler(ctx, t, c, h.KubeVirt, n)
+	handler := deployHandler(ctx, t, c, h.KubeVirt, n, scheduler)
 
 	pool := harness.Pool{Cluster: workload.Key, Name: "virt-launcher"}
 	objs, err := pool.Render(map[string]string{
@@ -283,8 +283,9 @@ func TestPoolJoinsThroughVirtLauncher(t *testing.T) {
 }
 
 // deployHandler deploys virt-handler as virt-operator does and waits until
-// its Pod is Ready and the node schedulable for instances.
-func deployHandler(ctx context.Context, t *testing.T, c client.Client, cp *kubevirt.ControlPlane, n *node.Node) corev1.Pod {
+// its Pod is Ready and the node schedulable for instances; a failure shows
+// the Pod's and kube-scheduler's last lines.
+func deployHandler(ctx context.Context, t *testing.T, c client.Client, cp *kubevirt.ControlPlane, n *node.Node, scheduler *envtest.ControllerManager) corev1.Pod {
 	t.Helper()
 	t1 := time.Now()
 	if err := cp.DeployHandler(ctx); err != nil {
@@ -312,7 +313,7 @@ func deployHandler(ctx context.Context, t *testing.T, c client.Client, cp *kubev
 		}
 		return false, fmt.Sprintf("phase %s, node %q, conditions %+v", handler.Status.Phase, handler.Spec.NodeName, handler.Status.Conditions)
 	}); err != nil {
-		t.Fatalf("virt-handler not Ready: %v\n%s", err, podLogs(n, &handler))
+		t.Fatalf("virt-handler not Ready: %v\n%s\nkube-scheduler:\n%s", err, podLogs(n, &handler), tail(scheduler.Log(), 20))
 	}
 	t.Logf("virt-handler Ready %s after its DaemonSet was created", time.Since(t1).Round(time.Second))
 	if err := waitFor(ctx, 3*time.Minute, func() (bool, string) {
