@@ -22,6 +22,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
@@ -32,10 +34,12 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/test/envtest"
@@ -63,6 +67,8 @@ type config struct {
 	timeout   time.Duration
 	vars      variables
 	verbose   bool
+	// metricsAddress serves the process's metrics when set.
+	metricsAddress string
 }
 
 // variables collects repeated --set NAME=value flags.
@@ -98,6 +104,7 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	fs.DurationVar(&c.timeout, "timeout", 5*time.Minute, "with --once, how long the pool may take to join")
 	fs.Var(c.vars, "set", "a variable of templates/cluster-template-kairos.yaml, NAME=value (repeatable), e.g. --set KAIROS_JOIN_MODE=ClusterProvider")
 	fs.BoolVar(&c.verbose, "v", false, "log the controllers in detail (to the log file)")
+	fs.StringVar(&c.metricsAddress, "metrics-address", "", "serve the providers' and controller-runtime's metrics at http://ADDRESS/metrics, as each manager's metrics endpoint serves its own (e.g. 127.0.0.1:8080; empty: not served)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -144,6 +151,13 @@ func sandbox(ctx context.Context, args []string, out io.Writer) (rerr error) {
 	fmt.Fprintf(out, "Starting the management cluster, Cluster API, both providers, KubeVirt's virt-api and virt-controller, and the node, CDI and guest stand-ins\n")
 	fmt.Fprintf(out, "  (a first run builds kube-apiserver, etcd, kube-controller-manager, kubeadm, virt-api and virt-controller from source: about 9 minutes on two cores, 2026-12-03)\n")
 	fmt.Fprintf(out, "  controller logs: %s\n", logPath)
+	if c.metricsAddress != "" {
+		stop, err := serveMetrics(ctx, c.metricsAddress, out)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	h, err := harness.Start(ctx, harness.Options{
 		Logger:        log,
 		WorkerClasses: true,
@@ -225,6 +239,23 @@ func sandbox(ctx context.Context, args []string, out io.Writer) (rerr error) {
 		fmt.Fprintf(out, "The pool joined in %s\n", time.Since(start).Round(time.Second))
 	}
 	return nil
+}
+
+// serveMetrics serves controller-runtime's metrics.Registry, where every
+// manager of the sandbox (one process) and both providers register theirs,
+// at http://address/metrics, without the authentication the managers'
+// endpoints have in a cluster.
+func serveMetrics(ctx context.Context, address string, out io.Writer) (stop func(), _ error) {
+	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", address)
+	if err != nil {
+		return nil, fmt.Errorf("serving the metrics: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(metrics.Registry, promhttp.HandlerOpts{}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	fmt.Fprintf(out, "  metrics: http://%s/metrics\n", ln.Addr())
+	return func() { _ = srv.Close() }, nil
 }
 
 // watch prints the machines by phase whenever that changes, and a table of

@@ -20,7 +20,9 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"net/http"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -85,17 +87,55 @@ func TestOnceJoinsAndExits(t *testing.T) {
 
 // TestInterruptStopsCleanly runs the sandbox without --once and interrupts
 // it once the pool has joined, as Ctrl-C does: it stops without error.
+// Meanwhile its metrics endpoint serves both providers' metrics of the
+// joined machine.
 func TestInterruptStopsCleanly(t *testing.T) {
 	g := NewWithT(t)
 	ctx, interrupt := context.WithCancel(context.Background())
 	defer interrupt()
 	out := &syncBuffer{}
 	done := make(chan error, 1)
-	go func() { done <- run(ctx, []string{"--dir", t.TempDir(), "--replicas", "1"}, out) }()
+	go func() {
+		done <- run(ctx, []string{"--dir", t.TempDir(), "--replicas", "1", "--metrics-address", "127.0.0.1:0"}, out)
+	}()
 	g.Eventually(out.String, 6*time.Minute, 200*time.Millisecond).Should(ContainSubstring("The pool has joined"))
+	address := regexp.MustCompile(`metrics: (http://\S+/metrics)`).FindStringSubmatch(out.String())
+	g.Expect(address).To(HaveLen(2), out.String())
+	// The token goes once the node has joined, moments after it is Ready.
+	var scraped string
+	g.Eventually(func(g Gomega) {
+		scraped = scrape(g, address[1])
+		for _, series := range []string{
+			"kairos_bootstrap_tokens_minted_total",
+			"kairos_bootstrap_tokens_revoked_total",
+			"kairos_bootstrap_machine_data_ready_seconds_count",
+			"kubevirt_infrastructure_machine_provisioned_seconds_count",
+		} {
+			g.Expect(scraped).To(MatchRegexp(`(?m)^`+series+` [1-9]`), "the joined machine is counted in %s", series)
+		}
+	}, time.Minute, time.Second).Should(Succeed())
+	// The providers' series, for the docs' sample.
+	for _, line := range strings.Split(scraped, "\n") {
+		if strings.HasPrefix(line, "kairos_bootstrap_") || strings.HasPrefix(line, "kubevirt_infrastructure_") {
+			t.Log(line)
+		}
+	}
 	interrupt()
 	g.Eventually(done, time.Minute).Should(Receive(BeNil()))
 	g.Expect(out.String()).To(ContainSubstring("Stopping the sandbox"))
+}
+
+// scrape reads a metrics endpoint.
+func scrape(g Gomega, url string) string {
+	req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, url, http.NoBody)
+	g.Expect(err).NotTo(HaveOccurred())
+	resp, err := http.DefaultClient.Do(req)
+	g.Expect(err).NotTo(HaveOccurred())
+	defer func() { _ = resp.Body.Close() }()
+	g.Expect(resp.StatusCode).To(Equal(http.StatusOK))
+	body, err := io.ReadAll(resp.Body)
+	g.Expect(err).NotTo(HaveOccurred())
+	return string(body)
 }
 
 type syncBuffer struct {
