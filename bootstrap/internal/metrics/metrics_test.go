@@ -20,9 +20,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/cozystack/cluster-api-workers/internal/metrics/metricstest"
 )
@@ -37,16 +35,7 @@ var names = []string{
 // registry, which the manager's metrics endpoint serves, and follow
 // Prometheus' naming conventions (promlint).
 func TestServedOnTheManagersRegistry(t *testing.T) {
-	if n, err := testutil.GatherAndCount(metrics.Registry, names...); err != nil || n != len(names) {
-		t.Fatalf("gathered %d of the %d metrics from metrics.Registry: %v", n, len(names), err)
-	}
-	problems, err := testutil.GatherAndLint(metrics.Registry, names...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range problems {
-		t.Errorf("%s: %s", p.Metric, p.Text)
-	}
+	metricstest.ExpectServedAndLinted(t, names...)
 }
 
 func TestObserveDataReady(t *testing.T) {

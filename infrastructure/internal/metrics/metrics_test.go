@@ -29,7 +29,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/cozystack/cluster-api-workers/internal/metrics/metricstest"
 )
@@ -48,16 +47,7 @@ func TestServedOnTheManagersRegistry(t *testing.T) {
 		"kubevirt_infrastructure_shared_import_saved_bytes_total",
 		"kubevirt_infrastructure_create_refusals_total",
 	}
-	if n, err := testutil.GatherAndCount(metrics.Registry, names...); err != nil || n < len(names) {
-		t.Fatalf("gathered %d series of the %d metrics from metrics.Registry: %v", n, len(names), err)
-	}
-	problems, err := testutil.GatherAndLint(metrics.Registry, names...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range problems {
-		t.Errorf("%s: %s", p.Metric, p.Text)
-	}
+	metricstest.ExpectServedAndLinted(t, names...)
 }
 
 func TestObserveProvisioned(t *testing.T) {
