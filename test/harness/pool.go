@@ -176,6 +176,21 @@ func hasTaint(node corev1.Node, key string) bool {
 	return false
 }
 
+// ScalePool sets the replicas of the pool's MachineDeployment, as the
+// cluster-autoscaler or a user does: a merge patch of spec.replicas alone.
+func (h *Harness) ScalePool(ctx context.Context, p Pool, replicas int32) error {
+	md := &clusterv1.MachineDeployment{}
+	if err := h.Client.Get(ctx, p.Deployment(), md); err != nil {
+		return err
+	}
+	patch := client.MergeFrom(md.DeepCopy())
+	md.Spec.Replicas = &replicas
+	if err := h.Client.Patch(ctx, md, patch); err != nil {
+		return fmt.Errorf("scaling MachineDeployment %s to %d: %w", p.Deployment(), replicas, err)
+	}
+	return nil
+}
+
 // DeletePool deletes the pool's MachineDeployment and MachineHealthCheck;
 // Cluster API deletes its Machines.
 func (h *Harness) DeletePool(ctx context.Context, p Pool) error {

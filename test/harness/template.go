@@ -81,6 +81,16 @@ func EditMachineTemplates(objs []unstructured.Unstructured, edit func(template *
 	}
 }
 
+// Edited applies each edit to every object, in order, and returns objs.
+func Edited(objs []unstructured.Unstructured, edits ...func(*unstructured.Unstructured)) []unstructured.Unstructured {
+	for i := range objs {
+		for _, edit := range edits {
+			edit(&objs[i])
+		}
+	}
+	return objs
+}
+
 // Apply creates the objects with strict field validation, so a field the
 // API does not know is an error. Admission webhooks run as in a cluster.
 func (h *Harness) Apply(ctx context.Context, objs []unstructured.Unstructured) error {

@@ -45,9 +45,9 @@ func TestDeletionLeavesNothing(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	w := newCluster(t, harness.ClusterOptions{})
-	applyPool(t, w, map[string]string{"WORKER_MACHINE_COUNT": "1"})
+	poolOf(w).apply(t, map[string]string{"WORKER_MACHINE_COUNT": "1"})
 	applyImportPool(t, w, map[string]string{"POOL_NAME": "imported", "WORKER_MACHINE_COUNT": "1"})
-	expectBootsClean(g, expectJoined(t, w, 2))
+	expectBootsClean(g, poolOf(w).expectJoined(t, 2))
 
 	g.Expect(h.DeleteCluster(ctx, w.Key, timeout)).To(Succeed(), func() string { return describe(w) })
 

@@ -48,7 +48,7 @@ func TestInfrastructureNodeDrainEnds(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	w := newCluster(t, harness.ClusterOptions{})
-	objs := pool(t, w, map[string]string{"WORKER_MACHINE_COUNT": "2", "MAX_UNHEALTHY": "100%"})
+	objs := poolOf(w).render(t, map[string]string{"WORKER_MACHINE_COUNT": "2", "MAX_UNHEALTHY": "100%"})
 	harness.EditMachineTemplates(objs, func(_ *unstructured.Unstructured, machine map[string]any) {
 		machine["evictionStrategy"] = "External"
 		machine["tolerations"] = []any{map[string]any{"key": drainNodeLabel, "operator": "Exists", "effect": "NoSchedule"}}
@@ -57,7 +57,7 @@ func TestInfrastructureNodeDrainEnds(t *testing.T) {
 		}}}
 	})
 	g.Expect(h.Apply(ctx, objs)).To(Succeed())
-	before := expectJoined(t, w, 2)
+	before := poolOf(w).expectJoined(t, 2)
 
 	// kubectl drain: cordon, then evict every Pod on the node until none
 	// is left.
@@ -96,11 +96,11 @@ func TestInfrastructureNodeDrainEnds(t *testing.T) {
 
 	uncordon()
 	g.Eventually(func(g Gomega) {
-		for _, m := range machines(g, w) {
+		for _, m := range poolOf(w).machines(g) {
 			g.Expect(machineUIDs(before)).NotTo(ContainElement(m.UID), "Machine %s was not replaced", m.Name)
 		}
 	}, timeout, poll).Should(Succeed(), func() string { return describe(w) })
-	after := expectJoined(t, w, 2)
+	after := poolOf(w).expectJoined(t, 2)
 	expectBootsClean(g, after)
 	expectNoOrphans(t, w)
 }
@@ -119,12 +119,12 @@ func TestInfrastructureNodeDrainLiveMigrates(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	w := newCluster(t, harness.ClusterOptions{})
-	objs := pool(t, w, map[string]string{"WORKER_MACHINE_COUNT": "1"})
+	objs := poolOf(w).render(t, map[string]string{"WORKER_MACHINE_COUNT": "1"})
 	harness.EditMachineTemplates(objs, func(_ *unstructured.Unstructured, machine map[string]any) {
 		machine["evictionStrategy"] = "LiveMigrate"
 	})
 	g.Expect(h.Apply(ctx, objs)).To(Succeed())
-	before := expectJoined(t, w, 1)
+	before := poolOf(w).expectJoined(t, 1)
 	key := vmKey(before[0])
 	vmi := &kubevirtv1.VirtualMachineInstance{}
 	g.Expect(h.Client.Get(ctx, key, vmi)).To(Succeed())
@@ -157,7 +157,7 @@ func TestInfrastructureNodeDrainLiveMigrates(t *testing.T) {
 	g.Expect(current.UID).To(Equal(vmi.UID))
 	g.Expect(current.DeletionTimestamp.IsZero()).To(BeTrue(), "the provider stopped an instance KubeVirt live-migrates")
 	g.Expect(current.Status.EvacuationNodeName).To(Equal(vmi.Status.NodeName))
-	g.Expect(machineUIDs(machines(g, w))).To(Equal(machineUIDs(before)))
+	g.Expect(machineUIDs(poolOf(w).machines(g))).To(Equal(machineUIDs(before)))
 }
 
 // deleteMigrationsOf cancels KubeVirt's migrations of an instance.

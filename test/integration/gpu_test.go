@@ -73,7 +73,7 @@ func TestPoolWithAGPUInstancetypeJoins(t *testing.T) {
 	g.Expect(h.Client.Create(ctx, beside)).To(MatchError(ContainSubstring(
 		"spec.template.spec.gpus: Forbidden: instancetype " + it.Name + " attaches GPUs (" + gpuDevice + ")")))
 
-	objs := pool(t, w, map[string]string{"WORKER_MACHINE_COUNT": "1"})
+	objs := poolOf(w).render(t, map[string]string{"WORKER_MACHINE_COUNT": "1"})
 	harness.EditMachineTemplates(objs, func(_ *unstructured.Unstructured, machine map[string]any) {
 		machine["workerClass"].(map[string]any)["gpus"] = []any{map[string]any{"name": gpuDevice}}
 		delete(machine, "cpu")
@@ -81,13 +81,13 @@ func TestPoolWithAGPUInstancetypeJoins(t *testing.T) {
 		machine["instancetype"] = map[string]any{"name": it.Name}
 	})
 	g.Expect(h.Apply(ctx, objs)).To(Succeed())
-	ms := expectJoined(t, w, 1)
+	ms := poolOf(w).expectJoined(t, 1)
 	expectBootsClean(g, ms)
 	vmi := &kubevirtv1.VirtualMachineInstance{}
 	g.Expect(h.Client.Get(ctx, client.ObjectKey{Namespace: w.Key.Namespace, Name: ms[0].Spec.InfrastructureRef.Name}, vmi)).To(Succeed())
 	g.Expect(vmi.Spec.Domain.Devices.GPUs).To(ConsistOf(HaveField("DeviceName", gpuDevice)))
 	g.Expect(vmi.Status.NodeName).To(Equal("sim-infra-0"))
-	nodes := nodes(g, w)
+	nodes := poolOf(w).nodes(g)
 	g.Expect(nodes).To(HaveLen(1))
 	g.Expect(nodes[0].Status.Capacity).To(HaveKey(corev1.ResourceName("nvidia.com/gpu")), "the template advertised the GPU for scale from zero")
 	// The node registered with the label the cluster autoscaler

@@ -56,8 +56,8 @@ func TestATenantCannotStallAnothersPool(t *testing.T) {
 	t.Cleanup(func() { h.ReleaseCluster(hostile.Key) })
 
 	start := time.Now()
-	applyPool(t, victim, map[string]string{"WORKER_MACHINE_COUNT": "1"})
-	expectJoined(t, victim, 1)
+	poolOf(victim).apply(t, map[string]string{"WORKER_MACHINE_COUNT": "1"})
+	poolOf(victim).expectJoined(t, 1)
 	alone := time.Since(start)
 
 	tenant := tenantClient(t, hostileKey.Namespace)
@@ -83,7 +83,7 @@ func TestATenantCannotStallAnothersPool(t *testing.T) {
 
 	start = time.Now()
 	scaleTo(t, h, poolOf(victim), 2)
-	expectJoined(t, victim, 2)
+	poolOf(victim).expectJoined(t, 2)
 	beside := time.Since(start)
 	t.Logf("the pool's machine joined in %s alone and in %s beside %d hostile Machines: ratio %.2f",
 		alone.Round(time.Millisecond), beside.Round(time.Millisecond), hostileMachines, float64(beside)/float64(alone))

@@ -41,9 +41,9 @@ func TestJoin(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
 	w := newCluster(t, harness.ClusterOptions{})
-	applyPool(t, w, map[string]string{"WORKER_MACHINE_COUNT": "3"})
+	poolOf(w).apply(t, map[string]string{"WORKER_MACHINE_COUNT": "3"})
 
-	ms := expectJoined(t, w, 3)
+	ms := poolOf(w).expectJoined(t, 3)
 	expectBootsClean(g, ms)
 	for _, m := range ms {
 		g.Expect(m.Spec.ProviderID).To(Equal("kubevirt://" + m.Spec.InfrastructureRef.Name))
@@ -51,7 +51,7 @@ func TestJoin(t *testing.T) {
 		g.Expect(h.Client.Get(context.Background(), client.ObjectKey{Namespace: m.Namespace, Name: m.Spec.InfrastructureRef.Name}, vm)).To(Succeed())
 		g.Expect(vm.Spec.Template.Spec.Volumes).To(ContainElement(HaveField("ContainerDisk.Image", platformImage)))
 	}
-	for _, n := range nodes(g, w) {
+	for _, n := range poolOf(w).nodes(g) {
 		g.Expect(n.Status.NodeInfo.KubeletVersion).To(Equal("v1.36.3"))
 		g.Expect(n.Labels).To(HaveKeyWithValue("node.cozystack.io/pool", "kairos"))
 	}

@@ -53,8 +53,8 @@ func TestClusterctlBackupCarriesThePoolAndResumesIt(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	w := newCluster(t, harness.ClusterOptions{})
-	applyPool(t, w, map[string]string{"WORKER_MACHINE_COUNT": "2"})
-	before := expectJoined(t, w, 2)
+	poolOf(w).apply(t, map[string]string{"WORKER_MACHINE_COUNT": "2"})
+	before := poolOf(w).expectJoined(t, 2)
 	g.Eventually(func(g Gomega) { g.Expect(bootstrapTokens(g, w)).To(BeEmpty()) }, timeout, poll).Should(Succeed())
 	vms := map[string]types.UID{}
 	for _, m := range before {
@@ -109,7 +109,7 @@ func TestClusterctlBackupCarriesThePoolAndResumesIt(t *testing.T) {
 		}
 	}, timeout, poll).Should(Succeed())
 
-	after := expectJoined(t, w, 2)
+	after := poolOf(w).expectJoined(t, 2)
 	g.Expect(machineUIDs(after)).To(ConsistOf(machineUIDs(before)), "no Machine was replaced")
 	for name, uid := range vms {
 		vm := &kubevirtv1.VirtualMachine{}
@@ -142,8 +142,8 @@ func TestClusterctlMoveCarriesAJoinedPool(t *testing.T) {
 	key := client.ObjectKey{Namespace: "clusterctl-move", Name: "tenant"}
 	w, err := source.CreateCluster(ctx, key, harness.ClusterOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(source.Apply(ctx, pool(t, w, map[string]string{"WORKER_MACHINE_COUNT": "2"}))).To(Succeed())
-	before := expectJoinedIn(t, source, w, 2)
+	g.Expect(source.Apply(ctx, poolOf(w).render(t, map[string]string{"WORKER_MACHINE_COUNT": "2"}))).To(Succeed())
+	before := poolOf(w).expectJoinedIn(t, source, 2)
 	g.Eventually(func(g Gomega) { g.Expect(bootstrapTokensIn(g, source, w)).To(BeEmpty()) }, timeout, poll).Should(Succeed())
 	var names, nodeNames []string
 	vms := map[string]types.UID{}
@@ -177,7 +177,7 @@ func TestClusterctlMoveCarriesAJoinedPool(t *testing.T) {
 	scaleTo(t, source, poolOf(w), 3)
 	var inFlight clusterv1.Machine
 	g.Eventually(func(g Gomega) {
-		ms, err := source.PoolMachines(ctx, poolOf(w))
+		ms, err := source.PoolMachines(ctx, poolOf(w).Pool)
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(ms).To(HaveLen(3))
 		for _, m := range ms {
@@ -248,7 +248,7 @@ func TestClusterctlMoveCarriesAJoinedPool(t *testing.T) {
 
 	// The target's providers take the pool over as it is: the same Nodes
 	// and providerIDs, no Machine replaced, no token made.
-	after := expectJoinedIn(t, target, w, 2)
+	after := poolOf(w).expectJoinedIn(t, target, 2)
 	for i, m := range after {
 		g.Expect(m.Name).To(Equal(names[i]), "no MachineSet made a new Machine")
 		g.Expect(m.Status.NodeRef.Name).To(Equal(nodeNames[i]))
@@ -259,7 +259,7 @@ func TestClusterctlMoveCarriesAJoinedPool(t *testing.T) {
 	}
 	g.Consistently(func(g Gomega) {
 		g.Expect(bootstrapTokensIn(g, target, w)).To(BeEmpty(), "no new token")
-		ms, err := target.PoolMachines(ctx, poolOf(w))
+		ms, err := target.PoolMachines(ctx, poolOf(w).Pool)
 		g.Expect(err).NotTo(HaveOccurred())
 		var now []string
 		for _, m := range ms {
@@ -272,7 +272,7 @@ func TestClusterctlMoveCarriesAJoinedPool(t *testing.T) {
 	// Scaling in the target makes a VM in the infrastructure cluster, which
 	// joins.
 	scaleTo(t, target, poolOf(w), 3)
-	scaled := expectJoinedIn(t, target, w, 3)
+	scaled := poolOf(w).expectJoinedIn(t, target, 3)
 	for _, m := range scaled {
 		vm := &kubevirtv1.VirtualMachine{}
 		g.Expect(source.Client.Get(ctx, vmKey(m), vm)).To(Succeed(), "the VM of Machine %s is in the infrastructure cluster", m.Name)
@@ -298,16 +298,12 @@ func TestClusterctlMoveCarriesAJoinedPool(t *testing.T) {
 	}, timeout, poll).Should(Succeed())
 }
 
-// scaleTo sets the replicas of the pool's MachineDeployment in h.
-func scaleTo(t *testing.T, h *harness.Harness, p harness.Pool, replicas int32) {
+// scaleTo sets the replicas of the pool's MachineDeployment in the harness.
+func scaleTo(t *testing.T, in *harness.Harness, p pool, replicas int32) {
 	t.Helper()
-	g := NewWithT(t)
-	ctx := context.Background()
-	md := &clusterv1.MachineDeployment{}
-	g.Expect(h.Client.Get(ctx, p.Deployment(), md)).To(Succeed())
-	scale := client.MergeFrom(md.DeepCopy())
-	md.Spec.Replicas = ptr.To(replicas)
-	g.Expect(h.Client.Patch(ctx, md, scale)).To(Succeed())
+	if err := in.ScalePool(context.Background(), p.Pool, replicas); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // startScenarioHarness starts a harness of a scenario's own with the

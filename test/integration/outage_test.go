@@ -46,8 +46,8 @@ func TestKubeVirtControlPlaneOutagesConverge(t *testing.T) {
 
 	h.KubeVirt.API.Down()
 	t.Cleanup(h.KubeVirt.API.Up)
-	applyPool(t, w, map[string]string{"WORKER_MACHINE_COUNT": "2"})
-	g.Eventually(func(g Gomega) { g.Expect(machines(g, w)).To(HaveLen(2)) }, timeout, poll).Should(Succeed())
+	poolOf(w).apply(t, map[string]string{"WORKER_MACHINE_COUNT": "2"})
+	g.Eventually(func(g Gomega) { g.Expect(poolOf(w).machines(g)).To(HaveLen(2)) }, timeout, poll).Should(Succeed())
 	g.Consistently(vms, 5*time.Second, 500*time.Millisecond).Should(BeEmpty())
 
 	h.KubeVirt.API.Up()
@@ -62,7 +62,7 @@ func TestKubeVirtControlPlaneOutagesConverge(t *testing.T) {
 	time.Sleep(5 * time.Second)
 	h.KubeVirt.Controller.Up()
 
-	ms := expectJoined(t, w, 2)
+	ms := poolOf(w).expectJoined(t, 2)
 	expectBootsClean(g, ms)
 	g.Expect(vms(g)).To(HaveLen(2))
 	for _, m := range ms {

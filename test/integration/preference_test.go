@@ -40,12 +40,12 @@ func TestPoolSizedByCPUAndMemoryWithACommonPreferenceJoins(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	w := newCluster(t, harness.ClusterOptions{})
-	objs := pool(t, w, map[string]string{"WORKER_MACHINE_COUNT": "1", "WORKER_CPU_CORES": "2"})
+	objs := poolOf(w).render(t, map[string]string{"WORKER_MACHINE_COUNT": "1", "WORKER_CPU_CORES": "2"})
 	harness.EditMachineTemplates(objs, func(_ *unstructured.Unstructured, machine map[string]any) {
 		machine["preference"] = map[string]any{"name": "oraclelinux"}
 	})
 	g.Expect(h.Apply(ctx, objs)).To(Succeed())
-	ms := expectJoined(t, w, 1)
+	ms := poolOf(w).expectJoined(t, 1)
 	expectBootsClean(g, ms)
 	vmi := &kubevirtv1.VirtualMachineInstance{}
 	g.Expect(h.Client.Get(ctx, client.ObjectKey{Namespace: w.Key.Namespace, Name: ms[0].Spec.InfrastructureRef.Name}, vmi)).To(Succeed())

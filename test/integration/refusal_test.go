@@ -48,7 +48,7 @@ func TestVirtualMachineRefusedByKubeVirt(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	w := newCluster(t, harness.ClusterOptions{})
-	objs := pool(t, w, map[string]string{"WORKER_MACHINE_COUNT": "1", "WORKER_CPU_CORES": "1"})
+	objs := poolOf(w).render(t, map[string]string{"WORKER_MACHINE_COUNT": "1", "WORKER_CPU_CORES": "1"})
 	harness.EditMachineTemplates(objs, func(_ *unstructured.Unstructured, machine map[string]any) {
 		machine["preference"] = map[string]any{"name": "oraclelinux"}
 	})
@@ -56,7 +56,7 @@ func TestVirtualMachineRefusedByKubeVirt(t *testing.T) {
 
 	var refused clusterv1.Machine
 	g.Eventually(func(g Gomega) {
-		ms := machines(g, w)
+		ms := poolOf(w).machines(g)
 		g.Expect(ms).To(HaveLen(1))
 		refused = ms[0]
 		c := conditions.Get(&refused, clusterv1.MachineInfrastructureReadyCondition)

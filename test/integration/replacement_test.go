@@ -48,18 +48,18 @@ func TestReplacementAfterInstanceCrash(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
 	w := newCluster(t, harness.ClusterOptions{})
-	applyPool(t, w, map[string]string{"WORKER_MACHINE_COUNT": "2"})
-	before := expectJoined(t, w, 2)
+	poolOf(w).apply(t, map[string]string{"WORKER_MACHINE_COUNT": "2"})
+	before := poolOf(w).expectJoined(t, 2)
 	victim := before[0]
 
 	g.Expect(h.Hosts.Crash(vmKey(victim), "")).To(Succeed())
 	g.Eventually(func(g Gomega) {
-		for _, m := range machines(g, w) {
+		for _, m := range poolOf(w).machines(g) {
 			g.Expect(m.UID).NotTo(Equal(victim.UID), "Machine %s was not remediated", m.Name)
 		}
 	}, timeout, poll).Should(Succeed(), func() string { return describe(w) })
 
-	after := expectJoined(t, w, 2)
+	after := poolOf(w).expectJoined(t, 2)
 	g.Expect(machineUIDs(after)).To(ContainElement(before[1].UID), "the healthy Machine was replaced too")
 	expectBootsClean(g, after)
 	expectNoOrphans(t, w)
@@ -75,18 +75,18 @@ func TestReplacementAfterLostInstance(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
 	w := newCluster(t, harness.ClusterOptions{})
-	applyPool(t, w, map[string]string{"WORKER_MACHINE_COUNT": "2"})
-	before := expectJoined(t, w, 2)
+	poolOf(w).apply(t, map[string]string{"WORKER_MACHINE_COUNT": "2"})
+	before := poolOf(w).expectJoined(t, 2)
 	victim := before[0]
 
 	g.Expect(h.Hosts.LoseDisk(context.Background(), vmKey(victim))).To(Succeed())
 	g.Eventually(func(g Gomega) {
-		for _, m := range machines(g, w) {
+		for _, m := range poolOf(w).machines(g) {
 			g.Expect(m.UID).NotTo(Equal(victim.UID), "Machine %s was not remediated", m.Name)
 		}
 	}, timeout, poll).Should(Succeed(), func() string { return describe(w) })
 
-	after := expectJoined(t, w, 2)
+	after := poolOf(w).expectJoined(t, 2)
 	g.Expect(machineUIDs(after)).To(ContainElement(before[1].UID), "the healthy Machine was replaced too")
 	expectBootsClean(g, after)
 	expectNoOrphans(t, w)
@@ -99,8 +99,8 @@ func TestSingletonPoolWithHalfUnhealthyAllowedIsNotRemediated(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
 	w := newCluster(t, harness.ClusterOptions{})
-	applyPool(t, w, map[string]string{"WORKER_MACHINE_COUNT": "1", "MAX_UNHEALTHY": "50%"})
-	only := expectJoined(t, w, 1)[0]
+	poolOf(w).apply(t, map[string]string{"WORKER_MACHINE_COUNT": "1", "MAX_UNHEALTHY": "50%"})
+	only := poolOf(w).expectJoined(t, 1)[0]
 
 	g.Expect(h.Hosts.Crash(vmKey(only), "")).To(Succeed())
 	mhcKey := client.ObjectKey{Namespace: w.Key.Namespace, Name: w.Key.Name + "-kairos"}
@@ -118,7 +118,7 @@ func TestSingletonPoolWithHalfUnhealthyAllowedIsNotRemediated(t *testing.T) {
 	// Well past the 5 s node timeout, the Machine is still there and not
 	// marked for remediation.
 	g.Consistently(func(g Gomega) {
-		ms := machines(g, w)
+		ms := poolOf(w).machines(g)
 		g.Expect(ms).To(HaveLen(1))
 		g.Expect(ms[0].UID).To(Equal(only.UID))
 		g.Expect(ms[0].DeletionTimestamp.IsZero()).To(BeTrue())
@@ -142,7 +142,7 @@ func TestImportFailureIsRemediatedThroughUnhealthyMachineConditions(t *testing.T
 
 	var failed types.UID
 	g.Eventually(func(g Gomega) {
-		for _, m := range machines(g, w) {
+		for _, m := range poolOf(w).machines(g) {
 			if c := conditions.Get(&m, clusterv1.MachineInfrastructureReadyCondition); c != nil &&
 				c.Status == "False" && c.Reason == infrav1.ImportFailedReason {
 				failed = m.UID
@@ -151,7 +151,7 @@ func TestImportFailureIsRemediatedThroughUnhealthyMachineConditions(t *testing.T
 		g.Expect(failed).NotTo(BeEmpty())
 	}, timeout, poll).Should(Succeed(), func() string { return describe(w) })
 
-	after := expectJoined(t, w, 2)
+	after := poolOf(w).expectJoined(t, 2)
 	g.Expect(machineUIDs(after)).NotTo(ContainElement(failed))
 	expectBootsClean(g, after)
 	expectNoOrphans(t, w)
@@ -185,7 +185,7 @@ func TestSlowHealthyImportDoesNotLoop(t *testing.T) {
 	disks := map[string]types.UID{}
 	sawProgress := false
 	g.Eventually(func(g Gomega) {
-		ms := machines(g, w)
+		ms := poolOf(w).machines(g)
 		for _, m := range ms {
 			if len(firstMachines) < 2 {
 				firstMachines[m.UID] = true
@@ -214,7 +214,7 @@ func TestSlowHealthyImportDoesNotLoop(t *testing.T) {
 	})
 	g.Expect(sawProgress).To(BeTrue(), "no Machine reported clone progress")
 	g.Expect(disks).To(HaveLen(3), "the shared import and each Machine's clone")
-	expectBootsClean(g, expectJoined(t, w, 2))
+	expectBootsClean(g, poolOf(w).expectJoined(t, 2))
 	g.Expect(provisioning.Objects()).To(Equal(2))
 	g.Expect(provisioning.With(metav1.ConditionFalse)).To(BeEmpty(), "a machine read as failed on its way to provisioned")
 	expectNoOrphans(t, w)
@@ -227,7 +227,7 @@ func TestSlowHealthyImportDoesNotLoop(t *testing.T) {
 // machine exists, that the clones boot the imported image.
 func applyImportPool(t *testing.T, w *harness.WorkloadCluster, vars map[string]string) {
 	t.Helper()
-	objs := pool(t, w, vars)
+	objs := poolOf(w).render(t, vars)
 	harness.EditMachineTemplates(objs, func(template *unstructured.Unstructured, machine map[string]any) {
 		delete(machine, "workerClass")
 		labels := template.GetLabels()

@@ -41,12 +41,13 @@ func TestScaleFromZero(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	w := newCluster(t, harness.ClusterOptions{})
-	applyPool(t, w, map[string]string{
+	p := poolOf(w)
+	p.apply(t, map[string]string{
 		"WORKER_MACHINE_COUNT": "0", "WORKER_MIN_COUNT": "0", "WORKER_MAX_COUNT": "3",
 		"WORKER_CPU_CORES": "4", "WORKER_MEMORY": "8Gi",
 	})
-	mdKey := client.ObjectKey{Namespace: w.Key.Namespace, Name: w.Key.Name + "-kairos"}
-	templateKey := client.ObjectKey{Namespace: w.Key.Namespace, Name: w.Key.Name + "-kairos-r1"}
+	mdKey := p.Deployment()
+	templateKey := client.ObjectKey{Namespace: mdKey.Namespace, Name: mdKey.Name + "-r1"}
 
 	template := &infrav1.KubeVirtMachineTemplate{}
 	g.Eventually(func(g Gomega) {
@@ -61,16 +62,11 @@ func TestScaleFromZero(t *testing.T) {
 	g.Expect(template.Status.Capacity.Cpu().String()).To(Equal("4"))
 	g.Expect(template.Status.Capacity.Memory().String()).To(Equal("8Gi"))
 	g.Expect(template.Status.NodeInfo).To(Equal(infrav1.NodeInfo{Architecture: infrav1.ArchitectureAmd64, OperatingSystem: "linux"}))
-	g.Consistently(func(g Gomega) { g.Expect(machines(g, w)).To(BeEmpty()) }, 3*time.Second, poll).Should(Succeed())
+	g.Consistently(func(g Gomega) { g.Expect(p.machines(g)).To(BeEmpty()) }, 3*time.Second, poll).Should(Succeed())
 
-	md := &clusterv1.MachineDeployment{}
-	g.Expect(h.Client.Get(ctx, mdKey, md)).To(Succeed())
-	patch := client.MergeFrom(md.DeepCopy())
-	md.Spec.Replicas = ptr.To[int32](2)
-	g.Expect(h.Client.Patch(ctx, md, patch)).To(Succeed())
-
-	expectBootsClean(g, expectJoined(t, w, 2))
-	for _, n := range nodes(g, w) {
+	g.Expect(h.ScalePool(ctx, p.Pool, 2)).To(Succeed())
+	expectBootsClean(g, p.expectJoined(t, 2))
+	for _, n := range p.nodes(g) {
 		// What the autoscaler was promised is what the node has.
 		for name, want := range template.Status.Capacity {
 			got := n.Status.Capacity[name]

@@ -58,8 +58,8 @@ func TestManagementClustersSharingAnInfrastructureClusterKeepTheirVMs(t *testing
 	key := client.ObjectKey{Namespace: "shared-infrastructure", Name: "tenant"}
 	w, err := owner.CreateCluster(ctx, key, harness.ClusterOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(owner.Apply(ctx, pool(t, w, map[string]string{"WORKER_MACHINE_COUNT": "1"}))).To(Succeed())
-	joined := expectJoinedIn(t, owner, w, 1)
+	g.Expect(owner.Apply(ctx, poolOf(w).render(t, map[string]string{"WORKER_MACHINE_COUNT": "1"}))).To(Succeed())
+	joined := poolOf(w).expectJoinedIn(t, owner, 1)
 	machine := joined[0]
 	vm := &kubevirtv1.VirtualMachine{}
 	g.Expect(owner.Client.Get(ctx, vmKey(machine), vm)).To(Succeed())
@@ -133,7 +133,7 @@ func TestManagementClustersSharingAnInfrastructureClusterKeepTheirVMs(t *testing
 		g.Expect(err).To(HaveOccurred(), "the other management cluster's machine is gone")
 	}, timeout, poll).Should(Succeed())
 	expectUntouched(g)
-	after := expectJoinedIn(t, owner, w, 1)
+	after := poolOf(w).expectJoinedIn(t, owner, 1)
 	g.Expect(after[0].UID).To(Equal(machine.UID), "owner's Machine was not replaced")
 	g.Expect(after[0].Status.NodeRef.Name).To(Equal(machine.Status.NodeRef.Name))
 }

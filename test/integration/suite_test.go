@@ -234,10 +234,16 @@ func newCluster(t *testing.T, opts harness.ClusterOptions) *harness.WorkloadClus
 	return w
 }
 
+// pool is one pool of the example Kairos template and the suite's ways
+// to apply and watch it; test/qemu's pool has the same shape.
+type pool struct {
+	harness.Pool
+}
+
 // poolOf is the cluster's pool: the example Kairos pool's default
 // MachineDeployment, and every Machine and Node of the cluster.
-func poolOf(w *harness.WorkloadCluster) harness.Pool {
-	return harness.Pool{Cluster: w.Key}
+func poolOf(w *harness.WorkloadCluster) pool {
+	return pool{harness.Pool{Cluster: w.Key}}
 }
 
 // poolDefaults are the suite's values of the example pool's variables:
@@ -259,51 +265,53 @@ func poolDefaults() map[string]string {
 // Machine's infrastructure report False before they remediate it.
 const infrastructureFailedTimeout = 20 * time.Second
 
-// pool renders the example Kairos pool for the cluster with the scenario's
-// variables over the suite's.
-func pool(t *testing.T, w *harness.WorkloadCluster, vars map[string]string) []unstructured.Unstructured {
+// render renders the pool with the scenario's variables over the suite's.
+func (p pool) render(t *testing.T, vars map[string]string) []unstructured.Unstructured {
 	t.Helper()
-	objs, err := poolOf(w).Render(poolDefaults(), vars)
+	objs, err := p.Render(poolDefaults(), vars)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return objs
 }
 
-func applyPool(t *testing.T, w *harness.WorkloadCluster, vars map[string]string) {
+// apply creates the pool's objects, each edit applied first.
+func (p pool) apply(t *testing.T, vars map[string]string, edits ...func(*unstructured.Unstructured)) {
 	t.Helper()
-	if err := h.Apply(context.Background(), pool(t, w, vars)); err != nil {
+	if err := h.Apply(context.Background(), harness.Edited(p.render(t, vars), edits...)); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func machines(g Gomega, w *harness.WorkloadCluster) []clusterv1.Machine {
-	ms, err := h.PoolMachines(context.Background(), poolOf(w))
+// machines lists the pool's Machines, by name.
+func (p pool) machines(g Gomega) []clusterv1.Machine {
+	ms, err := h.PoolMachines(context.Background(), p.Pool)
 	g.Expect(err).NotTo(HaveOccurred())
 	return ms
 }
 
-func nodes(g Gomega, w *harness.WorkloadCluster) []corev1.Node {
-	ns, err := h.PoolNodes(context.Background(), poolOf(w))
+// nodes lists the workload Nodes of the pool.
+func (p pool) nodes(g Gomega) []corev1.Node {
+	ns, err := h.PoolNodes(context.Background(), p.Pool)
 	g.Expect(err).NotTo(HaveOccurred())
 	return ns
 }
 
-// expectJoined waits until the cluster has joined with exactly n Machines
+// expectJoined waits until the pool has joined with exactly n Machines
 // (harness.PoolJoined).
-func expectJoined(t *testing.T, w *harness.WorkloadCluster, n int) []clusterv1.Machine {
+func (p pool) expectJoined(t *testing.T, n int) []clusterv1.Machine {
 	t.Helper()
-	return expectJoinedIn(t, h, w, n)
+	return p.expectJoinedIn(t, h, n)
 }
 
 // expectJoinedIn is expectJoined in a harness other than the suite's.
-func expectJoinedIn(t *testing.T, in *harness.Harness, w *harness.WorkloadCluster, n int) []clusterv1.Machine {
+func (p pool) expectJoinedIn(t *testing.T, in *harness.Harness, n int) []clusterv1.Machine {
 	t.Helper()
 	var ms []clusterv1.Machine
 	NewWithT(t).Eventually(func() (err error) {
-		ms, err = in.PoolJoined(context.Background(), poolOf(w), n)
+		ms, err = in.PoolJoined(context.Background(), p.Pool, n)
 		return err
-	}, timeout, poll).Should(Succeed(), func() string { return in.Describe(context.Background(), w.Key) })
+	}, timeout, poll).Should(Succeed(), func() string { return in.Describe(context.Background(), p.Cluster) })
 	return ms
 }
 
@@ -333,7 +341,7 @@ func bootstrapTokens(g Gomega, w *harness.WorkloadCluster) []string {
 
 // bootstrapTokensIn is bootstrapTokens in a harness other than the suite's.
 func bootstrapTokensIn(g Gomega, in *harness.Harness, w *harness.WorkloadCluster) []string {
-	tokens, err := in.PoolJoinTokens(context.Background(), poolOf(w))
+	tokens, err := in.PoolJoinTokens(context.Background(), poolOf(w).Pool)
 	g.Expect(err).NotTo(HaveOccurred())
 	return tokens
 }

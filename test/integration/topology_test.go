@@ -159,7 +159,7 @@ func TestTopologyPoolJoins(t *testing.T) {
 		"WORKER_CPU_CORES": "3", "WORKER_MEMORY": "6Gi",
 	}), 2))
 
-	ms := expectJoined(t, w, 2)
+	ms := poolOf(w).expectJoined(t, 2)
 	expectBootsClean(g, ms)
 	md := topologyMachineDeployment(g, w)
 	g.Expect(md.Spec.Replicas).To(Equal(ptr.To[int32](2)))
@@ -181,7 +181,7 @@ func TestTopologyPoolJoins(t *testing.T) {
 		g.Expect(h.Client.Get(ctx, vmKey(m), vm)).To(Succeed())
 		g.Expect(vm.Spec.Template.Spec.Volumes).To(ContainElement(HaveField("ContainerDisk.Image", platformImage)))
 	}
-	for _, n := range nodes(g, w) {
+	for _, n := range poolOf(w).nodes(g) {
 		g.Expect(n.Labels).To(HaveKeyWithValue("node.cozystack.io/pool", topologyPool))
 	}
 	g.Eventually(func(g Gomega) { g.Expect(bootstrapTokens(g, w)).To(BeEmpty()) }, timeout, poll).Should(Succeed())
@@ -205,7 +205,7 @@ func TestTopologyWorkerClassChangeRollsOut(t *testing.T) {
 	ctx := context.Background()
 	ns := topologyNamespace(t)
 	w := newTopologyCluster(t, fixedSize(t, topologyCluster(t, ns, nil), 2))
-	before := expectJoined(t, w, 2)
+	before := poolOf(w).expectJoined(t, 2)
 	oldTemplate := topologyMachineDeployment(g, w).Spec.Template.Spec.InfrastructureRef.Name
 
 	class := &workerclassv1.WorkerClass{
@@ -281,7 +281,7 @@ func TestTopologyScaleFromZero(t *testing.T) {
 	g.Expect(template.Status.Capacity.Cpu().String()).To(Equal("4"))
 	g.Expect(template.Status.Capacity.Memory().String()).To(Equal("8Gi"))
 	g.Expect(template.Status.NodeInfo).To(Equal(infrav1.NodeInfo{Architecture: infrav1.ArchitectureAmd64, OperatingSystem: "linux"}))
-	g.Expect(machines(g, w)).To(BeEmpty())
+	g.Expect(poolOf(w).machines(g)).To(BeEmpty())
 
 	// What the autoscaler does: it scales the MachineDeployment itself.
 	md := topologyMachineDeployment(g, w)
@@ -289,9 +289,9 @@ func TestTopologyScaleFromZero(t *testing.T) {
 	md.Spec.Replicas = ptr.To[int32](2)
 	g.Expect(h.Client.Patch(ctx, md, patch)).To(Succeed())
 
-	expectBootsClean(g, expectJoined(t, w, 2))
+	expectBootsClean(g, poolOf(w).expectJoined(t, 2))
 	g.Expect(topologyMachineDeployment(g, w).Spec.Replicas).To(Equal(ptr.To[int32](2)), "topology left the autoscaler's replicas")
-	for _, n := range nodes(g, w) {
+	for _, n := range poolOf(w).nodes(g) {
 		for name, want := range template.Status.Capacity {
 			got := n.Status.Capacity[name]
 			g.Expect(got.Cmp(want)).To(BeZero(), "Node %s has %s %s, the template advertises %s", n.Name, name, got.String(), want.String())

@@ -44,8 +44,8 @@ func TestClassUpgradeRollsOutTheNewImage(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	w := newCluster(t, harness.ClusterOptions{})
-	applyPool(t, w, map[string]string{"WORKER_MACHINE_COUNT": "2"})
-	before := expectJoined(t, w, 2)
+	poolOf(w).apply(t, map[string]string{"WORKER_MACHINE_COUNT": "2"})
+	before := poolOf(w).expectJoined(t, 2)
 
 	class := &workerclassv1.WorkerClass{
 		ObjectMeta: metav1.ObjectMeta{Name: "kairos-tenant-v1-36-3-r2"},
@@ -56,7 +56,7 @@ func TestClassUpgradeRollsOutTheNewImage(t *testing.T) {
 	}
 	g.Expect(h.Client.Create(ctx, class)).To(Succeed())
 	t.Cleanup(func() { _ = h.Client.Delete(context.Background(), class) })
-	r2 := only(t, pool(t, w, map[string]string{"WORKER_CLASS": class.Name, "TEMPLATE_REVISION": "r2"}), "KubeVirtMachineTemplate")
+	r2 := only(t, poolOf(w).render(t, map[string]string{"WORKER_CLASS": class.Name, "TEMPLATE_REVISION": "r2"}), "KubeVirtMachineTemplate")
 	g.Expect(h.Apply(ctx, []unstructured.Unstructured{r2})).To(Succeed())
 
 	md := &clusterv1.MachineDeployment{}
@@ -66,7 +66,7 @@ func TestClassUpgradeRollsOutTheNewImage(t *testing.T) {
 	g.Expect(h.Client.Patch(ctx, md, patch)).To(Succeed())
 
 	expectReplacedOnto(t, w, before, customImage)
-	for _, n := range nodes(g, w) {
+	for _, n := range poolOf(w).nodes(g) {
 		g.Expect(n.Status.NodeInfo.OSImage).To(Equal("Tenant Kairos v3.5.3"))
 	}
 	expectNoOrphans(t, w)
@@ -83,8 +83,8 @@ func TestPlatformChangesRollNothingOut(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	w := newCluster(t, harness.ClusterOptions{})
-	applyPool(t, w, map[string]string{"WORKER_MACHINE_COUNT": "2"})
-	before := expectJoined(t, w, 2)
+	poolOf(w).apply(t, map[string]string{"WORKER_MACHINE_COUNT": "2"})
+	before := poolOf(w).expectJoined(t, 2)
 	template := &infrav1.KubeVirtMachineTemplate{}
 	g.Expect(h.Client.Get(ctx, client.ObjectKey{Namespace: w.Key.Namespace, Name: w.Key.Name + "-kairos-r1"}, template)).To(Succeed())
 	frozen := template.Status.Resolved.DeepCopy()
@@ -106,7 +106,7 @@ func TestPlatformChangesRollNothingOut(t *testing.T) {
 	})).To(Succeed())
 
 	// The change is live: a new template resolves to the new patch and image.
-	r2 := only(t, pool(t, w, map[string]string{"TEMPLATE_REVISION": "r2"}), "KubeVirtMachineTemplate")
+	r2 := only(t, poolOf(w).render(t, map[string]string{"TEMPLATE_REVISION": "r2"}), "KubeVirtMachineTemplate")
 	g.Expect(h.Apply(ctx, []unstructured.Unstructured{r2})).To(Succeed())
 	g.Eventually(func(g Gomega) {
 		t := &infrav1.KubeVirtMachineTemplate{}
@@ -118,7 +118,7 @@ func TestPlatformChangesRollNothingOut(t *testing.T) {
 
 	// But nothing in use moves.
 	g.Consistently(func(g Gomega) {
-		ms := machines(g, w)
+		ms := poolOf(w).machines(g)
 		g.Expect(machineUIDs(ms)).To(ConsistOf(machineUIDs(before)))
 		for _, m := range ms {
 			g.Expect(m.DeletionTimestamp.IsZero()).To(BeTrue())
@@ -148,8 +148,8 @@ func TestInPlaceBootstrapFamilySwitchIsRefused(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	w := newCluster(t, harness.ClusterOptions{})
-	applyPool(t, w, map[string]string{"WORKER_MACHINE_COUNT": "1"})
-	before := expectJoined(t, w, 1)
+	poolOf(w).apply(t, map[string]string{"WORKER_MACHINE_COUNT": "1"})
+	before := poolOf(w).expectJoined(t, 1)
 
 	kairosPool := envtest.NewPool(w.Key.Namespace, "workers", map[string]any{
 		"cluster": w.Key.Name, "workerClassName": workerclassv1.KairosClassName, "version": "v1.36",
@@ -168,7 +168,7 @@ func TestInPlaceBootstrapFamilySwitchIsRefused(t *testing.T) {
 
 	// Nothing moved.
 	g.Consistently(func(g Gomega) {
-		g.Expect(machineUIDs(machines(g, w))).To(ConsistOf(machineUIDs(before)))
+		g.Expect(machineUIDs(poolOf(w).machines(g))).To(ConsistOf(machineUIDs(before)))
 	}, 3*time.Second, poll).Should(Succeed())
 	expectNoOrphans(t, w)
 }
@@ -193,11 +193,11 @@ func expectReplacedOnto(t *testing.T, w *harness.WorkloadCluster, before []clust
 	t.Helper()
 	g := NewWithT(t)
 	g.Eventually(func(g Gomega) {
-		for _, m := range machines(g, w) {
+		for _, m := range poolOf(w).machines(g) {
 			g.Expect(machineUIDs(before)).NotTo(ContainElement(m.UID), "Machine %s was not replaced", m.Name)
 		}
 	}, time.Duration(len(before))*timeout, poll).Should(Succeed(), func() string { return describe(w) })
-	after := expectJoined(t, w, 2)
+	after := poolOf(w).expectJoined(t, 2)
 	expectBootsClean(g, after)
 	for _, m := range after {
 		vm := &kubevirtv1.VirtualMachine{}

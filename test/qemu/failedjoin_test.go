@@ -108,7 +108,7 @@ func TestFailedJoinIsReplaced(t *testing.T) {
 	tampered := tamperFirstGuests(t, p, broken)
 	history := watchMachines(t, p)
 
-	applyPool(t, p, map[string]string{
+	p.apply(t, map[string]string{
 		"WORKER_MACHINE_COUNT":         "2",
 		"MAX_UNHEALTHY":                "100%",
 		"NODE_STARTUP_TIMEOUT_SECONDS": fmt.Sprint(int(replacementStartupTimeout.Seconds())),
@@ -185,7 +185,7 @@ func TestFailedJoinIsReplaced(t *testing.T) {
 // setStartupTimeout sets the pool's MachineHealthCheck nodeStartupTimeout.
 func setStartupTimeout(g Gomega, p pool, timeout time.Duration) {
 	mhc := &clusterv1.MachineHealthCheck{}
-	g.Expect(h.Client.Get(suiteCtx, p.deployment(), mhc)).To(Succeed())
+	g.Expect(h.Client.Get(suiteCtx, p.Deployment(), mhc)).To(Succeed())
 	patch := client.MergeFrom(mhc.DeepCopy())
 	mhc.Spec.Checks.NodeStartupTimeoutSeconds = ptr.To(int32(timeout.Seconds()))
 	g.Expect(h.Client.Patch(suiteCtx, mhc, patch)).To(Succeed())
@@ -240,7 +240,7 @@ func tamperFirstGuests(t *testing.T, p pool, ways []brokenJoin) *tamperings {
 	t.Helper()
 	tp := &tamperings{broken: map[client.ObjectKey]brokenJoin{}, hit: map[client.ObjectKey]bool{}}
 	runner.Tamper(func(vm client.ObjectKey, userData []byte) []byte {
-		if vm.Namespace != p.deployment().Namespace || !strings.HasPrefix(vm.Name, p.deployment().Name+"-") {
+		if vm.Namespace != p.Deployment().Namespace || !strings.HasPrefix(vm.Name, p.Deployment().Name+"-") {
 			return userData
 		}
 		tp.mu.Lock()

@@ -43,7 +43,7 @@ func ensureJoinPool(t *testing.T) []clusterv1.Machine {
 	t.Helper()
 	if !joinPool().exists(t) {
 		onlyPool(t, joinPool())
-		applyPool(t, joinPool(), map[string]string{
+		joinPool().apply(t, map[string]string{
 			"WORKER_MACHINE_COUNT": "2",
 			// The replacement scenario proves the node path: a killed
 			// guest's Node goes NotReady and the MachineHealthCheck acts on

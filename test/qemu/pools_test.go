@@ -39,17 +39,14 @@ import (
 	"github.com/cozystack/cluster-api-workers/test/process"
 )
 
-// pool is one MachineDeployment of the example Kairos template in the
-// workload Cluster, by its POOL_NAME.
+// pool is one pool of the example Kairos template and the suite's ways
+// to apply and watch it; test/integration's pool has the same shape.
 type pool struct {
 	harness.Pool
 }
 
+// newPool is the workload Cluster's MachineDeployment of that POOL_NAME.
 func newPool(name string) pool { return pool{harness.Pool{Cluster: workload.Key, Name: name}} }
-
-// deployment is the key of the pool's MachineDeployment (and
-// MachineHealthCheck); its Machines and VMs are named after it.
-func (p pool) deployment() client.ObjectKey { return p.Deployment() }
 
 // poolDefaults are the suite's values of the example pool's variables: one
 // guest's size (the runner gives every guest 2 CPUs and 1536 MiB, whatever
@@ -66,9 +63,8 @@ func poolDefaults() map[string]string {
 	}
 }
 
-// renderPool renders templates/cluster-template-kairos.yaml for the pool
-// with the scenario's variables over the suite's.
-func renderPool(t *testing.T, p pool, vars map[string]string) []unstructured.Unstructured {
+// render renders the pool with the scenario's variables over the suite's.
+func (p pool) render(t *testing.T, vars map[string]string) []unstructured.Unstructured {
 	t.Helper()
 	objs, err := p.Render(poolDefaults(), vars)
 	if err != nil {
@@ -103,16 +99,10 @@ func importFromRunner(datasource string) func(*unstructured.Unstructured) {
 	}
 }
 
-// applyPool creates the pool's objects, each edit applied first.
-func applyPool(t *testing.T, p pool, vars map[string]string, edits ...func(*unstructured.Unstructured)) {
+// apply creates the pool's objects, each edit applied first.
+func (p pool) apply(t *testing.T, vars map[string]string, edits ...func(*unstructured.Unstructured)) {
 	t.Helper()
-	objs := renderPool(t, p, vars)
-	for i := range objs {
-		for _, edit := range edits {
-			edit(&objs[i])
-		}
-	}
-	if err := h.Apply(suiteCtx, objs); err != nil {
+	if err := h.Apply(suiteCtx, harness.Edited(p.render(t, vars), edits...)); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -120,7 +110,7 @@ func applyPool(t *testing.T, p pool, vars map[string]string, edits ...func(*unst
 // exists reports whether the pool's MachineDeployment exists.
 func (p pool) exists(t *testing.T) bool {
 	t.Helper()
-	err := h.Client.Get(suiteCtx, p.deployment(), &clusterv1.MachineDeployment{})
+	err := h.Client.Get(suiteCtx, p.Deployment(), &clusterv1.MachineDeployment{})
 	if err != nil && !apierrors.IsNotFound(err) {
 		t.Fatal(err)
 	}
@@ -168,7 +158,7 @@ func (p pool) remove(t *testing.T) {
 		g.Expect(p.machines(g)).To(BeEmpty())
 		g.Expect(p.nodes(g)).To(BeEmpty())
 		for _, guest := range runner.Guests() {
-			if strings.HasPrefix(guest.VM.Name, p.deployment().Name+"-") {
+			if strings.HasPrefix(guest.VM.Name, p.Deployment().Name+"-") {
 				g.Expect(guest.Exited.IsZero()).To(BeFalse(), "the guest of %s still runs", guest.VM.Name)
 			}
 		}
@@ -184,7 +174,7 @@ func onlyPool(t *testing.T, keep pool) {
 		t.Fatal(err)
 	}
 	for _, md := range list.Items {
-		if md.Name != keep.deployment().Name {
+		if md.Name != keep.Deployment().Name {
 			newPool(strings.TrimPrefix(md.Name, workload.Key.Name+"-")).remove(t)
 		}
 	}
@@ -257,7 +247,7 @@ func describe(p pool) string {
 	}
 	b.WriteString(describeInfrastructure(p))
 	for _, guest := range runner.Guests() {
-		if !strings.HasPrefix(guest.VM.Name, p.deployment().Name+"-") {
+		if !strings.HasPrefix(guest.VM.Name, p.Deployment().Name+"-") {
 			continue
 		}
 		state := "running"
@@ -282,8 +272,8 @@ func describe(p pool) string {
 func describeInfrastructure(p pool) string {
 	ctx := context.Background()
 	var b strings.Builder
-	mine := func(name string) bool { return strings.HasPrefix(name, p.deployment().Name+"-") }
-	ns := client.InNamespace(p.deployment().Namespace)
+	mine := func(name string) bool { return strings.HasPrefix(name, p.Deployment().Name+"-") }
+	ns := client.InNamespace(p.Deployment().Namespace)
 	vmis := &kubevirtv1.VirtualMachineInstanceList{}
 	if err := h.Client.List(ctx, vmis, ns); err == nil {
 		for _, vmi := range vmis.Items {
@@ -336,7 +326,7 @@ func watchMachines(t *testing.T, p pool) *harness.ConditionHistory {
 		t.Fatal(err)
 	}
 	return harness.WatchConditions(t, c, &clusterv1.MachineList{}, clusterv1.MachineHealthCheckSucceededCondition,
-		client.InNamespace(p.deployment().Namespace), client.MatchingLabels{clusterv1.MachineDeploymentNameLabel: p.deployment().Name})
+		client.InNamespace(p.Deployment().Namespace), client.MatchingLabels{clusterv1.MachineDeploymentNameLabel: p.Deployment().Name})
 }
 
 // timingLog collects what the suite measured, for docs/real-guests.md.

@@ -49,22 +49,22 @@ func TestScaleFromZero(t *testing.T) {
 	g := NewWithT(t)
 	p := newPool("zero")
 	onlyPool(t, p)
-	applyPool(t, p, map[string]string{"WORKER_MACHINE_COUNT": "0", "WORKER_MIN_COUNT": "0", "WORKER_MAX_COUNT": "2"},
+	p.apply(t, map[string]string{"WORKER_MACHINE_COUNT": "0", "WORKER_MIN_COUNT": "0", "WORKER_MAX_COUNT": "2"},
 		importFromRunner(string(infrav1.ConfigDriveDatasource)))
 	t.Cleanup(func() { p.remove(t) })
 
 	template := &infrav1.KubeVirtMachineTemplate{}
-	templateKey := client.ObjectKey{Namespace: p.deployment().Namespace, Name: p.deployment().Name + "-r1"}
+	templateKey := client.ObjectKey{Namespace: p.Deployment().Namespace, Name: p.Deployment().Name + "-r1"}
 	g.Eventually(func(g Gomega) {
 		g.Expect(h.Client.Get(suiteCtx, templateKey, template)).To(Succeed())
 		g.Expect(template.Status.Resolved).NotTo(BeNil())
 		g.Expect(template.Status.Capacity).NotTo(BeEmpty())
 		md := &clusterv1.MachineDeployment{}
-		g.Expect(h.Client.Get(suiteCtx, p.deployment(), md)).To(Succeed())
+		g.Expect(h.Client.Get(suiteCtx, p.Deployment(), md)).To(Succeed())
 		g.Expect(md.Status.Replicas).To(Equal(ptr.To[int32](0)))
 	}, time.Minute, poll).Should(Succeed())
 	md := &clusterv1.MachineDeployment{}
-	g.Expect(h.Client.Get(suiteCtx, p.deployment(), md)).To(Succeed())
+	g.Expect(h.Client.Get(suiteCtx, p.Deployment(), md)).To(Succeed())
 	g.Expect(md.Annotations).To(HaveKeyWithValue(clusterv1.AutoscalerMinSizeAnnotation, "0"))
 	g.Expect(md.Annotations).To(HaveKeyWithValue(clusterv1.AutoscalerMaxSizeAnnotation, "2"))
 	g.Expect(template.Status.Capacity).To(HaveKeyWithValue(corev1.ResourceCPU, resource.MustParse("2")))
@@ -73,9 +73,7 @@ func TestScaleFromZero(t *testing.T) {
 	g.Expect(template.Status.NodeInfo).To(Equal(infrav1.NodeInfo{Architecture: infrav1.ArchitectureAmd64, OperatingSystem: "linux"}))
 	g.Expect(p.machines(g)).To(BeEmpty())
 
-	patch := client.MergeFrom(md.DeepCopy())
-	md.Spec.Replicas = ptr.To[int32](1)
-	g.Expect(h.Client.Patch(suiteCtx, md, patch)).To(Succeed())
+	g.Expect(h.ScalePool(suiteCtx, p.Pool, 1)).To(Succeed())
 
 	ms := p.expectJoined(t, 1)
 	m := ms[0]

@@ -117,7 +117,7 @@ func TestSharedImportBootsGuestsFromOneDownload(t *testing.T) {
 			list := &cdiv1.DataVolumeList{}
 			g.Expect(h.Client.List(suiteCtx, list, client.InNamespace(ns))).To(Succeed())
 			for _, dv := range list.Items {
-				g.Expect(dv.Name).NotTo(HavePrefix(p.deployment().Name+"-"), "DataVolume %s is left", dv.Name)
+				g.Expect(dv.Name).NotTo(HavePrefix(p.Deployment().Name+"-"), "DataVolume %s is left", dv.Name)
 				g.Expect(dv.Name).NotTo(Equal(ownShared), "the shared import %s is left", dv.Name)
 			}
 		}, 5*time.Minute, poll).Should(Succeed())
@@ -184,7 +184,7 @@ func TestSharedImportBootsGuestsFromOneDownload(t *testing.T) {
 		g.Expect(guest.RootImage).To(Equal(pv.Spec.HostPath.Path), "guest %s boots its root DataVolume", name)
 		return dv, guest.Started.Sub(created)
 	}
-	name := func(suffix string) string { return p.deployment().Name + "-" + suffix }
+	name := func(suffix string) string { return p.Deployment().Name + "-" + suffix }
 
 	// The resolved template's image is imported once, before any machine
 	// needs it.
@@ -233,7 +233,7 @@ func TestSharedImportBootsGuestsFromOneDownload(t *testing.T) {
 	}
 	g.Eventually(func(g Gomega) {
 		for _, guest := range runner.Guests() {
-			if guest.VM.Namespace == ns && strings.HasPrefix(guest.VM.Name, p.deployment().Name+"-") {
+			if guest.VM.Namespace == ns && strings.HasPrefix(guest.VM.Name, p.Deployment().Name+"-") {
 				g.Expect(guest.Exited.IsZero()).To(BeFalse(), "the guest of %s still runs", guest.VM.Name)
 			}
 		}
