@@ -25,6 +25,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"maps"
 	"net"
 	"net/http"
@@ -488,6 +489,11 @@ func (n *Node) stop() error {
 		if err := copyDir(n.path("logs"), n.opts.ArtifactsDir); err != nil {
 			errs = append(errs, fmt.Errorf("keeping the logs: %w", err))
 		}
+		// The pods' logs as the kubelet wrote them (CRI format: each line
+		// with its time), /var/log/pods/<namespace>_<pod>_<uid>/<container>/.
+		if err := copyTree(n.HostPath("/var/log/pods"), filepath.Join(n.opts.ArtifactsDir, "pods")); err != nil {
+			errs = append(errs, fmt.Errorf("keeping the pods' logs: %w", err))
+		}
 	}
 	if err := waitFor(10*time.Second, func() error {
 		if mounts := mountsUnder(n.Dir); len(mounts) > 0 {
@@ -518,30 +524,59 @@ func waitFor(timeout time.Duration, check func() error) error {
 // from the kubelet's log file (CRI format, the timestamp, stream and tag of
 // each line stripped).
 func (n *Node) ContainerLog(namespace, pod, container string) (string, error) {
-	logs := n.HostPath("/var/log/pods")
-	files, err := filepath.Glob(filepath.Join(logs, namespace+"_"+pod+"_*", container, "*.log"))
-	if err != nil {
-		return "", err
-	}
-	if len(files) == 0 {
-		return "", fmt.Errorf("no log file for %s/%s container %s under %s", namespace, pod, container, logs)
-	}
-	raw, err := os.ReadFile(files[len(files)-1])
+	lines, err := n.ContainerLogLines(namespace, pod, container)
 	if err != nil {
 		return "", err
 	}
 	var out strings.Builder
-	for _, line := range strings.Split(strings.TrimRight(string(raw), "\n"), "\n") {
-		// "<RFC3339Nano> <stdout|stderr> <F|P> <text>"
-		parts := strings.SplitN(line, " ", 4)
-		if len(parts) == 4 {
-			out.WriteString(parts[3])
-			if parts[2] == "F" {
-				out.WriteString("\n")
-			}
+	for _, l := range lines {
+		out.WriteString(l.Text)
+		if !l.Partial {
+			out.WriteString("\n")
 		}
 	}
 	return out.String(), nil
+}
+
+// LogLine is one line of a container's log as the kubelet wrote it.
+type LogLine struct {
+	// Time is when the runtime read the line from the container.
+	Time time.Time
+	Text string
+	// Partial: the container's line goes on in the next LogLine.
+	Partial bool
+}
+
+// ContainerLogLines returns a container's log lines with the time the
+// runtime read each (a guest's console through virt-tail: when the guest
+// wrote it, give or take the tail's polling).
+func (n *Node) ContainerLogLines(namespace, pod, container string) ([]LogLine, error) {
+	logs := n.HostPath("/var/log/pods")
+	files, err := filepath.Glob(filepath.Join(logs, namespace+"_"+pod+"_*", container, "*.log"))
+	if err != nil {
+		return nil, err
+	}
+	if len(files) == 0 {
+		return nil, fmt.Errorf("no log file for %s/%s container %s under %s", namespace, pod, container, logs)
+	}
+	raw, err := os.ReadFile(files[len(files)-1])
+	if err != nil {
+		return nil, err
+	}
+	var out []LogLine
+	for _, line := range strings.Split(strings.TrimRight(string(raw), "\n"), "\n") {
+		// "<RFC3339Nano> <stdout|stderr> <F|P> <text>"
+		parts := strings.SplitN(line, " ", 4)
+		if len(parts) != 4 {
+			continue
+		}
+		t, err := time.Parse(time.RFC3339Nano, parts[0])
+		if err != nil {
+			continue
+		}
+		out = append(out, LogLine{Time: t, Text: parts[3], Partial: parts[2] == "P"})
+	}
+	return out, nil
 }
 
 // LogTails returns the end of each log of the node.
@@ -604,6 +639,31 @@ func copyDir(from, to string) error {
 	return nil
 }
 
+// copyTree copies the regular files under from to the same paths under to
+// (a missing from copies nothing).
+func copyTree(from, to string) error {
+	return filepath.WalkDir(from, func(p string, e fs.DirEntry, err error) error {
+		if errors.Is(err, fs.ErrNotExist) && p == from {
+			return nil
+		}
+		if err != nil || !e.Type().IsRegular() {
+			return err
+		}
+		rel, err := filepath.Rel(from, p)
+		if err != nil {
+			return err
+		}
+		raw, err := os.ReadFile(p) //nolint:gosec // A file of the node's directory.
+		if err != nil {
+			return err
+		}
+		if err := os.MkdirAll(filepath.Join(to, filepath.Dir(rel)), 0o750); err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(to, rel), raw, 0o600) //nolint:gosec // The caller's artifacts directory.
+	})
+}
+
 // Processes lists the node's processes (host PIDs): everything in its PID
 // namespace, nodeinit, containerd, the kubelet, shims and containers.
 //
@@ -657,7 +717,59 @@ func (n *Node) HostPath(nodePath string) string {
 // node's processes whose executable's base name is one of names: QEMU's,
 // say.
 func (n *Node) CommandLines(names ...string) []string {
-	var out []string
+	named := n.named(names)
+	out := make([]string, 0, len(named))
+	for _, p := range named {
+		out = append(out, strings.Join(p.args, " "))
+	}
+	return out
+}
+
+// CPUTime is the CPU time (user and system) used so far by the node's
+// processes whose executable's base name is one of names: with the wall
+// time they ran, it says whether a guest's QEMU was busy or starved.
+func (n *Node) CPUTime(names ...string) time.Duration {
+	var ticks int64
+	for _, p := range n.named(names) {
+		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.pid))
+		if err != nil {
+			continue
+		}
+		// The fields after the command's parenthesis start at the state
+		// (field 3); utime and stime are fields 14 and 15 (proc(5)).
+		_, rest, ok := strings.Cut(string(raw), ") ")
+		fields := strings.Fields(rest)
+		if !ok || len(fields) < 13 {
+			continue
+		}
+		var utime, stime int64
+		if _, err := fmt.Sscan(fields[11]+" "+fields[12], &utime, &stime); err == nil {
+			ticks += utime + stime
+		}
+	}
+	// USER_HZ is 100 on every Linux this runs on.
+	return time.Duration(ticks) * 10 * time.Millisecond
+}
+
+// Kill sends SIGKILL to the node's processes whose executable's base name
+// is one of names (QEMU, to crash a guest) and returns their host PIDs.
+func (n *Node) Kill(names ...string) []int {
+	var pids []int
+	for _, p := range n.named(names) {
+		if err := syscall.Kill(p.pid, syscall.SIGKILL); err == nil {
+			pids = append(pids, p.pid)
+		}
+	}
+	return pids
+}
+
+type namedProcess struct {
+	pid  int
+	args []string
+}
+
+func (n *Node) named(names []string) []namedProcess {
+	var out []namedProcess
 	for _, pid := range n.processes() {
 		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 		if err != nil || len(raw) == 0 {
@@ -665,7 +777,7 @@ func (n *Node) CommandLines(names ...string) []string {
 		}
 		args := strings.Split(strings.TrimRight(string(raw), "\x00"), "\x00")
 		if slices.Contains(names, filepath.Base(args[0])) {
-			out = append(out, strings.Join(args, " "))
+			out = append(out, namedProcess{pid: pid, args: args})
 		}
 	}
 	return out

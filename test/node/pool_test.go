@@ -25,6 +25,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -33,7 +35,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	kubevirtv1 "kubevirt.io/api/core/v1"
+	instancetypev1beta1 "kubevirt.io/api/instancetype/v1beta1"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -53,89 +57,95 @@ import (
 // address.
 const tenantHost = "10.0.0.2"
 
-// TestPoolJoinsThroughVirtLauncher: one machine of a Kairos pool joins
-// through KubeVirt's real node side. The harness runs Cluster API, both
-// providers, virt-api and virt-controller with no node-side stand-in
-// (infra.Options.RealNodes); the pool is the example Kairos template with
-// the built-in kairos class, whose platform image is the worker disk as a
-// container disk built here and imported into the real node's containerd.
-// Our infrastructure provider renders the VM, virt-controller its launcher
-// Pod, kube-scheduler binds it, the kubelet runs it, virt-handler hands the
-// instance to virt-launcher and libvirt starts QEMU under TCG; the guest
-// boots from the container disk, reads the NoCloud disk virt-launcher
-// writes, takes its address from virt-launcher's DHCP behind the
-// masquerade binding our renderer emits, and joins the workload control
-// plane (kubeadm-prepared on the host, test/qemu) with real kubeadm. The
-// Machine is Running with its Node Ready. It logs the figures
-// docs/testing.md reports: Machine creation to QEMU start and to Node
-// Ready, the launcher Pod's peak memory, the image's build time and size.
-// NODE_ARTIFACTS=<dir> keeps the node's logs and the guest's console.
-func TestPoolJoinsThroughVirtLauncher(t *testing.T) {
+// kubeVirtNode is what every stage-4 scenario runs on (startKubeVirtNode):
+// the harness with the real node side, the workload cluster whose control
+// plane the guests join, and the worker container disk.
+type kubeVirtNode struct {
+	h        *harness.Harness
+	node     *node.Node
+	workload *harness.WorkloadCluster
+	tenant   *qemu.ControlPlane
+	handler  corev1.Pod
+	worker   *node.WorkerContainerDisk
+	// artifacts is NODE_ARTIFACTS: where the node's and the guests' logs go.
+	artifacts string
+}
+
+// kubeVirtNodeName is the real node's name.
+const kubeVirtNodeName = "kubevirt-node"
+
+// startKubeVirtNode starts what a Kairos pool needs to run on KubeVirt's
+// real node side, and stops it all when the test ends. The harness runs
+// Cluster API, both providers, virt-api and virt-controller with no
+// node-side stand-in (infra.Options.RealNodes), kube-controller-manager's
+// DaemonSet and node lifecycle controllers and kube-scheduler; the
+// WorkerPlatform's Kairos image is the worker disk as a container disk
+// built here (imported into the node's containerd, found by digest, never
+// pulled); the workload cluster's control plane is the QEMU tier's,
+// kubeadm-prepared on the host and reached by the guests at tenantHost;
+// the real node runs virt-handler, deployed as virt-operator deploys it.
+// It skips when the machine lacks a prerequisite.
+func startKubeVirtNode(ctx context.Context, t *testing.T, namespace string) *kubeVirtNode {
+	t.Helper()
 	if err := node.Prerequisites(); err != nil {
 		t.Skip(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Minute)
-	defer cancel()
-	artifacts := os.Getenv("NODE_ARTIFACTS")
-
+	k := &kubeVirtNode{artifacts: os.Getenv("NODE_ARTIFACTS")}
+	t.Logf("load average at the start: %s", loadAverage())
 	images, err := node.BuildKubeVirtImages()
 	if err != nil {
 		t.Fatal(err)
 	}
-	worker, err := node.BuildWorkerContainerDisk()
-	if err != nil {
+	if k.worker, err = node.BuildWorkerContainerDisk(); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("worker container disk %s: built or reused in %s, qcow2 %d MB, archive %d MB",
-		worker.Image.Ref, worker.Build.Round(time.Second), worker.DiskBytes/1e6, worker.ArchiveBytes/1e6)
+		k.worker.Image.Ref, k.worker.Build.Round(time.Second), k.worker.DiskBytes/1e6, k.worker.ArchiveBytes/1e6)
 
-	log, closeLog, err := harness.SuiteLogger(false, artifacts)
+	log, closeLog, err := harness.SuiteLogger(false, k.artifacts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer closeLog()
+	t.Cleanup(closeLog)
 	opts := harness.Options{Logger: log, WorkerClasses: true, Infra: infra.Options{RealNodes: true}}
-	if artifacts != "" {
-		opts.Infra.KubeVirt.LogDir = filepath.Join(artifacts, "kubevirt")
+	if k.artifacts != "" {
+		opts.Infra.KubeVirt.LogDir = filepath.Join(k.artifacts, "kubevirt")
 	}
-	h, err := harness.Start(ctx, opts)
-	if err != nil {
+	if k.h, err = harness.Start(ctx, opts); err != nil {
 		t.Fatal(err)
 	}
-	defer func() {
-		if err := h.Stop(); err != nil {
+	t.Cleanup(func() {
+		if err := k.h.Stop(); err != nil {
 			t.Error(err)
 		}
-	}()
-	c := h.Management.Client
-	kcm, err := h.Management.StartControllerManager(envtest.DaemonSetController, envtest.NodeLifecycleController)
+	})
+	c := k.h.Management.Client
+	kcm, err := k.h.Management.StartControllerManager(envtest.DaemonSetController, envtest.NodeLifecycleController)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer kcm.Stop()
-	scheduler, err := h.Management.StartScheduler()
+	t.Cleanup(kcm.Stop)
+	scheduler, err := k.h.Management.StartScheduler()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer scheduler.Stop()
+	t.Cleanup(scheduler.Stop)
 
 	const kubernetesVersion = "v1.36.3"
-	if err := h.ConfigurePlatform(ctx, func(p *workerclassv1.WorkerPlatformSpec) {
+	if err := k.h.ConfigurePlatform(ctx, func(p *workerclassv1.WorkerPlatformSpec) {
 		p.KubernetesVersions = []workerclassv1.KubernetesVersion{{Minor: "v1.36", Patch: kubernetesVersion}}
-		p.KairosImages = []workerclassv1.KairosImage{{Minor: "v1.36", Reference: worker.Image.Ref}}
+		p.KairosImages = []workerclassv1.KairosImage{{Minor: "v1.36", Reference: k.worker.Image.Ref}}
 		p.TalosFactory.Version = "v1.13.6"
 		p.TalosFactory.SchematicID = "376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba"
 	}); err != nil {
 		t.Fatal(err)
 	}
 	controlPlanes := &qemu.ControlPlanes{KubernetesVersion: kubernetesVersion, GuestHost: tenantHost}
-	key := client.ObjectKey{Namespace: "node-guests", Name: "workload"}
-	workload, err := h.CreateCluster(ctx, key, harness.ClusterOptions{ControlPlanes: controlPlanes})
-	if err != nil {
+	key := client.ObjectKey{Namespace: namespace, Name: "workload"}
+	if k.workload, err = k.h.CreateCluster(ctx, key, harness.ClusterOptions{ControlPlanes: controlPlanes}); err != nil {
 		t.Fatal(err)
 	}
-	tenant := controlPlanes.Get(key)
-	if tenant == nil {
+	if k.tenant = controlPlanes.Get(key); k.tenant == nil {
 		t.Fatalf("no control plane started for %s", key)
 	}
 
@@ -149,23 +159,22 @@ func TestPoolJoinsThroughVirtLauncher(t *testing.T) {
 	}
 	// No service account controller runs: the namespace of the launcher
 	// Pods gets its default service account.
-	if err := c.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: "default"}}); err != nil {
+	if err := c.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "default"}}); err != nil {
 		t.Fatal(err)
 	}
 
-	const name = "kubevirt-node"
-	kubelet, err := h.Management.AddUser("system:node:"+name, "system:nodes")
+	kubelet, err := k.h.Management.AddUser("system:node:"+kubeVirtNodeName, "system:nodes")
 	if err != nil {
 		t.Fatal(err)
 	}
-	port := strconv.Itoa(tenant.Port)
+	port := strconv.Itoa(k.tenant.Port)
 	t0 := time.Now()
-	n, err := node.Start(ctx, node.Options{
-		Name:         name,
+	k.node, err = node.Start(ctx, node.Options{
+		Name:         kubeVirtNodeName,
 		Config:       kubelet,
-		Images:       []node.Image{images.Handler, images.Launcher, worker.Image},
+		Images:       []node.Image{images.Handler, images.Launcher, k.worker.Image},
 		Forwards:     map[string]string{net.JoinHostPort(tenantHost, port): net.JoinHostPort("127.0.0.1", port)},
-		ArtifactsDir: artifacts,
+		ArtifactsDir: k.artifacts,
 		StartTimeout: 15 * time.Minute,
 	})
 	if errors.Is(err, node.ErrPrerequisite) {
@@ -174,23 +183,212 @@ func TestPoolJoinsThroughVirtLauncher(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() {
-		if err := n.Stop(); err != nil {
+	t.Cleanup(func() {
+		if err := k.node.Stop(); err != nil {
 			t.Errorf("stopping the node: %v", err)
 		}
-	}()
+	})
 	t.Logf("node started with the three images imported in %s", time.Since(t0).Round(time.Second))
-	for _, ns := range []string{kubevirt.Namespace, key.Namespace} {
+	// What the root CA publisher of kube-controller-manager would write.
+	for _, ns := range []string{kubevirt.Namespace, namespace} {
 		if err := c.Create(ctx, &corev1.ConfigMap{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "kube-root-ca.crt"},
-			Data:       map[string]string{"ca.crt": string(n.ServiceCA())},
+			Data:       map[string]string{"ca.crt": string(k.node.ServiceCA())},
 		}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	handler := deployHandler(ctx, t, c, h.KubeVirt, n, scheduler)
+	k.handler = deployHandler(ctx, t, c, k.h.KubeVirt, k.node, scheduler)
+	return k
+}
 
-	pool := harness.Pool{Cluster: workload.Key, Name: "virt-launcher"}
+// guest follows one machine's guest through its launcher Pod: the Pod,
+// when QEMU was first seen, the launcher Pod's peak memory, and when the
+// milestones of its boot showed on its serial console.
+type guest struct {
+	k        *kubeVirtNode
+	launcher corev1.Pod
+	qemuSeen time.Time
+	peak     int64
+	// qemuCPU is the most CPU time QEMU was seen to have used.
+	qemuCPU    time.Duration
+	milestones []milestone
+	lastRead   time.Time
+}
+
+type milestone struct {
+	name string
+	re   *regexp.Regexp
+	at   time.Time
+	// match is the first line that matched (its first group, if re has
+	// one).
+	match string
+}
+
+// rootMounted is the milestone of the guest's root file system: the
+// kernel names the device it mounted, and so the bus it found it on
+// (vd*: virtio, sd*: SCSI or SATA).
+const rootMounted = "the root file system is mounted"
+
+// qemuNames are the names of libvirt's emulator in the launcher image:
+// KubeVirt's /usr/libexec/qemu-kvm link or Debian's binary itself.
+var qemuNames = []string{"qemu-kvm", "qemu-system-x86_64"}
+
+func newGuest(k *kubeVirtNode) *guest {
+	return &guest{k: k, milestones: []milestone{
+		{name: "SYSLINUX loads the kernel", re: regexp.MustCompile(`SYSLINUX`)},
+		{name: "the kernel runs /init", re: regexp.MustCompile(`Run /init as init process`)},
+		{name: rootMounted, re: regexp.MustCompile(`EXT4-fs \(([a-z]+[0-9]*)\): mounted filesystem`)},
+		{name: "systemd starts", re: regexp.MustCompile(`systemd\[1\]: `)},
+		{name: "the seed runner reads the NoCloud disk", re: regexp.MustCompile(`running the cloud-config from`)},
+		{name: "the guest has its DHCP address", re: regexp.MustCompile(`DHCPv4 address`)},
+		{name: "kubeadm's join stage starts", re: regexp.MustCompile(regexp.QuoteMeta("Join the cluster with kubeadm"))},
+	}}
+}
+
+// observe updates what is known of the guest of the newest launcher Pod
+// in namespace; when a newer Pod shows up (an instance restarted or
+// replaced), it follows that one from scratch.
+func (g *guest) observe(ctx context.Context, namespace string) {
+	var pods corev1.PodList
+	if err := g.k.h.Management.Client.List(ctx, &pods, client.InNamespace(namespace), client.HasLabels{kubevirtv1.CreatedByLabel}); err == nil && len(pods.Items) > 0 {
+		newest := slices.MaxFunc(pods.Items, func(a, b corev1.Pod) int {
+			return a.CreationTimestamp.Compare(b.CreationTimestamp.Time)
+		})
+		if g.launcher.UID != "" && newest.UID != g.launcher.UID {
+			fresh := newGuest(g.k)
+			*g = *fresh
+		}
+		g.launcher = newest
+	}
+	n := g.k.node
+	if g.qemuSeen.IsZero() && len(n.CommandLines(qemuNames...)) > 0 {
+		g.qemuSeen = time.Now()
+	}
+	if cpu := n.CPUTime(qemuNames...); cpu > g.qemuCPU {
+		g.qemuCPU = cpu
+	}
+	if g.launcher.UID == "" {
+		return
+	}
+	if m := n.PodMemoryPeak(g.launcher.UID); m > g.peak {
+		g.peak = m
+	}
+	// The console's file is read again every few seconds, not each poll.
+	if time.Since(g.lastRead) < 5*time.Second {
+		return
+	}
+	g.lastRead = time.Now()
+	lines, err := n.ContainerLogLines(g.launcher.Namespace, g.launcher.Name, "guest-console-log")
+	if err != nil {
+		return
+	}
+	for i := range g.milestones {
+		m := &g.milestones[i]
+		if !m.at.IsZero() {
+			continue
+		}
+		for _, l := range lines {
+			if sub := m.re.FindStringSubmatch(l.Text); sub != nil {
+				m.at, m.match = l.Time, sub[len(sub)-1]
+				break
+			}
+		}
+	}
+}
+
+// seen returns a milestone's time and match (zero until it is seen).
+func (g *guest) seen(name string) (time.Time, string) {
+	for _, m := range g.milestones {
+		if m.name == name {
+			return m.at, m.match
+		}
+	}
+	return time.Time{}, ""
+}
+
+// rootDiskBus is the bus of the instance's root disk (boot order 1), as
+// virt-api and virt-controller left it in the instance's spec.
+func rootDiskBus(vmi *kubevirtv1.VirtualMachineInstance) kubevirtv1.DiskBus {
+	for _, d := range vmi.Spec.Domain.Devices.Disks {
+		if d.BootOrder != nil && *d.BootOrder == 1 && d.Disk != nil {
+			return d.Disk.Bus
+		}
+	}
+	return ""
+}
+
+// cpuRequest is the CPU the launcher Pod's compute container requests:
+// virt-controller asks a tenth of a core per vCPU (the KubeVirt CR's
+// cpuAllocationRatio, 10 by default), the weight QEMU gets on a busy node.
+func (g *guest) cpuRequest() string {
+	for _, c := range g.launcher.Spec.Containers {
+		if c.Name == "compute" {
+			return c.Resources.Requests.Cpu().String()
+		}
+	}
+	return "none"
+}
+
+// timeline is each milestone seen, from t0.
+func (g *guest) timeline(t0 time.Time) string {
+	var parts []string
+	if !g.qemuSeen.IsZero() {
+		parts = append(parts, fmt.Sprintf("QEMU seen running %s", g.qemuSeen.Sub(t0).Round(time.Second)))
+	}
+	for _, m := range g.milestones {
+		if !m.at.IsZero() {
+			parts = append(parts, fmt.Sprintf("%s %s", m.name, m.at.Sub(t0).Round(time.Second)))
+		}
+	}
+	return strings.Join(parts, "; ")
+}
+
+// logs are the launcher Pod's and virt-handler's last lines and the end
+// of the guest's console, for a failure message.
+func (g *guest) logs() string {
+	var b strings.Builder
+	b.WriteString(podLogs(g.k.node, &g.launcher))
+	b.WriteString(podLogs(g.k.node, &g.k.handler))
+	if console, err := g.k.node.ContainerLog(g.launcher.Namespace, g.launcher.Name, "guest-console-log"); err == nil {
+		fmt.Fprintf(&b, "--- guest console (last 60 lines)\n%s\n", tail(console, 60))
+	}
+	return b.String()
+}
+
+// keepConsole writes the guest's console to the artifacts directory, if
+// there is one (the node keeps the timed original under pods/).
+func (g *guest) keepConsole(file string) {
+	if g.k.artifacts == "" || g.launcher.Name == "" {
+		return
+	}
+	if console, err := g.k.node.ContainerLog(g.launcher.Namespace, g.launcher.Name, "guest-console-log"); err == nil {
+		_ = os.WriteFile(filepath.Join(g.k.artifacts, file), []byte(console), 0o600)
+	}
+}
+
+// TestPoolJoinsThroughVirtLauncher: one machine of a Kairos pool joins
+// through KubeVirt's real node side (startKubeVirtNode). Our
+// infrastructure provider renders the VM, virt-controller its launcher
+// Pod, kube-scheduler binds it, the kubelet runs it, virt-handler hands the
+// instance to virt-launcher and libvirt starts QEMU under TCG; the guest
+// boots from the container disk, reads the NoCloud disk virt-launcher
+// writes, takes its address from virt-launcher's DHCP behind the
+// masquerade binding our renderer emits, and joins the workload control
+// plane with real kubeadm. The Machine is Running with its Node Ready. It
+// logs the figures docs/testing.md reports: Machine creation to QEMU start
+// and to Node Ready, the guest's boot milestones, QEMU's CPU time, the
+// launcher Pod's peak memory, the image's build time and size.
+// NODE_ARTIFACTS=<dir> keeps the node's logs, the pods' logs (with each
+// line's time) and the guest's console.
+func TestPoolJoinsThroughVirtLauncher(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Minute)
+	defer cancel()
+	const namespace = "node-guests"
+	k := startKubeVirtNode(ctx, t, namespace)
+	c := k.h.Management.Client
+
+	pool := harness.Pool{Cluster: k.workload.Key, Name: "virt-launcher"}
 	objs, err := pool.Render(map[string]string{
 		"WORKER_MACHINE_COUNT": "1",
 		"WORKER_CPU_CORES":     "2",
@@ -203,64 +401,16 @@ func TestPoolJoinsThroughVirtLauncher(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := h.Apply(ctx, objs); err != nil {
+	if err := k.h.Apply(ctx, objs); err != nil {
 		t.Fatal(err)
 	}
 
-	var (
-		machine  clusterv1.Machine
-		launcher corev1.Pod
-		qemuSeen time.Time
-		peak     int64
-	)
-	guestLogs := func() string {
-		var b strings.Builder
-		b.WriteString(podLogs(n, &launcher))
-		b.WriteString(podLogs(n, &handler))
-		if console, err := n.ContainerLog(launcher.Namespace, launcher.Name, "guest-console-log"); err == nil {
-			fmt.Fprintf(&b, "--- guest console (last 60 lines)\n%s\n", tail(console, 60))
-		}
-		return b.String()
-	}
-	defer func() {
-		if artifacts == "" || launcher.Name == "" {
-			return
-		}
-		if console, err := n.ContainerLog(launcher.Namespace, launcher.Name, "guest-console-log"); err == nil {
-			_ = os.WriteFile(filepath.Join(artifacts, "guest-console.log"), []byte(console), 0o600) //nolint:gosec // The caller's artifacts directory.
-		}
-	}()
-	if err := waitFor(ctx, 40*time.Minute, func() (bool, string) {
-		if err := h.Err(); err != nil {
-			t.Fatal(err)
-		}
-		ms, err := h.PoolMachines(ctx, pool)
-		if err != nil || len(ms) == 0 {
-			return false, fmt.Sprintf("no Machine yet (%v)", err)
-		}
-		machine = ms[0]
-		var pods corev1.PodList
-		if err := c.List(ctx, &pods, client.InNamespace(key.Namespace), client.HasLabels{kubevirtv1.CreatedByLabel}); err == nil && len(pods.Items) > 0 {
-			launcher = pods.Items[0]
-		}
-		if qemuSeen.IsZero() && len(n.CommandLines("qemu-kvm", "qemu-system-x86_64")) > 0 {
-			qemuSeen = time.Now()
-		}
-		if launcher.UID != "" {
-			if m := n.PodMemoryPeak(launcher.UID); m > peak {
-				peak = m
-			}
-		}
-		if _, err := h.PoolJoined(ctx, pool, 1); err != nil {
-			return false, fmt.Sprintf("Machine %s %s; launcher Pod %s %s; %v", machine.Name, machine.Status.Phase, launcher.Name, launcher.Status.Phase, err)
-		}
-		return true, ""
-	}); err != nil {
-		t.Fatalf("the pool did not join: %v\n%s\ntenant control plane:\n%s", err, guestLogs(), tenant.Logs())
-	}
+	g := newGuest(k)
+	defer g.keepConsole("guest-console.log")
+	machine := k.waitJoined(ctx, t, pool, namespace, g, nil)
 
 	var nd corev1.Node
-	if err := workload.API.Client.Get(ctx, client.ObjectKey{Name: machine.Status.NodeRef.Name}, &nd); err != nil {
+	if err := k.workload.API.Client.Get(ctx, client.ObjectKey{Name: machine.Status.NodeRef.Name}, &nd); err != nil {
 		t.Fatal(err)
 	}
 	var ready time.Time
@@ -270,16 +420,85 @@ func TestPoolJoinsThroughVirtLauncher(t *testing.T) {
 		}
 	}
 	vmi := &kubevirtv1.VirtualMachineInstance{}
-	if err := c.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: machine.Spec.InfrastructureRef.Name}, vmi); err != nil {
+	if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: machine.Spec.InfrastructureRef.Name}, vmi); err != nil {
 		t.Fatal(err)
 	}
-	if vmi.Status.NodeName != name || vmi.Status.Phase != kubevirtv1.Running {
-		t.Fatalf("instance %s: phase %s on node %q, want Running on %s", vmi.Name, vmi.Status.Phase, vmi.Status.NodeName, name)
+	if vmi.Status.NodeName != kubeVirtNodeName || vmi.Status.Phase != kubevirtv1.Running {
+		t.Fatalf("instance %s: phase %s on node %q, want Running on %s", vmi.Name, vmi.Status.Phase, vmi.Status.NodeName, kubeVirtNodeName)
+	}
+	// The bus our renderer asks for is the one the guest found its root on.
+	if _, root := g.seen(rootMounted); rootDiskBus(vmi) != kubevirtv1.DiskBusVirtio || !strings.HasPrefix(root, "vd") {
+		t.Errorf("root disk on bus %q, the guest mounted its root from %q; want virtio and a vd* device", rootDiskBus(vmi), root)
 	}
 	created := machine.CreationTimestamp.Time
-	t.Logf("Machine %s joined through virt-launcher: Machine created to QEMU start %s (seen by polling), to Node %s registered %s and Ready %s (QEMU start to Ready %s); launcher Pod %s peak memory %d MiB",
-		machine.Name, qemuSeen.Sub(created).Round(time.Second), nd.Name, nd.CreationTimestamp.Sub(created).Round(time.Second),
-		ready.Sub(created).Round(time.Second), ready.Sub(qemuSeen).Round(time.Second), launcher.Name, peak>>20)
+	t.Logf("Machine %s joined through virt-launcher: Machine created to QEMU start %s (seen by polling), to Node %s registered %s and Ready %s (QEMU start to Ready %s); launcher Pod %s peak memory %d MiB, CPU requested %s",
+		machine.Name, g.qemuSeen.Sub(created).Round(time.Second), nd.Name, nd.CreationTimestamp.Sub(created).Round(time.Second),
+		ready.Sub(created).Round(time.Second), ready.Sub(g.qemuSeen).Round(time.Second), g.launcher.Name, g.peak>>20, g.cpuRequest())
+	t.Logf("timeline from the Machine's creation: %s; QEMU used %s of CPU in %s; the node's components: %s; load average at the end %s",
+		g.timeline(created), g.qemuCPU.Round(time.Second), time.Since(g.qemuSeen).Round(time.Second), nodeCPU(k.node), loadAverage())
+}
+
+// nodeCPU is the CPU time each of the node's long-running components has
+// used so far: what, beside the guest's QEMU, took the node's share.
+func nodeCPU(n *node.Node) string {
+	var parts []string
+	for _, name := range []string{"kubelet", "containerd", "virt-handler", "virt-launcher", "virtqemud", "virtlogd"} {
+		parts = append(parts, fmt.Sprintf("%s %s", name, n.CPUTime(name).Round(time.Second)))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// waitJoined waits until the pool has one Machine, Running with its Node
+// Ready (and none of skip, a Machine that must go), following its guest
+// with g and logging the guest's progress every two minutes; it fails the
+// test with the guest's and the tenant control plane's logs after 40
+// minutes.
+func (k *kubeVirtNode) waitJoined(ctx context.Context, t *testing.T, pool harness.Pool, namespace string, g *guest, skip *clusterv1.Machine) clusterv1.Machine {
+	t.Helper()
+	var machine clusterv1.Machine
+	progress := time.Now()
+	if err := waitFor(ctx, 40*time.Minute, func() (bool, string) {
+		if err := k.h.Err(); err != nil {
+			t.Fatal(err)
+		}
+		ms, err := k.h.PoolMachines(ctx, pool)
+		if err != nil || len(ms) == 0 {
+			return false, fmt.Sprintf("no Machine yet (%v)", err)
+		}
+		machine = slices.MaxFunc(ms, func(a, b clusterv1.Machine) int {
+			return a.CreationTimestamp.Compare(b.CreationTimestamp.Time)
+		})
+		g.observe(ctx, namespace)
+		if time.Since(progress) > 2*time.Minute {
+			progress = time.Now()
+			t.Logf("Machine %s %s; timeline %s; QEMU used %s of CPU; load average %s", machine.Name, machine.Status.Phase,
+				g.timeline(machine.CreationTimestamp.Time), g.qemuCPU.Round(time.Second), loadAverage())
+		}
+		if skip != nil && slices.ContainsFunc(ms, func(m clusterv1.Machine) bool { return m.UID == skip.UID }) {
+			return false, fmt.Sprintf("Machine %s still there", skip.Name)
+		}
+		if _, err := k.h.PoolJoined(ctx, pool, 1); err != nil {
+			return false, fmt.Sprintf("Machine %s %s; launcher Pod %s %s; %v", machine.Name, machine.Status.Phase, g.launcher.Name, g.launcher.Status.Phase, err)
+		}
+		return true, ""
+	}); err != nil {
+		t.Fatalf("the pool did not join: %v\ntimeline from the Machine's creation: %s; QEMU used %s of CPU; the node's components: %s; load average %s\n%s\ntenant control plane:\n%s",
+			err, g.timeline(machine.CreationTimestamp.Time), g.qemuCPU.Round(time.Second), nodeCPU(k.node), loadAverage(), g.logs(), k.tenant.Logs())
+	}
+	return machine
+}
+
+// loadAverage is the machine's load average over 1, 5 and 15 minutes.
+func loadAverage() string {
+	raw, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	fields := strings.Fields(string(raw))
+	if len(fields) < 3 {
+		return "unknown"
+	}
+	return strings.Join(fields[:3], " ")
 }
 
 // deployHandler deploys virt-handler as virt-operator does and waits until
@@ -328,4 +547,88 @@ func deployHandler(ctx context.Context, t *testing.T, c client.Client, cp *kubev
 		t.Fatalf("virt-handler did not make the node schedulable: %v\n%s", err, podLogs(n, &handler))
 	}
 	return handler
+}
+
+// TestRootDiskBusThroughVirtLauncher: the root disk bus a pool's VM asks
+// for is the one its guest sees under KubeVirt's real virt-launcher. The
+// pool names a cluster preference whose preferred disk bus is SCSI, so our
+// renderer leaves the disks' bus to it (it renders virtio otherwise, as
+// TestPoolJoinsThroughVirtLauncher checks); virt-controller applies the
+// preference to the instance, virt-launcher gives libvirt a virtio-scsi
+// controller, and the guest's kernel mounts its root file system from a
+// SCSI disk (sd*). The QEMU tier's TestRootDiskBus attaches the bus the
+// runner chose; here KubeVirt chooses. The guest need not join: the test
+// ends once the root file system is mounted.
+func TestRootDiskBusThroughVirtLauncher(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
+	defer cancel()
+	const namespace = "node-disk-bus"
+	k := startKubeVirtNode(ctx, t, namespace)
+	c := k.h.Management.Client
+
+	preference := &instancetypev1beta1.VirtualMachineClusterPreference{
+		ObjectMeta: metav1.ObjectMeta{Name: "scsi-disks"},
+		Spec: instancetypev1beta1.VirtualMachinePreferenceSpec{
+			Devices: &instancetypev1beta1.DevicePreferences{PreferredDiskBus: kubevirtv1.DiskBusSCSI},
+		},
+	}
+	if err := c.Create(ctx, preference); err != nil {
+		t.Fatal(err)
+	}
+	pool := harness.Pool{Cluster: k.workload.Key, Name: "scsi"}
+	objs, err := pool.Render(map[string]string{
+		"WORKER_MACHINE_COUNT": "1",
+		"WORKER_CPU_CORES":     "2",
+		"WORKER_MEMORY":        "1536Mi",
+		// The guest does not join: nothing here is remediated.
+		"NODE_STARTUP_TIMEOUT_SECONDS":          "1800",
+		"INFRASTRUCTURE_FAILED_TIMEOUT_SECONDS": "600",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	harness.EditMachineTemplates(objs, func(_ *unstructured.Unstructured, machine map[string]any) {
+		machine["preference"] = map[string]any{"name": preference.Name}
+	})
+	if err := k.h.Apply(ctx, objs); err != nil {
+		t.Fatal(err)
+	}
+
+	var machine clusterv1.Machine
+	g := newGuest(k)
+	defer g.keepConsole("guest-console-scsi.log")
+	if err := waitFor(ctx, 30*time.Minute, func() (bool, string) {
+		if err := k.h.Err(); err != nil {
+			t.Fatal(err)
+		}
+		ms, err := k.h.PoolMachines(ctx, pool)
+		if err != nil || len(ms) == 0 {
+			return false, fmt.Sprintf("no Machine yet (%v)", err)
+		}
+		machine = ms[0]
+		g.observe(ctx, namespace)
+		at, _ := g.seen(rootMounted)
+		return !at.IsZero(), fmt.Sprintf("Machine %s %s; launcher Pod %s %s; timeline %s", machine.Name, machine.Status.Phase, g.launcher.Name, g.launcher.Status.Phase, g.timeline(machine.CreationTimestamp.Time))
+	}); err != nil {
+		t.Fatalf("the guest did not mount its root file system: %v\nload average %s\n%s", err, loadAverage(), g.logs())
+	}
+
+	vmi := &kubevirtv1.VirtualMachineInstance{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: machine.Spec.InfrastructureRef.Name}, vmi); err != nil {
+		t.Fatal(err)
+	}
+	if bus := rootDiskBus(vmi); bus != kubevirtv1.DiskBusSCSI {
+		t.Errorf("the instance's root disk is on bus %q, want the preference's %q", bus, kubevirtv1.DiskBusSCSI)
+	}
+	qemuLine := strings.Join(k.node.CommandLines(qemuNames...), "\n")
+	if !strings.Contains(qemuLine, "virtio-scsi-pci") || !strings.Contains(qemuLine, "scsi-hd") {
+		t.Errorf("QEMU has no virtio-scsi controller with a SCSI disk: %.600s", qemuLine)
+	}
+	at, root := g.seen(rootMounted)
+	if !regexp.MustCompile(`^sd[a-z][0-9]+$`).MatchString(root) {
+		t.Errorf("the guest mounted its root file system from %q, want a SCSI disk's partition (sd*)\n%s", root, g.logs())
+	}
+	created := machine.CreationTimestamp.Time
+	t.Logf("the VM asked for SCSI and the guest mounted its root from %s %s after the Machine's creation (%s after QEMU was seen); timeline: %s; load average %s",
+		root, at.Sub(created).Round(time.Second), at.Sub(g.qemuSeen).Round(time.Second), g.timeline(created), loadAverage())
 }
