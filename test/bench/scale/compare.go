@@ -119,21 +119,6 @@ func Ratio(ours, peer float64) float64 {
 	return ours / peer
 }
 
-// BootstrapReadyRatios are ours/peer of creation → bootstrap data ready,
-// p50 and p95.
-func (c *Comparison) BootstrapReadyRatios() (p50, p95 float64) {
-	return Ratio(float64(c.Ours.BootstrapReady.P50), float64(c.Peer.BootstrapReady.P50)),
-		Ratio(float64(c.Ours.BootstrapReady.P95), float64(c.Peer.BootstrapReady.P95))
-}
-
-// WritesRatios are ours/peer of API writes per machine: the bootstrap
-// provider alone, and the whole pipeline (Cluster API, both providers,
-// event recorders).
-func (c *Comparison) WritesRatios() (bootstrap, pipeline float64) {
-	return Ratio(c.Ours.WritesPerMachine(requests.ComponentBootstrap), c.Peer.WritesPerMachine(requests.ComponentBootstrap)),
-		Ratio(c.Ours.WritesPerMachine(pipelineWriters...), c.Peer.WritesPerMachine(pipelineWriters...))
-}
-
 // Target is one of the issue's targets, assessed.
 type Target struct {
 	Name   string `json:"name"`
@@ -141,67 +126,100 @@ type Target struct {
 	Met    bool   `json:"met"`
 }
 
-// The issue's bounds on each of our provider processes, and on our writes
-// per machine above the contract-floor providers'.
+// Issue #30's bounds on ours against the contract-floor providers of the
+// same run.
 const (
-	rssLimitMiB             = 100
-	cpuLimitMsPerMachine    = 15
-	writesAboveFloorAllowed = 1
+	bootstrapReadyFloorBound = 1.3
+	cpuFloorBound            = 1.3
+	rssFloorBound            = 1.2
+	allRunningFloorBound     = 1.25
 )
 
-// Targets assesses the issue's targets on this run. They are stated for
-// 1000 machines; at fewer they are reported for this N.
+// WritesBudget is the API writes per machine each of our providers makes
+// by design, from a Machine's creation to its join (docs/benchmarks.md
+// lists them): the bootstrap provider's finalizer patch, Paused, data-ready
+// and token-revoked status patches, data Secret, token record and workload
+// token creations, the two deletions after the join and two Events; the
+// infrastructure provider's two metadata patches, its status patches as
+// the VM comes up, the VM and cloud-init Secret creations and two Events.
+// Issue #30 holds them: a change that adds a write raises this, visibly.
+var WritesBudget = map[string]float64{
+	requests.ComponentBootstrap: 11,
+	requests.ComponentInfra:     12,
+}
+
+// Targets assesses issue #30's targets on this run: ours against the
+// contract-floor providers and the peer of the same run, and our writes
+// per machine against their budget; then that nothing is written while
+// idle and nothing waits for a client-side rate limiter.
 func (c *Comparison) Targets() []Target {
 	var out []Target
 	o, f, p := c.Ours, c.FloorProviders, c.Peer
-	if c.Floor.Duration > 0 {
-		out = append(out, Target{
-			Name:   "all Running within 2x the floor",
-			Result: fmt.Sprintf("%s = %.1fx the floor (%s)%s", round(o.AllRunning), o.FloorMultiple(), round(c.Floor.Duration), c.upstreamNote()),
-			Met:    o.FloorMultiple() <= 2,
-		})
-	}
-	for _, name := range []components.Name{components.KairosBootstrap, components.Infrastructure} {
-		u, ok := o.Usage(name)
-		if !ok {
-			continue
+	within := func(name string, ours, other float64, oursText, otherText string, bound float64) Target {
+		r := Ratio(ours, other)
+		return Target{
+			Name:   fmt.Sprintf("%s within %gx the contract floor's", name, bound),
+			Result: fmt.Sprintf("%s against %s = %.2fx", oursText, otherText, r),
+			Met:    other > 0 && r <= bound,
 		}
-		cpu := o.CPUMillisPerMachine(name)
-		out = append(out, Target{
-			Name:   fmt.Sprintf("CPU of the %s provider under %d ms per machine", name, cpuLimitMsPerMachine),
-			Result: fmt.Sprintf("%.1f ms (%.1f s for %d machines)", cpu, u.CPUSeconds, o.Machines),
-			Met:    cpu < cpuLimitMsPerMachine,
-		}, Target{
-			Name:   fmt.Sprintf("peak RSS of the %s provider under %d MiB", name, rssLimitMiB),
-			Result: fmt.Sprintf("%.0f MiB", u.PeakRSSMiB),
-			Met:    u.PeakRSSMiB < rssLimitMiB,
-		})
 	}
 	if f != nil {
-		for _, role := range []struct{ label, component string }{
-			{"bootstrap", requests.ComponentBootstrap},
-			{"infrastructure", requests.ComponentInfra},
-		} {
-			ow, fw := o.WritesPerMachine(role.component), f.WritesPerMachine(role.component)
-			out = append(out, Target{
-				Name:   fmt.Sprintf("%s provider writes per machine at most %d above the contract floor's", role.label, writesAboveFloorAllowed),
-				Result: fmt.Sprintf("%.1f vs %.1f", ow, fw),
-				Met:    ow <= fw+writesAboveFloorAllowed,
-			})
+		out = append(out,
+			within("creation → bootstrap data ready p50", float64(o.BootstrapReady.P50), float64(f.BootstrapReady.P50),
+				round(o.BootstrapReady.P50).String(), round(f.BootstrapReady.P50).String(), bootstrapReadyFloorBound),
+			within("creation → bootstrap data ready p95", float64(o.BootstrapReady.P95), float64(f.BootstrapReady.P95),
+				round(o.BootstrapReady.P95).String(), round(f.BootstrapReady.P95).String(), bootstrapReadyFloorBound),
+			within("all Machines Running", float64(o.AllRunning), float64(f.AllRunning),
+				round(o.AllRunning).String(), round(f.AllRunning).String(), allRunningFloorBound),
+		)
+		ob, oi := o.providerNames()
+		fb, fi := f.providerNames()
+		for _, role := range []struct {
+			label       string
+			ours, other components.Name
+		}{{"bootstrap", ob, fb}, {"infrastructure", oi, fi}} {
+			ou, _ := o.Usage(role.ours)
+			fu, _ := f.Usage(role.other)
+			oc, fc := o.CPUMillisPerMachine(role.ours), f.CPUMillisPerMachine(role.other)
+			out = append(out,
+				within(role.label+" provider's CPU per machine", oc, fc, fmt.Sprintf("%.1f ms", oc), fmt.Sprintf("%.1f ms", fc), cpuFloorBound),
+				within(role.label+" provider's peak RSS", ou.PeakRSSMiB, fu.PeakRSSMiB,
+					fmt.Sprintf("%.1f MiB", ou.PeakRSSMiB), fmt.Sprintf("%.1f MiB", fu.PeakRSSMiB), rssFloorBound),
+			)
 		}
 	}
 	if p != nil {
-		ob, pb := o.WritesPerMachine(requests.ComponentBootstrap), p.WritesPerMachine(requests.ComponentBootstrap)
+		// The peer's infrastructure provider is ours: only its bootstrap
+		// provider and the time to the data are the peer's own.
+		below := func(name string, ours, peer float64, oursText, peerText string) Target {
+			return Target{
+				Name:   name + " below the peer's",
+				Result: fmt.Sprintf("%s against %s = %.2fx", oursText, peerText, Ratio(ours, peer)),
+				Met:    ours < peer,
+			}
+		}
+		ob, _ := o.providerNames()
+		pb, _ := p.providerNames()
+		ou, _ := o.Usage(ob)
+		pu, _ := p.Usage(pb)
+		out = append(out,
+			below("creation → bootstrap data ready p50", float64(o.BootstrapReady.P50), float64(p.BootstrapReady.P50),
+				round(o.BootstrapReady.P50).String(), round(p.BootstrapReady.P50).String()),
+			below("creation → bootstrap data ready p95", float64(o.BootstrapReady.P95), float64(p.BootstrapReady.P95),
+				round(o.BootstrapReady.P95).String(), round(p.BootstrapReady.P95).String()),
+			below("bootstrap provider's peak RSS", ou.PeakRSSMiB, pu.PeakRSSMiB,
+				fmt.Sprintf("%.1f MiB", ou.PeakRSSMiB), fmt.Sprintf("%.1f MiB", pu.PeakRSSMiB)),
+		)
+	}
+	for _, role := range []struct{ label, component string }{
+		{"bootstrap", requests.ComponentBootstrap},
+		{"infrastructure", requests.ComponentInfra},
+	} {
+		w, budget := o.WritesPerMachine(role.component), WritesBudget[role.component]
 		out = append(out, Target{
-			Name:   "bootstrap provider writes per machine ≤ the peer's",
-			Result: fmt.Sprintf("%.1f vs %.1f", ob, pb),
-			Met:    ob <= pb,
-		})
-		op, pp := o.WritesPerMachine(pipelineWriters...), p.WritesPerMachine(pipelineWriters...)
-		out = append(out, Target{
-			Name:   "pipeline writes per machine ≤ the peer's",
-			Result: fmt.Sprintf("%.1f vs %.1f", op, pp),
-			Met:    op <= pp,
+			Name:   fmt.Sprintf("%s provider's writes per machine within its budget of %.0f", role.label, budget),
+			Result: fmt.Sprintf("%.1f", w),
+			Met:    w <= budget,
 		})
 	}
 	if o.Idle.Window > 0 {
@@ -241,10 +259,16 @@ func ratiosAgainst(o, f *Report) []RunRatio {
 	if o == nil || f == nil {
 		return nil
 	}
-	out := []RunRatio{{
-		Name: "all Machines Running", Ours: round(o.AllRunning).String(), Other: round(f.AllRunning).String(),
-		Ratio: Ratio(float64(o.AllRunning), float64(f.AllRunning)),
-	}}
+	duration := func(name string, ours, other time.Duration) RunRatio {
+		return RunRatio{Name: name, Ours: round(ours).String(), Other: round(other).String(), Ratio: Ratio(float64(ours), float64(other))}
+	}
+	ow, fw := o.WritesPerMachine(pipelineWriters...), f.WritesPerMachine(pipelineWriters...)
+	out := []RunRatio{
+		duration("all Machines Running", o.AllRunning, f.AllRunning),
+		duration("creation → bootstrap data ready p50", o.BootstrapReady.P50, f.BootstrapReady.P50),
+		duration("creation → bootstrap data ready p95", o.BootstrapReady.P95, f.BootstrapReady.P95),
+		{Name: "pipeline writes per machine", Ours: fmt.Sprintf("%.1f", ow), Other: fmt.Sprintf("%.1f", fw), Ratio: Ratio(ow, fw)},
+	}
 	ob, oi := o.providerNames()
 	fb, fi := f.providerNames()
 	for _, role := range []struct {
@@ -352,19 +376,13 @@ func (c *Comparison) Markdown() string {
 			fmt.Fprintf(&b, "| %s | %s | %s | %.2f |\n", r.Name, r.Ours, r.Other, r.Ratio)
 		}
 	}
-	if c.Peer != nil {
-		p50, p95 := c.BootstrapReadyRatios()
-		wb, wp := c.WritesRatios()
-		b.WriteString("\nRatios, ours / peer:\n\n| ratio | value |\n|---|---|\n")
-		fmt.Fprintf(&b, "| bootstrap data ready p50 | %.2f |\n| bootstrap data ready p95 | %.2f |\n", p50, p95)
-		fmt.Fprintf(&b, "| writes per machine, bootstrap provider | %.2f |\n| writes per machine, pipeline | %.2f |\n", wb, wp)
-		for _, r := range c.PeerRatios() {
-			if strings.Contains(r.Name, "CPU") || strings.Contains(r.Name, "RSS") {
-				fmt.Fprintf(&b, "| %s (ours %s, peer %s) | %.2f |\n", r.Name, r.Ours, r.Other, r.Ratio)
-			}
+	if ratios := c.PeerRatios(); len(ratios) > 0 {
+		b.WriteString("\nOurs against the kubeadm peer (whose infrastructure provider is ours):\n\n| measure | ours | peer | ours / peer |\n|---|---|---|---|\n")
+		for _, r := range ratios {
+			fmt.Fprintf(&b, "| %s | %s | %s | %.2f |\n", r.Name, r.Ours, r.Other, r.Ratio)
 		}
 	}
-	b.WriteString("\nTargets (stated for N = 1000):\n\n| target | this run | met |\n|---|---|---|\n")
+	b.WriteString("\nIssue #30's targets (peak RSS against the floor's stated for N = 1000):\n\n| target | this run | met |\n|---|---|---|\n")
 	for _, t := range c.Targets() {
 		met := "no"
 		if t.Met {
@@ -377,15 +395,6 @@ func (c *Comparison) Markdown() string {
 		b.WriteString(r.Markdown())
 	}
 	return b.String()
-}
-
-// upstreamNote says, for the floor target, how long Cluster API alone took
-// to create the Machines.
-func (c *Comparison) upstreamNote() string {
-	if c.Upstream == nil {
-		return ""
-	}
-	return fmt.Sprintf("; Cluster API alone created the %d Machines in %s = %.1fx the floor", c.Upstream.Machines, round(c.Upstream.AllCreated), c.Upstream.Multiple(c.Floor))
 }
 
 func sumValues(m map[string]float64) float64 {

@@ -116,12 +116,28 @@ func TestScaleToTen(t *testing.T) {
 		_, ok = report.Usage(infraName)
 		g.Expect(ok).To(BeTrue(), "the infrastructure provider ran as a process")
 	}
-	// The ratios against the contract-floor providers and the peer, from
-	// this one run, logged for the record: not yet asserted (docs/benchmarks.md,
-	// the CI guard).
-	for _, r := range append(c.FloorRatios(), c.PeerRatios()...) {
-		t.Logf("ours / other: %s: %s / %s = %.2f", r.Name, r.Ours, r.Other, r.Ratio)
+	// Issue #30's figures from this one run, as ratios against the
+	// contract-floor providers and the peer. Our writes per machine are
+	// what our code decides, whatever the machine's load: each provider is
+	// held to its budget. Time, CPU and memory of ten machines on a shared
+	// machine are logged with their targets, which the benchmark judges at
+	// N = 300 and 1000 (docs/benchmarks.md).
+	for _, r := range c.FloorRatios() {
+		t.Logf("ours / contract floor: %s: %s / %s = %.2f", r.Name, r.Ours, r.Other, r.Ratio)
 	}
+	for _, r := range c.PeerRatios() {
+		t.Logf("ours / peer: %s: %s / %s = %.2f", r.Name, r.Ours, r.Other, r.Ratio)
+	}
+	for _, target := range c.Targets() {
+		t.Logf("target: %s: %s (met: %t)", target.Name, target.Result, target.Met)
+	}
+	// A VirtualMachine create repeated before the cache shows the first is
+	// answered AlreadyExists and changes nothing: not held against the
+	// budget (the count is logged above).
+	vmCreates := requests.RequestKey{Component: requests.ComponentInfra, Cluster: "management", Verb: "create", Resource: "virtualmachines"}
+	repeated := float64(countOf(c.Ours.Requests, vmCreates)-c.Ours.Machines) / float64(c.Ours.Machines)
+	g.Expect(c.Ours.WritesPerMachine(requests.ComponentBootstrap)).To(BeNumerically("<=", WritesBudget[requests.ComponentBootstrap]), "bootstrap provider writes per machine")
+	g.Expect(c.Ours.WritesPerMachine(requests.ComponentInfra)-repeated).To(BeNumerically("<=", WritesBudget[requests.ComponentInfra]), "infrastructure provider writes per machine")
 	// Cluster API's own late writes (it may still patch Machines a few
 	// seconds after they run) are reported, not asserted: this guards our
 	// providers.
