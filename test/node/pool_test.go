@@ -34,6 +34,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	kubevirtv1 "kubevirt.io/api/core/v1"
@@ -631,4 +632,108 @@ func TestRootDiskBusThroughVirtLauncher(t *testing.T) {
 	created := machine.CreationTimestamp.Time
 	t.Logf("the VM asked for SCSI and the guest mounted its root from %s %s after the Machine's creation (%s after QEMU was seen); timeline: %s; load average %s",
 		root, at.Sub(created).Round(time.Second), at.Sub(g.qemuSeen).Round(time.Second), g.timeline(created), loadAverage())
+}
+
+// TestKilledQEMUIsRemediated: the QEMU process of a joined machine's guest
+// is killed on the real node. virt-launcher reports the domain crashed and
+// the instance Failed (virt-controller, under run strategy Always, starts
+// another, which boots the container disk blank); the workload control
+// plane's node lifecycle controller marks the Node's Ready Unknown once
+// the kubelet's heartbeats stop; the MachineHealthCheck finds the node
+// unhealthy and remediates the Machine, and the MachineSet's replacement
+// joins through a new launcher Pod. The QEMU tier's TestKilledGuestIsReplaced
+// does this with virt-handler's stand-in reporting the instance.
+func TestKilledQEMUIsRemediated(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 80*time.Minute)
+	defer cancel()
+	const namespace = "node-remediation"
+	k := startKubeVirtNode(ctx, t, namespace)
+	c := k.h.Management.Client
+
+	pool := harness.Pool{Cluster: k.workload.Key, Name: "remediated"}
+	objs, err := pool.Render(map[string]string{
+		"WORKER_MACHINE_COUNT": "1",
+		"WORKER_CPU_CORES":     "2",
+		"WORKER_MEMORY":        "1536Mi",
+		// A guest under TCG joins in minutes; once joined, a node unhealthy
+		// for a minute is remediated.
+		"NODE_STARTUP_TIMEOUT_SECONDS":          "1800",
+		"NODE_UNHEALTHY_TIMEOUT_SECONDS":        "60",
+		"INFRASTRUCTURE_FAILED_TIMEOUT_SECONDS": "600",
+		// The one Machine is the whole pool: with the template's 50% the
+		// MachineHealthCheck would find it unhealthy and not remediate.
+		"MAX_UNHEALTHY": "100%",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	watcher, err := client.NewWithWatch(k.h.Config(), client.Options{Scheme: k.h.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	history := harness.WatchConditions(t, watcher, &clusterv1.MachineList{}, clusterv1.MachineHealthCheckSucceededCondition,
+		client.InNamespace(namespace), client.MatchingLabels{clusterv1.MachineDeploymentNameLabel: pool.Deployment().Name})
+	if err := k.h.Apply(ctx, objs); err != nil {
+		t.Fatal(err)
+	}
+	g := newGuest(k)
+	defer g.keepConsole("guest-console-remediated.log")
+	victim := k.waitJoined(ctx, t, pool, namespace, g, nil)
+	t.Logf("Machine %s joined %s after its creation", victim.Name, time.Since(victim.CreationTimestamp.Time).Round(time.Second))
+	vmiKey := client.ObjectKey{Namespace: namespace, Name: victim.Spec.InfrastructureRef.Name}
+	killedVMI := &kubevirtv1.VirtualMachineInstance{}
+	if err := c.Get(ctx, vmiKey, killedVMI); err != nil {
+		t.Fatal(err)
+	}
+
+	pids := k.node.Kill(qemuNames...)
+	if len(pids) != 1 {
+		t.Fatalf("killed QEMU processes %v, want the one guest's", pids)
+	}
+	killed := time.Now()
+	// The killed instance fails, or is already replaced by another instance
+	// of the VM (run strategy Always).
+	if err := waitFor(ctx, 5*time.Minute, func() (bool, string) {
+		vmi := &kubevirtv1.VirtualMachineInstance{}
+		if err := c.Get(ctx, vmiKey, vmi); err != nil {
+			return false, err.Error()
+		}
+		return vmi.UID != killedVMI.UID || vmi.Status.Phase == kubevirtv1.Failed, fmt.Sprintf("instance %s %s", vmi.UID, vmi.Status.Phase)
+	}); err != nil {
+		t.Fatalf("the killed guest's instance did not fail: %v\n%s", err, g.logs())
+	}
+	t.Logf("the killed guest's instance failed %s after the kill", time.Since(killed).Round(time.Second))
+
+	var notReady time.Duration
+	if err := waitFor(ctx, 5*time.Minute, func() (bool, string) {
+		var nd corev1.Node
+		if err := k.workload.API.Client.Get(ctx, client.ObjectKey{Name: victim.Status.NodeRef.Name}, &nd); err != nil {
+			return false, err.Error()
+		}
+		for _, cond := range nd.Status.Conditions {
+			if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionUnknown {
+				notReady = time.Since(killed)
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("Node %s conditions %+v", nd.Name, nd.Status.Conditions)
+	}); err != nil {
+		t.Fatalf("the killed guest's Node did not go NotReady: %v", err)
+	}
+	t.Logf("the killed guest's Node went NotReady (Ready Unknown) %s after the kill", notReady.Round(time.Second))
+
+	replacementGuest := newGuest(k)
+	defer replacementGuest.keepConsole("guest-console-replacement.log")
+	replacement := k.waitJoined(ctx, t, pool, namespace, replacementGuest, &victim)
+	if reasons := history.Reasons(victim.UID, metav1.ConditionFalse); !slices.Contains(reasons, clusterv1.MachineHealthCheckUnhealthyNodeReason) {
+		t.Errorf("the MachineHealthCheck's verdicts on %s were %v, want %s", victim.Name, reasons, clusterv1.MachineHealthCheckUnhealthyNodeReason)
+	}
+	var gone corev1.Node
+	if err := k.workload.API.Client.Get(ctx, client.ObjectKey{Name: victim.Status.NodeRef.Name}, &gone); !apierrors.IsNotFound(err) {
+		t.Errorf("the remediated Machine's Node %s: %v, want it deleted", victim.Status.NodeRef.Name, err)
+	}
+	created := replacement.CreationTimestamp.Time
+	t.Logf("Machine %s was replaced by %s, created %s after the kill and Running with its Node Ready %s after the kill; its guest's timeline from its creation: %s; load average %s",
+		victim.Name, replacement.Name, created.Sub(killed).Round(time.Second), time.Since(killed).Round(time.Second),
+		replacementGuest.timeline(created), loadAverage())
 }
