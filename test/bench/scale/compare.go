@@ -224,9 +224,9 @@ func (c *Comparison) Targets() []Target {
 	}
 	if o.Idle.Window > 0 {
 		out = append(out, Target{
-			Name:   "no writes while idle",
-			Result: fmt.Sprintf("%d of %d objects changed, %d controller writes in %s", len(o.Idle.Changed), o.Idle.Objects, sumCounts(o.Idle.Writes), o.Idle.Window),
-			Met:    len(o.Idle.Changed) == 0 && len(o.Idle.Writes) == 0,
+			Name:   "our providers write nothing and none of our objects changes while idle",
+			Result: fmt.Sprintf("%d of %d objects of ours changed, %d writes of our providers in %s", len(o.Idle.OursChanged()), o.Idle.Objects, sumCounts(o.Idle.OursWrites()), o.Idle.Window),
+			Met:    len(o.Idle.OursChanged()) == 0 && len(o.Idle.OursWrites()) == 0,
 		})
 	}
 	out = append(out, Target{

@@ -103,6 +103,21 @@ func TestFloorProvidersComparison(t *testing.T) {
 	g.Expect(md).To(ContainSubstring("### contract-floor providers: N = 100"))
 	g.Expect(md).NotTo(ContainSubstring("Ours against the kubeadm peer"))
 
+	// While idle, Cluster API's late writes and the simulators' are not
+	// held against our providers; a write of theirs or a change to one of
+	// our objects is.
+	idleTarget := "our providers write nothing and none of our objects changes while idle"
+	ours.Idle = IdleReport{Window: time.Second, Objects: 3, Changed: []string{"Machine ns/m"}, Writes: []requests.RequestCount{write(requests.ComponentCAPI, "machines", 1)}}
+	g.Expect(met()).To(HaveKeyWithValue(idleTarget, true))
+	ours.Idle.Changed = append(ours.Idle.Changed, "KubeVirtMachine ns/m")
+	g.Expect(ours.Idle.OursChanged()).To(Equal([]string{"KubeVirtMachine ns/m"}))
+	g.Expect(met()).To(HaveKeyWithValue(idleTarget, false))
+	ours.Idle.Changed = nil
+	ours.Idle.Writes = append(ours.Idle.Writes, write(requests.ComponentInfra, "kubevirtmachines", 1))
+	g.Expect(ours.Idle.OursWrites()).To(Equal([]requests.RequestCount{write(requests.ComponentInfra, "kubevirtmachines", 1)}))
+	g.Expect(met()).To(HaveKeyWithValue(idleTarget, false))
+	ours.Idle = IdleReport{}
+
 	// Against the peer: its bootstrap provider is Cluster API's, its
 	// infrastructure provider ours.
 	c.Peer = &Report{

@@ -53,6 +53,38 @@ type IdleReport struct {
 	Writes []requests.RequestCount `json:"writes"`
 }
 
+// ourKinds are the objects our providers (and the simulated KubeVirt behind
+// the infrastructure provider) write.
+var ourKinds = []string{
+	"KairosConfig", "KairosConfigTemplate", "KubeVirtCluster", "KubeVirtMachine", "KubeVirtMachineTemplate",
+	"VirtualMachine", "VirtualMachineInstance", "DataVolume", "PersistentVolumeClaim", "Secret", "ConfigMap",
+	"WorkerClass", "WorkerPlatform",
+}
+
+// OursChanged are the objects of our kinds that changed while idle;
+// Cluster API's own late writes (it may still patch Machines a few
+// seconds after they run) are left out.
+func (i IdleReport) OursChanged() []string {
+	var out []string
+	for _, ch := range i.Changed {
+		if slices.Contains(ourKinds, strings.SplitN(ch, " ", 2)[0]) {
+			out = append(out, ch)
+		}
+	}
+	return out
+}
+
+// OursWrites are our providers' writes while idle.
+func (i IdleReport) OursWrites() []requests.RequestCount {
+	var out []requests.RequestCount
+	for _, w := range i.Writes {
+		if slices.Contains(requests.OurComponents, w.Component) {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
 // idleKinds are the objects a pool and its machines consist of in the
 // management cluster, the simulated KubeVirt's included (KubeadmConfigs for
 // the peer). Nodes are left
