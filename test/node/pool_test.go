@@ -641,9 +641,29 @@ func TestRootDiskBusThroughVirtLauncher(t *testing.T) {
 // plane's node lifecycle controller marks the Node's Ready Unknown once
 // the kubelet's heartbeats stop; the MachineHealthCheck finds the node
 // unhealthy and remediates the Machine, and the MachineSet's replacement
-// joins through a new launcher Pod. The QEMU tier's TestKilledGuestIsReplaced
-// does this with virt-handler's stand-in reporting the instance.
+// joins through a new launcher Pod (expectKillRemediated). The QEMU tier's
+// TestKilledGuestIsReplaced does this with virt-handler's stand-in
+// reporting the instance.
 func TestKilledQEMUIsRemediated(t *testing.T) {
+	expectKillRemediated(t, "QEMU", qemuNames)
+}
+
+// TestKilledLauncherPodIsRemediated: the launcher Pod's compute container
+// is killed on the real node (SIGKILL to virt-launcher-monitor, its first
+// process, takes the container's PID namespace and so virt-launcher,
+// virtqemud and QEMU with it); the kubelet sees the container end, the
+// instance fails, and the MachineHealthCheck remediates the Machine as in
+// TestKilledQEMUIsRemediated.
+func TestKilledLauncherPodIsRemediated(t *testing.T) {
+	expectKillRemediated(t, "virt-launcher-monitor", []string{"virt-launcher-monitor"})
+}
+
+// expectKillRemediated joins a pool of one Machine on the real node, kills
+// the node's one process named one of names, and expects the instance to
+// fail, the Node to go NotReady, the MachineHealthCheck to remediate the
+// Machine and its replacement to join.
+func expectKillRemediated(t *testing.T, what string, names []string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 80*time.Minute)
 	defer cancel()
 	const namespace = "node-remediation"
@@ -686,9 +706,9 @@ func TestKilledQEMUIsRemediated(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	pids := k.node.Kill(qemuNames...)
+	pids := k.node.Kill(names...)
 	if len(pids) != 1 {
-		t.Fatalf("killed QEMU processes %v, want the one guest's", pids)
+		t.Fatalf("killed %s processes %v, want the one guest's", what, pids)
 	}
 	killed := time.Now()
 	// The killed instance fails, or is already replaced by another instance
