@@ -43,6 +43,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
+	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/test/envtest"
 	"github.com/cozystack/cluster-api-workers/test/harness"
 	"github.com/cozystack/cluster-api-workers/test/infra"
@@ -231,6 +232,11 @@ type milestone struct {
 // (vd*: virtio, sd*: SCSI or SATA).
 const rootMounted = "the root file system is mounted"
 
+// seedRead is the milestone of the seed runner finding its cloud-init
+// disk: it names the disk's label (cidata: NoCloud, config-2:
+// ConfigDrive).
+const seedRead = "the seed runner reads the cloud-init disk"
+
 // qemuNames are the names of libvirt's emulator in the launcher image:
 // KubeVirt's /usr/libexec/qemu-kvm link or Debian's binary itself.
 var qemuNames = []string{"qemu-kvm", "qemu-system-x86_64"}
@@ -241,7 +247,7 @@ func newGuest(k *kubeVirtNode) *guest {
 		{name: "the kernel runs /init", re: regexp.MustCompile(`Run /init as init process`)},
 		{name: rootMounted, re: regexp.MustCompile(`EXT4-fs \(([a-z]+[0-9]*)\): mounted filesystem`)},
 		{name: "systemd starts", re: regexp.MustCompile(`systemd\[1\]: `)},
-		{name: "the seed runner reads the NoCloud disk", re: regexp.MustCompile(`running the cloud-config from`)},
+		{name: seedRead, re: regexp.MustCompile(`running the cloud-config from (\S+) on`)},
 		{name: "the guest has its DHCP address", re: regexp.MustCompile(`DHCPv4 address`)},
 		{name: "kubeadm's join stage starts", re: regexp.MustCompile(regexp.QuoteMeta("Join the cluster with kubeadm"))},
 	}}
@@ -383,6 +389,21 @@ func (g *guest) keepConsole(file string) {
 // NODE_ARTIFACTS=<dir> keeps the node's logs, the pods' logs (with each
 // line's time) and the guest's console.
 func TestPoolJoinsThroughVirtLauncher(t *testing.T) {
+	expectPoolJoins(t, infrav1.NoCloudDatasource)
+}
+
+// TestConfigDrivePoolJoinsThroughVirtLauncher: as
+// TestPoolJoinsThroughVirtLauncher, with the bootstrap data on the
+// ConfigDrive virt-launcher writes (label config-2) instead of NoCloud.
+func TestConfigDrivePoolJoinsThroughVirtLauncher(t *testing.T) {
+	expectPoolJoins(t, infrav1.ConfigDriveDatasource)
+}
+
+// expectPoolJoins joins a pool of one Machine whose bootstrap data reaches
+// the guest through datasource, and checks the guest read it from that
+// disk and mounted its root from the virtio disk our renderer asks for.
+func expectPoolJoins(t *testing.T, datasource infrav1.CloudInitDatasource) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Minute)
 	defer cancel()
 	const namespace = "node-guests"
@@ -402,13 +423,20 @@ func TestPoolJoinsThroughVirtLauncher(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	harness.EditMachineTemplates(objs, func(_ *unstructured.Unstructured, machine map[string]any) {
+		machine["cloudInitDatasource"] = string(datasource)
+	})
 	if err := k.h.Apply(ctx, objs); err != nil {
 		t.Fatal(err)
 	}
 
 	g := newGuest(k)
-	defer g.keepConsole("guest-console.log")
+	defer g.keepConsole("guest-console-" + strings.ToLower(string(datasource)) + ".log")
 	machine := k.waitJoined(ctx, t, pool, namespace, g, nil)
+	label := map[infrav1.CloudInitDatasource]string{infrav1.NoCloudDatasource: "cidata", infrav1.ConfigDriveDatasource: "config-2"}[datasource]
+	if _, seed := g.seen(seedRead); seed != label {
+		t.Errorf("the guest's seed runner read its cloud-config from %q, want the %s disk (%s)", seed, datasource, label)
+	}
 
 	var nd corev1.Node
 	if err := k.workload.API.Client.Get(ctx, client.ObjectKey{Name: machine.Status.NodeRef.Name}, &nd); err != nil {
