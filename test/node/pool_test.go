@@ -73,6 +73,55 @@ type kubeVirtNode struct {
 	artifacts string
 }
 
+// pool is one pool of the example Kairos template on the real node, and
+// the suite's way to apply it; test/integration's and test/qemu's pool
+// have the same shape.
+type pool struct {
+	harness.Pool
+	h *harness.Harness
+}
+
+// pool is the workload Cluster's MachineDeployment of that POOL_NAME.
+func (k *kubeVirtNode) pool(name string) pool {
+	return pool{Pool: harness.Pool{Cluster: k.workload.Key, Name: name}, h: k.h}
+}
+
+// poolDefaults are the suite's values of the example pool's variables: one
+// machine of the guest size the QEMU tier boots, and a node startup
+// timeout a guest under TCG never reaches, nor its infrastructure's.
+func poolDefaults() map[string]string {
+	return map[string]string{
+		"WORKER_MACHINE_COUNT":                  "1",
+		"WORKER_CPU_CORES":                      "2",
+		"WORKER_MEMORY":                         "1536Mi",
+		"NODE_STARTUP_TIMEOUT_SECONDS":          "1800",
+		"INFRASTRUCTURE_FAILED_TIMEOUT_SECONDS": "600",
+	}
+}
+
+// render renders the pool with the scenario's variables over the suite's.
+func (p pool) render(t *testing.T, vars map[string]string) []unstructured.Unstructured {
+	t.Helper()
+	objs, err := p.Render(poolDefaults(), vars)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return objs
+}
+
+// apply creates the pool's objects, each edit of its
+// KubeVirtMachineTemplates applied first.
+func (p pool) apply(ctx context.Context, t *testing.T, vars map[string]string, edits ...func(template *unstructured.Unstructured, machine map[string]any)) {
+	t.Helper()
+	objs := p.render(t, vars)
+	for _, edit := range edits {
+		harness.EditMachineTemplates(objs, edit)
+	}
+	if err := p.h.Apply(ctx, objs); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // kubeVirtNodeName is the real node's name.
 const kubeVirtNodeName = "kubevirt-node"
 
@@ -410,29 +459,17 @@ func expectPoolJoins(t *testing.T, datasource infrav1.CloudInitDatasource) {
 	k := startKubeVirtNode(ctx, t, namespace)
 	c := k.h.Management.Client
 
-	pool := harness.Pool{Cluster: k.workload.Key, Name: "virt-launcher"}
-	objs, err := pool.Render(map[string]string{
-		"WORKER_MACHINE_COUNT": "1",
-		"WORKER_CPU_CORES":     "2",
-		"WORKER_MEMORY":        "1536Mi",
+	p := k.pool("virt-launcher")
+	p.apply(ctx, t, map[string]string{
 		// A guest under TCG on a loaded host: nothing here is remediated.
-		"NODE_STARTUP_TIMEOUT_SECONDS":          "1800",
-		"NODE_UNHEALTHY_TIMEOUT_SECONDS":        "600",
-		"INFRASTRUCTURE_FAILED_TIMEOUT_SECONDS": "600",
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	harness.EditMachineTemplates(objs, func(_ *unstructured.Unstructured, machine map[string]any) {
+		"NODE_UNHEALTHY_TIMEOUT_SECONDS": "600",
+	}, func(_ *unstructured.Unstructured, machine map[string]any) {
 		machine["cloudInitDatasource"] = string(datasource)
 	})
-	if err := k.h.Apply(ctx, objs); err != nil {
-		t.Fatal(err)
-	}
 
 	g := newGuest(k)
 	defer g.keepConsole("guest-console-" + strings.ToLower(string(datasource)) + ".log")
-	machine := k.waitJoined(ctx, t, pool, namespace, g, nil)
+	machine := k.waitJoined(ctx, t, p, namespace, g, nil)
 	label := map[infrav1.CloudInitDatasource]string{infrav1.NoCloudDatasource: "cidata", infrav1.ConfigDriveDatasource: "config-2"}[datasource]
 	if _, seed := g.seen(seedRead); seed != label {
 		t.Errorf("the guest's seed runner read its cloud-config from %q, want the %s disk (%s)", seed, datasource, label)
@@ -482,7 +519,7 @@ func nodeCPU(n *node.Node) string {
 // with g and logging the guest's progress every two minutes; it fails the
 // test with the guest's and the tenant control plane's logs after 40
 // minutes.
-func (k *kubeVirtNode) waitJoined(ctx context.Context, t *testing.T, pool harness.Pool, namespace string, g *guest, skip *clusterv1.Machine) clusterv1.Machine {
+func (k *kubeVirtNode) waitJoined(ctx context.Context, t *testing.T, p pool, namespace string, g *guest, skip *clusterv1.Machine) clusterv1.Machine {
 	t.Helper()
 	var machine clusterv1.Machine
 	progress := time.Now()
@@ -490,7 +527,7 @@ func (k *kubeVirtNode) waitJoined(ctx context.Context, t *testing.T, pool harnes
 		if err := k.h.Err(); err != nil {
 			t.Fatal(err)
 		}
-		ms, err := k.h.PoolMachines(ctx, pool)
+		ms, err := k.h.PoolMachines(ctx, p.Pool)
 		if err != nil || len(ms) == 0 {
 			return false, fmt.Sprintf("no Machine yet (%v)", err)
 		}
@@ -506,7 +543,7 @@ func (k *kubeVirtNode) waitJoined(ctx context.Context, t *testing.T, pool harnes
 		if skip != nil && slices.ContainsFunc(ms, func(m clusterv1.Machine) bool { return m.UID == skip.UID }) {
 			return false, fmt.Sprintf("Machine %s still there", skip.Name)
 		}
-		if _, err := k.h.PoolJoined(ctx, pool, 1); err != nil {
+		if _, err := k.h.PoolJoined(ctx, p.Pool, 1); err != nil {
 			return false, fmt.Sprintf("Machine %s %s; launcher Pod %s %s; %v", machine.Name, machine.Status.Phase, g.launcher.Name, g.launcher.Status.Phase, err)
 		}
 		return true, ""
@@ -604,24 +641,11 @@ func TestRootDiskBusThroughVirtLauncher(t *testing.T) {
 	if err := c.Create(ctx, preference); err != nil {
 		t.Fatal(err)
 	}
-	pool := harness.Pool{Cluster: k.workload.Key, Name: "scsi"}
-	objs, err := pool.Render(map[string]string{
-		"WORKER_MACHINE_COUNT": "1",
-		"WORKER_CPU_CORES":     "2",
-		"WORKER_MEMORY":        "1536Mi",
-		// The guest does not join: nothing here is remediated.
-		"NODE_STARTUP_TIMEOUT_SECONDS":          "1800",
-		"INFRASTRUCTURE_FAILED_TIMEOUT_SECONDS": "600",
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	harness.EditMachineTemplates(objs, func(_ *unstructured.Unstructured, machine map[string]any) {
+	// The guest does not join: nothing here is remediated.
+	p := k.pool("scsi")
+	p.apply(ctx, t, nil, func(_ *unstructured.Unstructured, machine map[string]any) {
 		machine["preference"] = map[string]any{"name": preference.Name}
 	})
-	if err := k.h.Apply(ctx, objs); err != nil {
-		t.Fatal(err)
-	}
 
 	var machine clusterv1.Machine
 	g := newGuest(k)
@@ -630,7 +654,7 @@ func TestRootDiskBusThroughVirtLauncher(t *testing.T) {
 		if err := k.h.Err(); err != nil {
 			t.Fatal(err)
 		}
-		ms, err := k.h.PoolMachines(ctx, pool)
+		ms, err := k.h.PoolMachines(ctx, p.Pool)
 		if err != nil || len(ms) == 0 {
 			return false, fmt.Sprintf("no Machine yet (%v)", err)
 		}
@@ -698,35 +722,24 @@ func expectKillRemediated(t *testing.T, what string, names []string) {
 	k := startKubeVirtNode(ctx, t, namespace)
 	c := k.h.Management.Client
 
-	pool := harness.Pool{Cluster: k.workload.Key, Name: "remediated"}
-	objs, err := pool.Render(map[string]string{
-		"WORKER_MACHINE_COUNT": "1",
-		"WORKER_CPU_CORES":     "2",
-		"WORKER_MEMORY":        "1536Mi",
-		// A guest under TCG joins in minutes; once joined, a node unhealthy
-		// for a minute is remediated.
-		"NODE_STARTUP_TIMEOUT_SECONDS":          "1800",
-		"NODE_UNHEALTHY_TIMEOUT_SECONDS":        "60",
-		"INFRASTRUCTURE_FAILED_TIMEOUT_SECONDS": "600",
+	p := k.pool("remediated")
+	vars := map[string]string{
+		// Once joined, a node unhealthy for a minute is remediated.
+		"NODE_UNHEALTHY_TIMEOUT_SECONDS": "60",
 		// The one Machine is the whole pool: with the template's 50% the
 		// MachineHealthCheck would find it unhealthy and not remediate.
 		"MAX_UNHEALTHY": "100%",
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
 	watcher, err := client.NewWithWatch(k.h.Config(), client.Options{Scheme: k.h.Scheme})
 	if err != nil {
 		t.Fatal(err)
 	}
 	history := harness.WatchConditions(t, watcher, &clusterv1.MachineList{}, clusterv1.MachineHealthCheckSucceededCondition,
-		client.InNamespace(namespace), client.MatchingLabels{clusterv1.MachineDeploymentNameLabel: pool.Deployment().Name})
-	if err := k.h.Apply(ctx, objs); err != nil {
-		t.Fatal(err)
-	}
+		client.InNamespace(namespace), client.MatchingLabels{clusterv1.MachineDeploymentNameLabel: p.Deployment().Name})
+	p.apply(ctx, t, vars)
 	g := newGuest(k)
 	defer g.keepConsole("guest-console-remediated.log")
-	victim := k.waitJoined(ctx, t, pool, namespace, g, nil)
+	victim := k.waitJoined(ctx, t, p, namespace, g, nil)
 	t.Logf("Machine %s joined %s after its creation", victim.Name, time.Since(victim.CreationTimestamp.Time).Round(time.Second))
 	vmiKey := client.ObjectKey{Namespace: namespace, Name: victim.Spec.InfrastructureRef.Name}
 	killedVMI := &kubevirtv1.VirtualMachineInstance{}
@@ -772,7 +785,7 @@ func expectKillRemediated(t *testing.T, what string, names []string) {
 
 	replacementGuest := newGuest(k)
 	defer replacementGuest.keepConsole("guest-console-replacement.log")
-	replacement := k.waitJoined(ctx, t, pool, namespace, replacementGuest, &victim)
+	replacement := k.waitJoined(ctx, t, p, namespace, replacementGuest, &victim)
 	if reasons := history.Reasons(victim.UID, metav1.ConditionFalse); !slices.Contains(reasons, clusterv1.MachineHealthCheckUnhealthyNodeReason) {
 		t.Errorf("the MachineHealthCheck's verdicts on %s were %v, want %s", victim.Name, reasons, clusterv1.MachineHealthCheckUnhealthyNodeReason)
 	}
