@@ -127,8 +127,10 @@ func TestScaleToTen(t *testing.T) {
 	// budget (the count is logged above).
 	vmCreates := requests.RequestKey{Component: requests.ComponentInfra, Cluster: "management", Verb: "create", Resource: "virtualmachines"}
 	repeated := float64(countOf(c.Ours.Requests, vmCreates)-c.Ours.Machines) / float64(c.Ours.Machines)
-	g.Expect(c.Ours.WritesPerMachine(requests.ComponentBootstrap)).To(BeNumerically("<=", WritesBudget[requests.ComponentBootstrap]), "bootstrap provider writes per machine")
-	g.Expect(c.Ours.WritesPerMachine(requests.ComponentInfra)-repeated).To(BeNumerically("<=", WritesBudget[requests.ComponentInfra]), "infrastructure provider writes per machine")
+	bootstrapWrites := c.Ours.WritesPerMachine(requests.ComponentBootstrap)
+	g.Expect(WithinWritesBudget(requests.ComponentBootstrap, bootstrapWrites)).To(BeTrue(), "bootstrap provider: %.1f writes per machine", bootstrapWrites)
+	infraWrites := c.Ours.WritesPerMachine(requests.ComponentInfra) - repeated
+	g.Expect(WithinWritesBudget(requests.ComponentInfra, infraWrites)).To(BeTrue(), "infrastructure provider: %.1f writes per machine", infraWrites)
 	// Cluster API's own late writes are reported, not asserted: this
 	// guards our providers.
 	g.Expect(c.Ours.Idle.OursChanged()).To(BeEmpty(), "changed while idle")
