@@ -56,11 +56,7 @@ func TestFloorProvidersComparison(t *testing.T) {
 	}
 	c := &Comparison{Machines: 100, Ours: ours, FloorProviders: floorRun}
 
-	ratios := map[string]float64{}
-	for _, r := range c.FloorRatios() {
-		ratios[r.Name] = r.Ratio
-	}
-	g.Expect(ratios).To(Equal(map[string]float64{
+	g.Expect(byName(c.FloorRatios())).To(Equal(map[string]float64{
 		"all Machines Running":                                   2,
 		"creation → bootstrap data ready p50":                    2,
 		"creation → bootstrap data ready p95":                    1.2,
@@ -134,11 +130,7 @@ func TestFloorProvidersComparison(t *testing.T) {
 			{Name: "infrastructure provider process", Component: string(components.Infrastructure), CPUSeconds: 2.0, PeakRSSMiB: 100},
 		},
 	}
-	ratios = map[string]float64{}
-	for _, r := range c.PeerRatios() {
-		ratios[r.Name] = r.Ratio
-	}
-	g.Expect(ratios).To(Equal(map[string]float64{
+	g.Expect(byName(c.PeerRatios())).To(Equal(map[string]float64{
 		"all Machines Running":                                   0.8,
 		"creation → bootstrap data ready p50":                    0.8,
 		"creation → bootstrap data ready p95":                    1,
@@ -158,4 +150,13 @@ func TestFloorProvidersComparison(t *testing.T) {
 		HaveKeyWithValue("bootstrap provider's peak RSS below the peer's", true),
 	))
 	g.Expect(c.Markdown()).To(ContainSubstring("| bootstrap provider: CPU ms per machine (scale-up) | 10.0 | 20.0 | 0.50 |"))
+}
+
+// byName is each ratio by its measure's name.
+func byName(ratios []RunRatio) map[string]float64 {
+	out := map[string]float64{}
+	for _, r := range ratios {
+		out[r.Name] = r.Ratio
+	}
+	return out
 }
