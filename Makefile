@@ -141,8 +141,8 @@ test-qemu: ## Real-guest scenarios under QEMU in the harness: join, replacement,
 	go test -tags qemu ./test/qemu/ -v -count=1 -timeout 45m
 
 .PHONY: test-node
-test-node: ## A real node on this machine (root): containerd v2 (built from the Go module proxy), Debian's runc and CNI plugins and the kubelet register with an envtest apiserver and run a Pod from an image built here; then KubeVirt's node side on it (virt-handler, virt-launcher, libvirt and QEMU images built by hack/node/kubevirt.sh); then a Kairos pool machine joins through virt-launcher from the worker disk as a container disk (hack/node/worker-containerdisk.sh), with a NoCloud and a ConfigDrive seed, a VM whose preference asks for SCSI disks boots from sda, and a machine whose QEMU or launcher Pod is killed is remediated by the MachineHealthCheck; Stop leaves nothing (NODE_ARTIFACTS=<dir> keeps the logs; docs/testing.md).
+test-node: ## A real node on this machine (root): containerd v2 (built from the Go module proxy), Debian's runc and CNI plugins and the kubelet register with an envtest apiserver and run a Pod from an image built here; then KubeVirt's node side on it (virt-handler, virt-launcher, libvirt and QEMU images built by hack/node/kubevirt.sh); then a Kairos pool machine joins through virt-launcher from the worker disk as a container disk (hack/node/worker-containerdisk.sh), with a NoCloud and a ConfigDrive seed, a VM whose preference asks for SCSI disks boots from sda, and a machine whose QEMU or launcher Pod is killed is remediated by the MachineHealthCheck; Stop leaves nothing (NODE_RUN=<regexp> picks scenarios, as .ci/run does; NODE_ARTIFACTS=<dir> keeps the logs; docs/testing.md).
 	hack/node/bins.sh >/dev/null
 	hack/node/kubevirt.sh >/dev/null
 	hack/node/worker-containerdisk.sh >/dev/null
-	go test -tags node ./test/node/ -v -count=1 -timeout 90m
+	go test -tags node ./test/node/ -v -count=1 -timeout 90m $(if $(NODE_RUN),-run '$(NODE_RUN)')
