@@ -18,6 +18,7 @@ package kairosconfig
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -25,12 +26,15 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/controllers/clustercache"
 	"sigs.k8s.io/cluster-api/util/conditions"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	bootstrapv1 "github.com/cozystack/cluster-api-workers/bootstrap/api/v1alpha1"
 	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
@@ -179,4 +183,41 @@ func TestRevokingWhileTheWorkloadClusterIsUnreachable(t *testing.T) {
 	r.now = func() time.Time { return live.Expiration.Add(time.Second) }
 	g.Expect(r.revoke(context.Background(), s, live)).To(Succeed())
 	g.Expect(apierrors.IsNotFound(c.Get(context.Background(), client.ObjectKeyFromObject(record), &corev1.Secret{}))).To(BeTrue(), "an expired token is forgotten")
+}
+
+// TestMetadataReaderReadsAnInfrastructureMachineAsMetadata: the
+// infrastructure machine reaches Cluster API's contract lookup as its
+// metadata alone, read as PartialObjectMetadata (which the manager's cache
+// serves from a metadata informer), and everything else is read as asked.
+func TestMetadataReaderReadsAnInfrastructureMachineAsMetadata(t *testing.T) {
+	g := NewWithT(t)
+	gvk := schema.GroupVersionKind{Group: "infrastructure.example.com", Version: "v1", Kind: "TestMachine"}
+	stored := &unstructured.Unstructured{}
+	stored.SetGroupVersionKind(gvk)
+	stored.SetNamespace("ns")
+	stored.SetName("vm")
+	stored.SetAnnotations(map[string]string{clusterv1.TemplateClonedFromNameAnnotation: "worker-template"})
+	g.Expect(unstructured.SetNestedField(stored.Object, "large", "spec", "field")).To(Succeed())
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "s"}}
+	var asked []string
+	c := interceptor.NewClient(fake.NewClientBuilder().WithObjects(stored, secret).Build(), interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			asked = append(asked, fmt.Sprintf("%T", obj))
+			return c.Get(ctx, key, obj, opts...)
+		},
+	})
+	r := metadataReader{c}
+
+	got := &unstructured.Unstructured{}
+	got.SetGroupVersionKind(gvk)
+	g.Expect(r.Get(context.Background(), client.ObjectKey{Namespace: "ns", Name: "vm"}, got)).To(Succeed())
+	g.Expect(got.GetAnnotations()).To(Equal(stored.GetAnnotations()))
+	g.Expect(got.GroupVersionKind()).To(Equal(gvk))
+	g.Expect(got.Object).NotTo(HaveKey("spec"))
+	g.Expect(r.Get(context.Background(), client.ObjectKey{Namespace: "ns", Name: "s"}, &corev1.Secret{})).To(Succeed())
+	g.Expect(asked).To(Equal([]string{"*v1.PartialObjectMetadata", "*v1.Secret"}))
+
+	missing := &unstructured.Unstructured{}
+	missing.SetGroupVersionKind(gvk)
+	g.Expect(apierrors.IsNotFound(r.Get(context.Background(), client.ObjectKey{Namespace: "ns", Name: "gone"}, missing))).To(BeTrue())
 }
