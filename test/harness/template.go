@@ -81,6 +81,23 @@ func EditMachineTemplates(objs []unstructured.Unstructured, edit func(template *
 	}
 }
 
+// ClasslessImport is an edit of a KubeVirtMachineTemplate (for
+// EditMachineTemplates) that makes it classless, with its root disk of
+// size imported over HTTP from url (the DataVolume path: a shared import
+// each machine clones) and attached with the cloud-init datasource: a
+// class-based Kairos template always boots a container disk.
+func ClasslessImport(url, size, datasource string) func(template *unstructured.Unstructured, machine map[string]any) {
+	return func(template *unstructured.Unstructured, machine map[string]any) {
+		labels := template.GetLabels()
+		delete(labels, "cozystack.io/worker-class")
+		template.SetLabels(labels)
+		delete(machine, "workerClass")
+		machine["image"] = map[string]any{"httpImport": map[string]any{"url": url}}
+		machine["rootDisk"] = map[string]any{"size": size}
+		machine["cloudInitDatasource"] = datasource
+	}
+}
+
 // Edited applies each edit to every object, in order, and returns objs.
 func Edited(objs []unstructured.Unstructured, edits ...func(*unstructured.Unstructured)) []unstructured.Unstructured {
 	for i := range objs {

@@ -20,6 +20,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -629,8 +630,11 @@ func TestPopulatorPathForACSIStorageClass(t *testing.T) {
 }
 
 // TestImportClaimVolumeAndImporterPodFollowCDI: the claim carries CDI's
-// import annotations and is bound to a provisioned volume; an importer Pod
-// mounts it while the import runs and is removed once it succeeded.
+// import annotations and is bound to a provisioned volume, a hostPath
+// directory (as kind's local-path provisioner makes) whose disk.img is the
+// image, where CDI writes it and KubeVirt's virt-handler looks for it; an
+// importer Pod mounts it while the import runs and is removed once it
+// succeeded.
 func TestImportClaimVolumeAndImporterPodFollowCDI(t *testing.T) {
 	g := NewWithT(t)
 	ns := namespace(t)
@@ -653,6 +657,10 @@ func TestImportClaimVolumeAndImporterPodFollowCDI(t *testing.T) {
 	g.Expect(pvc.Annotations).To(HaveKeyWithValue("cdi.kubevirt.io/storage.import.endpoint", dv.Spec.Source.HTTP.URL))
 	g.Expect(pvc.Annotations).To(HaveKeyWithValue("cdi.kubevirt.io/storage.import.source", "http"))
 	g.Expect(pvc.Spec.VolumeName).NotTo(BeEmpty())
-	g.Expect(get(g, client.ObjectKey{Name: pvc.Spec.VolumeName}, &corev1.PersistentVolume{}).Status.Phase).To(Equal(corev1.VolumeBound))
+	pv := get(g, client.ObjectKey{Name: pvc.Spec.VolumeName}, &corev1.PersistentVolume{})
+	g.Expect(pv.Status.Phase).To(Equal(corev1.VolumeBound))
+	g.Expect(pv.Spec.HostPath).NotTo(BeNil())
+	g.Expect(pv.Spec.HostPath.Type).To(Equal(ptr.To(corev1.HostPathDirectoryOrCreate)))
+	g.Expect(cdisim.DiskImage(pv)).To(Equal(filepath.Join(pv.Spec.HostPath.Path, "disk.img")))
 	g.Eventually(gone(client.ObjectKey{Namespace: ns, Name: "importer-imported"}, &corev1.Pod{}), timeout, poll).Should(BeTrue())
 }

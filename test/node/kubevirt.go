@@ -208,3 +208,22 @@ func BuildWorkerContainerDisk() (*WorkerContainerDisk, error) {
 	w.ArchiveBytes, w.Build = fi.Size(), time.Since(t0)
 	return w, nil
 }
+
+// RawDisk is the worker container disk's image converted to raw, written
+// once beside the image's archive in the cache: what an HTTP import serves,
+// since CDI's stand-in imports raw images only (CDI itself converts a
+// qcow2 source to raw with qemu-img, so the volume holds the same raw
+// disk either way).
+func (w *WorkerContainerDisk) RawDisk() (string, error) {
+	raw := filepath.Join(filepath.Dir(w.Image.Rootfs), "worker.raw")
+	if _, err := os.Stat(raw); err == nil {
+		return raw, nil
+	}
+	tmp := raw + ".tmp"
+	cmd := exec.Command("qemu-img", "convert", "-f", "qcow2", "-O", "raw", filepath.Join(w.Image.Rootfs, "disk", "worker.qcow2"), tmp) //nolint:gosec,noctx // Paths of our own cache; qemu-img ends on its own.
+	if out, err := cmd.CombinedOutput(); err != nil {
+		_ = os.Remove(tmp)
+		return "", fmt.Errorf("qemu-img convert: %w: %s", err, out)
+	}
+	return raw, os.Rename(tmp, raw)
+}

@@ -50,6 +50,7 @@ import (
 	"github.com/cozystack/cluster-api-workers/test/kubevirt"
 	"github.com/cozystack/cluster-api-workers/test/node"
 	"github.com/cozystack/cluster-api-workers/test/qemu"
+	cdisim "github.com/cozystack/cluster-api-workers/test/sim/cdi"
 )
 
 // tenantHost is where the real node's guests reach the workload
@@ -158,7 +159,13 @@ func startKubeVirtNode(ctx context.Context, t *testing.T, namespace string) *kub
 		t.Fatal(err)
 	}
 	t.Cleanup(closeLog)
-	opts := harness.Options{Logger: log, WorkerClasses: true, Infra: infra.Options{RealNodes: true}}
+	// CDI stays a stand-in (its controllers are not on the module proxy);
+	// its importer writes for real, into volume directories the node sees
+	// (none of the node's private directories).
+	opts := harness.Options{Logger: log, WorkerClasses: true, Infra: infra.Options{
+		RealNodes: true,
+		CDI:       cdisim.Options{Importer: cdisim.FileImporter{}, VolumeDir: filepath.Join(t.TempDir(), "volumes")},
+	}}
 	if k.artifacts != "" {
 		opts.Infra.KubeVirt.LogDir = filepath.Join(k.artifacts, "kubevirt")
 	}

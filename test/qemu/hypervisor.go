@@ -30,6 +30,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	cdisim "github.com/cozystack/cluster-api-workers/test/sim/cdi"
 	kubevirtsim "github.com/cozystack/cluster-api-workers/test/sim/kubevirt"
 	kubevirtstatus "github.com/cozystack/cluster-api-workers/test/sim/kubevirt/status"
 )
@@ -196,10 +197,10 @@ func claimVolume(ctx context.Context, c client.Reader, namespace, claim string) 
 	if err := c.Get(ctx, client.ObjectKey{Name: pvc.Spec.VolumeName}, pv); err != nil {
 		return "", fmt.Errorf("reading volume %s of claim %s: %w", pvc.Spec.VolumeName, claim, err)
 	}
-	if pv.Spec.HostPath == nil {
-		return "", fmt.Errorf("volume %s of claim %s is not a file on this host", pv.Name, claim)
+	path := cdisim.DiskImage(pv)
+	if path == "" {
+		return "", fmt.Errorf("volume %s of claim %s is not a directory on this host", pv.Name, claim)
 	}
-	path := pv.Spec.HostPath.Path
 	if _, err := os.Stat(path); err != nil {
 		return "", fmt.Errorf("volume %s of claim %s has no data: %w", pv.Name, claim, err)
 	}

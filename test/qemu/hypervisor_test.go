@@ -234,9 +234,9 @@ func noCloudSecret(name string) kubevirtv1.VolumeSource {
 	return kubevirtv1.VolumeSource{CloudInitNoCloud: &kubevirtv1.CloudInitNoCloudSource{UserDataSecretRef: &corev1.LocalObjectReference{Name: name}}}
 }
 
-// boundClaim is a claim bound to a hostPath volume at path, as CDI's
-// stand-in provisions them.
-func boundClaim(name, path string) []client.Object {
+// boundClaim is a claim bound to a hostPath volume, the directory dir, as
+// CDI's stand-in provisions them.
+func boundClaim(name, dir string) []client.Object {
 	return []client.Object{
 		&corev1.PersistentVolumeClaim{
 			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name},
@@ -245,7 +245,7 @@ func boundClaim(name, path string) []client.Object {
 		},
 		&corev1.PersistentVolume{
 			ObjectMeta: metav1.ObjectMeta{Name: "pvc-" + name},
-			Spec:       corev1.PersistentVolumeSpec{PersistentVolumeSource: corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: path}}},
+			Spec:       corev1.PersistentVolumeSpec{PersistentVolumeSource: corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: dir}}},
 		},
 	}
 }
@@ -266,7 +266,8 @@ func fakeReader(t *testing.T, objs ...client.Object) client.Reader {
 // inline.
 func TestPlanBoot(t *testing.T) {
 	worker := testDisk(t)
-	volume := filepath.Join(t.TempDir(), "volume.img")
+	volumeDir := t.TempDir()
+	volume := filepath.Join(volumeDir, "disk.img")
 	if err := os.WriteFile(volume, []byte("imported"), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -274,7 +275,7 @@ func TestPlanBoot(t *testing.T) {
 	secret := func(key string) *corev1.Secret {
 		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "vm-userdata"}, Data: map[string][]byte{key: []byte("#cloud-config\n")}}
 	}
-	objects := append(boundClaim("vm-root", volume), secret("userdata"))
+	objects := append(boundClaim("vm-root", volumeDir), secret("userdata"))
 	for _, tc := range []struct {
 		name      string
 		vmi       *kubevirtv1.VirtualMachineInstance
@@ -289,17 +290,17 @@ func TestPlanBoot(t *testing.T) {
 			want:    bootPlan{disk: worker, rootBus: "virtio", seed: NoCloud, userData: []byte("#cloud-config\n")},
 		},
 		{
-			name:    "a DataVolume boots the file of its claim's volume",
+			name:    "a DataVolume boots the disk.img of its claim's volume",
 			vmi:     instance(kubevirtv1.VolumeSource{DataVolume: &kubevirtv1.DataVolumeSource{Name: "vm-root"}}, noCloudSecret("vm-userdata")),
 			objects: objects,
 			want:    bootPlan{disk: r.opts.Disk, rootImage: volume, rootBus: "virtio", seed: NoCloud, userData: []byte("#cloud-config\n")},
 		},
 		{
-			name: "a claim boots its volume's file, with a ConfigDrive seed from the Secret's userData key",
+			name: "a claim boots its volume's disk.img, with a ConfigDrive seed from the Secret's userData key",
 			vmi: instance(kubevirtv1.VolumeSource{PersistentVolumeClaim: &kubevirtv1.PersistentVolumeClaimVolumeSource{
 				PersistentVolumeClaimVolumeSource: corev1.PersistentVolumeClaimVolumeSource{ClaimName: "vm-root"},
 			}}, kubevirtv1.VolumeSource{CloudInitConfigDrive: &kubevirtv1.CloudInitConfigDriveSource{UserDataSecretRef: &corev1.LocalObjectReference{Name: "vm-userdata"}}}),
-			objects: append(boundClaim("vm-root", volume), secret("userData")),
+			objects: append(boundClaim("vm-root", volumeDir), secret("userData")),
 			want:    bootPlan{disk: r.opts.Disk, rootImage: volume, rootBus: "virtio", seed: ConfigDrive, userData: []byte("#cloud-config\n")},
 		},
 		{
@@ -334,9 +335,9 @@ func TestPlanBoot(t *testing.T) {
 			wantError: "claim vm-root is not bound",
 		},
 		{
-			name:      "a volume whose file was never written cannot boot",
+			name:      "a volume whose disk.img was never written cannot boot",
 			vmi:       instance(kubevirtv1.VolumeSource{DataVolume: &kubevirtv1.DataVolumeSource{Name: "vm-root"}}, noCloudSecret("vm-userdata")),
-			objects:   append(boundClaim("vm-root", filepath.Join(t.TempDir(), "absent.img")), secret("userdata")),
+			objects:   append(boundClaim("vm-root", t.TempDir()), secret("userdata")),
 			wantError: "volume pvc-vm-root of claim vm-root has no data",
 		},
 		{

@@ -88,14 +88,7 @@ func importFromRunner(datasource string) func(*unstructured.Unstructured) {
 		if o.GetKind() != "KubeVirtMachineTemplate" {
 			return
 		}
-		labels := o.GetLabels()
-		delete(labels, "cozystack.io/worker-class")
-		o.SetLabels(labels)
-		machine := templateSpecOf(o)
-		delete(machine, "workerClass")
-		machine["image"] = map[string]any{"httpImport": map[string]any{"url": runner.ImageURL()}}
-		machine["rootDisk"] = map[string]any{"size": "4Gi"}
-		machine["cloudInitDatasource"] = datasource
+		harness.ClasslessImport(runner.ImageURL(), "4Gi", datasource)(o, templateSpecOf(o))
 	}
 }
 

@@ -42,6 +42,7 @@ import (
 
 	"github.com/cozystack/cluster-api-workers/test/envtest"
 	"github.com/cozystack/cluster-api-workers/test/infra"
+	cdisim "github.com/cozystack/cluster-api-workers/test/sim/cdi"
 	"github.com/cozystack/cluster-api-workers/test/vmfixture"
 )
 
@@ -225,7 +226,7 @@ func TestRunnerBootsWhatKubeVirtCreates(t *testing.T) {
 		g.Expect(c.Get(ctx, client.ObjectKey{Name: pvc.Spec.VolumeName}, pv)).To(Succeed())
 		booted := guests.booted("imported")
 		g.Expect(booted).To(HaveLen(1))
-		g.Expect(booted[0].RootImage).To(Equal(pv.Spec.HostPath.Path), "the guest boots its claim's volume")
+		g.Expect(booted[0].RootImage).To(Equal(cdisim.DiskImage(pv)), "the guest boots its claim's volume")
 		g.Expect(booted[0].RootImage).To(HavePrefix(runner.volumeDir() + "/"))
 		want, err := os.ReadFile(disk.Image())
 		g.Expect(err).NotTo(HaveOccurred())

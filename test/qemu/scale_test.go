@@ -33,6 +33,7 @@ import (
 
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/infrastructure/reconcilers/sharedimage"
+	cdisim "github.com/cozystack/cluster-api-workers/test/sim/cdi"
 )
 
 // TestScaleFromZero: a MachineDeployment at 0 replicas, with the cluster
@@ -99,7 +100,7 @@ func TestScaleFromZero(t *testing.T) {
 	g.Expect(pv.Spec.HostPath).NotTo(BeNil())
 	guest := guestOf(g, vmKey(m))
 	g.Expect(guest.RootImage).NotTo(Equal(disk.Image()), "the guest boots the shared disk, not its imported volume")
-	g.Expect(guest.RootImage).To(Equal(pv.Spec.HostPath.Path))
+	g.Expect(guest.RootImage).To(Equal(cdisim.DiskImage(pv)))
 	g.Expect(guest.Seed).To(Equal(ConfigDrive))
 	recordJoins(t, "scale from zero", ms)
 

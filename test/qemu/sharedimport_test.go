@@ -39,6 +39,7 @@ import (
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/render"
 	"github.com/cozystack/cluster-api-workers/infrastructure/reconcilers/sharedimage"
+	cdisim "github.com/cozystack/cluster-api-workers/test/sim/cdi"
 	"github.com/cozystack/cluster-api-workers/test/sim/imageserver"
 )
 
@@ -181,7 +182,7 @@ func TestSharedImportBootsGuestsFromOneDownload(t *testing.T) {
 		g.Expect(h.Client.Get(suiteCtx, client.ObjectKeyFromObject(dv), pvc)).To(Succeed())
 		pv := &corev1.PersistentVolume{}
 		g.Expect(h.Client.Get(suiteCtx, client.ObjectKey{Name: pvc.Spec.VolumeName}, pv)).To(Succeed())
-		g.Expect(guest.RootImage).To(Equal(pv.Spec.HostPath.Path), "guest %s boots its root DataVolume", name)
+		g.Expect(guest.RootImage).To(Equal(cdisim.DiskImage(pv)), "guest %s boots its root DataVolume", name)
 		return dv, guest.Started.Sub(created)
 	}
 	name := func(suffix string) string { return p.Deployment().Name + "-" + suffix }

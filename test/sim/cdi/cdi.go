@@ -22,8 +22,10 @@ limitations under the License.
 //
 //   - a DataVolume gets a PersistentVolumeClaim of its name, owned by it,
 //     with CDI's import (or clone) annotations; the storage provisioner
-//     stand-in provisions a PersistentVolume (a file on this host) and
-//     binds the claim to it;
+//     stand-in provisions a PersistentVolume (a hostPath directory on this
+//     host, as kind's local-path provisioner does) and binds the claim to
+//     it; the importer writes the image to disk.img in that directory, as
+//     CDI does in a filesystem volume;
 //   - while the claim is unbound the DataVolume is Pending; once bound, an
 //     importer Pod (importer-<dv>, or cdi-upload-<dv> for a clone) mounts
 //     the claim and the DataVolume is ImportScheduled (CloneScheduled);
@@ -85,10 +87,11 @@ type Importer interface {
 // Job is one run of an importer Pod.
 type Job struct {
 	DataVolume *cdiv1.DataVolume
-	// Path is the volume's file on this host (its PersistentVolume's
-	// hostPath).
+	// Path is the volume's image file on this host: disk.img in its
+	// PersistentVolume's hostPath directory (DiskImage).
 	Path string
-	// SourcePath is a clone's source volume file; empty for imports.
+	// SourcePath is a clone's source volume's image file; empty for
+	// imports.
 	SourcePath string
 	// Size is the claim's size in bytes.
 	Size int64
@@ -114,9 +117,9 @@ type Options struct {
 	// claim first, and on a busy cluster virt-controller can look for the
 	// claim before it exists. Zero creates it at once.
 	ClaimDelay time.Duration
-	// VolumeDir holds the provisioned volumes' files; volumes are only
-	// named, never written, by the simulated importer. A real Importer
-	// needs a directory it may write.
+	// VolumeDir holds the provisioned volumes' directories; volumes are
+	// only named, never written, by the simulated importer. A real
+	// Importer needs a directory it may write.
 	VolumeDir string
 	// ControllerNamePrefix makes the controller names unique when more than
 	// one stand-in runs in a process.

@@ -357,7 +357,7 @@ func cloneSourceKey(dv *cdiv1.DataVolume) *client.ObjectKey {
 	return nil
 }
 
-// cloneSource returns the volume file a clone copies, or a message naming
+// cloneSource returns the disk.img a clone copies, or a message naming
 // the source that does not exist (yet).
 func (c *CDI) cloneSource(ctx context.Context, dv *cdiv1.DataVolume) (string, string, error) {
 	key := cloneSourceKey(dv)
@@ -396,7 +396,7 @@ func (c *CDI) cloneSource(ctx context.Context, dv *cdiv1.DataVolume) (string, st
 	if pv.Spec.HostPath == nil {
 		return "", fmt.Sprintf("The source PVC %s has no volume on this host", claimKey), nil
 	}
-	return pv.Spec.HostPath.Path, "", nil
+	return DiskImage(pv), "", nil
 }
 
 // The statuses CDI reports.

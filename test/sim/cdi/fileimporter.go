@@ -32,32 +32,64 @@ import (
 const importBlockSize = 64 << 10
 
 // FileImporter does the work of CDI's importer and clone Pods for real: an
-// HTTP source is downloaded (raw images only) into the volume file, a clone
-// copies its source volume's file. The QEMU tier boots guests from those
+// HTTP source is downloaded (raw images only) into the volume's disk.img, a
+// clone copies its source volume's disk.img. The QEMU tier boots guests from those
 // files; the import benchmark counts what is downloaded.
 type FileImporter struct{}
 
 var _ Importer = FileImporter{}
 
-// Populate fills the job's volume file. Its error is the worker Pod's,
+// Populate fills the job's disk.img. Its error is the worker Pod's,
 // worded as CDI words it; the stand-in restarts the Pod.
 func (FileImporter) Populate(ctx context.Context, job Job) error {
 	progress := job.Progress
 	if progress == nil {
 		progress = func(int64, int64) {}
 	}
-	if err := os.MkdirAll(filepath.Dir(job.Path), 0o750); err != nil {
+	if err := makeVolumeDir(filepath.Dir(job.Path)); err != nil {
 		return err
 	}
 	source := job.DataVolume.Spec.Source
+	var err error
 	switch {
 	case job.SourcePath != "":
-		return cloneVolume(ctx, job.SourcePath, job.Path, job.Size, progress)
+		err = cloneVolume(ctx, job.SourcePath, job.Path, job.Size, progress)
 	case source != nil && source.HTTP != nil:
-		return importHTTP(ctx, source.HTTP.URL, job.Path, job.Size, progress)
+		err = importHTTP(ctx, source.HTTP.URL, job.Path, job.Size, progress)
 	default:
 		return newCDIError("Unable to process data: the file importer reads HTTP sources and clones only")
 	}
+	if err != nil {
+		return err
+	}
+	return giveToQEMU(job.Path)
+}
+
+// QEMUUser is the user (and group) CDI's importer and clone Pods run as,
+// the qemu user of KubeVirt's virt-launcher.
+const QEMUUser = 107
+
+// giveToQEMU leaves a written disk.img owned by the qemu user, as CDI's
+// worker Pods, which run as that user, leave it. virt-launcher's QEMU opens
+// it read-write as that user, and virt-handler does not hand it over: it
+// looks for disk.img in its own mount namespace, never finds it there, and
+// gives the qemu user only the volume's directory. A process that is not
+// root writes as itself and can give the file to no one.
+func giveToQEMU(path string) error {
+	if os.Geteuid() != 0 {
+		return nil
+	}
+	return os.Chown(path, QEMUUser, QEMUUser)
+}
+
+// makeVolumeDir makes a volume's directory as kind's local-path provisioner
+// does (mkdir -m 0777): open to every user, since virt-launcher's QEMU runs
+// as the qemu user (107) and virt-handler hands it only disk.img.
+func makeVolumeDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return err
+	}
+	return os.Chmod(dir, 0o777) //nolint:gosec // The provisioner's mode: the qemu user reads disk.img through it.
 }
 
 // importHTTP downloads a raw image from url into the volume file at path,

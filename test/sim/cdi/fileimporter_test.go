@@ -121,9 +121,11 @@ func TestImportFailuresAreWordedAsCDI(t *testing.T) {
 }
 
 // TestImporterPopulatesVolumes: the importer CDI's stand-in runs downloads
-// an HTTP source and copies a clone's source into the volume file (its
-// directory made on demand), sparse and with progress, and refuses what
-// it cannot do in CDI's words.
+// an HTTP source and copies a clone's source into the volume's disk.img
+// (its directory made on demand, open to every user as kind's local-path
+// provisioner makes it, so virt-launcher's QEMU, the qemu user, reaches the
+// image; disk.img owned by the qemu user when the test runs as root),
+// sparse and with progress, and refuses what it cannot do in CDI's words.
 func TestImporterPopulatesVolumes(t *testing.T) {
 	disk := testDisk(t)
 	server := httptest.NewServer(imageserver.New(disk, imagePath))
@@ -150,7 +152,8 @@ func TestImporterPopulatesVolumes(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
-			path := filepath.Join(t.TempDir(), "volumes", "ns-root.img")
+			volume := filepath.Join(t.TempDir(), "volumes", "ns-root")
+			path := filepath.Join(volume, DiskImageName)
 			var last, size int64
 			err := FileImporter{}.Populate(context.Background(), Job{
 				DataVolume: &cdiv1.DataVolume{Spec: cdiv1.DataVolumeSpec{Source: tc.source}},
@@ -163,6 +166,14 @@ func TestImporterPopulatesVolumes(t *testing.T) {
 				return
 			}
 			g.Expect(err).NotTo(HaveOccurred())
+			st, err := os.Stat(volume)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(st.Mode().Perm()).To(Equal(os.FileMode(0o777)))
+			if os.Geteuid() == 0 {
+				img, err := os.Stat(path)
+				g.Expect(err).NotTo(HaveOccurred())
+				g.Expect(img.Sys().(*syscall.Stat_t).Uid).To(BeEquivalentTo(QEMUUser), "disk.img is the qemu user's, as CDI's worker Pods leave it")
+			}
 			got, err := os.ReadFile(path) //nolint:gosec // A file in the test's temporary directory.
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(bytes.Equal(got, want)).To(BeTrue(), "the volume holds the image byte for byte")

@@ -153,7 +153,7 @@ func (c *CDI) ensureWorkerPod(ctx context.Context, dv *cdiv1.DataVolume, k kind,
 	return pod, nil
 }
 
-// volumePath is the file of the volume a bound claim uses.
+// volumePath is the image file of the volume a bound claim uses.
 func (c *CDI) volumePath(ctx context.Context, pvc *corev1.PersistentVolumeClaim) (string, error) {
 	pv := &corev1.PersistentVolume{}
 	if err := c.client.Get(ctx, client.ObjectKey{Name: pvc.Spec.VolumeName}, pv); err != nil {
@@ -162,7 +162,7 @@ func (c *CDI) volumePath(ctx context.Context, pvc *corev1.PersistentVolumeClaim)
 	if pv.Spec.HostPath == nil {
 		return "", fmt.Errorf("the volume of claim %s is not on this host", pvc.Name)
 	}
-	return pv.Spec.HostPath.Path, nil
+	return DiskImage(pv), nil
 }
 
 // deleteWorkerPod deletes the Pod of a DataVolume that succeeded, as CDI

@@ -26,6 +26,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
@@ -37,9 +38,25 @@ const (
 	annBoundByCtrl   = "pv.kubernetes.io/bound-by-controller"
 )
 
+// DiskImageName is the file a filesystem volume's image is in, in the
+// volume's root: CDI's importer writes disk.img there, and KubeVirt's
+// virt-handler boots a claim's disk.img (pkg/host-disk: it makes an empty
+// one when there is none, so a volume laid out otherwise boots blank).
+const DiskImageName = "disk.img"
+
+// DiskImage is the image file of a volume the stand-in provisioned on this
+// host: disk.img in its hostPath directory; "" for another volume.
+func DiskImage(pv *corev1.PersistentVolume) string {
+	if pv.Spec.HostPath == nil {
+		return ""
+	}
+	return filepath.Join(pv.Spec.HostPath.Path, DiskImageName)
+}
+
 // reconcileClaim plays a dynamic provisioner and the persistent volume
-// binder for every claim: it provisions a volume (a file path on this
-// host) and binds the claim to it; a claim that waits for a volume
+// binder for every claim: it provisions a volume (a directory on this
+// host, as kind's local-path provisioner does, which the importer fills
+// with disk.img) and binds the claim to it; a claim that waits for a volume
 // populator (a dataSourceRef) is left to it. When a claim is gone, its
 // volume is deleted (reclaim policy Delete).
 func (c *CDI) reconcileClaim(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
@@ -64,7 +81,8 @@ func (c *CDI) reconcileClaim(ctx context.Context, req reconcile.Request) (reconc
 			StorageClassName:              storageClassOf(pvc),
 			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimDelete,
 			PersistentVolumeSource: corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{
-				Path: filepath.Join(c.opts.VolumeDir, fmt.Sprintf("%s-%s-%s.img", pvc.Namespace, pvc.Name, pvc.UID)),
+				Path: filepath.Join(c.opts.VolumeDir, fmt.Sprintf("%s-%s-%s", pvc.Namespace, pvc.Name, pvc.UID)),
+				Type: ptr.To(corev1.HostPathDirectoryOrCreate),
 			}},
 		},
 	}
@@ -144,7 +162,7 @@ func (c *CDI) rebind(ctx context.Context, prime, pvc *corev1.PersistentVolumeCla
 }
 
 // releaseVolumes deletes the volumes still bound to a claim that is gone,
-// and their files.
+// and their directories.
 func (c *CDI) releaseVolumes(ctx context.Context, claim client.ObjectKey) error {
 	pvs := &corev1.PersistentVolumeList{}
 	if err := c.client.List(ctx, pvs); err != nil {
@@ -160,7 +178,7 @@ func (c *CDI) releaseVolumes(ctx context.Context, claim client.ObjectKey) error 
 			return err
 		}
 		if hp := pv.Spec.HostPath; hp != nil && strings.HasPrefix(hp.Path, c.opts.VolumeDir+string(filepath.Separator)) {
-			_ = os.Remove(hp.Path)
+			_ = os.RemoveAll(hp.Path)
 		}
 	}
 	return nil
