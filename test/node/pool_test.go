@@ -728,27 +728,9 @@ func expectKillRemediated(t *testing.T, what string, names []string) {
 	const namespace = "node-remediation"
 	k := startKubeVirtNode(ctx, t, namespace)
 	c := k.h.Management.Client
-
-	p := k.pool("remediated")
-	vars := map[string]string{
-		// Once joined, a node unhealthy for a minute is remediated.
-		"NODE_UNHEALTHY_TIMEOUT_SECONDS": "60",
-		// The one Machine is the whole pool: with the template's 50% the
-		// MachineHealthCheck would find it unhealthy and not remediate.
-		"MAX_UNHEALTHY": "100%",
-	}
-	watcher, err := client.NewWithWatch(k.h.Config(), client.Options{Scheme: k.h.Scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	history := harness.WatchConditions(t, watcher, &clusterv1.MachineList{}, clusterv1.MachineHealthCheckSucceededCondition,
-		client.InNamespace(namespace), client.MatchingLabels{clusterv1.MachineDeploymentNameLabel: p.Deployment().Name})
-	p.apply(ctx, t, vars)
-	g := newGuest(k)
-	defer g.keepConsole("guest-console-remediated.log")
-	victim := k.waitJoined(ctx, t, p, namespace, g, nil)
-	t.Logf("Machine %s joined %s after its creation", victim.Name, time.Since(victim.CreationTimestamp.Time).Round(time.Second))
-	vmiKey := client.ObjectKey{Namespace: namespace, Name: victim.Spec.InfrastructureRef.Name}
+	r := k.joinRemediable(ctx, t, namespace, "remediated")
+	defer r.guest.keepConsole("guest-console-remediated.log")
+	vmiKey := client.ObjectKey{Namespace: namespace, Name: r.victim.Spec.InfrastructureRef.Name}
 	killedVMI := &kubevirtv1.VirtualMachineInstance{}
 	if err := c.Get(ctx, vmiKey, killedVMI); err != nil {
 		t.Fatal(err)
@@ -768,40 +750,83 @@ func expectKillRemediated(t *testing.T, what string, names []string) {
 		}
 		return vmi.UID != killedVMI.UID || vmi.Status.Phase == kubevirtv1.Failed, fmt.Sprintf("instance %s %s", vmi.UID, vmi.Status.Phase)
 	}); err != nil {
-		t.Fatalf("the killed guest's instance did not fail: %v\n%s", err, g.logs())
+		t.Fatalf("the killed guest's instance did not fail: %v\n%s", err, r.guest.logs())
 	}
 	t.Logf("the killed guest's instance failed %s after the kill", time.Since(killed).Round(time.Second))
+	k.expectRemediated(ctx, t, namespace, r, "the kill", killed)
+}
 
+// remediable is a joined pool of one Machine whose MachineHealthCheck
+// remediates it once its Node is unhealthy for a minute, with the history
+// of the health check's verdicts on its Machines.
+type remediable struct {
+	p       pool
+	victim  clusterv1.Machine
+	guest   *guest
+	history *harness.ConditionHistory
+}
+
+// joinRemediable applies a remediable pool (each edit of its templates
+// applied first) and waits until its Machine joined.
+func (k *kubeVirtNode) joinRemediable(ctx context.Context, t *testing.T, namespace, name string, edits ...func(template *unstructured.Unstructured, machine map[string]any)) remediable {
+	t.Helper()
+	r := remediable{p: k.pool(name)}
+	vars := map[string]string{
+		// Once joined, a node unhealthy for a minute is remediated.
+		"NODE_UNHEALTHY_TIMEOUT_SECONDS": "60",
+		// The one Machine is the whole pool: with the template's 50% the
+		// MachineHealthCheck would find it unhealthy and not remediate.
+		"MAX_UNHEALTHY": "100%",
+	}
+	watcher, err := client.NewWithWatch(k.h.Config(), client.Options{Scheme: k.h.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.history = harness.WatchConditions(t, watcher, &clusterv1.MachineList{}, clusterv1.MachineHealthCheckSucceededCondition,
+		client.InNamespace(namespace), client.MatchingLabels{clusterv1.MachineDeploymentNameLabel: r.p.Deployment().Name})
+	r.p.apply(ctx, t, vars, edits...)
+	r.guest = newGuest(k)
+	r.victim = k.waitJoined(ctx, t, r.p, namespace, r.guest, nil)
+	t.Logf("Machine %s joined %s after its creation", r.victim.Name, time.Since(r.victim.CreationTimestamp.Time).Round(time.Second))
+	return r
+}
+
+// expectRemediated expects the remediable Machine's Node to go NotReady
+// after what happened at since (a kill, a drain), the MachineHealthCheck
+// to remediate the Machine, its Node to be deleted and its replacement to
+// join.
+func (k *kubeVirtNode) expectRemediated(ctx context.Context, t *testing.T, namespace string, r remediable, what string, since time.Time) {
+	t.Helper()
 	var notReady time.Duration
-	if err := waitFor(ctx, 5*time.Minute, func() (bool, string) {
+	if err := waitFor(ctx, 10*time.Minute, func() (bool, string) {
 		var nd corev1.Node
-		if err := k.workload.API.Client.Get(ctx, client.ObjectKey{Name: victim.Status.NodeRef.Name}, &nd); err != nil {
+		if err := k.workload.API.Client.Get(ctx, client.ObjectKey{Name: r.victim.Status.NodeRef.Name}, &nd); err != nil {
 			return false, err.Error()
 		}
 		for _, cond := range nd.Status.Conditions {
 			if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionUnknown {
-				notReady = time.Since(killed)
+				notReady = time.Since(since)
 				return true, ""
 			}
 		}
 		return false, fmt.Sprintf("Node %s conditions %+v", nd.Name, nd.Status.Conditions)
 	}); err != nil {
-		t.Fatalf("the killed guest's Node did not go NotReady: %v", err)
+		t.Fatalf("the Node of Machine %s did not go NotReady after %s: %v", r.victim.Name, what, err)
 	}
-	t.Logf("the killed guest's Node went NotReady (Ready Unknown) %s after the kill", notReady.Round(time.Second))
+	t.Logf("the Node of Machine %s went NotReady (Ready Unknown) %s after %s", r.victim.Name, notReady.Round(time.Second), what)
 
 	replacementGuest := newGuest(k)
 	defer replacementGuest.keepConsole("guest-console-replacement.log")
-	replacement := k.waitJoined(ctx, t, p, namespace, replacementGuest, &victim)
-	if reasons := history.Reasons(victim.UID, metav1.ConditionFalse); !slices.Contains(reasons, clusterv1.MachineHealthCheckUnhealthyNodeReason) {
-		t.Errorf("the MachineHealthCheck's verdicts on %s were %v, want %s", victim.Name, reasons, clusterv1.MachineHealthCheckUnhealthyNodeReason)
+	replacement := k.waitJoined(ctx, t, r.p, namespace, replacementGuest, &r.victim)
+	if reasons := r.history.Reasons(r.victim.UID, metav1.ConditionFalse); !slices.Contains(reasons, clusterv1.MachineHealthCheckUnhealthyNodeReason) {
+		t.Errorf("the MachineHealthCheck's verdicts on %s were %v, want %s", r.victim.Name, reasons, clusterv1.MachineHealthCheckUnhealthyNodeReason)
 	}
 	var gone corev1.Node
-	if err := k.workload.API.Client.Get(ctx, client.ObjectKey{Name: victim.Status.NodeRef.Name}, &gone); !apierrors.IsNotFound(err) {
-		t.Errorf("the remediated Machine's Node %s: %v, want it deleted", victim.Status.NodeRef.Name, err)
+	if err := k.workload.API.Client.Get(ctx, client.ObjectKey{Name: r.victim.Status.NodeRef.Name}, &gone); !apierrors.IsNotFound(err) {
+		t.Errorf("the remediated Machine's Node %s: %v, want it deleted", r.victim.Status.NodeRef.Name, err)
 	}
 	created := replacement.CreationTimestamp.Time
-	t.Logf("Machine %s was replaced by %s, created %s after the kill and Running with its Node Ready %s after the kill; its guest's timeline from its creation: %s; load average %s",
-		victim.Name, replacement.Name, created.Sub(killed).Round(time.Second), time.Since(killed).Round(time.Second),
+	t.Logf("Machine %s was replaced by %s, created %s after %s and Running with its Node Ready %s after %s; its guest's timeline from its creation: %s; load average %s",
+		r.victim.Name, replacement.Name, created.Sub(since).Round(time.Second), what, time.Since(since).Round(time.Second), what,
 		replacementGuest.timeline(created), loadAverage())
 }
