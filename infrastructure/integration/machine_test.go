@@ -416,6 +416,12 @@ func TestMachineFailureConditions(t *testing.T) {
 		kvm := tc.machine(t, "ephemeral", containerDiskSpec())
 		expectProvisioned(t, kvm)
 		first := kvm.Status.ProvisionedInstanceUID
+		// The guest joined: Cluster API sets the Machine's Node.
+		machine := &clusterv1.Machine{}
+		g.Expect(c.Get(ctx, client.ObjectKeyFromObject(kvm), machine)).To(Succeed())
+		joined := machine.DeepCopy()
+		joined.Status.NodeRef = clusterv1.MachineNodeReference{Name: kvm.Name}
+		g.Expect(c.Status().Patch(ctx, joined, client.MergeFrom(machine))).To(Succeed())
 		// The node loses the instance with its container disk; KubeVirt
 		// boots a new instance on a blank copy of the image.
 		g.Expect(stack.Hosts.LoseDisk(ctx, client.ObjectKeyFromObject(kvm))).To(Succeed())
@@ -431,6 +437,28 @@ func TestMachineFailureConditions(t *testing.T) {
 			g.Expect(vmi.Status.Phase).To(Equal(kubevirtv1.Running))
 		}).Should(Succeed(), func() string { return describe(tc.namespace) })
 		expectReady(t, kvm, metav1.ConditionFalse, infrav1.EphemeralDiskLostReason)
+	})
+
+	t.Run("a container-disk instance restarted before the node joined lost nothing", func(t *testing.T) {
+		t.Parallel()
+		g := NewWithT(t)
+		kvm := tc.machine(t, "restarted-before-join", containerDiskSpec())
+		expectProvisioned(t, kvm)
+		first := kvm.Status.ProvisionedInstanceUID
+		// The instance stops before the guest joined (a QEMU that crashed
+		// early in its boot, as under KubeVirt's real node side): the new
+		// instance boots the same image with the same bootstrap data.
+		g.Expect(stack.Hosts.LoseDisk(ctx, client.ObjectKeyFromObject(kvm))).To(Succeed())
+		g.Eventually(func(g Gomega) {
+			vmi := &kubevirtv1.VirtualMachineInstance{}
+			g.Expect(c.Get(ctx, client.ObjectKeyFromObject(kvm), vmi)).To(Succeed())
+			g.Expect(string(vmi.UID)).NotTo(Equal(first))
+			g.Expect(vmi.Status.Phase).To(Equal(kubevirtv1.Running))
+			latest := &infrav1.KubeVirtMachine{}
+			g.Expect(c.Get(ctx, client.ObjectKeyFromObject(kvm), latest)).To(Succeed())
+			g.Expect(latest.Status.ProvisionedInstanceUID).To(Equal(string(vmi.UID)), "the new instance is the provisioned one")
+		}).Should(Succeed(), func() string { return describe(tc.namespace) })
+		expectReady(t, kvm, metav1.ConditionTrue, infrav1.ReadyReason)
 	})
 
 	t.Run("a VM deleted after provisioning is reported, not recreated", func(t *testing.T) {

@@ -165,7 +165,8 @@ const (
 	// starts no other.
 	InstanceStoppedReason = "InstanceStopped"
 	// EphemeralDiskLostReason: the instance that booted a container disk is
-	// gone; any new instance boots a blank disk and the node cannot rejoin.
+	// gone after the node joined; any new instance boots a blank disk and
+	// the node cannot rejoin.
 	EphemeralDiskLostReason = "EphemeralDiskLost"
 	// VirtualMachineDeletedReason: the VM was deleted after provisioning.
 	VirtualMachineDeletedReason = "VirtualMachineDeleted"

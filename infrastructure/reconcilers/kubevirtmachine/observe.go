@@ -48,6 +48,7 @@ func (r *Reconciler) observe(ctx context.Context, s *scope, vm *kubevirtv1.Virtu
 	o := &observation{
 		provisioned:            ptr.Deref(kvm.Status.Initialization.Provisioned, false),
 		provisionedInstanceUID: kvm.Status.ProvisionedInstanceUID,
+		nodeJoined:             machine.Status.NodeRef.IsDefined(),
 		vm:                     vm,
 		importFailureRestarts:  r.ImportFailureRestarts,
 	}
@@ -99,6 +100,12 @@ func (r *Reconciler) observe(ctx context.Context, s *scope, vm *kubevirtv1.Virtu
 			kvm.Status.ProvisionedInstanceUID = string(o.vmi.UID)
 			ctrl.LoggerFrom(ctx).Info("The machine's VirtualMachine is provisioned", "VirtualMachineInstance", klog.KObj(o.vmi), "node", o.vmi.Status.NodeName)
 			metrics.ObserveProvisioned(machine.CreationTimestamp, time.Now())
+		} else if o.ephemeral() && !o.nodeJoined && string(o.vmi.UID) != o.provisionedInstanceUID {
+			// A container-disk instance that stopped before the node
+			// joined lost nothing (virtualMachineGone): the new one is
+			// the instance whose disk the node will keep.
+			kvm.Status.ProvisionedInstanceUID = string(o.vmi.UID)
+			ctrl.LoggerFrom(ctx).Info("A new instance of the machine's container disk runs before the node joined; it is the provisioned instance now", "VirtualMachineInstance", klog.KObj(o.vmi), "previous", o.provisionedInstanceUID)
 		}
 	}
 	if o.liveMigrating() {

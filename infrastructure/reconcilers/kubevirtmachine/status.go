@@ -40,8 +40,11 @@ type observation struct {
 	provisioned bool
 	// provisionedInstanceUID is the machine's recorded first ready instance.
 	provisionedInstanceUID string
-	vm                     *kubevirtv1.VirtualMachine
-	vmi                    *kubevirtv1.VirtualMachineInstance
+	// nodeJoined is whether the Machine has its Node (status.nodeRef): only
+	// then does a container disk hold state a new instance would lose.
+	nodeJoined bool
+	vm         *kubevirtv1.VirtualMachine
+	vmi        *kubevirtv1.VirtualMachineInstance
 	// rootDataVolume is nil for container disks, and before it is created.
 	rootDataVolume *cdiv1.DataVolume
 	// rootDataVolumeName is empty for container disks.
@@ -225,7 +228,11 @@ func virtualMachineGone(o *observation) (metav1.Condition, bool) {
 		}
 		return condition(vmProvisioned, metav1.ConditionUnknown, infrav1.ProvisioningReason, "Creating the VirtualMachine"), true
 	}
-	if o.ephemeral() && o.provisionedInstanceUID != "" {
+	// Before the node joined, a new instance boots the same image with the
+	// same, still valid, bootstrap data: nothing was lost (observe then
+	// records it as the provisioned instance). KubeVirt restarts an
+	// instance whose QEMU crashed early in its boot this way.
+	if o.ephemeral() && o.provisionedInstanceUID != "" && o.nodeJoined {
 		if vmi == nil || string(vmi.UID) != o.provisionedInstanceUID ||
 			vmi.Status.Phase == kubevirtv1.Failed || vmi.Status.Phase == kubevirtv1.Succeeded {
 			return condition(vmProvisioned, metav1.ConditionFalse, infrav1.EphemeralDiskLostReason,
