@@ -393,10 +393,11 @@ func (c *CDI) cloneSource(ctx context.Context, dv *cdiv1.DataVolume) (string, st
 	if err := c.client.Get(ctx, client.ObjectKey{Name: src.Spec.VolumeName}, pv); err != nil {
 		return "", "", client.IgnoreNotFound(err)
 	}
-	if pv.Spec.HostPath == nil {
+	path := DiskImage(pv)
+	if path == "" {
 		return "", fmt.Sprintf("The source PVC %s has no volume on this host", claimKey), nil
 	}
-	return DiskImage(pv), "", nil
+	return path, "", nil
 }
 
 // The statuses CDI reports.

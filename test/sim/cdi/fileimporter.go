@@ -84,7 +84,7 @@ func giveToQEMU(path string) error {
 
 // makeVolumeDir makes a volume's directory as kind's local-path provisioner
 // does (mkdir -m 0777): open to every user, since virt-launcher's QEMU runs
-// as the qemu user (107) and virt-handler hands it only disk.img.
+// as the qemu user (107) and reaches disk.img through it (giveToQEMU).
 func makeVolumeDir(dir string) error {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return err

@@ -159,10 +159,11 @@ func (c *CDI) volumePath(ctx context.Context, pvc *corev1.PersistentVolumeClaim)
 	if err := c.client.Get(ctx, client.ObjectKey{Name: pvc.Spec.VolumeName}, pv); err != nil {
 		return "", fmt.Errorf("reading the volume of claim %s: %w", pvc.Name, err)
 	}
-	if pv.Spec.HostPath == nil {
+	path := DiskImage(pv)
+	if path == "" {
 		return "", fmt.Errorf("the volume of claim %s is not on this host", pvc.Name)
 	}
-	return DiskImage(pv), nil
+	return path, nil
 }
 
 // deleteWorkerPod deletes the Pod of a DataVolume that succeeded, as CDI
