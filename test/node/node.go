@@ -88,7 +88,9 @@ type Options struct {
 	// loopback. Nothing else leaves the node.
 	Forwards map[string]string
 	// ArtifactsDir, when set, receives the node's logs (nodeinit,
-	// containerd, kubelet) on Stop.
+	// containerd, kubelet) on Stop, and the pods' logs every few seconds
+	// while the node runs, so that a Pod deleted before Stop (the launcher
+	// Pod of a crashed instance) keeps its logs there.
 	ArtifactsDir string
 	// StartTimeout bounds the start up to a running kubelet; default 3
 	// minutes.
@@ -114,6 +116,10 @@ type Node struct {
 	before     hostState
 	stopOnce   sync.Once
 	stopErr    error
+	// keepingLogs ends the pods' logs copy (ArtifactsDir); keptLogs is
+	// closed when it has.
+	keepingLogs context.CancelFunc
+	keptLogs    chan struct{}
 }
 
 // Prerequisites says what this machine lacks to run a node, wrapping
@@ -231,7 +237,40 @@ func Start(ctx context.Context, opts Options) (*Node, error) {
 		}
 		return nil, err
 	}
+	if opts.ArtifactsDir != "" {
+		n.keepPodLogs()
+	}
 	return n, nil
+}
+
+// keepPodLogs copies the pods' logs to the artifacts directory every two
+// seconds until Stop: the kubelet removes a Pod's logs once the Pod is
+// deleted, and a launcher Pod's are the only record of why its instance
+// ended.
+func (n *Node) keepPodLogs() {
+	ctx, cancel := context.WithCancel(context.Background())
+	n.keepingLogs, n.keptLogs = cancel, make(chan struct{})
+	go func() {
+		defer close(n.keptLogs)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(2 * time.Second):
+			}
+			// A Pod deleted during the copy ends that copy; the next one
+			// goes on from the Pods left.
+			_ = n.copyPodLogs()
+		}
+	}()
+}
+
+// copyPodLogs copies the pods' logs as the kubelet wrote them (CRI
+// format: each line with its time),
+// /var/log/pods/<namespace>_<pod>_<uid>/<container>/, to the artifacts
+// directory.
+func (n *Node) copyPodLogs() error {
+	return copyTree(n.HostPath("/var/log/pods"), filepath.Join(n.opts.ArtifactsDir, "pods"))
 }
 
 func (n *Node) path(parts ...string) string {
@@ -447,6 +486,10 @@ func (n *Node) Stop() error {
 
 func (n *Node) stop() error {
 	var errs []error
+	if n.keepingLogs != nil {
+		n.keepingLogs()
+		<-n.keptLogs
+	}
 	if n.unshare != nil {
 		if n.initPID != 0 {
 			_ = syscall.Kill(n.initPID, syscall.SIGTERM)
@@ -489,9 +532,7 @@ func (n *Node) stop() error {
 		if err := copyDir(n.path("logs"), n.opts.ArtifactsDir); err != nil {
 			errs = append(errs, fmt.Errorf("keeping the logs: %w", err))
 		}
-		// The pods' logs as the kubelet wrote them (CRI format: each line
-		// with its time), /var/log/pods/<namespace>_<pod>_<uid>/<container>/.
-		if err := copyTree(n.HostPath("/var/log/pods"), filepath.Join(n.opts.ArtifactsDir, "pods")); err != nil {
+		if err := n.copyPodLogs(); err != nil {
 			errs = append(errs, fmt.Errorf("keeping the pods' logs: %w", err))
 		}
 	}
