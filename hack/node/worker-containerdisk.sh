@@ -104,7 +104,25 @@ EOF
 dd if=/usr/lib/syslinux/mbr/mbr.bin of="${w}/disk.raw" bs=440 count=1 conv=notrunc status=none
 dd if="${w}/boot.img" of="${w}/disk.raw" bs=1M seek=1 conv=notrunc,sparse status=none
 dd if="${w}/root.img" of="${w}/disk.raw" bs=1M seek=$((1 + BOOT_SIZE_MIB)) conv=notrunc,sparse status=none
-qemu-img convert -f raw -O qcow2 "${w}/disk.raw" "${out}/layer/disk/worker.qcow2"
+# KubeVirt v1.7.0's virt-handler writes the CRC-32 of a container disk's
+# file into the instance's status (volumeStatus[].containerDiskVolume.checksum,
+# a uint32), which the VirtualMachineInstance CRD declares int32 and
+# kube-apiserver v1.36 range-checks: for a file whose CRC-32 is 2^31 or more
+# every status update of the instance is refused and it stays Scheduled
+# (docs/testing.md). The MBR's disk identifier (bytes 440-443, random from
+# sfdisk; nothing reads it, the partitions are found by label) is counted up
+# until the qcow2 file's CRC-32, read from gzip's trailer, is below 2^31:
+# about two tries.
+crc32() { gzip -1 -c "$1" | tail -c 8 | head -c 4 | od -An -tu4 | tr -d ' '; }
+for ((id = 0; ; id++)); do
+  printf "$(printf '\\x%02x\\x%02x\\x%02x\\x%02x' $((id & 255)) $((id >> 8 & 255)) $((id >> 16 & 255)) $((id >> 24 & 255)))" |
+    dd of="${w}/disk.raw" bs=1 seek=440 count=4 conv=notrunc status=none
+  qemu-img convert -f raw -O qcow2 "${w}/disk.raw" "${out}/layer/disk/worker.qcow2"
+  crc=$(crc32 "${out}/layer/disk/worker.qcow2")
+  ((crc < 2147483648)) && break
+  ((id < 64)) || { log "no disk identifier up to ${id} gave a CRC-32 below 2^31"; exit 1; }
+done
+log "disk identifier 0x$(printf %08x "${id}"), CRC-32 ${crc}"
 chown 107:107 "${out}/layer/disk" "${out}/layer/disk/worker.qcow2"
 chmod 0555 "${out}/layer/disk"
 chmod 0444 "${out}/layer/disk/worker.qcow2"

@@ -21,7 +21,9 @@ package node
 import (
 	"bytes"
 	"fmt"
+	"hash/crc32"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -180,9 +182,17 @@ func BuildWorkerContainerDisk() (*WorkerContainerDisk, error) {
 		return nil, fmt.Errorf("hack/node/worker-containerdisk.sh: %w: %s", err, stderr.String())
 	}
 	layer := strings.TrimSpace(stdout.String())
-	disk, err := os.Stat(filepath.Join(layer, "disk", "worker.qcow2"))
+	diskPath := filepath.Join(layer, "disk", "worker.qcow2")
+	disk, err := os.Stat(diskPath)
 	if err != nil {
 		return nil, fmt.Errorf("hack/node/worker-containerdisk.sh printed %q: %w", layer, err)
+	}
+	checksum, err := ContainerDiskChecksum(diskPath)
+	if err != nil {
+		return nil, err
+	}
+	if checksum > math.MaxInt32 {
+		return nil, fmt.Errorf("%s: CRC-32 %d is 2^31 or more: virt-handler could not write it into the instance's status.volumeStatus[].containerDiskVolume.checksum (int32 in KubeVirt's CRD), and the instance would never leave Scheduled; hack/node/worker-containerdisk.sh chooses the disk identifier to avoid that", diskPath, checksum)
 	}
 	w := &WorkerContainerDisk{
 		Image:     Image{Ref: WorkerImageRepository, ByDigest: true, Rootfs: layer, Archive: filepath.Join(filepath.Dir(layer), "image.tar")},
@@ -207,6 +217,25 @@ func BuildWorkerContainerDisk() (*WorkerContainerDisk, error) {
 	}
 	w.ArchiveBytes, w.Build = fi.Size(), time.Since(t0)
 	return w, nil
+}
+
+// ContainerDiskChecksum is the CRC-32 (IEEE) of a container disk's file,
+// as KubeVirt v1.7.0's virt-handler computes it for the instance's
+// status.volumeStatus[].containerDiskVolume.checksum: a uint32 that the
+// VirtualMachineInstance CRD declares int32, so kube-apiserver v1.36
+// refuses every status update of an instance whose disk sums to 2^31 or
+// more.
+func ContainerDiskChecksum(path string) (uint32, error) {
+	f, err := os.Open(path) //nolint:gosec // A disk of our own cache.
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = f.Close() }()
+	sum := crc32.NewIEEE()
+	if _, err := io.Copy(sum, f); err != nil {
+		return 0, fmt.Errorf("reading %s: %w", path, err)
+	}
+	return sum.Sum32(), nil
 }
 
 // RawDisk is the worker container disk's image converted to raw, written
