@@ -187,12 +187,8 @@ func BuildWorkerContainerDisk() (*WorkerContainerDisk, error) {
 	if err != nil {
 		return nil, fmt.Errorf("hack/node/worker-containerdisk.sh printed %q: %w", layer, err)
 	}
-	checksum, err := ContainerDiskChecksum(diskPath)
-	if err != nil {
+	if err := checksumFitsKubeVirt(diskPath); err != nil {
 		return nil, err
-	}
-	if checksum > math.MaxInt32 {
-		return nil, fmt.Errorf("%s: CRC-32 %d is 2^31 or more: virt-handler could not write it into the instance's status.volumeStatus[].containerDiskVolume.checksum (int32 in KubeVirt's CRD), and the instance would never leave Scheduled; hack/node/worker-containerdisk.sh chooses the disk identifier to avoid that", diskPath, checksum)
 	}
 	w := &WorkerContainerDisk{
 		Image:     Image{Ref: WorkerImageRepository, ByDigest: true, Rootfs: layer, Archive: filepath.Join(filepath.Dir(layer), "image.tar")},
@@ -236,6 +232,19 @@ func ContainerDiskChecksum(path string) (uint32, error) {
 		return 0, fmt.Errorf("reading %s: %w", path, err)
 	}
 	return sum.Sum32(), nil
+}
+
+// checksumFitsKubeVirt refuses a container disk whose CRC-32 virt-handler
+// could not write into an instance's status (ContainerDiskChecksum).
+func checksumFitsKubeVirt(path string) error {
+	checksum, err := ContainerDiskChecksum(path)
+	if err != nil {
+		return err
+	}
+	if checksum > math.MaxInt32 {
+		return fmt.Errorf("%s: CRC-32 %d is 2^31 or more: virt-handler could not write it into the instance's status.volumeStatus[].containerDiskVolume.checksum (int32 in KubeVirt's CRD), and the instance would never leave Scheduled; hack/node/worker-containerdisk.sh chooses the disk identifier to avoid that", path, checksum)
+	}
+	return nil
 }
 
 // RawDisk is the worker container disk's image converted to raw, written
