@@ -42,6 +42,7 @@ import (
 	bootstrapv1 "github.com/cozystack/cluster-api-workers/bootstrap/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/bootstrap/reconcilers/kairosconfig"
 	"github.com/cozystack/cluster-api-workers/bootstrap/webhooks/admission"
+	"github.com/cozystack/cluster-api-workers/internal/watchview"
 )
 
 // Production defaults, the flag defaults of the manager.
@@ -83,7 +84,8 @@ func AddToScheme(s *runtime.Scheme) error {
 // ManagerCacheOptions are Cluster API's bootstrap provider cache options
 // (no managedFields; Secrets only with the cluster-name label, watched
 // namespace and sync period applied) with the Secret data the KairosConfig
-// reconciler reads kept: the cluster's own Secrets and our token Secrets.
+// reconciler reads kept: the cluster's own Secrets and our token Secrets;
+// and Machines cut down to what the providers read (watchview.CachedMachine).
 func ManagerCacheOptions(scheme *runtime.Scheme, controllerName, watchNamespace string, syncPeriod time.Duration) ctrlcache.Options {
 	opts := kubeadmsetup.ManagerCacheOptions(scheme, controllerName, watchNamespace, syncPeriod)
 	// ByObject is keyed by pointer: replace Cluster API's Secret entry
@@ -94,6 +96,7 @@ func ManagerCacheOptions(scheme *runtime.Scheme, controllerName, watchNamespace 
 		}
 	}
 	opts.ByObject[&corev1.Secret{}] = kairosconfig.SecretCacheOptions()
+	opts.ByObject[&clusterv1.Machine{}] = ctrlcache.ByObject{Transform: watchview.CachedMachine}
 	return opts
 }
 

@@ -217,3 +217,26 @@ func TestValidateTokenTTL(t *testing.T) {
 		})
 	}
 }
+
+// TestCachedMachinesKeepOnlyTheNodeRefOfTheirStatus: the manager caches
+// Machines cut down by watchview.CachedMachine, keeping the nodeRef the
+// reconciler revokes the token on.
+func TestCachedMachinesKeepOnlyTheNodeRefOfTheirStatus(t *testing.T) {
+	g := NewWithT(t)
+	scheme := runtime.NewScheme()
+	g.Expect(AddToScheme(scheme)).To(Succeed())
+	opts := ManagerCacheOptions(scheme, uniqueName("kairos-cache-test"), "", time.Minute)
+	var transform func(any) (any, error)
+	for obj, by := range opts.ByObject {
+		if _, ok := obj.(*clusterv1.Machine); ok {
+			transform = by.Transform
+		}
+	}
+	g.Expect(transform).NotTo(BeNil(), "cached Machines are transformed")
+	out, err := transform(&clusterv1.Machine{Status: clusterv1.MachineStatus{
+		NodeRef:    clusterv1.MachineNodeReference{Name: "n"},
+		Conditions: []metav1.Condition{{Type: clusterv1.ReadyCondition, Status: metav1.ConditionTrue}},
+	}})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(out.(*clusterv1.Machine).Status).To(Equal(clusterv1.MachineStatus{NodeRef: clusterv1.MachineNodeReference{Name: "n"}}))
+}

@@ -56,6 +56,7 @@ import (
 	"github.com/cozystack/cluster-api-workers/infrastructure/reconcilers/sharedimage"
 	"github.com/cozystack/cluster-api-workers/infrastructure/webhooks/admission"
 	"github.com/cozystack/cluster-api-workers/internal/clustersecrets"
+	"github.com/cozystack/cluster-api-workers/internal/watchview"
 )
 
 // The management cluster client's default rate limits (--kube-api-qps,
@@ -141,6 +142,9 @@ func cacheOptions(scheme *runtime.Scheme, controllerName, watchNamespace string,
 			&kubevirtv1.VirtualMachine{}:         ours,
 			&kubevirtv1.VirtualMachineInstance{}: ours,
 			&cdiv1.DataVolume{}:                  ours,
+			// Machines live only in the management cluster; there the
+			// cache keeps what the providers read of them.
+			&clusterv1.Machine{}: {Transform: watchview.CachedMachine},
 			// KubeVirt's CR lives in KubeVirt's namespace, which --namespace
 			// does not name; the template controller reads its
 			// configuration.

@@ -64,3 +64,19 @@ type Machine struct {
 func OfMachine(m *clusterv1.Machine) Machine {
 	return Machine{Spec: m.Spec, Labels: m.Labels, Annotations: m.Annotations, Deleting: !m.DeletionTimestamp.IsZero()}
 }
+
+// CachedMachine is a cache transform for Machines: it keeps the metadata
+// (without managedFields), the spec and status.nodeRef, the only status
+// field a provider reads, and drops the rest of the status. Cluster API
+// rewrites a Machine's status about fifteen times on its way to Running
+// (its conditions, addresses and node info), and a provider's cache held
+// each Machine whole for nothing (issue #30: memory per machine). A
+// provider that reads another status field keeps it here and adds it to
+// its view.
+func CachedMachine(in any) (any, error) {
+	if m, ok := in.(*clusterv1.Machine); ok {
+		m.SetManagedFields(nil)
+		m.Status = clusterv1.MachineStatus{NodeRef: m.Status.NodeRef}
+	}
+	return in, nil
+}

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -79,4 +80,47 @@ func TestMachineUpdatesPassOnlyWhenTheViewChanges(t *testing.T) {
 	g.Expect(p.Delete(event.DeleteEvent{Object: base})).To(BeTrue())
 	// Another type than the view's passes: the view cannot judge it.
 	g.Expect(p.Update(event.UpdateEvent{ObjectOld: &clusterv1.Cluster{}, ObjectNew: &clusterv1.Cluster{}})).To(BeTrue())
+}
+
+// TestCachedMachineKeepsWhatTheProvidersRead: a Machine as Cluster API
+// leaves it Running keeps its metadata (but managedFields), its spec and
+// its nodeRef in the cache, so its view and the node's join read the same;
+// the rest of the status is dropped. Another type passes unchanged.
+func TestCachedMachineKeepsWhatTheProvidersRead(t *testing.T) {
+	g := NewWithT(t)
+	running := &clusterv1.Machine{
+		ObjectMeta: metav1.ObjectMeta{Name: "w", Namespace: "ns", UID: "u", ResourceVersion: "7", Generation: 2,
+			Labels:          map[string]string{clusterv1.ClusterNameLabel: "c", clusterv1.MachineDeploymentNameLabel: "workers"},
+			Annotations:     map[string]string{clusterv1.TemplateClonedFromNameAnnotation: "t"},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: clusterv1.GroupVersion.String(), Kind: "MachineSet", Name: "workers-x", UID: "ms"}},
+			Finalizers:      []string{clusterv1.MachineFinalizer},
+			ManagedFields:   []metav1.ManagedFieldsEntry{{Manager: "capi"}}},
+		Spec: clusterv1.MachineSpec{ClusterName: "c", Version: "v1.36.0", ProviderID: "kubevirt://w", FailureDomain: "zone-a",
+			Bootstrap:         clusterv1.Bootstrap{DataSecretName: ptr.To("w"), ConfigRef: clusterv1.ContractVersionedObjectReference{APIGroup: "bootstrap.cluster.x-k8s.io", Kind: "KairosConfig", Name: "w"}},
+			InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: "infrastructure.cluster.x-k8s.io", Kind: "KubeVirtMachine", Name: "w"}},
+		Status: clusterv1.MachineStatus{
+			NodeRef:    clusterv1.MachineNodeReference{Name: "w-node"},
+			Phase:      string(clusterv1.MachinePhaseRunning),
+			Addresses:  clusterv1.MachineAddresses{{Type: clusterv1.MachineInternalIP, Address: "10.0.0.1"}},
+			NodeInfo:   &corev1.NodeSystemInfo{KubeletVersion: "v1.36.0", OSImage: "Kairos"},
+			Conditions: []metav1.Condition{{Type: clusterv1.ReadyCondition, Status: metav1.ConditionTrue, Reason: "Ready", LastTransitionTime: metav1.NewTime(time.Unix(1, 0))}},
+			Initialization: clusterv1.MachineInitializationStatus{
+				BootstrapDataSecretCreated: ptr.To(true), InfrastructureProvisioned: ptr.To(true)},
+			ObservedGeneration: 2,
+		},
+	}
+	out, err := CachedMachine(running.DeepCopy())
+	g.Expect(err).NotTo(HaveOccurred())
+	cached := out.(*clusterv1.Machine)
+
+	want := running.DeepCopy()
+	want.ManagedFields = nil
+	want.Status = clusterv1.MachineStatus{NodeRef: clusterv1.MachineNodeReference{Name: "w-node"}}
+	g.Expect(cached).To(Equal(want))
+	g.Expect(OfMachine(cached)).To(Equal(OfMachine(running)))
+
+	cluster := &clusterv1.Cluster{Status: clusterv1.ClusterStatus{Phase: "Provisioned"}}
+	out, err = CachedMachine(cluster.DeepCopy())
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(out).To(Equal(cluster))
 }
