@@ -379,6 +379,10 @@ func TestVirtualMachineCondition(t *testing.T) {
 			g.Expect(c.Status).To(Equal(tc.status))
 			g.Expect(c.Reason).To(Equal(tc.reason))
 			g.Expect(c.Message).To(Equal(tc.message))
+			// The cache holds only what the controller reads (issue #30).
+			cache := tc.o
+			cache.vm, cache.vmi = cachedVM(t, tc.o.vm), cachedVMI(t, tc.o.vmi)
+			g.Expect(virtualMachineCondition(&cache)).To(Equal(c), "the cache's copies of the VM and the instance")
 		})
 	}
 }
@@ -452,5 +456,6 @@ func TestMachineAddresses(t *testing.T) {
 		{Type: clusterv1.MachineInternalIP, Address: "fd00::5"},
 		{Type: clusterv1.MachineInternalIP, Address: "192.168.1.5"},
 	}))
+	g.Expect(machineAddresses(cachedVMI(t, i))).To(Equal(machineAddresses(i)), "the cache's copy of the instance")
 	g.Expect(machineAddresses(nil)).To(BeNil())
 }
