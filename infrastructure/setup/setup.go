@@ -139,8 +139,8 @@ func cacheOptions(scheme *runtime.Scheme, controllerName, watchNamespace string,
 		ByObject: map[client.Object]ctrlcache.ByObject{
 			&corev1.Secret{}:                     {Label: secrets, Transform: stripUnreadSecretData},
 			&corev1.ConfigMap{}:                  ours,
-			&kubevirtv1.VirtualMachine{}:         ours,
-			&kubevirtv1.VirtualMachineInstance{}: ours,
+			&kubevirtv1.VirtualMachine{}:         {Label: ours.Label, Transform: kubevirtmachine.StripUnreadVirtualMachineFields},
+			&kubevirtv1.VirtualMachineInstance{}: {Label: ours.Label, Transform: kubevirtmachine.StripUnreadInstanceFields},
 			&cdiv1.DataVolume{}:                  ours,
 			// Machines live only in the management cluster; there the
 			// cache keeps what the providers read of them.

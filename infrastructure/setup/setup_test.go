@@ -25,7 +25,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/ptr"
+	kubevirtv1 "kubevirt.io/api/core/v1"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
 
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
 )
@@ -109,4 +112,65 @@ func TestCachedMachinesKeepOnlyTheNodeRefOfTheirStatus(t *testing.T) {
 	}})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(out.(*clusterv1.Machine).Status).To(Equal(clusterv1.MachineStatus{NodeRef: clusterv1.MachineNodeReference{Name: "n"}}))
+}
+
+// TestCachedVMsAndInstancesKeepOnlyWhatTheControllerReads (issue #30): the
+// machines' own VMs and instances are selected by their machine-name label
+// in the management cluster's cache and in an infrastructure cluster's, and
+// transformed by the machine controller's transforms, which drop
+// managedFields as the default transform they replace does, and what the
+// controller never reads (kubevirtmachine's tests pin what is kept).
+func TestCachedVMsAndInstancesKeepOnlyWhatTheControllerReads(t *testing.T) {
+	scheme := runtime.NewScheme()
+	NewWithT(t).Expect(AddToScheme(scheme)).To(Succeed())
+	management, err := ManagerCacheOptions(scheme, "vm-cache-test", "", time.Hour)
+	NewWithT(t).Expect(err).NotTo(HaveOccurred())
+	infrastructure, err := InfrastructureCacheOptions(scheme, "vm-cache-test-infrastructure", "", time.Hour)
+	NewWithT(t).Expect(err).NotTo(HaveOccurred())
+	managed := []metav1.ManagedFieldsEntry{{Manager: "virt-controller"}}
+	for name, opts := range map[string]ctrlcache.Options{"management": management, "infrastructure": infrastructure} {
+		t.Run(name, func(t *testing.T) {
+			g := NewWithT(t)
+			var vms, instances *ctrlcache.ByObject
+			for obj, by := range opts.ByObject {
+				switch obj.(type) {
+				case *kubevirtv1.VirtualMachine:
+					vms = &by
+				case *kubevirtv1.VirtualMachineInstance:
+					instances = &by
+				}
+			}
+			g.Expect(vms).NotTo(BeNil())
+			g.Expect(instances).NotTo(BeNil())
+			for _, by := range []*ctrlcache.ByObject{vms, instances} {
+				g.Expect(by.Label.String()).To(Equal(infrav1.MachineNameLabel))
+				g.Expect(by.Transform).NotTo(BeNil())
+			}
+
+			out, err := vms.Transform(&kubevirtv1.VirtualMachine{
+				ObjectMeta: metav1.ObjectMeta{Name: "w", Labels: map[string]string{infrav1.MachineNameLabel: "w"}, ManagedFields: managed},
+				Spec: kubevirtv1.VirtualMachineSpec{RunStrategy: ptr.To(kubevirtv1.RunStrategyAlways), Template: &kubevirtv1.VirtualMachineInstanceTemplateSpec{
+					Spec: kubevirtv1.VirtualMachineInstanceSpec{Hostname: "w"}}},
+			})
+			g.Expect(err).NotTo(HaveOccurred())
+			vm := out.(*kubevirtv1.VirtualMachine)
+			g.Expect(vm.ManagedFields).To(BeNil())
+			g.Expect(vm.Labels).To(HaveKeyWithValue(infrav1.MachineNameLabel, "w"))
+			g.Expect(vm.Spec.RunStrategy).To(HaveValue(Equal(kubevirtv1.RunStrategyAlways)))
+			g.Expect(vm.Spec.Template.Spec.Hostname).To(BeEmpty(), "the VM's template is not read")
+
+			out, err = instances.Transform(&kubevirtv1.VirtualMachineInstance{
+				ObjectMeta: metav1.ObjectMeta{Name: "w", ManagedFields: managed},
+				Spec:       kubevirtv1.VirtualMachineInstanceSpec{Hostname: "w", Subdomain: "workers"},
+				Status:     kubevirtv1.VirtualMachineInstanceStatus{Phase: kubevirtv1.Running, LauncherContainerImageVersion: "v1.7.0"},
+			})
+			g.Expect(err).NotTo(HaveOccurred())
+			vmi := out.(*kubevirtv1.VirtualMachineInstance)
+			g.Expect(vmi.ManagedFields).To(BeNil())
+			g.Expect(vmi.Spec.Hostname).To(Equal("w"))
+			g.Expect(vmi.Status.Phase).To(Equal(kubevirtv1.Running))
+			g.Expect(vmi.Spec.Subdomain).To(BeEmpty(), "not read")
+			g.Expect(vmi.Status.LauncherContainerImageVersion).To(BeEmpty(), "not read")
+		})
+	}
 }
