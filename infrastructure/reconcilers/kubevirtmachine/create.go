@@ -24,6 +24,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"reflect"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -249,11 +250,15 @@ func ensureCreated[T client.Object](ctx context.Context, r *Reconciler, kvm *inf
 		if !apierrors.IsAlreadyExists(err) {
 			return none, nil, fmt.Errorf("creating %s %s: %w", kind, key.Name, err)
 		}
-		// Not in the cache yet, or not ours: the API server decides.
-		if err := infra.Reader.Get(ctx, key, existing); err != nil {
+		// Not in the cache yet, or not ours: the API server decides. Read
+		// into a zero object: decoded into the rendered one, the live
+		// object would keep what it lacks of it (our owner reference,
+		// labels) and someone else's object would pass for ours.
+		live := reflect.New(reflect.TypeOf(desired).Elem()).Interface().(T)
+		if err := infra.Reader.Get(ctx, key, live); err != nil {
 			return none, nil, err
 		}
-		return existing, r.notControlled(existing, kvm, kind), nil
+		return live, r.notControlled(live, kvm, kind), nil
 	}
 	ctrl.LoggerFrom(ctx).Info("Created the machine's "+kind, kind, klog.KObj(desired))
 	r.recordCreated(kvm, event)

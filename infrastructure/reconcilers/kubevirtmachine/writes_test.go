@@ -18,6 +18,8 @@ package kubevirtmachine
 
 import (
 	"context"
+	"encoding/json"
+	"reflect"
 	"testing"
 	"time"
 
@@ -194,4 +196,50 @@ func TestCreatedVirtualMachineNotCachedYet(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	recorded := r.createdVMs.Pending(key, key.Name)
 	g.Expect(recorded).To(BeFalse())
+}
+
+// apiServerReader reads as client-go's REST client does: the API server's
+// JSON is decoded into the object it is given, not into a zero one, so
+// what the JSON lacks keeps the object's old value.
+type apiServerReader struct{ client.Reader }
+
+func (r apiServerReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	stored := reflect.New(reflect.TypeOf(obj).Elem()).Interface().(client.Object)
+	if err := r.Reader.Get(ctx, key, stored, opts...); err != nil {
+		return err
+	}
+	data, err := json.Marshal(stored)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(data, obj)
+}
+
+// TestAnotherObjectOfTheSameNameIsNotTakenForOurs: a create answered
+// AlreadyExists, for an object the cache does not hold, is decided on the
+// object as the API server has it: another's Secret of the machine's
+// name, without owner references or labels, blocks the machine instead of
+// passing for its own with the rendered object's owner reference.
+func TestAnotherObjectOfTheSameNameIsNotTakenForOurs(t *testing.T) {
+	g := NewWithT(t)
+	kvm := &infrav1.KubeVirtMachine{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "w", UID: "kvm-uid"}}
+	kvm.SetGroupVersionKind(infrav1.GroupVersion.WithKind("KubeVirtMachine"))
+	desired := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "w-userdata",
+		Labels: map[string]string{infrav1.MachineNameLabel: "w"},
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: infrav1.GroupVersion.String(), Kind: "KubeVirtMachine", Name: "w", UID: "kvm-uid",
+			Controller: ptr.To(true)}}}}
+	anothers := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "w-userdata"}}
+	var sent sentWrites
+	live := countingClient(t, &sent, anothers)
+	stale := countingClient(t, &sentWrites{})
+	r := &Reconciler{Client: cachedClient{Client: live, cache: stale}, APIReader: live,
+		Infrastructure: &infracluster.Cluster{Client: cachedClient{Client: live, cache: stale}, Reader: apiServerReader{live}}}
+
+	got, blocker, err := ensureCreated(context.Background(), r, kvm, desired, "Secret", nil)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(blocker).NotTo(BeNil())
+	g.Expect(blocker.reason).To(Equal(infrav1.NameConflictReason))
+	g.Expect(got.OwnerReferences).To(BeEmpty())
+	g.Expect(got.Labels).To(BeEmpty())
+	g.Expect(sent).To(Equal(sentWrites{create: 1}))
 }
