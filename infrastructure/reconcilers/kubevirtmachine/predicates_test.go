@@ -31,6 +31,7 @@ import (
 	"k8s.io/utils/ptr"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+	"sigs.k8s.io/cluster-api/util"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
@@ -180,26 +181,24 @@ func TestUpdatesPassOnlyWhenTheyChangeWhatTheControllerReads(t *testing.T) {
 // the API server sends: the transform of a copy; nil stays nil.
 func cachedVM(t *testing.T, vm *kubevirtv1.VirtualMachine) *kubevirtv1.VirtualMachine {
 	t.Helper()
-	if vm == nil {
-		return nil
-	}
-	out, err := StripUnreadVirtualMachineFields(vm.DeepCopy())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out.(*kubevirtv1.VirtualMachine)
+	return cached(t, vm, StripUnreadVirtualMachineFields)
 }
 
 func cachedVMI(t *testing.T, vmi *kubevirtv1.VirtualMachineInstance) *kubevirtv1.VirtualMachineInstance {
 	t.Helper()
-	if vmi == nil {
-		return nil
+	return cached(t, vmi, StripUnreadInstanceFields)
+}
+
+func cached[T client.Object](t *testing.T, obj T, transform func(any) (any, error)) T {
+	t.Helper()
+	if util.IsNil(obj) {
+		return obj
 	}
-	out, err := StripUnreadInstanceFields(vmi.DeepCopy())
+	out, err := transform(obj.DeepCopyObject())
 	if err != nil {
 		t.Fatal(err)
 	}
-	return out.(*kubevirtv1.VirtualMachineInstance)
+	return out.(T)
 }
 
 var (
