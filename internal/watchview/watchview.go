@@ -22,7 +22,9 @@ limitations under the License.
 // a reconciler cost a reconcile: reads, and Cluster API's patch helper's
 // conversions and diffs, for nothing (issue #30's profiles,
 // docs/benchmarks.md). Creates and deletes always pass, and the reconciled
-// object's own events and resync still read everything afresh.
+// object's own events and resync still read everything afresh. For the
+// Machine, which both providers watch, it also holds the cache transform
+// that keeps of it only what they read (CachedMachine).
 package watchview
 
 import (
