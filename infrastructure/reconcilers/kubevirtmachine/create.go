@@ -232,7 +232,7 @@ func ensureCreated[T client.Object](ctx context.Context, r *Reconciler, kvm *inf
 	var none T
 	key := client.ObjectKeyFromObject(desired)
 	infra := r.Infrastructure
-	existing := desired.DeepCopyObject().(T)
+	existing := newLike(desired)
 	err := infra.Client.Get(ctx, key, existing)
 	if err == nil {
 		return existing, r.notControlled(existing, kvm, kind), nil
@@ -250,11 +250,8 @@ func ensureCreated[T client.Object](ctx context.Context, r *Reconciler, kvm *inf
 		if !apierrors.IsAlreadyExists(err) {
 			return none, nil, fmt.Errorf("creating %s %s: %w", kind, key.Name, err)
 		}
-		// Not in the cache yet, or not ours: the API server decides. Read
-		// into a zero object: decoded into the rendered one, the live
-		// object would keep what it lacks of it (our owner reference,
-		// labels) and someone else's object would pass for ours.
-		live := reflect.New(reflect.TypeOf(desired).Elem()).Interface().(T)
+		// Not in the cache yet, or not ours: the API server decides.
+		live := newLike(desired)
 		if err := infra.Reader.Get(ctx, key, live); err != nil {
 			return none, nil, err
 		}
@@ -263,6 +260,15 @@ func ensureCreated[T client.Object](ctx context.Context, r *Reconciler, kvm *inf
 	ctrl.LoggerFrom(ctx).Info("Created the machine's "+kind, kind, klog.KObj(desired))
 	r.recordCreated(kvm, event)
 	return desired, nil, nil
+}
+
+// newLike is a zero object of obj's type for a read to fill. A read
+// decodes into the object it is given, so one decoded into the rendered
+// object would keep what the live one lacks (our owner reference, labels)
+// and someone else's object would pass for ours; a zero one also spares
+// copying the rendered object on every reconcile.
+func newLike[T client.Object](obj T) T {
+	return reflect.New(reflect.TypeOf(obj).Elem()).Interface().(T)
 }
 
 // refused reports whether the API server refused a create for what it is

@@ -19,7 +19,6 @@ package kubevirtmachine
 import (
 	"context"
 	"encoding/json"
-	"reflect"
 	"testing"
 	"time"
 
@@ -204,7 +203,7 @@ func TestCreatedVirtualMachineNotCachedYet(t *testing.T) {
 type apiServerReader struct{ client.Reader }
 
 func (r apiServerReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-	stored := reflect.New(reflect.TypeOf(obj).Elem()).Interface().(client.Object)
+	stored := newLike(obj)
 	if err := r.Reader.Get(ctx, key, stored, opts...); err != nil {
 		return err
 	}
