@@ -42,6 +42,7 @@ import (
 	bootstrapv1 "github.com/cozystack/cluster-api-workers/bootstrap/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/bootstrap/reconcilers/kairosconfig"
 	"github.com/cozystack/cluster-api-workers/bootstrap/webhooks/admission"
+	"github.com/cozystack/cluster-api-workers/internal/inlinekubeconfig"
 	"github.com/cozystack/cluster-api-workers/internal/watchview"
 )
 
@@ -190,7 +191,9 @@ func Reconcilers(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 		return fmt.Errorf("creating the Secret caching client: %w", err)
 	}
 	clusterCache, err := clustercache.SetupWithManager(ctx, mgr, clustercache.Options{
-		SecretClient:     secretCachingClient,
+		// A tenant writes the kubeconfig Secret: one that names a file, a
+		// command or a plugin is never connected with.
+		SecretClient:     inlinekubeconfig.SecretReader{Reader: secretCachingClient},
 		Cache:            ClusterCacheCacheOptions(),
 		Client:           kubeadmsetup.ClusterCacheClientOptions(opts.ControllerName, opts.ClusterCacheClientQPS, opts.ClusterCacheClientBurst),
 		WatchFilterValue: opts.WatchFilterValue,

@@ -49,6 +49,7 @@ import (
 
 	bootstrapv1 "github.com/cozystack/cluster-api-workers/bootstrap/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/bootstrap/webhooks/admission"
+	"github.com/cozystack/cluster-api-workers/internal/inlinekubeconfig"
 	"github.com/cozystack/cluster-api-workers/test/envtest"
 	"github.com/cozystack/cluster-api-workers/test/harness/requests"
 )
@@ -190,7 +191,7 @@ func startControllerWith(t *testing.T, cfg *rest.Config, ttl time.Duration, kind
 	}
 	opts := controller.Options{SkipNameValidation: ptr.To(true), MaxConcurrentReconciles: 4}
 	cc, err := clustercache.SetupWithManager(ctx, mgr, clustercache.Options{
-		SecretClient: secretCachingClient,
+		SecretClient: inlinekubeconfig.SecretReader{Reader: secretCachingClient},
 		Cache:        clusterCacheCacheOptions(),
 		Client:       kubeadmsetup.ClusterCacheClientOptions(name, 50, 100),
 	}, opts)
