@@ -212,10 +212,13 @@ func TestClusterctl(t *testing.T) {
 		g.Expect(c.Get(ctx, client.ObjectKey{Name: "workerclass-pool-private-keys"}, policy)).To(Succeed())
 		g.Expect(policy.Spec.PolicyName).To(Equal("workerclass-pool-private-keys"))
 		g.Expect(c.Get(ctx, client.ObjectKey{Name: policy.Spec.PolicyName}, &admissionregistrationv1.ValidatingAdmissionPolicy{})).To(Succeed())
-		// So is the bootstrap provider's on KairosConfig(Template).
-		g.Expect(c.Get(ctx, client.ObjectKey{Name: "kairos-bootstrap-kairosconfig-private-keys"}, policy)).To(Succeed())
-		g.Expect(policy.Spec.PolicyName).To(Equal("kairos-bootstrap-kairosconfig-private-keys"))
-		g.Expect(c.Get(ctx, client.ObjectKey{Name: policy.Spec.PolicyName}, &admissionregistrationv1.ValidatingAdmissionPolicy{})).To(Succeed())
+		// So are the bootstrap provider's, on KairosConfig(Template) and on
+		// kubeconfig Secrets.
+		for _, name := range []string{"kairos-bootstrap-kairosconfig-private-keys", "kairos-bootstrap-kubeconfig-secrets"} {
+			g.Expect(c.Get(ctx, client.ObjectKey{Name: name}, policy)).To(Succeed())
+			g.Expect(policy.Spec.PolicyName).To(Equal(name))
+			g.Expect(c.Get(ctx, client.ObjectKey{Name: policy.Spec.PolicyName}, &admissionregistrationv1.ValidatingAdmissionPolicy{})).To(Succeed())
+		}
 	})
 
 	t.Run("the cluster autoscaler reads templates through the shipped role", func(t *testing.T) {

@@ -232,9 +232,9 @@ func TestClusterAPIOperator(t *testing.T) {
 				}
 			}
 		}
-		// The private-key policies of both providers, which the harness
-		// does not install itself.
-		for _, name := range []string{"workerclass-pool-private-keys", "kairos-bootstrap-kairosconfig-private-keys"} {
+		// The admission policies of both providers, which the harness does
+		// not install itself.
+		for _, name := range []string{"workerclass-pool-private-keys", "kairos-bootstrap-kairosconfig-private-keys", "kairos-bootstrap-kubeconfig-secrets"} {
 			policy := &unstructured.Unstructured{}
 			policy.SetGroupVersionKind(schema.GroupVersionKind{Group: "admissionregistration.k8s.io", Version: "v1", Kind: "ValidatingAdmissionPolicyBinding"})
 			g.Expect(c.Get(ctx, client.ObjectKey{Name: name}, policy)).To(Succeed(), "the operator applied %s", name)
