@@ -143,6 +143,7 @@ func run(o *options) error {
 	if err != nil {
 		return fmt.Errorf("invalid manager flags: %w", err)
 	}
+	logcap.CapVerbosityEndpoint(metricsOptions)
 
 	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{
 		Scheme:                     scheme,

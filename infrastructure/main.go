@@ -163,6 +163,7 @@ func run(o *options) error {
 	if err != nil {
 		return fmt.Errorf("invalid manager flags: %w", err)
 	}
+	logcap.CapVerbosityEndpoint(metricsOptions)
 	cacheOptions, err := setup.ManagerCacheOptions(scheme, controllerName, o.watchNamespace, o.syncPeriod)
 	if err != nil {
 		return err

@@ -17,13 +17,19 @@ limitations under the License.
 // Package logcap bounds the managers' log verbosity. At -v=8 and above,
 // client-go logs the body of every API request and response, and the
 // managers read and write Secrets: bootstrap data, token records and their
-// tokens would reach the log. Both managers refuse such a setting.
+// tokens would reach the log. Both managers refuse such a setting, at
+// start and on the diagnostics server's /debug/flags/v.
 package logcap
 
 import (
 	"fmt"
+	"strconv"
+	"strings"
 
+	"k8s.io/apiserver/pkg/server/routes"
+	"k8s.io/component-base/logs"
 	logsv1 "k8s.io/component-base/logs/api/v1"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 )
 
 // MaxVerbosity is the highest log verbosity the managers accept.
@@ -41,4 +47,29 @@ func Validate(c *logsv1.LoggingConfiguration) error {
 		}
 	}
 	return nil
+}
+
+// VerbosityPath is where Cluster API's diagnostics server lets an
+// authorized caller set the log verbosity (flags.GetManagerOptions).
+const VerbosityPath = "/debug/flags/v"
+
+// CapVerbosityEndpoint makes the diagnostics server's VerbosityPath, when
+// it serves one, refuse a verbosity above MaxVerbosity, as the flags do.
+func CapVerbosityEndpoint(opts *metricsserver.Options) {
+	if _, ok := opts.ExtraHandlers[VerbosityPath]; ok {
+		opts.ExtraHandlers[VerbosityPath] = routes.StringFlagPutHandler(setVerbosity)
+	}
+}
+
+// setVerbosity sets klog's verbosity as Cluster API's handler does, up to
+// MaxVerbosity.
+func setVerbosity(value string) (string, error) {
+	v, err := strconv.Atoi(strings.TrimSpace(value))
+	if err != nil {
+		return "", fmt.Errorf("%s: the verbosity must be an integer", VerbosityPath)
+	}
+	if v > MaxVerbosity {
+		return "", fmt.Errorf("%s: at most %d: from 8 client-go logs API request and response bodies, Secrets included", VerbosityPath, MaxVerbosity)
+	}
+	return logs.GlogSetter(strconv.Itoa(v))
 }
