@@ -38,7 +38,9 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
@@ -60,10 +62,12 @@ var UserKinds = []schema.GroupVersionKind{workerclassv1.PoolGroupVersionKind, wo
 // WorkerClassReconciler reports a class's users and holds the in-use
 // finalizer until none is left.
 type WorkerClassReconciler struct {
+	// Client reads and patches classes, and counts users from the cache
+	// (their metadata, which the watches keep).
 	Client client.Client
-	// UserReader lists users. It must be uncached so that releasing the
-	// finalizer never relies on a stale cache; metadata-only lists keep
-	// that cheap.
+	// UserReader lists users live, only before the in-use finalizer is
+	// released, so that a cache that has not yet seen a new user never
+	// lets a class in use go. It must be uncached.
 	UserReader client.Reader
 	Recorder   events.EventRecorder
 }
@@ -94,9 +98,19 @@ func (r *WorkerClassReconciler) SetupWithManager(ctx context.Context, mgr ctrl.M
 		}
 		user := &metav1.PartialObjectMetadata{}
 		user.SetGroupVersionKind(gvk)
-		b = b.WatchesMetadata(user, handler.EnqueueRequestsFromMapFunc(classOfUser))
+		b = b.WatchesMetadata(user, handler.EnqueueRequestsFromMapFunc(classOfUser), classLabelChanged)
 	}
 	return b.Complete(ctx, r)
+}
+
+// classLabelChanged lets through a user's creation and deletion, and of
+// its updates only those that change its class label (both classes are
+// then reconciled): every other change of a pool or template, its status
+// included, changes no class's counts.
+var classLabelChanged = predicate.Funcs{
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		return e.ObjectOld.GetLabels()[workerclassv1.WorkerClassLabel] != e.ObjectNew.GetLabels()[workerclassv1.WorkerClassLabel]
+	},
 }
 
 // classOfUser maps a pool or template to the class its label names.
@@ -130,7 +144,13 @@ func (r *WorkerClassReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		}
 	}()
 
-	users, err := r.listUsers(ctx, class.Name)
+	releasing := !class.DeletionTimestamp.IsZero() && controllerutil.ContainsFinalizer(class, workerclassv1.WorkerClassInUseFinalizer)
+	users, err := r.listUsers(ctx, r.Client, class.Name)
+	if err == nil && releasing && users.pools+users.templates == 0 {
+		// The cache may not have seen a user created a moment ago: the
+		// finalizer goes only on a live count of none.
+		users, err = r.listUsers(ctx, r.UserReader, class.Name)
+	}
 	if err != nil {
 		conditions.Set(class, metav1.Condition{Type: workerclassv1.ReadyCondition, Status: metav1.ConditionFalse,
 			Reason: workerclassv1.UsersUnknownReason, Message: "The pools and templates using this class could not be listed"})
@@ -144,7 +164,7 @@ func (r *WorkerClassReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		controllerutil.AddFinalizer(class, workerclassv1.WorkerClassInUseFinalizer)
 		return ctrl.Result{}, nil
 	}
-	if !controllerutil.ContainsFinalizer(class, workerclassv1.WorkerClassInUseFinalizer) {
+	if !releasing {
 		return ctrl.Result{}, nil
 	}
 	if users.pools+users.templates > 0 {
@@ -165,15 +185,15 @@ type classUsers struct {
 	namespaces       sets.Set[string]
 }
 
-// listUsers lists pools and templates labelled with the class. A kind that
-// is not installed has no users.
-func (r *WorkerClassReconciler) listUsers(ctx context.Context, class string) (classUsers, error) {
+// listUsers lists, through reader, the pools and templates labelled with
+// the class, as metadata. A kind that is not installed has no users.
+func (r *WorkerClassReconciler) listUsers(ctx context.Context, reader client.Reader, class string) (classUsers, error) {
 	users := classUsers{namespaces: sets.New[string]()}
 	var errs []error
 	for _, gvk := range UserKinds {
 		list := &metav1.PartialObjectMetadataList{}
 		list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
-		err := r.UserReader.List(ctx, list, client.MatchingLabels{workerclassv1.WorkerClassLabel: class})
+		err := reader.List(ctx, list, client.MatchingLabels{workerclassv1.WorkerClassLabel: class})
 		switch {
 		case meta.IsNoMatchError(err) || apierrors.IsNotFound(err):
 			continue
