@@ -411,3 +411,36 @@ func metaCondition(class *workerclassv1.WorkerClass, t string) *metav1.Condition
 	}
 	return nil
 }
+
+// A class label on a classless pool would count the pool as a user of the
+// class it names and keep that class from being deleted. A classless
+// pool's UPDATE never reaches the pool webhooks, so the admission policy
+// refuses the label, on CREATE too; the class, unused, is deleted.
+func TestAClassLabelOnAClasslessPoolPinsNoClass(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	class := &workerclassv1.WorkerClass{ObjectMeta: metav1.ObjectMeta{Name: "talos-unpinned"}, Spec: workerclassv1.WorkerClassSpec{Bootstrap: workerclassv1.BootstrapTalos}}
+	g.Expect(env.Client.Create(ctx, class)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(class), class)).To(Succeed())
+		g.Expect(class.Finalizers).To(ContainElement(workerclassv1.WorkerClassInUseFinalizer))
+	}).Should(Succeed())
+
+	legacy := envtest.NewPool(ns, "legacy", map[string]any{"cluster": "c"})
+	g.Expect(env.CreateLegacyPools(ctx, legacy)).To(Succeed())
+	t.Cleanup(func() { deletePool(t, legacy) })
+	pinned := getPool(g, legacy)
+	pinned.SetLabels(map[string]string{workerclassv1.WorkerClassLabel: class.Name})
+	g.Expect(env.Client.Update(ctx, pinned)).To(MatchError(And(
+		ContainSubstring("workerclass-pool-class-label"),
+		ContainSubstring("a pool without spec.workerClassName uses no class"))))
+
+	labelled := envtest.NewPool(ns, "labelled", map[string]any{"cluster": "c"})
+	labelled.SetLabels(map[string]string{workerclassv1.WorkerClassLabel: class.Name})
+	g.Expect(env.CreateLegacyPools(ctx, labelled)).To(MatchError(ContainSubstring("uses no class")))
+
+	g.Expect(env.Client.Delete(ctx, class)).To(Succeed())
+	g.Eventually(func() bool {
+		return apierrors.IsNotFound(env.Client.Get(ctx, client.ObjectKeyFromObject(class), &workerclassv1.WorkerClass{}))
+	}).Should(BeTrue(), "no pool uses the class")
+}

@@ -2,6 +2,7 @@ package envtest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"time"
@@ -22,6 +23,10 @@ var PoolCRDPath = filepath.Join("test", "crds", "pool")
 // keys out of pools in the apiserver itself.
 var WorkerClassPrivateKeyPolicyPath = filepath.Join("config", "workerclass", "policy", "private-keys.yaml")
 
+// WorkerClassLabelPolicyPath is the admission policy that keeps a class
+// label off classless pools in the apiserver itself.
+var WorkerClassLabelPolicyPath = filepath.Join("config", "workerclass", "policy", "class-label.yaml")
+
 // WorkerClassWebhookPath holds the WorkerClass, WorkerPlatform and pool
 // webhook configurations.
 var WorkerClassWebhookPath = filepath.Join("config", "workerclass", "webhook")
@@ -40,7 +45,7 @@ func WorkerClassOptions(controllers bool) Options {
 		Scheme:        scheme,
 		CRDPaths:      []string{PoolCRDPath},
 		WebhookPaths:  []string{WorkerClassWebhookPath},
-		ManifestPaths: []string{WorkerClassPrivateKeyPolicyPath},
+		ManifestPaths: []string{WorkerClassPrivateKeyPolicyPath, WorkerClassLabelPolicyPath},
 		// As the released manager runs without the pool flags.
 		SetupWebhooks: func(mgr ctrl.Manager) error {
 			return workerclass.SetupWebhooksWithManager(mgr, workerclass.DefaultWebhookOptions())
@@ -99,19 +104,23 @@ func (e *Environment) CreateLegacyPools(ctx context.Context, pools ...*unstructu
 	if err := waitForPoolDefaulting(ctx, e.Client, namespace, false); err != nil {
 		return err
 	}
+	var createErr error
 	for _, p := range pools {
 		if err := e.Client.Create(ctx, p); err != nil {
-			return fmt.Errorf("creating legacy pool %s: %w", p.GetName(), err)
+			// The webhooks come back all the same: a refused pool must not
+			// leave the apiserver without them.
+			createErr = fmt.Errorf("creating legacy pool %s: %w", p.GetName(), err)
+			break
 		}
 	}
 	for _, obj := range saved {
 		obj.SetResourceVersion("")
 		obj.SetUID("")
 		if err := e.Client.Create(ctx, obj); err != nil {
-			return err
+			return errors.Join(createErr, err)
 		}
 	}
-	return waitForPoolDefaulting(ctx, e.Client, namespace, true)
+	return errors.Join(createErr, waitForPoolDefaulting(ctx, e.Client, namespace, true))
 }
 
 func hasPoolRule(rules []admissionregistrationv1.RuleWithOperations) bool {

@@ -206,12 +206,14 @@ func TestClusterctl(t *testing.T) {
 			}
 			g.Expect(contract).To(BeNumerically(">=", 2), "the %s CRDs are installed and labelled with the contract", p.name)
 		}
-		// The private-key policy on pools is cluster-scoped although
-		// clusterctl gave it a namespace, and bound.
+		// The pools' policies are cluster-scoped although clusterctl gave
+		// them a namespace, and bound.
 		policy := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
-		g.Expect(c.Get(ctx, client.ObjectKey{Name: "workerclass-pool-private-keys"}, policy)).To(Succeed())
-		g.Expect(policy.Spec.PolicyName).To(Equal("workerclass-pool-private-keys"))
-		g.Expect(c.Get(ctx, client.ObjectKey{Name: policy.Spec.PolicyName}, &admissionregistrationv1.ValidatingAdmissionPolicy{})).To(Succeed())
+		for _, name := range []string{"workerclass-pool-private-keys", "workerclass-pool-class-label"} {
+			g.Expect(c.Get(ctx, client.ObjectKey{Name: name}, policy)).To(Succeed())
+			g.Expect(policy.Spec.PolicyName).To(Equal(name))
+			g.Expect(c.Get(ctx, client.ObjectKey{Name: policy.Spec.PolicyName}, &admissionregistrationv1.ValidatingAdmissionPolicy{})).To(Succeed())
+		}
 		// So are the bootstrap provider's, on KairosConfig(Template) and on
 		// kubeconfig Secrets.
 		for _, name := range []string{"kairos-bootstrap-kairosconfig-private-keys", "kairos-bootstrap-kubeconfig-secrets"} {

@@ -234,7 +234,7 @@ func TestClusterAPIOperator(t *testing.T) {
 		}
 		// The admission policies of both providers, which the harness does
 		// not install itself.
-		for _, name := range []string{"workerclass-pool-private-keys", "kairos-bootstrap-kairosconfig-private-keys", "kairos-bootstrap-kubeconfig-secrets"} {
+		for _, name := range []string{"workerclass-pool-private-keys", "workerclass-pool-class-label", "kairos-bootstrap-kairosconfig-private-keys", "kairos-bootstrap-kubeconfig-secrets"} {
 			policy := &unstructured.Unstructured{}
 			policy.SetGroupVersionKind(schema.GroupVersionKind{Group: "admissionregistration.k8s.io", Version: "v1", Kind: "ValidatingAdmissionPolicyBinding"})
 			g.Expect(c.Get(ctx, client.ObjectKey{Name: name}, policy)).To(Succeed(), "the operator applied %s", name)

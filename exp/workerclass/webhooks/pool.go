@@ -87,7 +87,15 @@ func (p *Pool) Mutate(ctx context.Context, req admission.Request) admission.Resp
 		return resp
 	}
 	if decision.Legacy() {
-		return admission.Allowed("a classless pool stays on the legacy Talos path")
+		if _, labelled := obj.GetLabels()[workerclassv1.WorkerClassLabel]; !labelled {
+			return admission.Allowed("a classless pool stays on the legacy Talos path")
+		}
+		// A class label on a classless pool would count it as a user of
+		// that class and keep the class from being deleted.
+		labels := obj.GetLabels()
+		delete(labels, workerclassv1.WorkerClassLabel)
+		obj.SetLabels(labels)
+		return patched(req, obj)
 	}
 	if err := unstructured.SetNestedField(obj.Object, decision.ClassName, "spec", pooladmission.ClassNameField); err != nil {
 		return admission.Errored(http.StatusBadRequest, err)
@@ -98,12 +106,17 @@ func (p *Pool) Mutate(ctx context.Context, req admission.Request) admission.Resp
 	}
 	labels[workerclassv1.WorkerClassLabel] = decision.ClassName
 	obj.SetLabels(labels)
+	// The validating webhook, which sees the final object, reports the
+	// decision's warnings; reporting them here too would repeat them.
+	return patched(req, obj)
+}
+
+// patched answers a request with the patch from its object to obj.
+func patched(req admission.Request, obj *unstructured.Unstructured) admission.Response {
 	mutated, err := json.Marshal(obj.Object)
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, err)
 	}
-	// The validating webhook, which sees the final object, reports the
-	// decision's warnings; reporting them here too would repeat them.
 	return admission.PatchResponseFromRaw(req.Object.Raw, mutated)
 }
 
@@ -115,6 +128,10 @@ func (p *Pool) Validate(ctx context.Context, req admission.Request) admission.Re
 		return resp
 	}
 	if decision.Legacy() {
+		if label, labelled := obj.GetLabels()[workerclassv1.WorkerClassLabel]; labelled {
+			return denied(obj.GetName(), field.ErrorList{field.Forbidden(field.NewPath("metadata", "labels").Key(workerclassv1.WorkerClassLabel),
+				fmt.Sprintf("a classless pool uses no class, not %q; the pool's mutating webhook did not run", label))})
+		}
 		return admission.Allowed("")
 	}
 	var errs field.ErrorList

@@ -229,6 +229,14 @@ func TestPoolMutatingWebhook(t *testing.T) {
 			t.Errorf("response %+v", resp)
 		}
 	})
+	t.Run("UPDATE of a classless pool loses a class label", func(t *testing.T) {
+		obj := poolJSON(`{"cozystack.io/worker-class":"kairos","team":"a"}`, `{"cluster":"c"}`)
+		resp := p.Mutate(ctx, poolRequest(t, admissionv1.Update, obj, poolJSON("", `{"cluster":"c"}`)))
+		if !resp.Allowed || len(resp.Patches) != 1 || resp.Patches[0].Operation != "remove" ||
+			resp.Patches[0].Path != "/metadata/labels/cozystack.io~1worker-class" {
+			t.Errorf("response %v, patches %+v", resp.Result, resp.Patches)
+		}
+	})
 	t.Run("a refusal is a 422 with field causes", func(t *testing.T) {
 		resp := p.Mutate(ctx, poolRequest(t, admissionv1.Create, poolJSON("", `{"cluster":"c","workerClassName":"kairos","version":"v1.35","talos":{"version":"v1.13.6"}}`), ""))
 		if resp.Allowed || resp.Result.Code != http.StatusUnprocessableEntity || len(resp.Result.Details.Causes) == 0 {
@@ -266,6 +274,8 @@ func TestPoolValidatingWebhook(t *testing.T) {
 	}{
 		{"a stored, labelled class passes", poolJSON(`{"cozystack.io/worker-class":"kairos"}`, `{"cluster":"c","workerClassName":"kairos","version":"v1.35"}`), "", admissionv1.Create, ""},
 		{"a CREATE without a class means the mutating webhook did not run", poolJSON("", `{"cluster":"c","version":"v1.35"}`), "", admissionv1.Create, "the pool's mutating webhook did not run"},
+		{"a classless pool carries no class label", poolJSON(`{"cozystack.io/worker-class":"kairos"}`, `{"cluster":"c"}`),
+			poolJSON("", `{"cluster":"c"}`), admissionv1.Update, "a classless pool uses no class"},
 		{"the label must name the class", poolJSON(`{"cozystack.io/worker-class":"talos"}`, `{"cluster":"c","workerClassName":"kairos","version":"v1.35"}`), "", admissionv1.Create, "must name the pool's class kairos"},
 		{"an in-place family switch is refused", poolJSON(`{"cozystack.io/worker-class":"kairos"}`, `{"cluster":"c","workerClassName":"kairos","version":"v1.35"}`),
 			poolJSON(`{"cozystack.io/worker-class":"talos"}`, `{"cluster":"c","workerClassName":"talos","version":"v1.35"}`), admissionv1.Update, "in place is refused"},

@@ -353,6 +353,17 @@ func TestKubeVirtMachineTemplateWebhook(t *testing.T) {
 		classless := template()
 		g.Expect(w.Default(ctx, classless)).To(Succeed())
 		g.Expect(classless.Labels).NotTo(HaveKey(infrav1.WorkerClassLabel))
+		// A class label on a classless template would pin that class: it
+		// goes, and is refused where defaulting did not run.
+		pinning := template(func(t *infrav1.KubeVirtMachineTemplate) {
+			t.Labels = map[string]string{infrav1.WorkerClassLabel: "kairos", "team": "a"}
+		})
+		_, err = w.ValidateCreate(ctx, pinning)
+		g.Expect(err).To(MatchError(ContainSubstring("a template without spec.template.spec.workerClass uses no class")))
+		_, err = w.ValidateUpdate(ctx, template(), pinning)
+		g.Expect(err).To(MatchError(ContainSubstring("uses no class")))
+		g.Expect(w.Default(ctx, pinning)).To(Succeed())
+		g.Expect(pinning.Labels).To(Equal(map[string]string{"team": "a"}))
 	})
 	t.Run("the spec is immutable", func(t *testing.T) {
 		g := NewWithT(t)

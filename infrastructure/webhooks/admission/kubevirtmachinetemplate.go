@@ -62,10 +62,13 @@ func (w *KubeVirtMachineTemplate) SetupWebhookWithManager(mgr ctrl.Manager) erro
 // controller finds the template without reading this API. The label
 // follows the class: topology copies a ClusterClass template's labels into
 // each clone and then patches spec.template.spec.workerClass, so a copied
-// label can name the class the clone no longer uses.
+// label can name the class the clone no longer uses; a classless template
+// loses the label, which would otherwise count it as a user of the class
+// it names and keep that class from being deleted.
 func (w *KubeVirtMachineTemplate) Default(_ context.Context, t *infrav1.KubeVirtMachineTemplate) error {
 	selection := t.Spec.Template.Spec.WorkerClass
 	if selection == nil {
+		delete(t.Labels, infrav1.WorkerClassLabel)
 		return nil
 	}
 	if t.Labels == nil {
@@ -135,14 +138,17 @@ func (w *KubeVirtMachineTemplate) ValidateDelete(context.Context, *infrav1.KubeV
 }
 
 // validateClassLabel checks that a class-based template carries the label
-// the class controller finds it by, naming its class.
+// the class controller finds it by, naming its class, and that a
+// classless one carries none.
 func validateClassLabel(t *infrav1.KubeVirtMachineTemplate) field.ErrorList {
 	selection := t.Spec.Template.Spec.WorkerClass
-	if selection == nil {
-		return nil
-	}
 	label, ok := t.Labels[infrav1.WorkerClassLabel]
 	switch {
+	case selection == nil && ok:
+		return field.ErrorList{field.Forbidden(field.NewPath("metadata", "labels").Key(infrav1.WorkerClassLabel),
+			"a template without spec.template.spec.workerClass uses no class")}
+	case selection == nil:
+		return nil
 	case !ok:
 		return field.ErrorList{field.Required(field.NewPath("metadata", "labels").Key(infrav1.WorkerClassLabel),
 			"the class controller finds the templates that use a class by this label")}
