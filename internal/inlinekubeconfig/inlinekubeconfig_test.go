@@ -60,31 +60,32 @@ type entry struct {
 	ValueBase64 string `json:"valueBase64"`
 }
 
-func (e entry) data(t testing.TB) []byte {
+func (e entry) data(tb testing.TB) []byte {
+	tb.Helper()
 	if e.ValueBase64 == "" {
 		return []byte(e.Value)
 	}
 	data, err := base64.StdEncoding.DecodeString(e.ValueBase64)
 	if err != nil {
-		t.Fatalf("%s: valueBase64: %v", e.Name, err)
+		tb.Fatalf("%s: valueBase64: %v", e.Name, err)
 	}
 	return data
 }
 
-func corpus(t testing.TB) []entry {
-	t.Helper()
+func corpus(tb testing.TB) []entry {
+	tb.Helper()
 	raw, err := os.ReadFile(filepath.Join("testdata", "corpus.yaml"))
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	var entries []entry
 	if err := yaml.UnmarshalStrict(raw, &entries); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	for _, e := range entries {
 		for _, v := range []string{e.Check, e.Policy} {
 			if v != refused && v != admitted {
-				t.Fatalf("%s: verdict %q is neither %s nor %s", e.Name, v, refused, admitted)
+				tb.Fatalf("%s: verdict %q is neither %s nor %s", e.Name, v, refused, admitted)
 			}
 		}
 	}
@@ -210,21 +211,21 @@ func (p policyChecks) refuses(data []byte) bool {
 
 var rawPattern = regexp.MustCompile(`^!variables\.value\.matches\(r'([^']*)'\)$`)
 
-func readPolicy(t testing.TB) (*admissionregistrationv1.ValidatingAdmissionPolicy, policyChecks) {
-	t.Helper()
+func readPolicy(tb testing.TB) (*admissionregistrationv1.ValidatingAdmissionPolicy, policyChecks) {
+	tb.Helper()
 	raw, err := os.ReadFile(filepath.Join(envtest.RepoRoot(), policyPath))
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{}
 	if err := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(string(raw)), 4096).Decode(policy); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	checks := policyChecks{}
 	for _, v := range policy.Spec.Variables {
 		if v.Name == "withinSize" {
 			if _, err := fmt.Sscanf(v.Expression[strings.LastIndex(v.Expression, "<="):], "<= %d", &checks.maxSize); err != nil {
-				t.Fatalf("withinSize: %v", err)
+				tb.Fatalf("withinSize: %v", err)
 			}
 		}
 	}

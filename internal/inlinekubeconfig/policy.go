@@ -86,11 +86,12 @@ func PolicyRules() []PolicyRule {
 		nonASCII[b] = true
 	}
 	escapes := Bytes(`\!`)
-	rules := []PolicyRule{{
+	rules := make([]PolicyRule, 0, 1+len(forbiddenKeys))
+	rules = append(rules, PolicyRule{
 		Patterns: [][]ByteSet{{escapes}, {nonASCII}},
 		Message:  "data.value: Invalid: a kubeconfig Secret's value must be ASCII text without backslash escapes or YAML tags (\\ and !)",
 		Reason:   "Invalid",
-	}}
+	})
 	for _, key := range forbiddenKeys {
 		rules = append(rules, PolicyRule{
 			Patterns: [][]ByteSet{append(Literal(key), keyEnds)},
@@ -111,7 +112,7 @@ func (r PolicyRule) Expression() string {
 // Regexp is the RE2 expression that matches standard, padded base64 text
 // exactly when the text it encodes contains a match of one of patterns.
 func (r PolicyRule) Regexp() string {
-	var alternatives []string
+	alternatives := make([]string, 0, 3*len(r.Patterns))
 	for _, p := range r.Patterns {
 		for offset := range 3 {
 			alternatives = append(alternatives, alignedPattern(p, offset))

@@ -17,6 +17,7 @@ limitations under the License.
 package logcap
 
 import (
+	"context"
 	"flag"
 	"net/http"
 	"net/http/httptest"
@@ -71,7 +72,7 @@ func TestCapVerbosityEndpoint(t *testing.T) {
 	handler := opts.ExtraHandlers[VerbosityPath]
 	put := func(value string) int {
 		rec := httptest.NewRecorder()
-		handler.ServeHTTP(rec, httptest.NewRequest(http.MethodPut, VerbosityPath, strings.NewReader(value)))
+		handler.ServeHTTP(rec, httptest.NewRequestWithContext(context.Background(), http.MethodPut, VerbosityPath, strings.NewReader(value)))
 		return rec.Code
 	}
 	verbosity := func() string { return flag.Lookup("v").Value.String() }
