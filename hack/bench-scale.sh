@@ -8,7 +8,7 @@
 # long Cluster API alone (providers stopped) takes to create the N
 # Machines; it reports timings, CPU and peak RSS per provider, requests per
 # machine, throttling, idle writes, the ratios ours/floor providers and
-# ours/peer and the targets (see docs/benchmarks.md). Progress goes to stderr and
+# ours/peer and the bounds it checks (see docs/benchmarks.md). Progress goes to stderr and
 # scale-N.log; scale-N.partial.md and scale-N.json hold each stage's
 # results as soon as it finished, so a run cut short keeps them.
 #
