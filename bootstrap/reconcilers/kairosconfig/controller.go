@@ -45,7 +45,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	bootstrapv1 "github.com/cozystack/cluster-api-workers/bootstrap/api/v1alpha1"
-	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
+	"github.com/cozystack/cluster-api-workers/internal/contract"
 	"github.com/cozystack/cluster-api-workers/internal/ownwrites"
 	"github.com/cozystack/cluster-api-workers/internal/watchview"
 )
@@ -361,7 +361,7 @@ func (r *Reconciler) nodeJoined(ctx context.Context, s *scope) (bool, error) {
 		}
 		return false, fmt.Errorf("reading Node %s in the workload cluster: %w", vm, err)
 	}
-	return node.Spec.ProviderID == infrav1.ProviderID(vm), nil
+	return node.Spec.ProviderID == contract.ProviderID(vm), nil
 }
 
 // reconcileDelete revokes the token before the finalizer goes. The record

@@ -41,8 +41,8 @@ import (
 	bootstrapv1 "github.com/cozystack/cluster-api-workers/bootstrap/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/bootstrap/internal/cloudconfig"
 	"github.com/cozystack/cluster-api-workers/bootstrap/internal/metrics"
-	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/internal/clustersecrets"
+	"github.com/cozystack/cluster-api-workers/internal/contract"
 )
 
 // render waits for everything the join needs, ensures the token and writes
@@ -201,7 +201,7 @@ func renderInput(s *scope, t token, join joinInputs) cloudconfig.Input {
 	in := cloudconfig.Input{
 		Mode:              joinMode(s.config),
 		Hostname:          vm,
-		ProviderID:        infrav1.ProviderID(vm),
+		ProviderID:        contract.ProviderID(vm),
 		APIServerEndpoint: s.cluster.Spec.ControlPlaneEndpoint.String(),
 		CACertHashes:      join.caHashes,
 		Token:             t.String(),
