@@ -220,12 +220,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		if !config.DeletionTimestamp.IsZero() || machineGone {
 			// Without a Cluster there is no workload cluster left to hold a
 			// token, so nothing can leak.
-			t, found, err := r.liveStoredToken(ctx, config)
+			t, found, err := r.readTokenRecordLive(ctx, config)
 			if err != nil {
 				return ctrl.Result{}, err
 			}
 			if found {
-				if err := r.forgetToken(ctx, config, t); err != nil {
+				if err := r.forgetTokenRecord(ctx, config, t); err != nil {
 					return ctrl.Result{}, err
 				}
 			}
@@ -327,12 +327,12 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 		if joined {
 			return r.revokeToken(ctx, s)
 		}
-		stored, found, err := r.storedToken(ctx, config)
+		stored, found, err := r.readTokenRecord(ctx, config)
 		if err != nil {
 			return ctrl.Result{}, err
 		}
 		if found {
-			return r.keepTokenAlive(ctx, s, stored)
+			return r.refreshToken(ctx, s, stored)
 		}
 		// The token is gone while the node has not joined (restored config,
 		// or a Secret deleted by hand): render again with a new token.
@@ -368,12 +368,12 @@ func (r *Reconciler) nodeJoined(ctx context.Context, s *scope) (bool, error) {
 // is read directly: this is the last chance to revoke a token, and a cache
 // that has not yet seen a record created moments ago must not leak it.
 func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) (ctrl.Result, error) {
-	t, found, err := r.liveStoredToken(ctx, s.config)
+	t, found, err := r.readTokenRecordLive(ctx, s.config)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 	if found {
-		if err := r.revoke(ctx, s, t); err != nil {
+		if err := r.revokeAndForget(ctx, s, t); err != nil {
 			return ctrl.Result{}, err
 		}
 	}

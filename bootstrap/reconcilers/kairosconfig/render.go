@@ -64,7 +64,7 @@ func (r *Reconciler) render(ctx context.Context, s *scope) (ctrl.Result, error) 
 	}
 	// The data is rendered once, with the token it will carry, before that
 	// token is minted: a token is minted only for data a Secret can hold.
-	candidate, stored, err := r.tokenToRender(ctx, s.config)
+	candidate, stored, err := r.recordedOrNewToken(ctx, s.config)
 	if err != nil {
 		markInternalError(config)
 		return ctrl.Result{}, err
@@ -78,7 +78,7 @@ func (r *Reconciler) render(ctx context.Context, s *scope) (ctrl.Result, error) 
 		return (&blocked{reason: bootstrapv1.BootstrapDataTooLargeReason, message: fmt.Sprintf(
 			"The rendered bootstrap data is %d bytes and a Secret holds at most %d: shrink spec.files", size, corev1.MaxSecretSize)}).report(config), nil
 	}
-	t, err := r.ensureToken(ctx, s, remote, candidate, stored)
+	t, err := r.mintToken(ctx, s, remote, candidate, stored)
 	if err != nil {
 		markInternalError(config)
 		return ctrl.Result{}, err
