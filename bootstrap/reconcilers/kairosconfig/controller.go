@@ -337,7 +337,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 		// The token is gone while the node has not joined (restored config,
 		// or a Secret deleted by hand): render again with a new token.
 	}
-	return r.render(ctx, s)
+	return r.reconcileBootstrapData(ctx, s)
 }
 
 // nodeJoined reports whether the Machine's node has registered: Cluster API

@@ -57,7 +57,7 @@ func TestRenderWaitsForTheInfrastructureName(t *testing.T) {
 			}},
 		},
 	}
-	res, err := r.render(context.Background(), s)
+	res, err := r.reconcileBootstrapData(context.Background(), s)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(res.IsZero()).To(BeTrue())
 	c := conditions.Get(s.config, bootstrapv1.DataSecretAvailableCondition)

@@ -45,9 +45,10 @@ import (
 	"github.com/cozystack/cluster-api-workers/internal/contract"
 )
 
-// render waits for everything the join needs, ensures the token and writes
-// the bootstrap data Secret.
-func (r *Reconciler) render(ctx context.Context, s *scope) (ctrl.Result, error) {
+// reconcileBootstrapData waits for everything the join needs, mints the
+// token, renders the cloud-config (cloudconfig.Render) and writes it to the
+// bootstrap data Secret.
+func (r *Reconciler) reconcileBootstrapData(ctx context.Context, s *scope) (ctrl.Result, error) {
 	config := s.config
 	in, blocker, err := r.joinInputs(ctx, s)
 	if err != nil {
