@@ -42,7 +42,7 @@ import (
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/infrastructure/internal/metrics"
 	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/instancetype"
-	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/render"
+	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/vmspec"
 )
 
 // Creating a machine's VM: what it boots (its image, disks and bootstrap
@@ -99,7 +99,7 @@ func (r *Reconciler) ensureVirtualMachine(ctx context.Context, s *scope) (*kubev
 			return nil, nil, err
 		}
 	}
-	objs, errs := render.Render(render.Input{
+	objs, errs := vmspec.Render(vmspec.Input{
 		Machine:       kvm,
 		ClusterName:   cluster.Name,
 		Image:         image.source,
@@ -212,7 +212,7 @@ func (r *Reconciler) ensureUserData(ctx context.Context, kvm *infrav1.KubeVirtMa
 	if blocker := r.notControlled(existing, kvm, "Secret"); blocker != nil {
 		return blocker, nil
 	}
-	if bytes.Equal(existing.Data[render.UserDataKey], desired.Data[render.UserDataKey]) {
+	if bytes.Equal(existing.Data[vmspec.UserDataKey], desired.Data[vmspec.UserDataKey]) {
 		return nil, nil
 	}
 	original := existing.DeepCopy()

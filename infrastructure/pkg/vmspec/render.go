@@ -14,12 +14,12 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-// Package render turns a KubeVirtMachine and its resolved image into the
+// Package vmspec turns a KubeVirtMachine and its resolved image into the
 // objects that run it: the VirtualMachine, the root DataVolume of an imported
 // or cloned disk, the ConfigMap holding an import's CA bundle and the Secret
 // carrying the bootstrap data as cloud-init user data. It is pure: no I/O,
 // the same input always gives the same objects.
-package render
+package vmspec
 
 import (
 	"fmt"
