@@ -34,8 +34,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
-	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/vmspec"
 	"github.com/cozystack/cluster-api-workers/infrastructure/reconcilers/kubevirtmachinetemplate"
+	"github.com/cozystack/cluster-api-workers/infrastructure/vmspec"
 	"github.com/cozystack/cluster-api-workers/test/harness"
 	"github.com/cozystack/cluster-api-workers/test/sim/fault"
 )

@@ -37,8 +37,8 @@ import (
 
 	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
-	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/vmspec"
 	"github.com/cozystack/cluster-api-workers/infrastructure/reconcilers/sharedimage"
+	"github.com/cozystack/cluster-api-workers/infrastructure/vmspec"
 	cdisim "github.com/cozystack/cluster-api-workers/test/sim/cdi"
 	"github.com/cozystack/cluster-api-workers/test/sim/imageserver"
 )

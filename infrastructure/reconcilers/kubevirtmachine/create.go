@@ -40,9 +40,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
+	"github.com/cozystack/cluster-api-workers/infrastructure/internal/instancetype"
 	"github.com/cozystack/cluster-api-workers/infrastructure/internal/metrics"
-	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/instancetype"
-	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/vmspec"
+	"github.com/cozystack/cluster-api-workers/infrastructure/vmspec"
 )
 
 // Creating a machine's VM: what it boots (its image, disks and bootstrap

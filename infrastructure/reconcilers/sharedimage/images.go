@@ -40,7 +40,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
-	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/vmspec"
+	"github.com/cozystack/cluster-api-workers/infrastructure/vmspec"
 	"github.com/cozystack/cluster-api-workers/internal/redact"
 )
 

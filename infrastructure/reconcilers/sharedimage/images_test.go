@@ -28,7 +28,7 @@ import (
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
-	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/vmspec"
+	"github.com/cozystack/cluster-api-workers/infrastructure/vmspec"
 )
 
 func TestStateOf(t *testing.T) {

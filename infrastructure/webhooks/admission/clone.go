@@ -28,7 +28,7 @@ import (
 
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/infrastructure/internal/cloneauth"
-	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/vmspec"
+	"github.com/cozystack/cluster-api-workers/infrastructure/vmspec"
 )
 
 // authorizeClone refuses a clone source that the user of the admission

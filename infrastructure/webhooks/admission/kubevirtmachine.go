@@ -29,7 +29,7 @@ import (
 
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/infrastructure/internal/cloneauth"
-	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/vmspec"
+	"github.com/cozystack/cluster-api-workers/infrastructure/vmspec"
 )
 
 // +kubebuilder:webhook:verbs=create;update,path=/validate-infrastructure-cozystack-io-v1alpha1-kubevirtmachine,mutating=false,failurePolicy=fail,matchPolicy=Equivalent,groups=infrastructure.cozystack.io,resources=kubevirtmachines,versions=v1alpha1,name=validation.kubevirtmachine.infrastructure.cozystack.io,sideEffects=None,timeoutSeconds=10,admissionReviewVersions=v1

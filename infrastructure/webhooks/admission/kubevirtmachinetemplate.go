@@ -30,7 +30,7 @@ import (
 
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/infrastructure/internal/cloneauth"
-	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/vmspec"
+	"github.com/cozystack/cluster-api-workers/infrastructure/vmspec"
 )
 
 // +kubebuilder:webhook:verbs=create;update,path=/mutate-infrastructure-cozystack-io-v1alpha1-kubevirtmachinetemplate,mutating=true,failurePolicy=fail,groups=infrastructure.cozystack.io,resources=kubevirtmachinetemplates,versions=v1alpha1,name=default.kubevirtmachinetemplate.infrastructure.cozystack.io,sideEffects=None,timeoutSeconds=10,admissionReviewVersions=v1

@@ -38,8 +38,8 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
-	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/instancetype"
-	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/migration"
+	"github.com/cozystack/cluster-api-workers/infrastructure/internal/instancetype"
+	"github.com/cozystack/cluster-api-workers/infrastructure/internal/migration"
 )
 
 const (
