@@ -19,28 +19,22 @@ limitations under the License.
 package main
 
 import (
-	"flag"
 	"fmt"
 	"os"
 	"time"
 
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/tools/leaderelection/resourcelock"
-	cliflag "k8s.io/component-base/cli/flag"
 	"k8s.io/component-base/logs"
 	logsv1 "k8s.io/component-base/logs/api/v1"
 	_ "k8s.io/component-base/logs/json/register"
-	"k8s.io/klog/v2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
-	"sigs.k8s.io/cluster-api/controllers/remote"
 	"sigs.k8s.io/cluster-api/util/flags"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/cozystack/cluster-api-workers/bootstrap/reconcilers/kairosconfig"
 	"github.com/cozystack/cluster-api-workers/bootstrap/setup"
-	"github.com/cozystack/cluster-api-workers/internal/logcap"
+	"github.com/cozystack/cluster-api-workers/internal/manager"
 )
 
 const controllerName = "kairos-bootstrap-manager"
@@ -51,62 +45,47 @@ const controllerName = "kairos-bootstrap-manager"
 
 // options are the manager's command-line flags.
 type options struct {
-	leaderElect                 bool
-	leaderElectionLeaseDuration time.Duration
-	leaderElectionRenewDeadline time.Duration
-	leaderElectionRetryPeriod   time.Duration
-	watchNamespace              string
-	watchFilterValue            string
-	syncPeriod                  time.Duration
-	restConfigQPS               float32
-	restConfigBurst             int
-	clusterCacheClientQPS       float32
-	clusterCacheClientBurst     int
-	clusterCacheConcurrency     int
-	kairosConfigConcurrency     int
-	tokenTTL                    time.Duration
-	healthAddr                  string
-	profilerAddress             string
-	webhookPort                 int
-	webhookCertDir              string
-	webhookCertName             string
-	webhookKeyName              string
-	manager                     flags.ManagerOptions
-	logs                        *logsv1.LoggingConfiguration
+	manager.Flags
+	watchNamespace          string
+	watchFilterValue        string
+	syncPeriod              time.Duration
+	clusterCacheClientQPS   float32
+	clusterCacheClientBurst int
+	clusterCacheConcurrency int
+	kairosConfigConcurrency int
+	tokenTTL                time.Duration
 }
 
 func (o *options) addFlags(fs *pflag.FlagSet) {
-	logsv1.AddFlags(o.logs, fs)
-	fs.BoolVar(&o.leaderElect, "leader-elect", false, "Enable leader election, so that only one manager replica is active.")
-	fs.DurationVar(&o.leaderElectionLeaseDuration, "leader-elect-lease-duration", 15*time.Second, "How long a non-leader waits before forcing a takeover.")
-	fs.DurationVar(&o.leaderElectionRenewDeadline, "leader-elect-renew-deadline", 10*time.Second, "How long the leader retries renewing leadership before giving up.")
-	fs.DurationVar(&o.leaderElectionRetryPeriod, "leader-elect-retry-period", 2*time.Second, "How long clients wait between leader election attempts.")
+	logsv1.AddFlags(o.Logs, fs)
+	fs.BoolVar(&o.LeaderElect, "leader-elect", false, "Enable leader election, so that only one manager replica is active.")
+	fs.DurationVar(&o.LeaderElectionLeaseDuration, "leader-elect-lease-duration", 15*time.Second, "How long a non-leader waits before forcing a takeover.")
+	fs.DurationVar(&o.LeaderElectionRenewDeadline, "leader-elect-renew-deadline", 10*time.Second, "How long the leader retries renewing leadership before giving up.")
+	fs.DurationVar(&o.LeaderElectionRetryPeriod, "leader-elect-retry-period", 2*time.Second, "How long clients wait between leader election attempts.")
 	fs.StringVar(&o.watchNamespace, "namespace", "", "Namespace to watch for Cluster API objects; all namespaces when empty.")
 	fs.StringVar(&o.watchFilterValue, "watch-filter", "", fmt.Sprintf("Only reconcile objects whose %s label has this value; all objects when empty.", clusterv1.WatchLabel))
 	fs.DurationVar(&o.syncPeriod, "sync-period", 10*time.Minute, "Minimum interval at which watched objects are reconciled again.")
-	fs.Float32Var(&o.restConfigQPS, "kube-api-qps", setup.DefaultKubeAPIQPS, "Queries per second to the management API server.")
-	fs.IntVar(&o.restConfigBurst, "kube-api-burst", setup.DefaultKubeAPIBurst, "Burst of queries to the management API server.")
+	fs.Float32Var(&o.RESTConfigQPS, "kube-api-qps", setup.DefaultKubeAPIQPS, "Queries per second to the management API server.")
+	fs.IntVar(&o.RESTConfigBurst, "kube-api-burst", setup.DefaultKubeAPIBurst, "Burst of queries to the management API server.")
 	fs.Float32Var(&o.clusterCacheClientQPS, "clustercache-client-qps", setup.DefaultClusterCacheClientQPS, "Queries per second to each workload API server.")
 	fs.IntVar(&o.clusterCacheClientBurst, "clustercache-client-burst", setup.DefaultClusterCacheClientBurst, "Burst of queries to each workload API server.")
 	fs.IntVar(&o.clusterCacheConcurrency, "clustercache-concurrency", setup.DefaultClusterCacheConcurrency, "Number of clusters whose connections are handled at once.")
 	fs.IntVar(&o.kairosConfigConcurrency, "kairosconfig-concurrency", setup.DefaultKairosConfigConcurrency, "Number of KairosConfigs reconciled at once.")
 	fs.DurationVar(&o.tokenTTL, "bootstrap-token-ttl", kairosconfig.DefaultTokenTTL,
 		"Lifetime of a Machine's bootstrap token. It is extended every third of this while the node has not joined and deleted once it has.")
-	fs.StringVar(&o.healthAddr, "health-addr", ":9440", "Address the health probes bind to.")
-	fs.StringVar(&o.profilerAddress, "profiler-address", "", "Address of the pprof profiler (e.g. localhost:6060); off when empty.")
-	fs.IntVar(&o.webhookPort, "webhook-port", 9443, "Webhook server port.")
-	fs.StringVar(&o.webhookCertDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs/", "Webhook certificate directory.")
-	fs.StringVar(&o.webhookCertName, "webhook-cert-name", "tls.crt", "Webhook certificate file name.")
-	fs.StringVar(&o.webhookKeyName, "webhook-key-name", "tls.key", "Webhook key file name.")
-	flags.AddManagerOptions(fs, &o.manager)
+	fs.StringVar(&o.HealthAddr, "health-addr", ":9440", "Address the health probes bind to.")
+	fs.StringVar(&o.ProfilerAddress, "profiler-address", "", "Address of the pprof profiler (e.g. localhost:6060); off when empty.")
+	fs.IntVar(&o.WebhookPort, "webhook-port", 9443, "Webhook server port.")
+	fs.StringVar(&o.WebhookCertDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs/", "Webhook certificate directory.")
+	fs.StringVar(&o.WebhookCertName, "webhook-cert-name", "tls.crt", "Webhook certificate file name.")
+	fs.StringVar(&o.WebhookKeyName, "webhook-key-name", "tls.key", "Webhook key file name.")
+	flags.AddManagerOptions(fs, &o.Manager)
 }
 
 func main() {
-	o := &options{logs: logs.NewOptions()}
+	o := &options{Flags: manager.Flags{Logs: logs.NewOptions()}}
 	o.addFlags(pflag.CommandLine)
-	pflag.CommandLine.SetNormalizeFunc(cliflag.WordSepNormalizeFunc)
-	pflag.CommandLine.AddGoFlagSet(flag.CommandLine)
-	pflag.Parse()
+	manager.ParseCommandLine()
 	if err := run(o); err != nil {
 		fmt.Fprintf(os.Stderr, "kairos bootstrap manager: %v\n", err)
 		os.Exit(1)
@@ -114,16 +93,12 @@ func main() {
 }
 
 func run(o *options) error {
-	if err := logcap.Validate(o.logs); err != nil {
+	if err := o.ApplyLogging(); err != nil {
 		return err
-	}
-	if err := logsv1.ValidateAndApply(o.logs, nil); err != nil {
-		return fmt.Errorf("applying the logging flags: %w", err)
 	}
 	if err := setup.ValidateTokenTTL(o.tokenTTL); err != nil {
 		return err
 	}
-	ctrl.SetLogger(klog.Background())
 	setupLog := ctrl.Log.WithName("setup")
 
 	scheme := runtime.NewScheme()
@@ -131,52 +106,26 @@ func run(o *options) error {
 		return err
 	}
 
-	restConfig, err := ctrl.GetConfig()
+	restConfig, err := o.RESTConfig(controllerName)
 	if err != nil {
-		return fmt.Errorf("loading the kubeconfig: %w", err)
+		return err
 	}
-	restConfig.QPS = o.restConfigQPS
-	restConfig.Burst = o.restConfigBurst
-	restConfig.UserAgent = remote.DefaultClusterAPIUserAgent(controllerName)
-
-	tlsOptions, metricsOptions, err := flags.GetManagerOptions(o.manager)
+	opts, err := o.ManagerOptions("kairos-bootstrap-manager-leader-election")
 	if err != nil {
-		return fmt.Errorf("invalid manager flags: %w", err)
+		return err
 	}
-	logcap.CapVerbosityEndpoint(metricsOptions)
-
-	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{
-		Scheme:                     scheme,
-		LeaderElection:             o.leaderElect,
-		LeaderElectionID:           "kairos-bootstrap-manager-leader-election",
-		LeaseDuration:              &o.leaderElectionLeaseDuration,
-		RenewDeadline:              &o.leaderElectionRenewDeadline,
-		RetryPeriod:                &o.leaderElectionRetryPeriod,
-		LeaderElectionResourceLock: resourcelock.LeasesResourceLock,
-		HealthProbeBindAddress:     o.healthAddr,
-		PprofBindAddress:           o.profilerAddress,
-		Metrics:                    *metricsOptions,
-		// Only cluster-labelled Secrets are cached, with managedFields
-		// stripped; other Secrets are read directly.
-		Cache:  setup.ManagerCacheOptions(scheme, controllerName, o.watchNamespace, o.syncPeriod),
-		Client: setup.ManagerClientOptions(),
-		WebhookServer: webhook.NewServer(webhook.Options{
-			Port:     o.webhookPort,
-			CertDir:  o.webhookCertDir,
-			CertName: o.webhookCertName,
-			KeyName:  o.webhookKeyName,
-			TLSOpts:  tlsOptions,
-		}),
-	})
+	opts.Scheme = scheme
+	// Only cluster-labelled Secrets are cached, with managedFields
+	// stripped; other Secrets are read directly.
+	opts.Cache = setup.ManagerCacheOptions(scheme, controllerName, o.watchNamespace, o.syncPeriod)
+	opts.Client = setup.ManagerClientOptions()
+	mgr, err := ctrl.NewManager(restConfig, opts)
 	if err != nil {
 		return fmt.Errorf("creating the manager: %w", err)
 	}
 
-	if err := mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
-		return fmt.Errorf("adding the readiness check: %w", err)
-	}
-	if err := mgr.AddHealthzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
-		return fmt.Errorf("adding the health check: %w", err)
+	if err := manager.AddWebhookProbes(mgr); err != nil {
+		return err
 	}
 	if err := setup.Webhooks(mgr); err != nil {
 		return err

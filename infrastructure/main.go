@@ -19,7 +19,6 @@ limitations under the License.
 package main
 
 import (
-	"flag"
 	"fmt"
 	"os"
 	"time"
@@ -28,24 +27,20 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/client-go/tools/leaderelection/resourcelock"
-	cliflag "k8s.io/component-base/cli/flag"
 	"k8s.io/component-base/logs"
 	logsv1 "k8s.io/component-base/logs/api/v1"
 	_ "k8s.io/component-base/logs/json/register"
 	"k8s.io/klog/v2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
-	"sigs.k8s.io/cluster-api/controllers/remote"
 	"sigs.k8s.io/cluster-api/util/apiwarnings"
 	"sigs.k8s.io/cluster-api/util/flags"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/cozystack/cluster-api-workers/exp/workerclass"
 	"github.com/cozystack/cluster-api-workers/feature"
 	"github.com/cozystack/cluster-api-workers/infrastructure/reconcilers/kubevirtmachine"
 	"github.com/cozystack/cluster-api-workers/infrastructure/setup"
-	"github.com/cozystack/cluster-api-workers/internal/logcap"
+	"github.com/cozystack/cluster-api-workers/internal/manager"
 	"github.com/cozystack/cluster-api-workers/internal/redact"
 )
 
@@ -53,59 +48,46 @@ const controllerName = "cluster-api-kubevirt-workers-manager"
 
 // options are the manager's command-line flags.
 type options struct {
-	leaderElect                 bool
-	leaderElectionLeaseDuration time.Duration
-	leaderElectionRenewDeadline time.Duration
-	leaderElectionRetryPeriod   time.Duration
-	watchNamespace              string
-	watchFilterValue            string
-	profilerAddress             string
-	syncPeriod                  time.Duration
-	restConfigQPS               float32
-	restConfigBurst             int
-	webhookPort                 int
-	webhookCertDir              string
-	webhookCertName             string
-	webhookKeyName              string
-	healthAddr                  string
-	infrastructureKubeconfig    string
-	managementClusterIdentity   string
-	importFailureRestarts       int32
-	machineConcurrency          int
-	templateConcurrency         int
-	clusterConcurrency          int
-	manager                     flags.ManagerOptions
-	workerClassWebhooks         workerclass.WebhookOptions
-	logs                        *logsv1.LoggingConfiguration
+	manager.Flags
+	watchNamespace            string
+	watchFilterValue          string
+	syncPeriod                time.Duration
+	infrastructureKubeconfig  string
+	managementClusterIdentity string
+	importFailureRestarts     int32
+	machineConcurrency        int
+	templateConcurrency       int
+	clusterConcurrency        int
+	workerClassWebhooks       workerclass.WebhookOptions
 }
 
 func (o *options) addFlags(fs *pflag.FlagSet) {
-	logsv1.AddFlags(o.logs, fs)
-	fs.BoolVar(&o.leaderElect, "leader-elect", false,
+	logsv1.AddFlags(o.Logs, fs)
+	fs.BoolVar(&o.LeaderElect, "leader-elect", false,
 		"Enable leader election, so that only one replica of the manager is active.")
-	fs.DurationVar(&o.leaderElectionLeaseDuration, "leader-elect-lease-duration", 15*time.Second,
+	fs.DurationVar(&o.LeaderElectionLeaseDuration, "leader-elect-lease-duration", 15*time.Second,
 		"How long non-leaders wait before they force-acquire leadership.")
-	fs.DurationVar(&o.leaderElectionRenewDeadline, "leader-elect-renew-deadline", 10*time.Second,
+	fs.DurationVar(&o.LeaderElectionRenewDeadline, "leader-elect-renew-deadline", 10*time.Second,
 		"How long the leader retries refreshing leadership before giving up.")
-	fs.DurationVar(&o.leaderElectionRetryPeriod, "leader-elect-retry-period", 2*time.Second,
+	fs.DurationVar(&o.LeaderElectionRetryPeriod, "leader-elect-retry-period", 2*time.Second,
 		"How long leader election clients wait between tries.")
 	fs.StringVar(&o.watchNamespace, "namespace", "",
 		"Namespace whose objects the manager reconciles; all namespaces when empty.")
 	fs.StringVar(&o.watchFilterValue, "watch-filter", "",
 		fmt.Sprintf("Reconcile only objects whose %s label has this value; all objects when empty.", clusterv1.WatchLabel))
-	fs.StringVar(&o.profilerAddress, "profiler-address", "",
+	fs.StringVar(&o.ProfilerAddress, "profiler-address", "",
 		"Bind address of the pprof profiler (e.g. localhost:6060); off when empty.")
 	fs.DurationVar(&o.syncPeriod, "sync-period", 10*time.Minute,
 		"Minimum interval at which every watched object is reconciled again.")
-	fs.Float32Var(&o.restConfigQPS, "kube-api-qps", setup.DefaultKubeAPIQPS,
+	fs.Float32Var(&o.RESTConfigQPS, "kube-api-qps", setup.DefaultKubeAPIQPS,
 		"Queries per second to the Kubernetes API server.")
-	fs.IntVar(&o.restConfigBurst, "kube-api-burst", setup.DefaultKubeAPIBurst,
+	fs.IntVar(&o.RESTConfigBurst, "kube-api-burst", setup.DefaultKubeAPIBurst,
 		"Burst of queries to the Kubernetes API server.")
-	fs.IntVar(&o.webhookPort, "webhook-port", 9443, "Port of the webhook server.")
-	fs.StringVar(&o.webhookCertDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs/", "Directory of the webhook server's certificate.")
-	fs.StringVar(&o.webhookCertName, "webhook-cert-name", "tls.crt", "File name of the webhook server's certificate.")
-	fs.StringVar(&o.webhookKeyName, "webhook-key-name", "tls.key", "File name of the webhook server's key.")
-	fs.StringVar(&o.healthAddr, "health-addr", ":9440", "Bind address of the health and readiness probes.")
+	fs.IntVar(&o.WebhookPort, "webhook-port", 9443, "Port of the webhook server.")
+	fs.StringVar(&o.WebhookCertDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs/", "Directory of the webhook server's certificate.")
+	fs.StringVar(&o.WebhookCertName, "webhook-cert-name", "tls.crt", "File name of the webhook server's certificate.")
+	fs.StringVar(&o.WebhookKeyName, "webhook-key-name", "tls.key", "File name of the webhook server's key.")
+	fs.StringVar(&o.HealthAddr, "health-addr", ":9440", "Bind address of the health and readiness probes.")
 	fs.StringVar(&o.infrastructureKubeconfig, "infrastructure-kubeconfig", "",
 		"Kubeconfig of the cluster the machines' VirtualMachines run in (mounted from a Secret of the provider's namespace); the management cluster when empty.")
 	fs.StringVar(&o.managementClusterIdentity, "management-cluster-identity", "",
@@ -116,7 +98,7 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.templateConcurrency, "kubevirtmachinetemplate-concurrency", setup.DefaultTemplateConcurrency, "KubeVirtMachineTemplates reconciled in parallel.")
 	fs.IntVar(&o.clusterConcurrency, "kubevirtcluster-concurrency", setup.DefaultClusterConcurrency, "KubeVirtClusters reconciled in parallel.")
 	o.workerClassWebhooks.AddFlags(fs)
-	flags.AddManagerOptions(fs, &o.manager)
+	flags.AddManagerOptions(fs, &o.Manager)
 	feature.MutableGates.AddFlag(fs)
 }
 
@@ -125,11 +107,9 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 // +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
 
 func main() {
-	o := &options{logs: logs.NewOptions()}
+	o := &options{Flags: manager.Flags{Logs: logs.NewOptions()}}
 	o.addFlags(pflag.CommandLine)
-	pflag.CommandLine.SetNormalizeFunc(cliflag.WordSepNormalizeFunc)
-	pflag.CommandLine.AddGoFlagSet(flag.CommandLine)
-	pflag.Parse()
+	manager.ParseCommandLine()
 	if err := run(o); err != nil {
 		ctrl.Log.WithName("setup").Error(err, "The manager stopped")
 		os.Exit(1)
@@ -137,64 +117,34 @@ func main() {
 }
 
 func run(o *options) error {
-	if err := logcap.Validate(o.logs); err != nil {
+	if err := o.ApplyLogging(); err != nil {
 		return err
 	}
-	if err := logsv1.ValidateAndApply(o.logs, nil); err != nil {
-		return fmt.Errorf("applying the log options: %w", err)
-	}
-	ctrl.SetLogger(klog.Background())
 	setupLog := ctrl.Log.WithName("setup")
 
 	scheme := runtime.NewScheme()
 	if err := setup.AddToScheme(scheme); err != nil {
 		return err
 	}
-	restConfig, err := ctrl.GetConfig()
-	if err != nil {
-		return fmt.Errorf("loading the kubeconfig: %w", err)
-	}
-	restConfig.QPS = o.restConfigQPS
-	restConfig.Burst = o.restConfigBurst
-	restConfig.UserAgent = remote.DefaultClusterAPIUserAgent(controllerName)
-	restConfig.WarningHandler = apiwarnings.DefaultHandler(klog.Background().WithName("API Server Warning"))
-
-	tlsOptions, metricsOptions, err := flags.GetManagerOptions(o.manager)
-	if err != nil {
-		return fmt.Errorf("invalid manager flags: %w", err)
-	}
-	logcap.CapVerbosityEndpoint(metricsOptions)
-	cacheOptions, err := setup.ManagerCacheOptions(scheme, controllerName, o.watchNamespace, o.syncPeriod)
+	restConfig, err := o.RESTConfig(controllerName)
 	if err != nil {
 		return err
 	}
-	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{
-		Scheme:                     scheme,
-		LeaderElection:             o.leaderElect,
-		LeaderElectionID:           "infrastructure-kubevirt-workers-leader-election",
-		LeaseDuration:              &o.leaderElectionLeaseDuration,
-		RenewDeadline:              &o.leaderElectionRenewDeadline,
-		RetryPeriod:                &o.leaderElectionRetryPeriod,
-		LeaderElectionResourceLock: resourcelock.LeasesResourceLock,
-		HealthProbeBindAddress:     o.healthAddr,
-		PprofBindAddress:           o.profilerAddress,
-		Metrics:                    *metricsOptions,
-		Cache:                      cacheOptions,
-		WebhookServer: webhook.NewServer(webhook.Options{
-			Port:     o.webhookPort,
-			CertDir:  o.webhookCertDir,
-			CertName: o.webhookCertName,
-			KeyName:  o.webhookKeyName,
-			TLSOpts:  tlsOptions,
-		}),
-	})
+	restConfig.WarningHandler = apiwarnings.DefaultHandler(klog.Background().WithName("API Server Warning"))
+
+	opts, err := o.ManagerOptions("infrastructure-kubevirt-workers-leader-election")
+	if err != nil {
+		return err
+	}
+	opts.Scheme = scheme
+	if opts.Cache, err = setup.ManagerCacheOptions(scheme, controllerName, o.watchNamespace, o.syncPeriod); err != nil {
+		return err
+	}
+	mgr, err := ctrl.NewManager(restConfig, opts)
 	if err != nil {
 		return fmt.Errorf("creating the manager: %w", err)
 	}
-	if err := mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
-		return err
-	}
-	if err := mgr.AddHealthzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
+	if err := manager.AddWebhookProbes(mgr); err != nil {
 		return err
 	}
 
@@ -203,7 +153,7 @@ func run(o *options) error {
 		if infraConfig, err = clientcmd.BuildConfigFromFlags("", o.infrastructureKubeconfig); err != nil {
 			return fmt.Errorf("loading --infrastructure-kubeconfig: %w", err)
 		}
-		infraConfig.QPS, infraConfig.Burst = o.restConfigQPS, o.restConfigBurst
+		infraConfig.QPS, infraConfig.Burst = o.RESTConfigQPS, o.RESTConfigBurst
 		infraConfig.UserAgent = restConfig.UserAgent
 		infraConfig.WarningHandler = restConfig.WarningHandler
 	}

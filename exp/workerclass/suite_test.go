@@ -148,13 +148,13 @@ func deletePool(t *testing.T, pool *unstructured.Unstructured) {
 }
 
 func getPool(g Gomega, pool *unstructured.Unstructured) *unstructured.Unstructured {
-	got := envtest.NewPool(pool.GetNamespace(), pool.GetName(), nil)
-	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(pool), got)).To(Succeed())
+	got, err := envtest.GetPool(ctx, env.Client, pool)
+	g.Expect(err).NotTo(HaveOccurred())
 	return got
 }
 
 func classOf(g Gomega, pool *unstructured.Unstructured) (string, bool) {
-	name, found, err := unstructured.NestedString(pool.Object, "spec", "workerClassName")
+	name, found, err := envtest.PoolClass(pool)
 	g.Expect(err).NotTo(HaveOccurred())
 	return name, found
 }
@@ -168,12 +168,7 @@ func expectClass(g Gomega, pool *unstructured.Unstructured, class string) {
 
 // replaceSpec updates a pool with a whole new spec, as a full replace does.
 func replaceSpec(pool *unstructured.Unstructured, spec map[string]any) error {
-	latest := envtest.NewPool(pool.GetNamespace(), pool.GetName(), nil)
-	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(pool), latest); err != nil {
-		return err
-	}
-	latest.Object["spec"] = spec
-	return env.Client.Update(ctx, latest)
+	return envtest.ReplacePoolSpec(ctx, env.Client, pool, spec)
 }
 
 func setPlatformDefault(g Gomega, class string) {

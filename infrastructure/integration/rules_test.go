@@ -27,7 +27,7 @@ import (
 
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/infrastructure/internal/rulecases"
-	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/render"
+	"github.com/cozystack/cluster-api-workers/infrastructure/vmspec"
 )
 
 // TestKubeVirtAgreesWithTheRules runs the rules' table (GPUs and host
@@ -63,7 +63,7 @@ func TestKubeVirtAgreesWithTheRules(t *testing.T) {
 			}
 
 			m := &infrav1.KubeVirtMachine{ObjectMeta: metav1.ObjectMeta{Name: "worker", Namespace: ns.Name}, Spec: *rc.Spec.DeepCopy()}
-			objs, errs := render.Render(render.Input{Machine: m, ClusterName: "tenant", Image: *rc.Spec.Image,
+			objs, errs := vmspec.Render(vmspec.Input{Machine: m, ClusterName: "tenant", Image: *rc.Spec.Image,
 				Preference: rc.Preference, UserData: []byte("#cloud-config\n"), Unowned: true})
 			if rc.RenderRefused() {
 				g.Expect(errs).NotTo(BeEmpty())

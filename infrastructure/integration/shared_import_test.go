@@ -36,8 +36,8 @@ import (
 
 	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
-	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/render"
 	"github.com/cozystack/cluster-api-workers/infrastructure/reconcilers/sharedimage"
+	"github.com/cozystack/cluster-api-workers/infrastructure/vmspec"
 	"github.com/cozystack/cluster-api-workers/test/sim/fault"
 )
 
@@ -86,14 +86,14 @@ func TestSharedImport(t *testing.T) {
 		dv := &cdiv1.DataVolume{}
 		g.Expect(c.Get(ctx, key(tc.namespace, shared), dv)).To(Succeed())
 		g.Expect(dv.Spec.Source.HTTP.URL).To(Equal(first.Status.Resolved.Image.HTTPImport.URL))
-		g.Expect(dv.Spec.Source.HTTP.CertConfigMap).To(Equal(render.SharedImportCAName(shared)))
-		g.Expect(dv.Labels).To(HaveKeyWithValue(render.SharedImageLabel, shared))
-		g.Expect(dv.Annotations).To(HaveKeyWithValue(render.ContentHashAnnotation, first.Status.Resolved.ContentHash))
-		g.Expect(dv.Finalizers).To(ConsistOf(render.CloneSourceFinalizer))
-		g.Expect(dv.OwnerReferences).To(ConsistOf(render.TemplateOwnerReference(first)))
+		g.Expect(dv.Spec.Source.HTTP.CertConfigMap).To(Equal(vmspec.SharedImportCAName(shared)))
+		g.Expect(dv.Labels).To(HaveKeyWithValue(vmspec.SharedImageLabel, shared))
+		g.Expect(dv.Annotations).To(HaveKeyWithValue(vmspec.ContentHashAnnotation, first.Status.Resolved.ContentHash))
+		g.Expect(dv.Finalizers).To(ConsistOf(vmspec.CloneSourceFinalizer))
+		g.Expect(dv.OwnerReferences).To(ConsistOf(vmspec.TemplateOwnerReference(first)))
 		caMap := &corev1.ConfigMap{}
-		g.Expect(c.Get(ctx, key(tc.namespace, render.SharedImportCAName(shared)), caMap)).To(Succeed())
-		g.Expect(caMap.Data).To(HaveKeyWithValue(render.ImportCAKey, ca))
+		g.Expect(c.Get(ctx, key(tc.namespace, vmspec.SharedImportCAName(shared)), caMap)).To(Succeed())
+		g.Expect(caMap.Data).To(HaveKeyWithValue(vmspec.ImportCAKey, ca))
 		g.Expect(metav1.IsControlledBy(caMap, dv)).To(BeTrue())
 		g.Expect(httpImports(g, tc.namespace)).To(ConsistOf(shared), "one download for three machines")
 
@@ -105,7 +105,7 @@ func TestSharedImport(t *testing.T) {
 		g.Expect(sharedimage.Name(second)).To(Equal(shared))
 		g.Eventually(func(g Gomega) {
 			g.Expect(c.Get(ctx, key(tc.namespace, shared), dv)).To(Succeed())
-			g.Expect(dv.OwnerReferences).To(ConsistOf(render.TemplateOwnerReference(first), render.TemplateOwnerReference(second)))
+			g.Expect(dv.OwnerReferences).To(ConsistOf(vmspec.TemplateOwnerReference(first), vmspec.TemplateOwnerReference(second)))
 		}).Should(Succeed())
 		more := templateMachines(t, tc, second, 1)
 		expectReady(t, more[0], metav1.ConditionTrue, infrav1.ReadyReason)
@@ -137,7 +137,7 @@ func TestSharedImport(t *testing.T) {
 		dv := &cdiv1.DataVolume{}
 		g.Eventually(func(g Gomega) {
 			g.Expect(c.Get(ctx, key(tc.namespace, shared), dv)).To(Succeed())
-			g.Expect(dv.Annotations).To(HaveKeyWithValue(render.ImportAttemptAnnotation, "2"))
+			g.Expect(dv.Annotations).To(HaveKeyWithValue(vmspec.ImportAttemptAnnotation, "2"))
 		}).Should(Succeed())
 		for _, kvm := range machines {
 			g.Eventually(func(g Gomega) {
@@ -159,7 +159,7 @@ func TestSharedImport(t *testing.T) {
 		g.Eventually(func(g Gomega) {
 			g.Expect(c.Get(ctx, key(tc.namespace, shared), dv)).To(Succeed())
 			g.Expect(dv.UID).NotTo(Equal(retried))
-			g.Expect(dv.Annotations).To(HaveKeyWithValue(render.ImportAttemptAnnotation, "1"))
+			g.Expect(dv.Annotations).To(HaveKeyWithValue(vmspec.ImportAttemptAnnotation, "1"))
 		}).Should(Succeed())
 		for _, kvm := range machines {
 			expectReady(t, kvm, metav1.ConditionTrue, infrav1.ReadyReason)
@@ -279,11 +279,11 @@ func TestSharedImportClassless(t *testing.T) {
 	dv := &cdiv1.DataVolume{}
 	g.Expect(c.Get(ctx, key(tc.namespace, shared), dv)).To(Succeed())
 	g.Expect(dv.Spec.Source.HTTP.URL).To(Equal(spec.Image.HTTPImport.URL))
-	g.Expect(dv.Annotations).To(HaveKeyWithValue(render.ContentHashAnnotation, tmpl.Status.Resolved.ContentHash))
-	g.Expect(dv.OwnerReferences).To(ConsistOf(render.TemplateOwnerReference(tmpl)))
+	g.Expect(dv.Annotations).To(HaveKeyWithValue(vmspec.ContentHashAnnotation, tmpl.Status.Resolved.ContentHash))
+	g.Expect(dv.OwnerReferences).To(ConsistOf(vmspec.TemplateOwnerReference(tmpl)))
 	caMap := &corev1.ConfigMap{}
-	g.Expect(c.Get(ctx, key(tc.namespace, render.SharedImportCAName(shared)), caMap)).To(Succeed())
-	g.Expect(caMap.Data).To(HaveKeyWithValue(render.ImportCAKey, spec.Image.HTTPImport.CABundle))
+	g.Expect(c.Get(ctx, key(tc.namespace, vmspec.SharedImportCAName(shared)), caMap)).To(Succeed())
+	g.Expect(caMap.Data).To(HaveKeyWithValue(vmspec.ImportCAKey, spec.Image.HTTPImport.CABundle))
 	g.Expect(httpImports(g, tc.namespace)).To(ConsistOf(shared), "one download for three machines")
 
 	// A machine of the template that names another image gets the bytes
@@ -304,7 +304,7 @@ func TestSharedImportClassless(t *testing.T) {
 		g.Expect(root.Spec.Source.PVC).To(BeNil(), "DataVolume %s imports its machine's own image", root.Name)
 		g.Expect(root.Spec.Source.HTTP.URL).To(Equal(kvm.Spec.Image.HTTPImport.URL))
 	}
-	g.Expect(httpImports(g, tc.namespace)).To(ConsistOf(shared, render.RootDataVolumeName(own.Name), render.RootDataVolumeName(standalone.Name)))
+	g.Expect(httpImports(g, tc.namespace)).To(ConsistOf(shared, vmspec.RootDataVolumeName(own.Name), vmspec.RootDataVolumeName(standalone.Name)))
 }
 
 // factoryTemplate creates a template of the Talos factory class with a
@@ -353,14 +353,14 @@ func templateMachines(t *testing.T, tc *testCluster, tmpl *infrav1.KubeVirtMachi
 func sharedImportIn(namespace string) fault.Selector {
 	inNamespace := fault.InNamespace(namespace)
 	return func(o client.Object) bool {
-		_, shared := o.GetLabels()[render.SharedImageLabel]
+		_, shared := o.GetLabels()[vmspec.SharedImageLabel]
 		return shared && inNamespace(o)
 	}
 }
 
 func rootDataVolume(g Gomega, kvm *infrav1.KubeVirtMachine) *cdiv1.DataVolume {
 	dv := &cdiv1.DataVolume{}
-	g.Expect(c.Get(context.Background(), key(kvm.Namespace, render.RootDataVolumeName(kvm.Name)), dv)).To(Succeed())
+	g.Expect(c.Get(context.Background(), key(kvm.Namespace, vmspec.RootDataVolumeName(kvm.Name)), dv)).To(Succeed())
 	return dv
 }
 

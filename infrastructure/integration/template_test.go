@@ -34,7 +34,7 @@ import (
 
 	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
-	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/capacity"
+	"github.com/cozystack/cluster-api-workers/infrastructure/capacity"
 	"github.com/cozystack/cluster-api-workers/test/kubevirt"
 )
 

@@ -49,11 +49,11 @@ import (
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/infrastructure/internal/cloneauth"
 	"github.com/cozystack/cluster-api-workers/infrastructure/internal/infracluster"
-	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/render"
 	"github.com/cozystack/cluster-api-workers/infrastructure/reconcilers/kubevirtcluster"
 	"github.com/cozystack/cluster-api-workers/infrastructure/reconcilers/kubevirtmachine"
 	"github.com/cozystack/cluster-api-workers/infrastructure/reconcilers/kubevirtmachinetemplate"
 	"github.com/cozystack/cluster-api-workers/infrastructure/reconcilers/sharedimage"
+	"github.com/cozystack/cluster-api-workers/infrastructure/vmspec"
 	"github.com/cozystack/cluster-api-workers/infrastructure/webhooks/admission"
 	"github.com/cozystack/cluster-api-workers/internal/clustersecrets"
 	"github.com/cozystack/cluster-api-workers/internal/watchview"
@@ -394,7 +394,7 @@ func stripUnreadSecretData(in any) (any, error) {
 // not one of Cluster API's own Secrets of the cluster.
 func readSecretKey(s *corev1.Secret) string {
 	if _, ours := s.Labels[infrav1.MachineNameLabel]; ours {
-		return render.UserDataKey
+		return vmspec.UserDataKey
 	}
 	if s.Type != clusterv1.ClusterSecretType {
 		return ""

@@ -34,7 +34,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/exp/workerclass/controllers"
@@ -159,7 +158,7 @@ func TestPoolAdmissionOnAnAggregatedAPI(t *testing.T) {
 		g := NewWithT(t)
 		p := pool("switch", map[string]any{"cluster": "example", "version": "v1.35", "workerClassName": workerclassv1.TalosClassName})
 		g.Expect(env.Client.Create(ctx, p)).To(Succeed())
-		err := replaceSpec(p, map[string]any{"cluster": "example", "version": "v1.35", "workerClassName": workerclassv1.KairosClassName})
+		err := envtest.ReplacePoolSpec(ctx, env.Client, p, map[string]any{"cluster": "example", "version": "v1.35", "workerClassName": workerclassv1.KairosClassName})
 		refusedByWebhook(g, err, "from class talos (bootstrap family talos) to class kairos (bootstrap family kairos) in place is refused")
 		expectClass(g, p, workerclassv1.TalosClassName)
 	})
@@ -169,7 +168,7 @@ func TestPoolAdmissionOnAnAggregatedAPI(t *testing.T) {
 		g.Expect(env.CreateLegacyPools(ctx, legacy)).To(Succeed())
 		public, private := sshkeystest.KeyPair()
 
-		err := replaceSpec(legacy, map[string]any{"cluster": "example", "version": "v1.35", "sshKeys": []any{private}})
+		err := envtest.ReplacePoolSpec(ctx, env.Client, legacy, map[string]any{"cluster": "example", "version": "v1.35", "sshKeys": []any{private}})
 		g.Expect(apierrors.IsInvalid(err)).To(BeTrue(), "want 422 Invalid, got %v", err)
 		g.Expect(err.Error()).To(And(
 			ContainSubstring("ValidatingAdmissionPolicy 'workerclass-pool-private-keys'"),
@@ -180,33 +179,19 @@ func TestPoolAdmissionOnAnAggregatedAPI(t *testing.T) {
 			}
 		}
 
-		g.Expect(replaceSpec(legacy, map[string]any{"cluster": "example", "version": "v1.35", "sshKeys": []any{public}})).To(Succeed(),
+		g.Expect(envtest.ReplacePoolSpec(ctx, env.Client, legacy, map[string]any{"cluster": "example", "version": "v1.35", "sshKeys": []any{public}})).To(Succeed(),
 			"a public key passes the policy")
-		got := getPool(g, legacy)
-		_, found, _ := unstructured.NestedString(got.Object, "spec", "workerClassName")
+		got, err := envtest.GetPool(ctx, env.Client, legacy)
+		g.Expect(err).NotTo(HaveOccurred())
+		_, found, _ := envtest.PoolClass(got)
 		g.Expect(found).To(BeFalse(), "the UPDATE reached no webhook: the pool stays classless")
 	})
 }
 
-func getPool(g Gomega, pool *unstructured.Unstructured) *unstructured.Unstructured {
-	got := envtest.NewPool(pool.GetNamespace(), pool.GetName(), nil)
-	g.ExpectWithOffset(1, env.Client.Get(ctx, client.ObjectKeyFromObject(pool), got)).To(Succeed())
-	return got
-}
-
 func expectClass(g Gomega, pool *unstructured.Unstructured, class string) {
-	got := getPool(g, pool)
-	name, _, _ := unstructured.NestedString(got.Object, "spec", "workerClassName")
+	got, err := envtest.GetPool(ctx, env.Client, pool)
+	g.ExpectWithOffset(1, err).NotTo(HaveOccurred())
+	name, _, _ := envtest.PoolClass(got)
 	g.ExpectWithOffset(1, name).To(Equal(class), "stored class")
 	g.ExpectWithOffset(1, got.GetLabels()).To(HaveKeyWithValue(workerclassv1.WorkerClassLabel, class), "class label")
-}
-
-// replaceSpec updates a pool with a whole new spec, as a full replace does.
-func replaceSpec(pool *unstructured.Unstructured, spec map[string]any) error {
-	latest := envtest.NewPool(pool.GetNamespace(), pool.GetName(), nil)
-	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(pool), latest); err != nil {
-		return err
-	}
-	latest.Object["spec"] = spec
-	return env.Client.Update(ctx, latest)
 }

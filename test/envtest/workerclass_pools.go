@@ -143,7 +143,7 @@ func waitForPoolDefaulting(ctx context.Context, c client.Client, namespace strin
 		probe := NewPool(namespace, fmt.Sprintf("webhook-probe-%d-%d", time.Now().UnixNano(), i), map[string]any{"cluster": "probe", "version": "v1.35"})
 		err := c.Create(ctx, probe)
 		if err == nil {
-			class, _, _ := unstructured.NestedString(probe.Object, "spec", "workerClassName")
+			class, _, _ := PoolClass(probe)
 			_ = c.Delete(ctx, probe)
 			if (class != "") == want {
 				return nil
@@ -158,4 +158,30 @@ func waitForPoolDefaulting(ctx context.Context, c client.Client, namespace strin
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// PoolClass returns the class a pool names (spec.workerClassName) and
+// whether it names one.
+func PoolClass(pool *unstructured.Unstructured) (class string, found bool, err error) {
+	return unstructured.NestedString(pool.Object, "spec", "workerClassName")
+}
+
+// GetPool reads a pool as the apiserver stores it.
+func GetPool(ctx context.Context, c client.Reader, pool *unstructured.Unstructured) (*unstructured.Unstructured, error) {
+	got := NewPool(pool.GetNamespace(), pool.GetName(), nil)
+	if err := c.Get(ctx, client.ObjectKeyFromObject(pool), got); err != nil {
+		return nil, err
+	}
+	return got, nil
+}
+
+// ReplacePoolSpec updates a pool with a whole new spec, as a full replace
+// does.
+func ReplacePoolSpec(ctx context.Context, c client.Client, pool *unstructured.Unstructured, spec map[string]any) error {
+	latest, err := GetPool(ctx, c, pool)
+	if err != nil {
+		return err
+	}
+	latest.Object["spec"] = spec
+	return c.Update(ctx, latest)
 }

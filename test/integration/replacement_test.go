@@ -34,8 +34,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
-	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/render"
 	"github.com/cozystack/cluster-api-workers/infrastructure/reconcilers/kubevirtmachinetemplate"
+	"github.com/cozystack/cluster-api-workers/infrastructure/vmspec"
 	"github.com/cozystack/cluster-api-workers/test/harness"
 	"github.com/cozystack/cluster-api-workers/test/sim/fault"
 )
@@ -239,7 +239,7 @@ func applyImportPool(t *testing.T, w *harness.WorkloadCluster, vars map[string]s
 		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(machine, spec); err != nil {
 			t.Fatal(err)
 		}
-		shared := render.SharedImportName(kubevirtmachinetemplate.Classless(spec).ContentHash, spec.RootDisk)
+		shared := vmspec.SharedImportName(kubevirtmachinetemplate.Classless(spec).ContentHash, spec.RootDisk)
 		h.Nodes.SetImage("PVC "+w.Key.Namespace+"/"+shared, importedOS)
 	})
 	if err := h.Apply(context.Background(), objs); err != nil {

@@ -37,7 +37,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
-	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/capacity"
+	"github.com/cozystack/cluster-api-workers/infrastructure/capacity"
 	infraadmission "github.com/cozystack/cluster-api-workers/infrastructure/webhooks/admission"
 	"github.com/cozystack/cluster-api-workers/test/envtest"
 )

@@ -37,8 +37,8 @@ import (
 
 	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
-	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/render"
 	"github.com/cozystack/cluster-api-workers/infrastructure/reconcilers/sharedimage"
+	"github.com/cozystack/cluster-api-workers/infrastructure/vmspec"
 	cdisim "github.com/cozystack/cluster-api-workers/test/sim/cdi"
 	"github.com/cozystack/cluster-api-workers/test/sim/imageserver"
 )
@@ -177,7 +177,7 @@ func TestSharedImportBootsGuestsFromOneDownload(t *testing.T) {
 			guest = guestOf(g, client.ObjectKey{Namespace: ns, Name: name})
 		}, 10*time.Minute, poll).Should(Succeed(), func() string { return describeInfrastructure(p) })
 		dv := &cdiv1.DataVolume{}
-		g.Expect(h.Client.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: render.RootDataVolumeName(name)}, dv)).To(Succeed())
+		g.Expect(h.Client.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: vmspec.RootDataVolumeName(name)}, dv)).To(Succeed())
 		pvc := &corev1.PersistentVolumeClaim{}
 		g.Expect(h.Client.Get(suiteCtx, client.ObjectKeyFromObject(dv), pvc)).To(Succeed())
 		pv := &corev1.PersistentVolume{}

@@ -65,7 +65,7 @@ func settled(g Gomega, cm *controllerManager, w *worker, recordWanted bool) {
 		g.Expect(cm.reconciler.Client.Get(suiteCtx, client.ObjectKeyFromObject(w.config), cfg)).To(Succeed())
 		g.Expect(cfg.Status.Initialization.DataSecretCreated).To(Equal(ptr.To(true)))
 		g.Expect(conditions.IsTrue(cfg, bootstrapv1.ReadyCondition)).To(BeTrue())
-		_, found, err := readStoredToken(suiteCtx, cm.reconciler.SecretCachingClient, cfg)
+		_, found, err := getTokenRecord(suiteCtx, cm.reconciler.SecretCachingClient, cfg)
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(found).To(Equal(recordWanted))
 	}, eventually, 50*time.Millisecond).Should(Succeed())
@@ -123,7 +123,7 @@ func TestOneMachineIsWrittenOnceFromCreationToJoin(t *testing.T) {
 		"management patch kairosconfigs/status " + ns + "/worker-0",
 		"management patch kairosconfigs/status " + ns + "/worker-0",
 		"management patch kairosconfigs/status " + ns + "/worker-0",
-		"management create secrets " + ns + "/" + tokenSecretName(w.config.Name),
+		"management create secrets " + ns + "/" + tokenRecordName(w.config.Name),
 		"management create secrets " + ns + "/worker-0",
 		"workload create secrets kube-system/" + bootstrapapi.BootstrapTokenSecretPrefix + tok.ID,
 	}
@@ -139,7 +139,7 @@ func TestOneMachineIsWrittenOnceFromCreationToJoin(t *testing.T) {
 	g.Expect(mgmt.Client.Status().Update(suiteCtx, w.machine)).To(Succeed())
 	joined := append(rendered,
 		"workload delete secrets kube-system/"+bootstrapapi.BootstrapTokenSecretPrefix+tok.ID,
-		"management delete secrets "+ns+"/"+tokenSecretName(w.config.Name),
+		"management delete secrets "+ns+"/"+tokenRecordName(w.config.Name),
 	)
 	g.Eventually(func() []string { return cm.requests.Strings(writes) }, eventually, 50*time.Millisecond).Should(ConsistOf(joined))
 	settled(g, cm, w, false)
@@ -204,7 +204,7 @@ func TestTheFirstReconcileOfAMachinesConfigRendersItsData(t *testing.T) {
 		"management patch kairosconfigs/status "+ns+"/worker-0",
 		"management patch kairosconfigs/status "+ns+"/worker-0",
 		"management patch kairosconfigs/status "+ns+"/worker-0",
-		"management create secrets "+ns+"/"+tokenSecretName(w.config.Name),
+		"management create secrets "+ns+"/"+tokenRecordName(w.config.Name),
 		"management create secrets "+ns+"/worker-0",
 		"workload create secrets kube-system/"+bootstrapapi.BootstrapTokenSecretPrefix+tok.ID,
 	), "the finalizer, Paused=False, the status in the patch helper's two patches, the token and the data; no conflict retried")
@@ -249,7 +249,7 @@ func TestADueRefreshPatchesTheTokenWithoutReadingIt(t *testing.T) {
 	res, requests := reconcileAlone(g, cm, w, later)
 	g.Expect(requests).To(ConsistOf(
 		"workload patch secrets kube-system/"+bootstrapapi.BootstrapTokenSecretPrefix+tok.ID,
-		"management update secrets "+f.namespace+"/"+tokenSecretName(w.config.Name),
+		"management update secrets "+f.namespace+"/"+tokenRecordName(w.config.Name),
 	))
 	g.Expect(res.RequeueAfter).To(Equal(refreshInterval(loadTTL)))
 	want := later.Add(loadTTL).UTC().Truncate(time.Second).Format(time.RFC3339)
@@ -265,14 +265,14 @@ func TestADueRefreshPatchesTheTokenWithoutReadingIt(t *testing.T) {
 	g.Expect(workload.Client.Delete(suiteCtx, remote)).To(Succeed())
 	g.Eventually(func(g Gomega) {
 		s := &corev1.Secret{}
-		g.Expect(cm.reconciler.SecretCachingClient.Get(suiteCtx, client.ObjectKey{Namespace: f.namespace, Name: tokenSecretName(w.config.Name)}, s)).To(Succeed())
+		g.Expect(cm.reconciler.SecretCachingClient.Get(suiteCtx, client.ObjectKey{Namespace: f.namespace, Name: tokenRecordName(w.config.Name)}, s)).To(Succeed())
 		g.Expect(string(s.Data[expirationKey])).To(Equal(want))
 	}, eventually, 50*time.Millisecond).Should(Succeed())
 	_, requests = reconcileAlone(g, cm, w, later.Add(loadTTL/2))
 	g.Expect(requests).To(ConsistOf(
 		"workload patch secrets kube-system/"+bootstrapapi.BootstrapTokenSecretPrefix+tok.ID,
 		"workload create secrets kube-system/"+bootstrapapi.BootstrapTokenSecretPrefix+tok.ID,
-		"management update secrets "+f.namespace+"/"+tokenSecretName(w.config.Name),
+		"management update secrets "+f.namespace+"/"+tokenRecordName(w.config.Name),
 	))
 	remote, err = workloadToken(tok.ID)
 	g.Expect(err).NotTo(HaveOccurred())
@@ -309,9 +309,9 @@ func TestExpectations(t *testing.T) {
 func TestTokenRecordWithoutCachedDataIsReadDirectly(t *testing.T) {
 	g := NewWithT(t)
 	config := &bootstrapv1.KairosConfig{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c", UID: "uid"}}
-	tok, err := newToken(time.Now(), time.Hour)
+	tok, err := generateToken(time.Now(), time.Hour)
 	g.Expect(err).NotTo(HaveOccurred())
-	live := managementTokenSecret(config, "cluster", tok)
+	live := tokenRecordSecret(config, "cluster", tok)
 	cached := live.DeepCopy()
 	cached.Data = nil
 	r := &Reconciler{
@@ -319,14 +319,14 @@ func TestTokenRecordWithoutCachedDataIsReadDirectly(t *testing.T) {
 		APIReader:           fake.NewClientBuilder().WithScheme(scheme).WithObjects(live).Build(),
 		expect:              newExpectations(),
 	}
-	got, found, err := r.storedToken(context.Background(), config)
+	got, found, err := r.readTokenRecord(context.Background(), config)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(found).To(BeTrue())
 	g.Expect(got.ID).To(Equal(tok.ID))
 
 	// A record without data even on the server holds no token.
 	r.APIReader = fake.NewClientBuilder().WithScheme(scheme).WithObjects(cached).Build()
-	_, found, err = r.storedToken(context.Background(), config)
+	_, found, err = r.readTokenRecord(context.Background(), config)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(found).To(BeFalse())
 }
@@ -345,35 +345,35 @@ func TestForgettingATokenKeepsARecordMadeSince(t *testing.T) {
 	g.Expect(mgmt.Client.Create(ctx, config)).To(Succeed())
 	r := &Reconciler{Client: mgmt.Client, APIReader: mgmt.Client, expect: newExpectations()}
 
-	first, err := newToken(time.Now(), time.Hour)
+	first, err := generateToken(time.Now(), time.Hour)
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(mgmt.Client.Create(ctx, managementTokenSecret(config, "cluster", first))).To(Succeed())
-	read, found, err := r.liveStoredToken(ctx, config)
+	g.Expect(mgmt.Client.Create(ctx, tokenRecordSecret(config, "cluster", first))).To(Succeed())
+	read, found, err := r.readTokenRecordLive(ctx, config)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(found).To(BeTrue())
 	g.Expect(read.recordUID).NotTo(BeEmpty())
 
 	// The record is replaced by one of a second token.
-	record := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: tokenSecretName(config.Name)}}
+	record := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: tokenRecordName(config.Name)}}
 	g.Expect(mgmt.Client.Delete(ctx, record)).To(Succeed())
-	second, err := newToken(time.Now(), time.Hour)
+	second, err := generateToken(time.Now(), time.Hour)
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(mgmt.Client.Create(ctx, managementTokenSecret(config, "cluster", second))).To(Succeed())
+	g.Expect(mgmt.Client.Create(ctx, tokenRecordSecret(config, "cluster", second))).To(Succeed())
 
-	g.Expect(r.forgetToken(ctx, config, read)).To(Succeed())
-	kept, found, err := r.liveStoredToken(ctx, config)
+	g.Expect(r.forgetTokenRecord(ctx, config, read)).To(Succeed())
+	kept, found, err := r.readTokenRecordLive(ctx, config)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(found).To(BeTrue(), "the second token's record is kept")
 	g.Expect(kept.ID).To(Equal(second.ID))
 
 	// Its own record is forgotten.
-	g.Expect(r.forgetToken(ctx, config, kept)).To(Succeed())
-	_, found, err = r.liveStoredToken(ctx, config)
+	g.Expect(r.forgetTokenRecord(ctx, config, kept)).To(Succeed())
+	_, found, err = r.readTokenRecordLive(ctx, config)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(found).To(BeFalse())
 	// A token without a record to forget is a programming error, not a
 	// deletion by name.
-	g.Expect(r.forgetToken(ctx, config, second)).To(MatchError(ContainSubstring("has no record")))
+	g.Expect(r.forgetTokenRecord(ctx, config, second)).To(MatchError(ContainSubstring("has no record")))
 }
 
 // eventsOf lists the Events of a config as "type reason action: note",

@@ -45,7 +45,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	bootstrapv1 "github.com/cozystack/cluster-api-workers/bootstrap/api/v1alpha1"
-	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
+	"github.com/cozystack/cluster-api-workers/internal/contract"
 	"github.com/cozystack/cluster-api-workers/internal/ownwrites"
 	"github.com/cozystack/cluster-api-workers/internal/watchview"
 )
@@ -220,12 +220,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		if !config.DeletionTimestamp.IsZero() || machineGone {
 			// Without a Cluster there is no workload cluster left to hold a
 			// token, so nothing can leak.
-			t, found, err := r.liveStoredToken(ctx, config)
+			t, found, err := r.readTokenRecordLive(ctx, config)
 			if err != nil {
 				return ctrl.Result{}, err
 			}
 			if found {
-				if err := r.forgetToken(ctx, config, t); err != nil {
+				if err := r.forgetTokenRecord(ctx, config, t); err != nil {
 					return ctrl.Result{}, err
 				}
 			}
@@ -327,17 +327,17 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 		if joined {
 			return r.revokeToken(ctx, s)
 		}
-		stored, found, err := r.storedToken(ctx, config)
+		stored, found, err := r.readTokenRecord(ctx, config)
 		if err != nil {
 			return ctrl.Result{}, err
 		}
 		if found {
-			return r.keepTokenAlive(ctx, s, stored)
+			return r.refreshToken(ctx, s, stored)
 		}
 		// The token is gone while the node has not joined (restored config,
 		// or a Secret deleted by hand): render again with a new token.
 	}
-	return r.render(ctx, s)
+	return r.reconcileBootstrapData(ctx, s)
 }
 
 // nodeJoined reports whether the Machine's node has registered: Cluster API
@@ -361,19 +361,19 @@ func (r *Reconciler) nodeJoined(ctx context.Context, s *scope) (bool, error) {
 		}
 		return false, fmt.Errorf("reading Node %s in the workload cluster: %w", vm, err)
 	}
-	return node.Spec.ProviderID == infrav1.ProviderID(vm), nil
+	return node.Spec.ProviderID == contract.ProviderID(vm), nil
 }
 
 // reconcileDelete revokes the token before the finalizer goes. The record
 // is read directly: this is the last chance to revoke a token, and a cache
 // that has not yet seen a record created moments ago must not leak it.
 func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) (ctrl.Result, error) {
-	t, found, err := r.liveStoredToken(ctx, s.config)
+	t, found, err := r.readTokenRecordLive(ctx, s.config)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 	if found {
-		if err := r.revoke(ctx, s, t); err != nil {
+		if err := r.revokeAndForget(ctx, s, t); err != nil {
 			return ctrl.Result{}, err
 		}
 	}

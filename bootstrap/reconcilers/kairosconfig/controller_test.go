@@ -198,10 +198,10 @@ func TestControllerRestartNeitherDuplicatesNorLeaksTokens(t *testing.T) {
 	// A controller that stored a token and died before creating it in the
 	// workload cluster: the next one creates exactly that token.
 	w := f.newWorker("worker-0", machineOptions{vmName: "restart-vm"})
-	pending, err := newToken(time.Now(), testTokenTTL)
+	pending, err := generateToken(time.Now(), testTokenTTL)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(mgmt.Client.Get(suiteCtx, client.ObjectKeyFromObject(w.config), w.config)).To(Succeed())
-	g.Expect(mgmt.Client.Create(suiteCtx, managementTokenSecret(w.config, f.cluster.Name, pending))).To(Succeed())
+	g.Expect(mgmt.Client.Create(suiteCtx, tokenRecordSecret(w.config, f.cluster.Name, pending))).To(Succeed())
 
 	first := startController(t, testTokenTTL)
 	data := f.waitForData(w)

@@ -24,7 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
-	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
+	"github.com/cozystack/cluster-api-workers/internal/contract"
 )
 
 // fieldPath is the path of an unstructured field, for messages.
@@ -57,9 +57,8 @@ type templateClass struct {
 }
 
 // templateClassFrom reads a template's WorkerClass and bootstrap family, by
-// the field paths the infrastructure provider's API declares (infrav1's
-// contract.go); another provider's template that has the same fields pairs
-// too.
+// the field paths of the providers' contract (internal/contract); another
+// provider's template that has the same fields pairs too.
 func templateClassFrom(template *unstructured.Unstructured) (templateClass, error) {
 	c := templateClass{Source: template.GetKind() + " " + template.GetName()}
 	var specClass, resolvedClass, bootstrap string
@@ -67,9 +66,9 @@ func templateClassFrom(template *unstructured.Unstructured) (templateClass, erro
 		fields []string
 		into   *string
 	}{
-		{infrav1.TemplateWorkerClassField, &specClass},
-		{infrav1.ResolvedWorkerClassField, &resolvedClass},
-		{infrav1.ResolvedBootstrapField, &bootstrap},
+		{contract.TemplateWorkerClassField, &specClass},
+		{contract.ResolvedWorkerClassField, &resolvedClass},
+		{contract.ResolvedBootstrapField, &bootstrap},
 	} {
 		v, _, err := unstructured.NestedString(template.Object, f.fields...)
 		if err != nil {
@@ -77,12 +76,12 @@ func templateClassFrom(template *unstructured.Unstructured) (templateClass, erro
 		}
 		*f.into = v
 	}
-	resolved, found, err := unstructured.NestedFieldNoCopy(template.Object, infrav1.ResolvedField...)
+	resolved, found, err := unstructured.NestedFieldNoCopy(template.Object, contract.ResolvedField...)
 	if err != nil {
-		return templateClass{}, fmt.Errorf("reading %s of %s: %w", fieldPath(infrav1.ResolvedField), c.Source, err)
+		return templateClass{}, fmt.Errorf("reading %s of %s: %w", fieldPath(contract.ResolvedField), c.Source, err)
 	}
 	c.Resolved = found && resolved != nil
-	for _, f := range [][]string{infrav1.TemplateGPUsField, infrav1.TemplateInstancetypeField} {
+	for _, f := range [][]string{contract.TemplateGPUsField, contract.TemplateInstancetypeField} {
 		v, found, err := unstructured.NestedFieldNoCopy(template.Object, f...)
 		if err != nil {
 			return templateClass{}, fmt.Errorf("reading %s of %s: %w", fieldPath(f), c.Source, err)
@@ -112,10 +111,10 @@ func (c templateClass) awaitingResolution() bool {
 func (c templateClass) waitingMessage() string {
 	if c.WorkerClass == "" {
 		return fmt.Sprintf("Waiting for %s to resolve the GPUs its machines get into %s, to label the nodes with their GPU type",
-			c.Source, fieldPath(infrav1.NodeLabelsField))
+			c.Source, fieldPath(contract.NodeLabelsField))
 	}
 	return fmt.Sprintf("Waiting for %s to resolve WorkerClass %s into %s, to check that its workers boot Kairos",
-		c.Source, c.WorkerClass, fieldPath(infrav1.ResolvedField))
+		c.Source, c.WorkerClass, fieldPath(contract.ResolvedField))
 }
 
 // templateNodeLabels reads the labels a resolved template gives its
@@ -123,11 +122,11 @@ func (c templateClass) waitingMessage() string {
 // cluster-api/accelerator for GPU machines). A label of invalid syntax is
 // an error: the kubelet would refuse it and the node never register.
 func templateNodeLabels(template *unstructured.Unstructured) (map[string]string, error) {
-	labels, _, err := unstructured.NestedStringMap(template.Object, infrav1.NodeLabelsField...)
+	labels, _, err := unstructured.NestedStringMap(template.Object, contract.NodeLabelsField...)
 	if err != nil {
-		return nil, fmt.Errorf("reading %s of %s %s: %w", fieldPath(infrav1.NodeLabelsField), template.GetKind(), template.GetName(), err)
+		return nil, fmt.Errorf("reading %s of %s %s: %w", fieldPath(contract.NodeLabelsField), template.GetKind(), template.GetName(), err)
 	}
-	if errs := metav1validation.ValidateLabels(labels, fieldPath(infrav1.NodeLabelsField)); len(errs) > 0 {
+	if errs := metav1validation.ValidateLabels(labels, fieldPath(contract.NodeLabelsField)); len(errs) > 0 {
 		return nil, fmt.Errorf("%s %s: %w", template.GetKind(), template.GetName(), errs.ToAggregate())
 	}
 	return labels, nil
@@ -146,6 +145,6 @@ func (c templateClass) familyMismatch() string {
 	if c.WorkerClass != "" {
 		subject += " (WorkerClass " + c.WorkerClass + ")"
 	}
-	err := field.NotSupported(fieldPath(infrav1.ResolvedBootstrapField), c.Bootstrap, []workerclassv1.BootstrapFamily{workerclassv1.BootstrapKairos})
+	err := field.NotSupported(fieldPath(contract.ResolvedBootstrapField), c.Bootstrap, []workerclassv1.BootstrapFamily{workerclassv1.BootstrapKairos})
 	return fmt.Sprintf("%s boots %s workers, not Kairos; a KairosConfig cannot bootstrap them: %s", subject, c.Bootstrap, err.Error())
 }

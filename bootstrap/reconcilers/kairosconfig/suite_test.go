@@ -495,12 +495,12 @@ func (f *fixture) waitForData(w *worker) *corev1.Secret {
 // when there is none.
 func (f *fixture) storedToken(w *worker) (token, bool) {
 	s := &corev1.Secret{}
-	err := mgmt.Client.Get(suiteCtx, client.ObjectKey{Namespace: f.namespace, Name: tokenSecretName(w.config.Name)}, s)
+	err := mgmt.Client.Get(suiteCtx, client.ObjectKey{Namespace: f.namespace, Name: tokenRecordName(w.config.Name)}, s)
 	if apierrors.IsNotFound(err) {
 		return token{}, false
 	}
 	f.g.Expect(err).NotTo(HaveOccurred())
-	t, found, err := readTokenSecret(s)
+	t, found, err := parseTokenRecord(s)
 	f.g.Expect(err).NotTo(HaveOccurred())
 	return t, found
 }

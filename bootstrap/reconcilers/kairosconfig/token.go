@@ -40,13 +40,27 @@ import (
 	"github.com/cozystack/cluster-api-workers/bootstrap/internal/metrics"
 )
 
-// One KairosConfig's bootstrap token, from mint to revoke, is in this
-// file: ensureToken finds the token recorded in our management Secret or
-// mints one (the record first, then the workload cluster's
-// bootstrap-token-<id> Secret); keepTokenAlive extends it until the node
-// joins; revokeToken deletes it from the workload cluster, then forgets
-// our record. The KairosConfig's own writes and its bootstrap data Secret
-// are writes.go's.
+// One KairosConfig's bootstrap token, from birth to revocation, is in this
+// file. A token lives in two places: our record, a management Secret owned
+// by the KairosConfig, and the workload token, the workload cluster's
+// bootstrap-token-<id> Secret the node joins with. Its lifecycle, in the
+// order of the functions below:
+//
+//   - generate: a new value, not yet anywhere (generateToken);
+//   - mint: record it, then issue the workload token (mintToken,
+//     recordToken, issueWorkloadToken); a record left by an earlier attempt
+//     resumes the mint (resumeMint);
+//   - read the record, from the cache or live (readTokenRecord);
+//   - refresh: push the workload token's expiry out until the node joins,
+//     and record the new expiry (refreshToken, refreshWorkloadToken,
+//     recordRefresh);
+//   - revoke: delete the workload token once the node joined or the
+//     Machine goes, then forget the record (revokeToken,
+//     revokeWorkloadToken, forgetTokenRecord); a token whose cluster
+//     cannot be reached is forgotten once it has expired.
+//
+// The KairosConfig's own writes and its bootstrap data Secret are
+// writes.go's.
 
 const (
 	// DefaultTokenTTL is the default lifetime of a bootstrap token between
@@ -78,7 +92,7 @@ type token struct {
 
 func (t token) String() string { return bootstraputil.TokenFromIDAndSecret(t.ID, t.Secret) }
 
-func newToken(now time.Time, ttl time.Duration) (token, error) {
+func generateToken(now time.Time, ttl time.Duration) (token, error) {
 	value, err := bootstraputil.GenerateBootstrapToken()
 	if err != nil {
 		return token{}, fmt.Errorf("generating a bootstrap token: %w", err)
@@ -103,66 +117,66 @@ func parseToken(value string) (token, error) {
 // in the workload cluster, so that a restart in between never mints a
 // second one and never loses track of one.
 
-// tokenToRender is the token a render puts in the data: the one stored
-// in our management Secret (stored), or a new one, generated here and not
-// yet minted: ensureToken mints it once the data is known to fit in a
-// Secret.
-func (r *Reconciler) tokenToRender(ctx context.Context, config *bootstrapv1.KairosConfig) (t token, stored bool, err error) {
-	t, stored, err = r.storedToken(ctx, config)
+// recordedOrNewToken is the token a render puts in the data: the one
+// recorded in our management Secret (stored), or a new one, generated here
+// and not yet minted: mintToken mints it once the data is known to fit in
+// a Secret.
+func (r *Reconciler) recordedOrNewToken(ctx context.Context, config *bootstrapv1.KairosConfig) (t token, stored bool, err error) {
+	t, stored, err = r.readTokenRecord(ctx, config)
 	if err != nil || stored {
 		return t, stored, err
 	}
-	t, err = newToken(r.now(), r.TokenTTL)
+	t, err = generateToken(r.now(), r.TokenTTL)
 	return t, false, err
 }
 
-// ensureToken makes t, from tokenToRender, the Machine's token and returns
-// it. A stored token is synced with the workload cluster; a new one is
+// mintToken makes t, from recordedOrNewToken, the Machine's token and
+// returns it. A recorded token resumes its mint (resumeMint); a new one is
 // stored in our management Secret before it is created in the workload
 // cluster, so a restart in between never mints a second token and never
 // loses track of one. A record the cache has not seen yet makes the
 // create fail, and the record is then read directly and returned instead.
-func (r *Reconciler) ensureToken(ctx context.Context, s *scope, remote client.Client, t token, stored bool) (token, error) {
+func (r *Reconciler) mintToken(ctx context.Context, s *scope, remote client.Client, t token, stored bool) (token, error) {
 	if stored {
 		// A record from an earlier attempt: the workload token may or may
 		// not exist yet, so look.
-		return r.syncWorkloadToken(ctx, s, remote, t)
+		return r.resumeMint(ctx, s, remote, t)
 	}
-	err := r.createTokenRecord(ctx, s, t)
+	err := r.recordToken(ctx, s, t)
 	if apierrors.IsAlreadyExists(err) {
-		recorded, found, err := r.liveStoredToken(ctx, s.config)
+		recorded, found, err := r.readTokenRecordLive(ctx, s.config)
 		if err != nil {
 			return token{}, err
 		}
 		if !found {
-			return token{}, fmt.Errorf("the token Secret %s exists but holds no token", tokenSecretName(s.config.Name))
+			return token{}, fmt.Errorf("the token Secret %s exists but holds no token", tokenRecordName(s.config.Name))
 		}
-		return r.syncWorkloadToken(ctx, s, remote, recorded)
+		return r.resumeMint(ctx, s, remote, recorded)
 	}
 	if err != nil {
 		return token{}, fmt.Errorf("storing the bootstrap token: %w", err)
 	}
 	ctrl.LoggerFrom(ctx).Info("Created a bootstrap token", "tokenID", t.ID, "expiration", t.Expiration)
 	metrics.TokensMinted.Inc()
-	created, err := createWorkloadToken(ctx, remote, s.config, t)
+	created, err := issueWorkloadToken(ctx, remote, s.config, t)
 	if err != nil {
 		return token{}, err
 	}
 	if !created {
 		// Another token with this ID: only reuse it if it is ours.
-		return r.syncWorkloadToken(ctx, s, remote, t)
+		return r.resumeMint(ctx, s, remote, t)
 	}
 	return t, nil
 }
 
-// storedToken reads the token kept in our management Secret, from the
+// readTokenRecord reads the token kept in our management Secret, from the
 // cache.
-func (r *Reconciler) storedToken(ctx context.Context, config *bootstrapv1.KairosConfig) (token, bool, error) {
-	t, found, err := readStoredToken(ctx, r.SecretCachingClient, config)
+func (r *Reconciler) readTokenRecord(ctx context.Context, config *bootstrapv1.KairosConfig) (token, bool, error) {
+	t, found, err := getTokenRecord(ctx, r.SecretCachingClient, config)
 	if errors.Is(err, errNoSecretData) {
 		// A cache that drops Secret data (not set up with
 		// SecretCacheOptions): correct, but every reconcile reads.
-		t, found, err = r.liveStoredToken(ctx, config)
+		t, found, err = r.readTokenRecordLive(ctx, config)
 	}
 	if err != nil {
 		return token{}, false, err
@@ -179,10 +193,10 @@ func (r *Reconciler) storedToken(ctx context.Context, config *bootstrapv1.Kairos
 	return t, true, nil
 }
 
-// liveStoredToken reads the token kept in our management Secret from the
-// API server.
-func (r *Reconciler) liveStoredToken(ctx context.Context, config *bootstrapv1.KairosConfig) (token, bool, error) {
-	t, found, err := readStoredToken(ctx, r.APIReader, config)
+// readTokenRecordLive reads the token kept in our management Secret from
+// the API server.
+func (r *Reconciler) readTokenRecordLive(ctx context.Context, config *bootstrapv1.KairosConfig) (token, bool, error) {
+	t, found, err := getTokenRecord(ctx, r.APIReader, config)
 	if errors.Is(err, errNoSecretData) {
 		return token{}, false, nil
 	}
@@ -192,11 +206,11 @@ func (r *Reconciler) liveStoredToken(ctx context.Context, config *bootstrapv1.Ka
 // errNoSecretData means a Secret was read without any data.
 var errNoSecretData = errors.New("the Secret was read without data")
 
-// readStoredToken reads the token kept in our management Secret through
+// getTokenRecord reads the token kept in our management Secret through
 // reader.
-func readStoredToken(ctx context.Context, reader client.Reader, config *bootstrapv1.KairosConfig) (token, bool, error) {
+func getTokenRecord(ctx context.Context, reader client.Reader, config *bootstrapv1.KairosConfig) (token, bool, error) {
 	s := &corev1.Secret{}
-	err := reader.Get(ctx, client.ObjectKey{Namespace: config.Namespace, Name: tokenSecretName(config.Name)}, s)
+	err := reader.Get(ctx, client.ObjectKey{Namespace: config.Namespace, Name: tokenRecordName(config.Name)}, s)
 	if apierrors.IsNotFound(err) {
 		return token{}, false, nil
 	}
@@ -209,11 +223,11 @@ func readStoredToken(ctx context.Context, reader client.Reader, config *bootstra
 	if s.Data == nil {
 		return token{}, false, errNoSecretData
 	}
-	return readTokenSecret(s)
+	return parseTokenRecord(s)
 }
 
-// readTokenSecret returns the stored token, or ok=false when there is none.
-func readTokenSecret(s *corev1.Secret) (token, bool, error) {
+// parseTokenRecord returns the stored token, or ok=false when there is none.
+func parseTokenRecord(s *corev1.Secret) (token, bool, error) {
 	value, ok := s.Data[tokenKey]
 	if !ok {
 		return token{}, false, nil
@@ -231,19 +245,19 @@ func readTokenSecret(s *corev1.Secret) (token, bool, error) {
 	return t, true, nil
 }
 
-// createTokenRecord stores a new token in our management Secret; an
+// recordToken stores a new token in our management Secret; an
 // AlreadyExists error is the caller's to handle.
-func (r *Reconciler) createTokenRecord(ctx context.Context, s *scope, t token) error {
-	return r.Client.Create(ctx, managementTokenSecret(s.config, s.cluster.Name, t))
+func (r *Reconciler) recordToken(ctx context.Context, s *scope, t token) error {
+	return r.Client.Create(ctx, tokenRecordSecret(s.config, s.cluster.Name, t))
 }
 
-// managementTokenSecret is the Secret of ours that keeps the token, owned
+// tokenRecordSecret is the Secret of ours that keeps the token, owned
 // by the KairosConfig and labelled with the cluster name.
-func managementTokenSecret(config *bootstrapv1.KairosConfig, clusterName string, t token) *corev1.Secret {
+func tokenRecordSecret(config *bootstrapv1.KairosConfig, clusterName string, t token) *corev1.Secret {
 	return &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: config.Namespace,
-			Name:      tokenSecretName(config.Name),
+			Name:      tokenRecordName(config.Name),
 			Labels:    map[string]string{clusterv1.ClusterNameLabel: clusterName},
 			OwnerReferences: []metav1.OwnerReference{
 				*metav1.NewControllerRef(config, bootstrapv1.GroupVersion.WithKind("KairosConfig")),
@@ -257,9 +271,9 @@ func managementTokenSecret(config *bootstrapv1.KairosConfig, clusterName string,
 	}
 }
 
-// tokenSecretName is the deterministic name of the Secret that keeps a
+// tokenRecordName is the deterministic name of the Secret that keeps a
 // KairosConfig's token in the management cluster.
-func tokenSecretName(configName string) string {
+func tokenRecordName(configName string) string {
 	return withSuffix(configName, TokenSecretSuffix)
 }
 
@@ -275,9 +289,9 @@ func withSuffix(name, suffix string) string {
 	return name[:maxLen-len(suffix)-len(hash)-1] + "-" + hash + suffix
 }
 
-// createWorkloadToken creates the workload token Secret of a token just
+// issueWorkloadToken creates the workload token Secret of a token just
 // minted; created is false when a Secret of that name already exists.
-func createWorkloadToken(ctx context.Context, remote client.Client, config *bootstrapv1.KairosConfig, t token) (created bool, err error) {
+func issueWorkloadToken(ctx context.Context, remote client.Client, config *bootstrapv1.KairosConfig, t token) (created bool, err error) {
 	err = remote.Create(ctx, workloadTokenSecret(config, t))
 	if apierrors.IsAlreadyExists(err) {
 		return false, nil
@@ -310,23 +324,24 @@ func workloadTokenSecret(config *bootstrapv1.KairosConfig, t token) *corev1.Secr
 	}
 }
 
-// syncWorkloadToken reads the workload token, creates or extends it, and
+// resumeMint reads the workload token, creates or extends it, and
 // records the new expiry in our Secret. Only used when it is not known
 // whether the workload token exists.
-func (r *Reconciler) syncWorkloadToken(ctx context.Context, s *scope, remote client.Client, t token) (token, error) {
-	updated, err := ensureWorkloadToken(ctx, remote, s.config, t, r.now(), r.TokenTTL)
+func (r *Reconciler) resumeMint(ctx context.Context, s *scope, remote client.Client, t token) (token, error) {
+	updated, err := issueOrRefreshWorkloadToken(ctx, remote, s.config, t, r.now(), r.TokenTTL)
 	if err != nil {
 		return token{}, err
 	}
-	return updated, r.recordExpiration(ctx, s, t, updated)
+	return updated, r.recordRefresh(ctx, s, t, updated)
 }
 
-// ensureWorkloadToken reads the workload token Secret and creates it, or
-// pushes out its expiry when due; used where it is not known whether the
-// Secret exists (a token recorded by an earlier attempt). A Secret that vanished (expired and cleaned up, or
-// deleted by hand) while the node has not joined is created again with the
-// same value, so the rendered bootstrap data stays valid.
-func ensureWorkloadToken(ctx context.Context, remote client.Client, config *bootstrapv1.KairosConfig, t token, now time.Time, ttl time.Duration) (token, error) {
+// issueOrRefreshWorkloadToken reads the workload token Secret and creates
+// it, or pushes out its expiry when due; used where it is not known
+// whether the Secret exists (a token recorded by an earlier attempt). A
+// Secret that vanished (expired and cleaned up, or deleted by hand) while
+// the node has not joined is created again with the same value, so the
+// rendered bootstrap data stays valid.
+func issueOrRefreshWorkloadToken(ctx context.Context, remote client.Client, config *bootstrapv1.KairosConfig, t token, now time.Time, ttl time.Duration) (token, error) {
 	existing := &corev1.Secret{}
 	key := client.ObjectKey{Namespace: metav1.NamespaceSystem, Name: bootstraputil.BootstrapTokenSecretName(t.ID)}
 	err := remote.Get(ctx, key, existing)
@@ -356,25 +371,25 @@ func ensureWorkloadToken(ctx context.Context, remote client.Client, config *boot
 	return t, nil
 }
 
-// recordExpiration writes a token's new expiry to our Secret.
-func (r *Reconciler) recordExpiration(ctx context.Context, s *scope, before, after token) error {
+// recordRefresh writes a refreshed token's new expiry to our record.
+func (r *Reconciler) recordRefresh(ctx context.Context, s *scope, before, after token) error {
 	if after.Expiration.Equal(before.Expiration) {
 		return nil
 	}
-	if err := r.Client.Update(ctx, managementTokenSecret(s.config, s.cluster.Name, after)); err != nil {
+	if err := r.Client.Update(ctx, tokenRecordSecret(s.config, s.cluster.Name, after)); err != nil {
 		return fmt.Errorf("recording the token expiration: %w", err)
 	}
 	ctrl.LoggerFrom(ctx).V(2).Info("Extended the bootstrap token", "tokenID", after.ID, "expiration", after.Expiration)
 	return nil
 }
 
-// Keeping alive, until the node joins.
+// Refreshing, until the node joins.
 
-// keepTokenAlive refreshes the token while the node has not joined. The
+// refreshToken refreshes the token while the node has not joined. The
 // expiry our Secret records is the workload token's, so nothing is read
 // from the workload cluster: the token is extended (or created again, if
 // it vanished) once a third of its TTL has passed.
-func (r *Reconciler) keepTokenAlive(ctx context.Context, s *scope, t token) (ctrl.Result, error) {
+func (r *Reconciler) refreshToken(ctx context.Context, s *scope, t token) (ctrl.Result, error) {
 	if err := r.watchNodes(ctx, s.cluster); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -386,11 +401,11 @@ func (r *Reconciler) keepTokenAlive(ctx context.Context, s *scope, t token) (ctr
 	if err != nil {
 		return workloadUnavailable(s, err)
 	}
-	extended, err := extendWorkloadToken(ctx, remote, s.config, t, now, r.TokenTTL)
+	extended, err := refreshWorkloadToken(ctx, remote, s.config, t, now, r.TokenTTL)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if err := r.recordExpiration(ctx, s, t, extended); err != nil {
+	if err := r.recordRefresh(ctx, s, t, extended); err != nil {
 		return ctrl.Result{}, err
 	}
 	return ctrl.Result{RequeueAfter: refreshInterval(r.TokenTTL)}, nil
@@ -406,11 +421,11 @@ func needsRefresh(expiration, now time.Time, ttl time.Duration) bool {
 // refreshInterval is how often a live token is checked.
 func refreshInterval(ttl time.Duration) time.Duration { return ttl / 3 }
 
-// extendWorkloadToken pushes a token's expiry out to now+ttl with a patch
+// refreshWorkloadToken pushes a token's expiry out to now+ttl with a patch
 // of that one key, without reading the Secret first. A Secret that
 // vanished (deleted by hand) is created again with the same value, so the
 // rendered bootstrap data stays valid.
-func extendWorkloadToken(ctx context.Context, remote client.Client, config *bootstrapv1.KairosConfig, t token, now time.Time, ttl time.Duration) (token, error) {
+func refreshWorkloadToken(ctx context.Context, remote client.Client, config *bootstrapv1.KairosConfig, t token, now time.Time, ttl time.Duration) (token, error) {
 	t.Expiration = now.Add(ttl).UTC().Truncate(time.Second)
 	patch, err := json.Marshal(map[string]any{"data": map[string][]byte{
 		bootstrapapi.BootstrapTokenExpirationKey: []byte(t.Expiration.Format(time.RFC3339)),
@@ -434,20 +449,20 @@ func extendWorkloadToken(ctx context.Context, remote client.Client, config *boot
 
 // Revoking, once the node joined or its Machine goes.
 
-// revokeToken deletes the workload token, then our record of it.
+// revokeToken reads the record, deletes the workload token, then the record.
 func (r *Reconciler) revokeToken(ctx context.Context, s *scope) (ctrl.Result, error) {
-	t, found, err := r.storedToken(ctx, s.config)
+	t, found, err := r.readTokenRecord(ctx, s.config)
 	if err != nil || !found {
 		return ctrl.Result{}, err
 	}
-	return ctrl.Result{}, r.revoke(ctx, s, t)
+	return ctrl.Result{}, r.revokeAndForget(ctx, s, t)
 }
 
-// revoke revokes t and forgets it. While the workload cluster cannot be
-// reached the record stays and the error is returned, so the attempt is
-// repeated with backoff (and when the ClusterCache connects), until the
-// token would have expired anyway.
-func (r *Reconciler) revoke(ctx context.Context, s *scope, t token) error {
+// revokeAndForget revokes t and forgets its record. While the workload
+// cluster cannot be reached the record stays and the error is returned, so
+// the attempt is repeated with backoff (and when the ClusterCache
+// connects), until the token would have expired anyway.
+func (r *Reconciler) revokeAndForget(ctx context.Context, s *scope, t token) error {
 	log := ctrl.LoggerFrom(ctx)
 	remote, err := r.ClusterCache.GetClient(ctx, util.ObjectKey(s.cluster))
 	switch {
@@ -456,22 +471,23 @@ func (r *Reconciler) revoke(ctx context.Context, s *scope, t token) error {
 	case err != nil:
 		return fmt.Errorf("revoking bootstrap token %s: %w", t.ID, err)
 	default:
-		if err := deleteWorkloadToken(ctx, remote, t); err != nil {
+		if err := revokeWorkloadToken(ctx, remote, t); err != nil {
 			return err
 		}
 		log.Info("Revoked the bootstrap token", "tokenID", t.ID)
 		r.recordRevoked(s)
 		metrics.TokensRevoked.Inc()
 	}
-	if err := r.forgetToken(ctx, s.config, t); err != nil {
+	if err := r.forgetTokenRecord(ctx, s.config, t); err != nil {
 		return err
 	}
 	r.expect.revokedToken(client.ObjectKeyFromObject(s.config), t.ID)
 	return nil
 }
 
-// deleteWorkloadToken revokes a token; a token already gone is fine.
-func deleteWorkloadToken(ctx context.Context, remote client.Client, t token) error {
+// revokeWorkloadToken deletes the workload token Secret; one already gone
+// is fine.
+func revokeWorkloadToken(ctx context.Context, remote client.Client, t token) error {
 	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceSystem, Name: bootstraputil.BootstrapTokenSecretName(t.ID)}}
 	if err := remote.Delete(ctx, s); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("deleting bootstrap token %s in the workload cluster: %w", t.ID, err)
@@ -479,14 +495,14 @@ func deleteWorkloadToken(ctx context.Context, remote client.Client, t token) err
 	return nil
 }
 
-// forgetToken deletes our record of t, only while the record is the Secret
-// t was read from: a record made again since (a new token for the same
-// config) is not ours to drop, or its token would leak untracked.
-func (r *Reconciler) forgetToken(ctx context.Context, config *bootstrapv1.KairosConfig, t token) error {
+// forgetTokenRecord deletes our record of t, only while the record is the
+// Secret t was read from: a record made again since (a new token for the
+// same config) is not ours to drop, or its token would leak untracked.
+func (r *Reconciler) forgetTokenRecord(ctx context.Context, config *bootstrapv1.KairosConfig, t token) error {
 	if t.recordUID == "" {
 		return fmt.Errorf("bootstrap token %s has no record to forget", t.ID)
 	}
-	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: config.Namespace, Name: tokenSecretName(config.Name)}}
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: config.Namespace, Name: tokenRecordName(config.Name)}}
 	err := r.Client.Delete(ctx, s, client.Preconditions{UID: &t.recordUID})
 	switch {
 	case apierrors.IsNotFound(err):

@@ -57,7 +57,7 @@ func TestRenderWaitsForTheInfrastructureName(t *testing.T) {
 			}},
 		},
 	}
-	res, err := r.render(context.Background(), s)
+	res, err := r.reconcileBootstrapData(context.Background(), s)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(res.IsZero()).To(BeTrue())
 	c := conditions.Get(s.config, bootstrapv1.DataSecretAvailableCondition)
@@ -104,7 +104,7 @@ func TestCheckVersion(t *testing.T) {
 func TestTokenHelpers(t *testing.T) {
 	g := NewWithT(t)
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	tok, err := newToken(now, time.Hour)
+	tok, err := generateToken(now, time.Hour)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(tok.ID).To(HaveLen(6))
 	g.Expect(tok.Secret).To(HaveLen(16))
@@ -122,14 +122,14 @@ func TestTokenHelpers(t *testing.T) {
 	g.Expect(refreshInterval(time.Hour)).To(Equal(20 * time.Minute))
 
 	// Names stay deterministic and within the object name limit.
-	g.Expect(tokenSecretName("worker-0")).To(Equal("worker-0-bootstrap-token"))
+	g.Expect(tokenRecordName("worker-0")).To(Equal("worker-0-bootstrap-token"))
 	long := make([]byte, 253)
 	for i := range long {
 		long[i] = 'a'
 	}
-	name := tokenSecretName(string(long))
+	name := tokenRecordName(string(long))
 	g.Expect(len(name)).To(BeNumerically("<=", 253))
-	g.Expect(name).To(Equal(tokenSecretName(string(long))))
+	g.Expect(name).To(Equal(tokenRecordName(string(long))))
 	g.Expect(name).To(HaveSuffix(TokenSecretSuffix))
 }
 
@@ -168,20 +168,20 @@ func TestRevokingWhileTheWorkloadClusterIsUnreachable(t *testing.T) {
 	g := NewWithT(t)
 	now := time.Now()
 	config := &bootstrapv1.KairosConfig{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "worker-0", UID: "config-uid"}}
-	live, err := newToken(now, time.Hour)
+	live, err := generateToken(now, time.Hour)
 	g.Expect(err).NotTo(HaveOccurred())
-	record := managementTokenSecret(config, "tenant", live)
+	record := tokenRecordSecret(config, "tenant", live)
 	record.UID = "record-uid"
 	live.recordUID = record.UID
 	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(record).Build()
 	r := &Reconciler{Client: c, ClusterCache: unreachableClusterCache{}, TokenTTL: time.Hour, now: func() time.Time { return now }, expect: newExpectations()}
 	s := &scope{config: config, cluster: &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "tenant"}}}
 
-	g.Expect(r.revoke(context.Background(), s, live)).To(MatchError(clustercache.ErrClusterNotConnected))
+	g.Expect(r.revokeAndForget(context.Background(), s, live)).To(MatchError(clustercache.ErrClusterNotConnected))
 	g.Expect(c.Get(context.Background(), client.ObjectKeyFromObject(record), &corev1.Secret{})).To(Succeed(), "the record of a live token stays")
 
 	r.now = func() time.Time { return live.Expiration.Add(time.Second) }
-	g.Expect(r.revoke(context.Background(), s, live)).To(Succeed())
+	g.Expect(r.revokeAndForget(context.Background(), s, live)).To(Succeed())
 	g.Expect(apierrors.IsNotFound(c.Get(context.Background(), client.ObjectKeyFromObject(record), &corev1.Secret{}))).To(BeTrue(), "an expired token is forgotten")
 }
 

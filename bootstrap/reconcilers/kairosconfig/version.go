@@ -33,7 +33,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
-	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
+	"github.com/cozystack/cluster-api-workers/internal/contract"
 )
 
 // imageVersion is the Kubernetes version an image declares and how a
@@ -154,16 +154,16 @@ func (r metadataReader) Get(ctx context.Context, key client.ObjectKey, obj clien
 // status.resolved.kubernetesVersionMatch of an infrastructure machine
 // template. It returns nil when the template has not resolved a version.
 func imageVersionFrom(template *unstructured.Unstructured) (*imageVersion, error) {
-	version, _, err := unstructured.NestedString(template.Object, infrav1.ResolvedKubernetesVersionField...)
+	version, _, err := unstructured.NestedString(template.Object, contract.ResolvedKubernetesVersionField...)
 	if err != nil {
-		return nil, fmt.Errorf("reading %s of %s %s: %w", fieldPath(infrav1.ResolvedKubernetesVersionField), template.GetKind(), template.GetName(), err)
+		return nil, fmt.Errorf("reading %s of %s %s: %w", fieldPath(contract.ResolvedKubernetesVersionField), template.GetKind(), template.GetName(), err)
 	}
 	if version == "" {
 		return nil, nil
 	}
-	match, _, err := unstructured.NestedString(template.Object, infrav1.ResolvedKubernetesVersionMatchField...)
+	match, _, err := unstructured.NestedString(template.Object, contract.ResolvedKubernetesVersionMatchField...)
 	if err != nil {
-		return nil, fmt.Errorf("reading %s of %s %s: %w", fieldPath(infrav1.ResolvedKubernetesVersionMatchField), template.GetKind(), template.GetName(), err)
+		return nil, fmt.Errorf("reading %s of %s %s: %w", fieldPath(contract.ResolvedKubernetesVersionMatchField), template.GetKind(), template.GetName(), err)
 	}
 	return &imageVersion{Version: version, Match: workerclassv1.KubernetesVersionMatch(match), Source: template.GetKind() + " " + template.GetName()}, nil
 }

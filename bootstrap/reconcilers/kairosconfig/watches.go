@@ -38,7 +38,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	bootstrapv1 "github.com/cozystack/cluster-api-workers/bootstrap/api/v1alpha1"
-	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
+	"github.com/cozystack/cluster-api-workers/internal/contract"
 	"github.com/cozystack/cluster-api-workers/internal/watchview"
 )
 
@@ -183,7 +183,7 @@ func (r *Reconciler) nodeToKairosConfig(cluster client.ObjectKey) handler.MapFun
 			return nil
 		}
 		vm := node.Name
-		if id, found := strings.CutPrefix(node.Spec.ProviderID, infrav1.ProviderIDPrefix); found && id != "" {
+		if id, found := strings.CutPrefix(node.Spec.ProviderID, contract.ProviderIDPrefix); found && id != "" {
 			vm = id
 		}
 		machines := &clusterv1.MachineList{}
@@ -247,7 +247,7 @@ func isResolved(o client.Object) bool {
 	if !ok {
 		return false
 	}
-	resolved, found, err := unstructured.NestedFieldNoCopy(u.Object, infrav1.ResolvedField...)
+	resolved, found, err := unstructured.NestedFieldNoCopy(u.Object, contract.ResolvedField...)
 	return err == nil && found && resolved != nil
 }
 

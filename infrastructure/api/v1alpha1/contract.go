@@ -16,45 +16,15 @@ limitations under the License.
 
 package v1alpha1
 
-// What another provider (the Kairos bootstrap provider) reads of this API.
-// It reads the template unstructured, by the paths below, so that it also
-// pairs with another infrastructure provider's template; the paths follow
-// the json tags of the types, and contract_test.go fails when a tag moves.
+import "github.com/cozystack/cluster-api-workers/internal/contract"
 
-// ProviderIDPrefix prefixes every providerID this provider reports:
-// kubevirt://<KubeVirtMachine name>. The kubelet of the node is started
-// with the same value, so CAPI matches the Node without a lookup by name.
-const ProviderIDPrefix = "kubevirt://"
+// What the Kairos bootstrap provider reads of this API is declared in
+// internal/contract, which both providers import; contract_test.go fails
+// when a json tag moves away from a path declared there.
 
-// ProviderID returns the providerID of the machine with the given name.
+// ProviderID returns the providerID of the machine with the given name:
+// kubevirt://<KubeVirtMachine name>, the format the bootstrap provider
+// starts the node's kubelet with.
 func ProviderID(machineName string) string {
-	return ProviderIDPrefix + machineName
+	return contract.ProviderID(machineName)
 }
-
-// Field paths of a KubeVirtMachineTemplate, for unstructured.Nested*.
-var (
-	// TemplateWorkerClassField is spec.template.spec.workerClass.name: the
-	// WorkerClass the template names.
-	TemplateWorkerClassField = []string{"spec", "template", "spec", "workerClass", "name"}
-	// TemplateGPUsField is spec.template.spec.gpus: the GPUs the
-	// template's machines list.
-	TemplateGPUsField = []string{"spec", "template", "spec", "gpus"}
-	// TemplateInstancetypeField is spec.template.spec.instancetype: the
-	// instancetype, which may attach GPUs of its own.
-	TemplateInstancetypeField = []string{"spec", "template", "spec", "instancetype"}
-	// NodeLabelsField is status.nodeLabels: the labels the template's
-	// machines' nodes register with, written with status.resolved.
-	NodeLabelsField = []string{"status", "nodeLabels"}
-	// ResolvedField is status.resolved (ResolvedMachine), set once the
-	// template is resolved.
-	ResolvedField = []string{"status", "resolved"}
-	// ResolvedWorkerClassField is status.resolved.workerClassName.
-	ResolvedWorkerClassField = []string{"status", "resolved", "workerClassName"}
-	// ResolvedBootstrapField is status.resolved.bootstrap.
-	ResolvedBootstrapField = []string{"status", "resolved", "bootstrap"}
-	// ResolvedKubernetesVersionField is status.resolved.kubernetesVersion.
-	ResolvedKubernetesVersionField = []string{"status", "resolved", "kubernetesVersion"}
-	// ResolvedKubernetesVersionMatchField is
-	// status.resolved.kubernetesVersionMatch.
-	ResolvedKubernetesVersionMatchField = []string{"status", "resolved", "kubernetesVersionMatch"}
-)

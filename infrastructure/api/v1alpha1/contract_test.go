@@ -25,6 +25,7 @@ import (
 
 	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
+	"github.com/cozystack/cluster-api-workers/internal/contract"
 )
 
 // TestContractFieldPaths fails when a json tag moves under a path another
@@ -54,29 +55,29 @@ func TestContractFieldPaths(t *testing.T) {
 		fields []string
 		want   string
 	}{
-		{infrav1.TemplateWorkerClassField, "spec-class"},
-		{infrav1.ResolvedWorkerClassField, "resolved-class"},
-		{infrav1.ResolvedBootstrapField, string(workerclassv1.BootstrapKairos)},
-		{infrav1.ResolvedKubernetesVersionField, "v1.33.1"},
-		{infrav1.ResolvedKubernetesVersionMatchField, string(workerclassv1.KubernetesVersionMatchMinor)},
+		{contract.TemplateWorkerClassField, "spec-class"},
+		{contract.ResolvedWorkerClassField, "resolved-class"},
+		{contract.ResolvedBootstrapField, string(workerclassv1.BootstrapKairos)},
+		{contract.ResolvedKubernetesVersionField, "v1.33.1"},
+		{contract.ResolvedKubernetesVersionMatchField, string(workerclassv1.KubernetesVersionMatchMinor)},
 	} {
 		got, found, err := unstructured.NestedFieldNoCopy(u, c.fields...)
 		if err != nil || !found || got != c.want {
 			t.Errorf("%s = %v (found %v, err %v), want %q", strings.Join(c.fields, "."), got, found, err, c.want)
 		}
 	}
-	if gpus, found, err := unstructured.NestedSlice(u, infrav1.TemplateGPUsField...); err != nil || !found || len(gpus) != 1 {
-		t.Errorf("%s = %v (found %v, err %v), want the one GPU", strings.Join(infrav1.TemplateGPUsField, "."), gpus, found, err)
+	if gpus, found, err := unstructured.NestedSlice(u, contract.TemplateGPUsField...); err != nil || !found || len(gpus) != 1 {
+		t.Errorf("%s = %v (found %v, err %v), want the one GPU", strings.Join(contract.TemplateGPUsField, "."), gpus, found, err)
 	}
-	if name, found, err := unstructured.NestedString(u, append(infrav1.TemplateInstancetypeField, "name")...); err != nil || !found || name != "gn1.xlarge" {
-		t.Errorf("%s.name = %q (found %v, err %v), want gn1.xlarge", strings.Join(infrav1.TemplateInstancetypeField, "."), name, found, err)
+	if name, found, err := unstructured.NestedString(u, append(contract.TemplateInstancetypeField, "name")...); err != nil || !found || name != "gn1.xlarge" {
+		t.Errorf("%s.name = %q (found %v, err %v), want gn1.xlarge", strings.Join(contract.TemplateInstancetypeField, "."), name, found, err)
 	}
-	if labels, found, err := unstructured.NestedStringMap(u, infrav1.NodeLabelsField...); err != nil || !found || labels["cluster-api/accelerator"] != "GA102GL_A10" {
-		t.Errorf("%s = %v (found %v, err %v), want the GPU label", strings.Join(infrav1.NodeLabelsField, "."), labels, found, err)
+	if labels, found, err := unstructured.NestedStringMap(u, contract.NodeLabelsField...); err != nil || !found || labels["cluster-api/accelerator"] != "GA102GL_A10" {
+		t.Errorf("%s = %v (found %v, err %v), want the GPU label", strings.Join(contract.NodeLabelsField, "."), labels, found, err)
 	}
-	resolved, found, err := unstructured.NestedFieldNoCopy(u, infrav1.ResolvedField...)
+	resolved, found, err := unstructured.NestedFieldNoCopy(u, contract.ResolvedField...)
 	if _, isMap := resolved.(map[string]any); err != nil || !found || !isMap {
-		t.Errorf("%s = %v (found %v, err %v), want the resolved object", strings.Join(infrav1.ResolvedField, "."), resolved, found, err)
+		t.Errorf("%s = %v (found %v, err %v), want the resolved object", strings.Join(contract.ResolvedField, "."), resolved, found, err)
 	}
 
 	if got, want := infrav1.ProviderID("vm-1"), "kubevirt://vm-1"; got != want {

@@ -14,10 +14,6 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-// Package kubevirtmachine reconciles KubeVirtMachines: it creates each
-// machine's VirtualMachine, root DataVolume and cloud-init Secret once,
-// reports their state as conditions, and on deletion waits until the VM, its
-// instance and its disks are gone.
 package kubevirtmachine
 
 import (
@@ -40,9 +36,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
+	"github.com/cozystack/cluster-api-workers/infrastructure/internal/instancetype"
 	"github.com/cozystack/cluster-api-workers/infrastructure/internal/metrics"
-	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/instancetype"
-	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/render"
+	"github.com/cozystack/cluster-api-workers/infrastructure/vmspec"
 )
 
 // Creating a machine's VM: what it boots (its image, disks and bootstrap
@@ -99,7 +95,7 @@ func (r *Reconciler) ensureVirtualMachine(ctx context.Context, s *scope) (*kubev
 			return nil, nil, err
 		}
 	}
-	objs, errs := render.Render(render.Input{
+	objs, errs := vmspec.Render(vmspec.Input{
 		Machine:       kvm,
 		ClusterName:   cluster.Name,
 		Image:         image.source,
@@ -212,7 +208,7 @@ func (r *Reconciler) ensureUserData(ctx context.Context, kvm *infrav1.KubeVirtMa
 	if blocker := r.notControlled(existing, kvm, "Secret"); blocker != nil {
 		return blocker, nil
 	}
-	if bytes.Equal(existing.Data[render.UserDataKey], desired.Data[render.UserDataKey]) {
+	if bytes.Equal(existing.Data[vmspec.UserDataKey], desired.Data[vmspec.UserDataKey]) {
 		return nil, nil
 	}
 	original := existing.DeepCopy()

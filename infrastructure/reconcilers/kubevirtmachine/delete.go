@@ -14,10 +14,6 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-// Package kubevirtmachine reconciles KubeVirtMachines: it creates each
-// machine's VirtualMachine, root DataVolume and cloud-init Secret once,
-// reports their state as conditions, and on deletion waits until the VM, its
-// instance and its disks are gone.
 package kubevirtmachine
 
 import (
@@ -36,7 +32,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
-	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/render"
+	"github.com/cozystack/cluster-api-workers/infrastructure/vmspec"
 )
 
 // Deleting a machine: its VM, instance and disks are deleted, and the
@@ -74,7 +70,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) error {
 	waitForAll := func(reader client.Reader) error {
 		vm := &kubevirtv1.VirtualMachine{ObjectMeta: metav1.ObjectMeta{Name: key.Name}}
 		vmi := &kubevirtv1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Name: key.Name}}
-		dv := &cdiv1.DataVolume{ObjectMeta: metav1.ObjectMeta{Name: render.RootDataVolumeName(key.Name)}}
+		dv := &cdiv1.DataVolume{ObjectMeta: metav1.ObjectMeta{Name: vmspec.RootDataVolumeName(key.Name)}}
 		return kerrors.NewAggregate([]error{
 			waitFor(reader, vm, "VirtualMachine", controlled),
 			waitFor(reader, vmi, "VirtualMachineInstance", labelled),
@@ -100,8 +96,8 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) error {
 	// The VM is gone: its bootstrap data and CA go now rather than with
 	// garbage collection.
 	for _, obj := range []client.Object{
-		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: render.UserDataSecretName(key.Name)}},
-		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: render.ImportCAConfigMapName(key.Name)}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: vmspec.UserDataSecretName(key.Name)}},
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: vmspec.ImportCAConfigMapName(key.Name)}},
 	} {
 		if err := r.deleteIfControlled(ctx, kvm, obj); err != nil {
 			return err

@@ -35,8 +35,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
+	"github.com/cozystack/cluster-api-workers/infrastructure/internal/kubevirtconfig"
 	"github.com/cozystack/cluster-api-workers/infrastructure/internal/metrics"
-	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/kubevirtconfig"
 )
 
 // Observing a created machine: its VM, instance and disks as the caches

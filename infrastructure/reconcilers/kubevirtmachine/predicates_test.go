@@ -36,7 +36,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
-	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/render"
+	"github.com/cozystack/cluster-api-workers/infrastructure/vmspec"
 	"github.com/cozystack/cluster-api-workers/internal/watchview"
 )
 
@@ -246,7 +246,7 @@ func renderedMachine(t *testing.T) *kubevirtv1.VirtualMachine {
 			RunStrategy:      infrav1.RunStrategy(kubevirtv1.RunStrategyRerunOnFailure),
 		},
 	}
-	objs, errs := render.Render(render.Input{
+	objs, errs := vmspec.Render(vmspec.Input{
 		Machine:       kvm,
 		ClusterName:   "c",
 		Image:         infrav1.ImageSource{HTTPImport: &infrav1.HTTPImportSource{URL: "https://images.example.com/worker.qcow2"}},

@@ -14,10 +14,6 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-// Package kubevirtmachine reconciles KubeVirtMachines: it creates each
-// machine's VirtualMachine, root DataVolume and cloud-init Secret once,
-// reports their state as conditions, and on deletion waits until the VM, its
-// instance and its disks are gone.
 package kubevirtmachine
 
 import (

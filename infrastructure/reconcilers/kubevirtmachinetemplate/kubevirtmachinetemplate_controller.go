@@ -56,11 +56,11 @@ import (
 	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/exp/workerclass/resolve"
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
+	"github.com/cozystack/cluster-api-workers/infrastructure/capacity"
 	"github.com/cozystack/cluster-api-workers/infrastructure/internal/infracluster"
-	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/capacity"
-	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/instancetype"
-	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/kubevirtconfig"
-	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/migration"
+	"github.com/cozystack/cluster-api-workers/infrastructure/internal/instancetype"
+	"github.com/cozystack/cluster-api-workers/infrastructure/internal/kubevirtconfig"
+	"github.com/cozystack/cluster-api-workers/infrastructure/internal/migration"
 	"github.com/cozystack/cluster-api-workers/internal/redact"
 )
 

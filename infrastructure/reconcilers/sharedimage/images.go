@@ -40,7 +40,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
-	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/render"
+	"github.com/cozystack/cluster-api-workers/infrastructure/vmspec"
 	"github.com/cozystack/cluster-api-workers/internal/redact"
 )
 
@@ -59,10 +59,10 @@ type Images struct {
 }
 
 // NewImages adds a cache of the shared imports (DataVolumes labelled
-// render.SharedImageLabel, in watchNamespace or all namespaces) to the
+// vmspec.SharedImageLabel, in watchNamespace or all namespaces) to the
 // manager; its informers are named after controllerName.
 func NewImages(mgr ctrl.Manager, controllerName, watchNamespace string, failureRestarts int32) (*Images, error) {
-	shared, err := labels.NewRequirement(render.SharedImageLabel, selection.Exists, nil)
+	shared, err := labels.NewRequirement(vmspec.SharedImageLabel, selection.Exists, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -144,7 +144,7 @@ func OriginOf(t *infrav1.KubeVirtMachineTemplate, image *infrav1.ImageSource) Or
 
 // Name is the shared import of a template that Shared.
 func Name(t *infrav1.KubeVirtMachineTemplate) string {
-	return render.SharedImportName(t.Status.Resolved.ContentHash, t.Spec.Template.Spec.RootDisk)
+	return vmspec.SharedImportName(t.Status.Resolved.ContentHash, t.Spec.Template.Spec.RootDisk)
 }
 
 // Wait says what a machine waits for instead of cloning the shared
@@ -170,7 +170,7 @@ func (i *Images) CloneSource(ctx context.Context, t *infrav1.KubeVirtMachineTemp
 	if state.wait != nil {
 		return infrav1.ImageSource{}, state.wait, nil
 	}
-	return render.SharedCloneSource(name), nil, nil
+	return vmspec.SharedCloneSource(name), nil, nil
 }
 
 // state is a shared import as its controller and the machines read it.
@@ -185,13 +185,13 @@ type state struct {
 
 func (i *Images) stateOf(dv *cdiv1.DataVolume, resolved *infrav1.ResolvedMachine) state {
 	name := dv.Name
-	if !render.SharedImportMatches(dv, resolved) {
+	if !vmspec.SharedImportMatches(dv, resolved) {
 		// The name is only ever rendered for this hash and source: this is
 		// someone else's disk, and its bytes are not the resolution's.
 		return state{wait: &Wait{infrav1.ImageImportFailedReason,
 			fmt.Sprintf("DataVolume %s exists and is not the shared import of content hash %s; delete it to import the template's image", name, resolved.ContentHash)}}
 	}
-	attempt, err := strconv.Atoi(dv.Annotations[render.ImportAttemptAnnotation])
+	attempt, err := strconv.Atoi(dv.Annotations[vmspec.ImportAttemptAnnotation])
 	if err != nil || attempt < 1 {
 		attempt = 1
 	}

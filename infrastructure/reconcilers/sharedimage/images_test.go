@@ -28,7 +28,7 @@ import (
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
-	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/render"
+	"github.com/cozystack/cluster-api-workers/infrastructure/vmspec"
 )
 
 func TestStateOf(t *testing.T) {
@@ -37,7 +37,7 @@ func TestStateOf(t *testing.T) {
 		ContentHash: strings.Repeat("0f", 32),
 	}
 	disk := &infrav1.RootDisk{Size: ptr.To(resource.MustParse("10Gi"))}
-	name := render.SharedImportName(resolved.ContentHash, disk)
+	name := vmspec.SharedImportName(resolved.ContentHash, disk)
 	images := &Images{failureRestarts: 3}
 	running := cdiv1.DataVolumeCondition{Type: cdiv1.DataVolumeRunning, Status: corev1.ConditionFalse, Message: "Unable to connect to http data source"}
 
@@ -71,7 +71,7 @@ func TestStateOf(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
-			dv, _ := render.SharedImport(render.SharedImportInput{Namespace: "tenant", Resolved: resolved, RootDisk: disk, Attempt: tc.attempt})
+			dv, _ := vmspec.SharedImport(vmspec.SharedImportInput{Namespace: "tenant", Resolved: resolved, RootDisk: disk, Attempt: tc.attempt})
 			if tc.mutate != nil {
 				tc.mutate(dv)
 			}

@@ -42,7 +42,7 @@ import (
 
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/infrastructure/internal/metrics"
-	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/render"
+	"github.com/cozystack/cluster-api-workers/infrastructure/vmspec"
 )
 
 // Indexes of the manager's cache.
@@ -193,7 +193,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, r.create(ctx, req, owners, resolved, rootDisk)
 	}
 	st := r.Images.stateOf(dv, resolved)
-	if !render.SharedImportMatches(dv, resolved) {
+	if !vmspec.SharedImportMatches(dv, resolved) {
 		// Not ours to touch; the machines say so.
 		return ctrl.Result{}, nil
 	}
@@ -231,7 +231,7 @@ func (r *Reconciler) templates(ctx context.Context, req ctrl.Request) ([]metav1.
 		if !t.DeletionTimestamp.IsZero() || !r.matchesFilter(t) {
 			continue
 		}
-		owners = append(owners, render.TemplateOwnerReference(t))
+		owners = append(owners, vmspec.TemplateOwnerReference(t))
 		if first == nil || t.CreationTimestamp.Before(&first.CreationTimestamp) {
 			first = t
 		}
@@ -254,7 +254,7 @@ func (r *Reconciler) create(ctx context.Context, req ctrl.Request, owners []meta
 	if v, ok := r.retries.Load(req.NamespacedName); ok {
 		attempt = v.(int)
 	}
-	dv, _ := render.SharedImport(render.SharedImportInput{
+	dv, _ := vmspec.SharedImport(vmspec.SharedImportInput{
 		Namespace: req.Namespace, Resolved: resolved, RootDisk: rootDisk, Attempt: attempt, Owners: owners,
 	})
 	if err := r.Client.Create(ctx, dv); err != nil {
@@ -274,7 +274,7 @@ func (r *Reconciler) create(ctx context.Context, req ctrl.Request, owners []meta
 // ensureCA creates the shared import's CA ConfigMap when its image has a
 // CA bundle and the ConfigMap does not exist.
 func (r *Reconciler) ensureCA(ctx context.Context, dv *cdiv1.DataVolume, resolved *infrav1.ResolvedMachine, rootDisk *infrav1.RootDisk) error {
-	_, ca := render.SharedImport(render.SharedImportInput{Namespace: dv.Namespace, Resolved: resolved, RootDisk: rootDisk})
+	_, ca := vmspec.SharedImport(vmspec.SharedImportInput{Namespace: dv.Namespace, Resolved: resolved, RootDisk: rootDisk})
 	if ca == nil {
 		return nil
 	}
@@ -282,7 +282,7 @@ func (r *Reconciler) ensureCA(ctx context.Context, dv *cdiv1.DataVolume, resolve
 	if !apierrors.IsNotFound(err) {
 		return err
 	}
-	render.SharedImportCA(ca, dv)
+	vmspec.SharedImportCA(ca, dv)
 	if err := r.Client.Create(ctx, ca); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("creating the shared import's CA ConfigMap: %w", err)
 	}
@@ -322,7 +322,7 @@ func (r *Reconciler) recordOwners(namespace string, owners []metav1.OwnerReferen
 // releaseWhenCloned removes the finalizer of a shared import being deleted
 // once no machine's clone of it is in progress.
 func (r *Reconciler) releaseWhenCloned(ctx context.Context, dv *cdiv1.DataVolume) error {
-	if !controllerutil.ContainsFinalizer(dv, render.CloneSourceFinalizer) {
+	if !controllerutil.ContainsFinalizer(dv, vmspec.CloneSourceFinalizer) {
 		return nil
 	}
 	clones := &cdiv1.DataVolumeList{}
@@ -337,7 +337,7 @@ func (r *Reconciler) releaseWhenCloned(ctx context.Context, dv *cdiv1.DataVolume
 		}
 	}
 	original := dv.DeepCopy()
-	controllerutil.RemoveFinalizer(dv, render.CloneSourceFinalizer)
+	controllerutil.RemoveFinalizer(dv, vmspec.CloneSourceFinalizer)
 	err := r.Client.Patch(ctx, dv, client.MergeFromWithOptions(original, client.MergeFromWithOptimisticLock{}))
 	if client.IgnoreNotFound(err) != nil {
 		return fmt.Errorf("releasing the shared import: %w", err)

@@ -28,7 +28,7 @@ import (
 
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/infrastructure/internal/cloneauth"
-	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/render"
+	"github.com/cozystack/cluster-api-workers/infrastructure/vmspec"
 )
 
 // authorizeClone refuses a clone source that the user of the admission
@@ -45,7 +45,7 @@ func authorizeClone(ctx context.Context, clones *cloneauth.Authorizer, img *infr
 	if err != nil {
 		return nil, apierrors.NewBadRequest(fmt.Sprintf("expected an admission.Request inside context: %v", err))
 	}
-	decision, err := clones.AsUser(ctx, render.CloneDataVolume(img.Clone, namespace, name), req.UserInfo)
+	decision, err := clones.AsUser(ctx, vmspec.CloneDataVolume(img.Clone, namespace, name), req.UserInfo)
 	if err != nil {
 		return nil, apierrors.NewInternalError(err)
 	}

@@ -26,7 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
-	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/instancetype"
+	"github.com/cozystack/cluster-api-workers/infrastructure/internal/instancetype"
 )
 
 // validateReferences reads the instancetype and preference a machine spec

@@ -29,7 +29,7 @@ import (
 
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/infrastructure/internal/cloneauth"
-	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/render"
+	"github.com/cozystack/cluster-api-workers/infrastructure/vmspec"
 )
 
 // +kubebuilder:webhook:verbs=create;update,path=/validate-infrastructure-cozystack-io-v1alpha1-kubevirtmachine,mutating=false,failurePolicy=fail,matchPolicy=Equivalent,groups=infrastructure.cozystack.io,resources=kubevirtmachines,versions=v1alpha1,name=validation.kubevirtmachine.infrastructure.cozystack.io,sideEffects=None,timeoutSeconds=10,admissionReviewVersions=v1
@@ -63,7 +63,7 @@ func (w *KubeVirtMachine) ValidateCreate(ctx context.Context, m *infrav1.KubeVir
 			"the VirtualMachine, its hostname and the providerID take this name: "+msg))
 	}
 	errs = append(errs, ValidateMachineSpec(&m.Spec, field.NewPath("spec"))...)
-	errs = append(errs, render.ValidateNetworkNamespaces(m.Spec.Networks, m.Namespace, field.NewPath("spec", "networks"))...)
+	errs = append(errs, vmspec.ValidateNetworkNamespaces(m.Spec.Networks, m.Namespace, field.NewPath("spec", "networks"))...)
 	if m.Spec.ProviderID != "" && m.Spec.ProviderID != infrav1.ProviderID(m.Name) {
 		errs = append(errs, field.Invalid(field.NewPath("spec", "providerID"), m.Spec.ProviderID,
 			"must be empty or "+infrav1.ProviderID(m.Name)))

@@ -30,7 +30,7 @@ import (
 
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/infrastructure/internal/cloneauth"
-	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/render"
+	"github.com/cozystack/cluster-api-workers/infrastructure/vmspec"
 )
 
 // +kubebuilder:webhook:verbs=create;update,path=/mutate-infrastructure-cozystack-io-v1alpha1-kubevirtmachinetemplate,mutating=true,failurePolicy=fail,groups=infrastructure.cozystack.io,resources=kubevirtmachinetemplates,versions=v1alpha1,name=default.kubevirtmachinetemplate.infrastructure.cozystack.io,sideEffects=None,timeoutSeconds=10,admissionReviewVersions=v1
@@ -167,7 +167,7 @@ func validateTemplate(t *infrav1.KubeVirtMachineTemplate) field.ErrorList {
 	machine := spec.Child("template", "spec")
 	errs := t.Spec.Template.ObjectMeta.Validate(spec.Child("template", "metadata"))
 	errs = append(errs, ValidateMachineSpec(&t.Spec.Template.Spec, machine)...)
-	errs = append(errs, render.ValidateNetworkNamespaces(t.Spec.Template.Spec.Networks, t.Namespace, machine.Child("networks"))...)
+	errs = append(errs, vmspec.ValidateNetworkNamespaces(t.Spec.Template.Spec.Networks, t.Namespace, machine.Child("networks"))...)
 	if t.Spec.Template.Spec.ProviderID != "" {
 		errs = append(errs, field.Forbidden(machine.Child("providerID"), "the controller sets each machine's providerID"))
 	}

@@ -31,7 +31,7 @@ import (
 
 	wcvalidation "github.com/cozystack/cluster-api-workers/exp/workerclass/validation"
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
-	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/migration"
+	"github.com/cozystack/cluster-api-workers/infrastructure/internal/migration"
 )
 
 // ValidateMachineSpec checks a KubeVirtMachine spec at path.

@@ -25,7 +25,7 @@ limitations under the License.
 // Ready condition); the join token is one per cluster, created once in the
 // workload cluster. The infrastructure floor writes, per machine, the
 // cloud-init user data Secret and the VirtualMachine (rendered by
-// infrastructure/pkg/render, so they are the same objects ours writes),
+// infrastructure/vmspec, so they are the same objects ours writes),
 // spec.providerID in one patch, and status.initialization.provisioned with
 // the Ready condition in one patch once the VirtualMachine is ready. Neither
 // keeps a finalizer: owner references let the garbage collector remove what

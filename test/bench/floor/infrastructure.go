@@ -38,7 +38,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
-	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/render"
+	"github.com/cozystack/cluster-api-workers/infrastructure/vmspec"
 )
 
 // Infrastructure reconciles KubeVirtMachines with the infrastructure
@@ -143,7 +143,7 @@ func (r *Infrastructure) createVirtualMachine(ctx context.Context, kvm *infrav1.
 	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: kvm.Namespace, Name: dataSecretName}, data); err != nil {
 		return fmt.Errorf("reading the bootstrap data Secret: %w", err)
 	}
-	objs, errs := render.Render(render.Input{
+	objs, errs := vmspec.Render(vmspec.Input{
 		Machine:       kvm,
 		ClusterName:   machine.Spec.ClusterName,
 		Image:         *image,

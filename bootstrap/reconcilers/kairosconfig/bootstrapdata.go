@@ -41,13 +41,14 @@ import (
 	bootstrapv1 "github.com/cozystack/cluster-api-workers/bootstrap/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/bootstrap/internal/cloudconfig"
 	"github.com/cozystack/cluster-api-workers/bootstrap/internal/metrics"
-	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/internal/clustersecrets"
+	"github.com/cozystack/cluster-api-workers/internal/contract"
 )
 
-// render waits for everything the join needs, ensures the token and writes
-// the bootstrap data Secret.
-func (r *Reconciler) render(ctx context.Context, s *scope) (ctrl.Result, error) {
+// reconcileBootstrapData waits for everything the join needs, mints the
+// token, renders the cloud-config (cloudconfig.Render) and writes it to the
+// bootstrap data Secret.
+func (r *Reconciler) reconcileBootstrapData(ctx context.Context, s *scope) (ctrl.Result, error) {
 	config := s.config
 	in, blocker, err := r.joinInputs(ctx, s)
 	if err != nil {
@@ -64,7 +65,7 @@ func (r *Reconciler) render(ctx context.Context, s *scope) (ctrl.Result, error) 
 	}
 	// The data is rendered once, with the token it will carry, before that
 	// token is minted: a token is minted only for data a Secret can hold.
-	candidate, stored, err := r.tokenToRender(ctx, s.config)
+	candidate, stored, err := r.recordedOrNewToken(ctx, s.config)
 	if err != nil {
 		markInternalError(config)
 		return ctrl.Result{}, err
@@ -78,7 +79,7 @@ func (r *Reconciler) render(ctx context.Context, s *scope) (ctrl.Result, error) 
 		return (&blocked{reason: bootstrapv1.BootstrapDataTooLargeReason, message: fmt.Sprintf(
 			"The rendered bootstrap data is %d bytes and a Secret holds at most %d: shrink spec.files", size, corev1.MaxSecretSize)}).report(config), nil
 	}
-	t, err := r.ensureToken(ctx, s, remote, candidate, stored)
+	t, err := r.mintToken(ctx, s, remote, candidate, stored)
 	if err != nil {
 		markInternalError(config)
 		return ctrl.Result{}, err
@@ -201,7 +202,7 @@ func renderInput(s *scope, t token, join joinInputs) cloudconfig.Input {
 	in := cloudconfig.Input{
 		Mode:              joinMode(s.config),
 		Hostname:          vm,
-		ProviderID:        infrav1.ProviderID(vm),
+		ProviderID:        contract.ProviderID(vm),
 		APIServerEndpoint: s.cluster.Spec.ControlPlaneEndpoint.String(),
 		CACertHashes:      join.caHashes,
 		Token:             t.String(),

@@ -31,7 +31,7 @@ import (
 	instancetypev1beta1 "kubevirt.io/api/instancetype/v1beta1"
 
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
-	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/instancetype"
+	"github.com/cozystack/cluster-api-workers/infrastructure/internal/instancetype"
 )
 
 // OperatingSystem is the operating system of every node this provider runs.

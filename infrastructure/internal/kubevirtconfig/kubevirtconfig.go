@@ -34,7 +34,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
-	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/instancetype"
+	"github.com/cozystack/cluster-api-workers/infrastructure/internal/instancetype"
 )
 
 // The KubeVirt v1.7 feature gates (pkg/virt-config/featuregate) that what

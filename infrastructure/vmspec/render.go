@@ -14,12 +14,12 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-// Package render turns a KubeVirtMachine and its resolved image into the
+// Package vmspec turns a KubeVirtMachine and its resolved image into the
 // objects that run it: the VirtualMachine, the root DataVolume of an imported
 // or cloned disk, the ConfigMap holding an import's CA bundle and the Secret
 // carrying the bootstrap data as cloud-init user data. It is pure: no I/O,
 // the same input always gives the same objects.
-package render
+package vmspec
 
 import (
 	"fmt"
@@ -38,8 +38,8 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
-	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/instancetype"
-	"github.com/cozystack/cluster-api-workers/infrastructure/pkg/migration"
+	"github.com/cozystack/cluster-api-workers/infrastructure/internal/instancetype"
+	"github.com/cozystack/cluster-api-workers/infrastructure/internal/migration"
 )
 
 const (
