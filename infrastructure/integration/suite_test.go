@@ -60,7 +60,7 @@ import (
 	"github.com/cozystack/cluster-api-workers/test/infra"
 	"github.com/cozystack/cluster-api-workers/test/kubevirt"
 	cdisim "github.com/cozystack/cluster-api-workers/test/sim/cdi"
-	kubevirtsim "github.com/cozystack/cluster-api-workers/test/sim/kubevirt"
+	kubevirtsim "github.com/cozystack/cluster-api-workers/test/sim/kubevirtnode"
 )
 
 const digestRef = "registry.example.com/workers/kairos-worker@sha256:1111111111111111111111111111111111111111111111111111111111111111"

@@ -47,7 +47,7 @@ import (
 	"github.com/cozystack/cluster-api-workers/internal/logcap"
 	"github.com/cozystack/cluster-api-workers/test/harness"
 	"github.com/cozystack/cluster-api-workers/test/harness/components"
-	nodesim "github.com/cozystack/cluster-api-workers/test/sim/node"
+	nodesim "github.com/cozystack/cluster-api-workers/test/sim/guest"
 )
 
 // platformImage is the Kairos disk of the platform's v1.36 minor, and what

@@ -51,7 +51,7 @@ import (
 	"github.com/cozystack/cluster-api-workers/test/envtest"
 	"github.com/cozystack/cluster-api-workers/test/harness/components"
 	infra "github.com/cozystack/cluster-api-workers/test/infra"
-	nodesim "github.com/cozystack/cluster-api-workers/test/sim/node"
+	nodesim "github.com/cozystack/cluster-api-workers/test/sim/guest"
 )
 
 // Cluster API core's controller name, as it goes in user agents and

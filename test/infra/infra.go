@@ -38,7 +38,7 @@ import (
 	"github.com/cozystack/cluster-api-workers/test/envtest"
 	"github.com/cozystack/cluster-api-workers/test/kubevirt"
 	cdisim "github.com/cozystack/cluster-api-workers/test/sim/cdi"
-	kubevirtsim "github.com/cozystack/cluster-api-workers/test/sim/kubevirt"
+	kubevirtsim "github.com/cozystack/cluster-api-workers/test/sim/kubevirtnode"
 )
 
 // Options configure the infrastructure cluster.

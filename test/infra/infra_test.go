@@ -46,7 +46,7 @@ import (
 	"github.com/cozystack/cluster-api-workers/test/kubevirt"
 	cdisim "github.com/cozystack/cluster-api-workers/test/sim/cdi"
 	"github.com/cozystack/cluster-api-workers/test/sim/fault"
-	kubevirtsim "github.com/cozystack/cluster-api-workers/test/sim/kubevirt"
+	kubevirtsim "github.com/cozystack/cluster-api-workers/test/sim/kubevirtnode"
 	"github.com/cozystack/cluster-api-workers/test/vmfixture"
 )
 

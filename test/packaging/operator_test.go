@@ -46,7 +46,7 @@ import (
 	"github.com/cozystack/cluster-api-workers/test/envtest"
 	"github.com/cozystack/cluster-api-workers/test/harness"
 	"github.com/cozystack/cluster-api-workers/test/process"
-	nodesim "github.com/cozystack/cluster-api-workers/test/sim/node"
+	nodesim "github.com/cozystack/cluster-api-workers/test/sim/guest"
 )
 
 // operatorBlocks are the blocks of docs/packaging.md that

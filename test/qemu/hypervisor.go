@@ -31,8 +31,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cdisim "github.com/cozystack/cluster-api-workers/test/sim/cdi"
-	kubevirtsim "github.com/cozystack/cluster-api-workers/test/sim/kubevirt"
-	kubevirtstatus "github.com/cozystack/cluster-api-workers/test/sim/kubevirt/status"
+	kubevirtsim "github.com/cozystack/cluster-api-workers/test/sim/kubevirtnode"
+	kubevirtstatus "github.com/cozystack/cluster-api-workers/test/sim/kubevirtnode/status"
 )
 
 // guestMAC is the MAC address QEMU gives a guest's first NIC.

@@ -41,7 +41,7 @@ import (
 	"github.com/cozystack/cluster-api-workers/test/infra"
 	"github.com/cozystack/cluster-api-workers/test/process"
 	cdisim "github.com/cozystack/cluster-api-workers/test/sim/cdi"
-	kubevirtsim "github.com/cozystack/cluster-api-workers/test/sim/kubevirt"
+	kubevirtsim "github.com/cozystack/cluster-api-workers/test/sim/kubevirtnode"
 )
 
 // The runner's hypervisor, image pulls and nodes without QEMU or an

@@ -39,7 +39,7 @@ import (
 	"github.com/cozystack/cluster-api-workers/test/infra"
 	cdisim "github.com/cozystack/cluster-api-workers/test/sim/cdi"
 	"github.com/cozystack/cluster-api-workers/test/sim/imageserver"
-	kubevirtsim "github.com/cozystack/cluster-api-workers/test/sim/kubevirt"
+	kubevirtsim "github.com/cozystack/cluster-api-workers/test/sim/kubevirtnode"
 )
 
 var _ harness.VMBackend = (*Runner)(nil)

@@ -54,7 +54,7 @@ import (
 	"github.com/cozystack/cluster-api-workers/test/infra"
 	cdisim "github.com/cozystack/cluster-api-workers/test/sim/cdi"
 	"github.com/cozystack/cluster-api-workers/test/sim/imageserver"
-	nodesim "github.com/cozystack/cluster-api-workers/test/sim/node"
+	nodesim "github.com/cozystack/cluster-api-workers/test/sim/guest"
 )
 
 const (

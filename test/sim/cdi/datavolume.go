@@ -33,7 +33,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	kubevirtstatus "github.com/cozystack/cluster-api-workers/test/sim/kubevirt/status"
+	kubevirtstatus "github.com/cozystack/cluster-api-workers/test/sim/kubevirtnode/status"
 )
 
 // CDI's annotations and labels on the claims and Pods it makes.

@@ -1,0 +1,180 @@
+/*
+Copyright 2026 The Cozystack Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package scenarios
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	"sigs.k8s.io/cluster-api/util/conditions"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
+	"github.com/cozystack/cluster-api-workers/test/harness"
+)
+
+// TestInfrastructureNodeDrainEnds: the hoster drains the infrastructure
+// node of a pool whose VMs have eviction strategy External. virt-api
+// denies every eviction and leaves the VMs to the provider (KubeVirt's
+// External contract); the provider stops each instance, so the drain ends,
+// and the container-disk machines, which cannot rejoin from a blank disk,
+// are replaced by the MachineHealthCheck once the node is back. Every
+// machine of the pool is on the drained node, so the health check must
+// allow remediating all of them (MAX_UNHEALTHY 100%); with the default
+// 50% it would hold back, as Cluster API does when most of a pool fails.
+func TestInfrastructureNodeDrainEnds(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ctx := context.Background()
+	w := newCluster(t, harness.ClusterOptions{})
+	objs := poolOf(w).render(t, map[string]string{"WORKER_MACHINE_COUNT": "2", "MAX_UNHEALTHY": "100%"})
+	harness.EditMachineTemplates(objs, func(_ *unstructured.Unstructured, machine map[string]any) {
+		machine["evictionStrategy"] = "External"
+		machine["tolerations"] = []any{map[string]any{"key": drainNodeLabel, "operator": "Exists", "effect": "NoSchedule"}}
+		machine["affinity"] = map[string]any{"nodeAffinity": map[string]any{"requiredDuringSchedulingIgnoredDuringExecution": map[string]any{
+			"nodeSelectorTerms": []any{map[string]any{"matchExpressions": []any{map[string]any{"key": drainNodeLabel, "operator": "In", "values": []any{"true"}}}}},
+		}}}
+	})
+	g.Expect(h.Apply(ctx, objs)).To(Succeed())
+	before := poolOf(w).expectJoined(t, 2)
+
+	// kubectl drain: cordon, then evict every Pod on the node until none
+	// is left.
+	node := &corev1.Node{}
+	g.Expect(h.Client.Get(ctx, client.ObjectKey{Name: drainNode}, node)).To(Succeed())
+	cordoned := node.DeepCopy()
+	cordoned.Spec.Unschedulable = true
+	g.Expect(h.Client.Patch(ctx, cordoned, client.MergeFrom(node))).To(Succeed())
+	uncordon := func() {
+		n := &corev1.Node{}
+		if err := h.Client.Get(context.Background(), client.ObjectKey{Name: drainNode}, n); err == nil {
+			u := n.DeepCopy()
+			u.Spec.Unschedulable = false
+			_ = h.Client.Patch(context.Background(), u, client.MergeFrom(n))
+		}
+	}
+	t.Cleanup(uncordon)
+	denied := 0
+	g.Eventually(func(g Gomega) {
+		pods := &corev1.PodList{}
+		g.Expect(h.Client.List(ctx, pods, client.InNamespace(w.Key.Namespace), client.MatchingLabels{kubevirtv1.AppLabel: "virt-launcher"})).To(Succeed())
+		var left []string
+		for i := range pods.Items {
+			p := &pods.Items[i]
+			if p.Spec.NodeName != drainNode || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+				continue
+			}
+			left = append(left, p.Name)
+			if err := h.Client.SubResource("eviction").Create(ctx, p, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name}}); err != nil {
+				denied++
+			}
+		}
+		g.Expect(left).To(BeEmpty(), "launcher Pods still on the drained node")
+	}, timeout, 2*time.Second).Should(Succeed(), func() string { return describe(w) })
+	g.Expect(denied).To(BeNumerically(">", 0), "virt-api should have denied the evictions (External)")
+
+	uncordon()
+	g.Eventually(func(g Gomega) {
+		for _, m := range poolOf(w).machines(g) {
+			g.Expect(machineUIDs(before)).NotTo(ContainElement(m.UID), "Machine %s was not replaced", m.Name)
+		}
+	}, timeout, poll).Should(Succeed(), func() string { return describe(w) })
+	after := poolOf(w).expectJoined(t, 2)
+	expectBootsClean(g, after)
+	expectNoOrphans(t, w)
+}
+
+// TestInfrastructureNodeDrainLiveMigrates: the hoster drains the node of a
+// machine whose VM has eviction strategy LiveMigrate and can migrate (a
+// container disk on a masqueraded pod network). virt-api denies the
+// launcher Pod's eviction, marks the instance for evacuation and
+// virt-controller creates a kubevirt-evacuation migration for it; the
+// provider leaves the instance alone, since stopping it would kill a VM
+// KubeVirt is moving, and shows the migration on the machine, which stays
+// provisioned. (The node stand-in does not carry a migration out: what is
+// checked is what the provider does while KubeVirt migrates.)
+func TestInfrastructureNodeDrainLiveMigrates(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ctx := context.Background()
+	w := newCluster(t, harness.ClusterOptions{})
+	objs := poolOf(w).render(t, map[string]string{"WORKER_MACHINE_COUNT": "1"})
+	harness.EditMachineTemplates(objs, func(_ *unstructured.Unstructured, machine map[string]any) {
+		machine["evictionStrategy"] = "LiveMigrate"
+	})
+	g.Expect(h.Apply(ctx, objs)).To(Succeed())
+	before := poolOf(w).expectJoined(t, 1)
+	key := vmKey(before[0])
+	vmi := &kubevirtv1.VirtualMachineInstance{}
+	g.Expect(h.Client.Get(ctx, key, vmi)).To(Succeed())
+	t.Cleanup(func() { deleteMigrationsOf(t, vmi) })
+
+	// kubectl drain evicts the launcher Pod: virt-api denies it and
+	// evacuates the instance instead.
+	pods := &corev1.PodList{}
+	g.Expect(h.Client.List(ctx, pods, client.InNamespace(key.Namespace), client.MatchingLabels{kubevirtv1.CreatedByLabel: string(vmi.UID)})).To(Succeed())
+	g.Expect(pods.Items).To(HaveLen(1))
+	err := h.Client.SubResource("eviction").Create(ctx, &pods.Items[0], &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: pods.Items[0].Name}})
+	g.Expect(err).To(MatchError(ContainSubstring("Eviction triggered evacuation of VMI")))
+
+	// virt-controller migrates it, and the machine shows the migration.
+	kvm := &infrav1.KubeVirtMachine{}
+	g.Eventually(func(g Gomega) {
+		g.Expect(h.Client.Get(ctx, key, kvm)).To(Succeed())
+		c := conditions.Get(kvm, infrav1.VirtualMachineProvisionedCondition)
+		g.Expect(c).NotTo(BeNil())
+		g.Expect(c.Reason).To(Equal(infrav1.LiveMigratingReason))
+		g.Expect(c.Status).To(Equal(metav1.ConditionTrue))
+		g.Expect(c.Message).To(MatchRegexp(`^Infrastructure node \S+ is being drained: KubeVirt live-migrates the instance \(eviction strategy LiveMigrate\); migration kubevirt-evacuation-\S+ is `))
+	}, timeout, poll).Should(Succeed(), func() string { return describe(w) })
+	g.Expect(conditions.IsTrue(kvm, infrav1.ReadyCondition)).To(BeTrue(), "the machine stopped being ready while KubeVirt migrates it")
+
+	// The provider has seen the evacuation (the condition above) and left
+	// the instance running: the same instance, not being deleted.
+	current := &kubevirtv1.VirtualMachineInstance{}
+	g.Expect(h.Client.Get(ctx, key, current)).To(Succeed())
+	g.Expect(current.UID).To(Equal(vmi.UID))
+	g.Expect(current.DeletionTimestamp.IsZero()).To(BeTrue(), "the provider stopped an instance KubeVirt live-migrates")
+	g.Expect(current.Status.EvacuationNodeName).To(Equal(vmi.Status.NodeName))
+	g.Expect(machineUIDs(poolOf(w).machines(g))).To(Equal(machineUIDs(before)))
+}
+
+// deleteMigrationsOf cancels KubeVirt's migrations of an instance.
+func deleteMigrationsOf(t *testing.T, vmi *kubevirtv1.VirtualMachineInstance) {
+	t.Helper()
+	migrations := &kubevirtv1.VirtualMachineInstanceMigrationList{}
+	if err := h.Client.List(context.Background(), migrations, client.InNamespace(vmi.Namespace)); err != nil {
+		t.Errorf("listing the migrations of %s: %v", vmi.Name, err)
+		return
+	}
+	for i := range migrations.Items {
+		m := &migrations.Items[i]
+		if m.Spec.VMIName != vmi.Name {
+			continue
+		}
+		if err := client.IgnoreNotFound(h.Client.Delete(context.Background(), m)); err != nil {
+			t.Errorf("deleting migration %s: %v", m.Name, err)
+		}
+	}
+}
