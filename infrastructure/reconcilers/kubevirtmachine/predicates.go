@@ -35,11 +35,11 @@ import (
 // OS and agent info, volume and migration status, timestamps of their own
 // conditions), and the cache resyncs every object. An update of a
 // VirtualMachine, VirtualMachineInstance or DataVolume reconciles its
-// machine only when it changes the view below: exactly what status.go and
-// the deletion read. Creates and deletes always pass; the KubeVirtMachine's
-// own resync still reads every object afresh (watchview.Changed). The
-// Machine's updates pass only when its watchview.Machine changes: this
-// controller reads none of its status.
+// machine only when it changes the view below: exactly what conditions.go
+// and the deletion read. Creates and deletes always pass; the
+// KubeVirtMachine's own resync still reads every object afresh
+// (watchview.Changed). The Machine's updates pass only when its
+// watchview.Machine changes: this controller reads none of its status.
 
 // machineView is what the controller reads of a Machine.
 func machineView(m *clusterv1.Machine) any { return watchview.OfMachine(m) }
@@ -128,7 +128,7 @@ func viewOfInstance(vmi *kubevirtv1.VirtualMachineInstance) any {
 // The manager's cache, and the infrastructure cluster's, hold every
 // VirtualMachine and VirtualMachineInstance of the provider's machines for
 // as long as the machines live, while the controller reads a few fields of
-// them: the views above, and what status.go, observe.go, create.go and
+// them: the views above, and what conditions.go, observe.go, create.go and
 // delete.go read of the objects the cache returns. So that memory per
 // machine stays small (issue #30), the two transforms below keep exactly
 // that, and the whole metadata but managedFields (it is cheap, and generic
@@ -214,7 +214,7 @@ func StripUnreadInstanceFields(in any) (any, error) {
 			EvictionStrategy: vmi.Spec.EvictionStrategy,
 		},
 		Status: kubevirtv1.VirtualMachineInstanceStatus{
-			// Most of status.go (IsFinal too), the view.
+			// Most of conditions.go (IsFinal too), the view.
 			Phase: vmi.Status.Phase,
 			// instancePhase, the view.
 			Reason: vmi.Status.Reason,
