@@ -116,26 +116,19 @@ func virtualMachineCondition(o *observation) metav1.Condition {
 const vmProvisioned = infrav1.VirtualMachineProvisionedCondition
 
 // virtualMachineGone reports a VM not created yet or deleted, and an
-// ephemeral machine whose booting instance has stopped.
+// ephemeral machine whose booting instance has stopped after its node
+// joined (containerDiskRule).
 func virtualMachineGone(o *observation) (metav1.Condition, bool) {
-	vm, vmi := o.vm, o.vmi
-	if vm == nil {
+	if o.vm == nil {
 		if o.provisioned {
 			return condition(vmProvisioned, metav1.ConditionFalse, infrav1.VirtualMachineDeletedReason,
 				"VirtualMachine was deleted after the machine was provisioned"), true
 		}
 		return condition(vmProvisioned, metav1.ConditionUnknown, infrav1.ProvisioningReason, "Creating the VirtualMachine"), true
 	}
-	// Before the node joined, a new instance boots the same image with the
-	// same, still valid, bootstrap data: nothing was lost (observe then
-	// records it as the provisioned instance). KubeVirt restarts an
-	// instance whose QEMU crashed early in its boot this way.
-	if o.ephemeral() && o.provisionedInstanceUID != "" && o.nodeJoined {
-		if vmi == nil || string(vmi.UID) != o.provisionedInstanceUID ||
-			vmi.Status.Phase == kubevirtv1.Failed || vmi.Status.Phase == kubevirtv1.Succeeded {
-			return condition(vmProvisioned, metav1.ConditionFalse, infrav1.EphemeralDiskLostReason,
-				fmt.Sprintf("VirtualMachineInstance %s that booted the container disk has stopped; a new instance boots a blank disk and the node cannot rejoin", o.provisionedInstanceUID)), true
-		}
+	if containerDiskRule(o) == containerDiskLost {
+		return condition(vmProvisioned, metav1.ConditionFalse, infrav1.EphemeralDiskLostReason,
+			fmt.Sprintf("VirtualMachineInstance %s that booted the container disk has stopped; a new instance boots a blank disk and the node cannot rejoin", o.provisionedInstanceUID)), true
 	}
 	return metav1.Condition{}, false
 }

@@ -145,6 +145,49 @@ func (o *observation) restartedInstance() bool {
 	return o.provisioned && o.vmi != nil && o.provisionedInstanceUID != "" && string(o.vmi.UID) != o.provisionedInstanceUID
 }
 
+// containerDiskVerdict is what a container-disk machine's instance means
+// for its node, whose state lives on the instance's disk alone.
+type containerDiskVerdict int
+
+const (
+	// containerDiskKept: nothing was lost (no container disk, no
+	// provisioned instance yet, the provisioned instance runs on, or it
+	// stopped before the node joined); the rest of the ladder reports the
+	// instance as any other.
+	containerDiskKept containerDiskVerdict = iota
+	// containerDiskLost: the instance that booted the disk stopped, or
+	// another replaced it, after the node joined: a new instance boots a
+	// blank disk and the node cannot rejoin (EphemeralDiskLost).
+	containerDiskLost
+	// containerDiskReplaced: another instance than the provisioned one
+	// runs or starts before the node joined. It boots the same image with
+	// the same, still valid, bootstrap data, so nothing was lost: the
+	// ladder reports it restarting (InstanceRestarting) until it is ready,
+	// and observe then records it as the provisioned instance.
+	containerDiskReplaced
+)
+
+// containerDiskRule decides, in one place, whether the loss of a
+// container-disk machine's instance lost its node: only once the Machine
+// has its Node does the disk hold state a new instance would lose. Before
+// that, KubeVirt's new instance (it restarts one whose QEMU crashed early
+// in its boot) simply takes over.
+func containerDiskRule(o *observation) containerDiskVerdict {
+	vmi := o.vmi
+	switch {
+	case !o.ephemeral():
+		return containerDiskKept
+	case o.nodeJoined:
+		if o.provisionedInstanceUID != "" && (vmi == nil || string(vmi.UID) != o.provisionedInstanceUID ||
+			vmi.Status.Phase == kubevirtv1.Failed || vmi.Status.Phase == kubevirtv1.Succeeded) {
+			return containerDiskLost
+		}
+	case o.provisioned && vmi != nil && string(vmi.UID) != o.provisionedInstanceUID:
+		return containerDiskReplaced
+	}
+	return containerDiskKept
+}
+
 // observe reports the VM, its instance and its root disk.
 func (r *Reconciler) observe(ctx context.Context, s *scope, vm *kubevirtv1.VirtualMachine) (ctrl.Result, error) {
 	kvm, machine := s.kubeVirtMachine, s.machine
@@ -203,10 +246,10 @@ func (r *Reconciler) observe(ctx context.Context, s *scope, vm *kubevirtv1.Virtu
 			kvm.Status.ProvisionedInstanceUID = string(o.vmi.UID)
 			ctrl.LoggerFrom(ctx).Info("The machine's VirtualMachine is provisioned", "VirtualMachineInstance", klog.KObj(o.vmi), "node", o.vmi.Status.NodeName)
 			metrics.ObserveProvisioned(machine.CreationTimestamp, time.Now())
-		} else if o.ephemeral() && !o.nodeJoined && string(o.vmi.UID) != o.provisionedInstanceUID {
+		} else if containerDiskRule(o) == containerDiskReplaced {
 			// A container-disk instance that stopped before the node
-			// joined lost nothing (virtualMachineGone): the new one is
-			// the instance whose disk the node will keep.
+			// joined lost nothing: the new one is the instance whose
+			// disk the node will keep.
 			kvm.Status.ProvisionedInstanceUID = string(o.vmi.UID)
 			ctrl.LoggerFrom(ctx).Info("A new instance of the machine's container disk runs before the node joined; it is the provisioned instance now", "VirtualMachineInstance", klog.KObj(o.vmi), "previous", o.provisionedInstanceUID)
 		}
