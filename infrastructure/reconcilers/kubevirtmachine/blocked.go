@@ -21,20 +21,22 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
 
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
 )
 
-// blocked is why a machine cannot go on before its VM runs: both steps
-// report it, and Ready with them.
+// blocked is why a machine cannot go on before its VM runs, a wait or a
+// refusal: what its conditions say (both steps, and Ready with them), and
+// when to look again where no watch ends it (zero when one does). The
+// bootstrap provider's configs are blocked the same way.
 type blocked struct {
-	// status is Unknown while the machine waits (a new Machine would wait
-	// the same way, so remediation must not loop on it), False for what a
-	// replacement Machine fixes.
+	// status is False when left zero, for what a replacement Machine
+	// fixes, and Unknown while the machine waits (a new Machine would wait
+	// the same way, so remediation must not loop on it).
 	status          metav1.ConditionStatus
 	reason, message string
-	// requeueAfter asks again after a refusal whose end no watch reports.
-	requeueAfter time.Duration
+	requeueAfter    time.Duration
 }
 
 // refusedRetry is how long a machine whose object the API server refused,
@@ -55,9 +57,23 @@ func refusedFor(reason, message string) *blocked {
 // conditions are the machine's steps while it is blocked.
 func (b *blocked) conditions() []metav1.Condition {
 	return []metav1.Condition{
-		condition(infrav1.BootDiskReadyCondition, b.status, b.reason, b.message),
-		condition(infrav1.VirtualMachineProvisionedCondition, b.status, b.reason, b.message),
+		condition(infrav1.BootDiskReadyCondition, b.conditionStatus(), b.reason, b.message),
+		condition(infrav1.VirtualMachineProvisionedCondition, b.conditionStatus(), b.reason, b.message),
 	}
+}
+
+// conditionStatus is status, False when left zero.
+func (b *blocked) conditionStatus() metav1.ConditionStatus {
+	if b.status == "" {
+		return metav1.ConditionFalse
+	}
+	return b.status
+}
+
+// report puts the block on the machine and returns when to look again.
+func (b *blocked) report(kvm *infrav1.KubeVirtMachine) ctrl.Result {
+	setConditions(kvm, b.conditions()...)
+	return ctrl.Result{RequeueAfter: b.requeueAfter}
 }
 
 // deletingConditions are the machine's steps while it waits for its

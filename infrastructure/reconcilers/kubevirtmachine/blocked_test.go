@@ -18,6 +18,7 @@ package kubevirtmachine
 
 import (
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -35,5 +36,34 @@ func TestDeletingConditions(t *testing.T) {
 		g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
 		g.Expect(c.Reason).To(Equal(infrav1.DeletingReason))
 		g.Expect(c.Message).To(Equal("Waiting for VirtualMachine w, DataVolume w-root to be deleted"))
+	}
+}
+
+// TestBlockedReportsBothSteps: a blocked machine says why on both steps,
+// Unknown while it waits and False where a replacement fixes it, and asks
+// again only where no watch ends the block.
+func TestBlockedReportsBothSteps(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		b       *blocked
+		status  metav1.ConditionStatus
+		requeue time.Duration
+	}{
+		{"a wait", waitingFor(infrav1.WaitingForClusterReason, "Cluster ns/c does not exist"), metav1.ConditionUnknown, 0},
+		{"a refusal", refusedFor(infrav1.CreateRefusedReason, "refused"), metav1.ConditionUnknown, refusedRetry},
+		{"a name conflict left at the zero status", &blocked{reason: infrav1.NameConflictReason, message: "not ours"}, metav1.ConditionFalse, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			kvm := &infrav1.KubeVirtMachine{}
+			g.Expect(tc.b.report(kvm).RequeueAfter).To(Equal(tc.requeue))
+			for _, step := range []string{infrav1.BootDiskReadyCondition, infrav1.VirtualMachineProvisionedCondition} {
+				c := conditionOf(kvm, step)
+				g.Expect(c).NotTo(BeNil(), step)
+				g.Expect(c.Status).To(Equal(tc.status), step)
+				g.Expect(c.Reason).To(Equal(tc.b.reason), step)
+				g.Expect(c.Message).To(Equal(tc.b.message), step)
+			}
+		})
 	}
 }
