@@ -53,9 +53,7 @@ import (
 	"github.com/cozystack/cluster-api-workers/infrastructure/reconcilers/kubevirtmachine"
 	"github.com/cozystack/cluster-api-workers/infrastructure/reconcilers/kubevirtmachinetemplate"
 	"github.com/cozystack/cluster-api-workers/infrastructure/reconcilers/sharedimage"
-	"github.com/cozystack/cluster-api-workers/infrastructure/vmspec"
 	"github.com/cozystack/cluster-api-workers/infrastructure/webhooks/admission"
-	"github.com/cozystack/cluster-api-workers/internal/clustersecrets"
 	"github.com/cozystack/cluster-api-workers/internal/watchview"
 )
 
@@ -137,7 +135,7 @@ func cacheOptions(scheme *runtime.Scheme, controllerName, watchNamespace string,
 		SyncPeriod:        &syncPeriod,
 		DefaultTransform:  ctrlcache.TransformStripManagedFields(),
 		ByObject: map[client.Object]ctrlcache.ByObject{
-			&corev1.Secret{}:                     {Label: secrets, Transform: stripUnreadSecretData},
+			&corev1.Secret{}:                     {Label: secrets, Transform: kubevirtmachine.StripUnreadSecretData},
 			&corev1.ConfigMap{}:                  ours,
 			&kubevirtv1.VirtualMachine{}:         {Label: ours.Label, Transform: kubevirtmachine.StripUnreadVirtualMachineFields},
 			&kubevirtv1.VirtualMachineInstance{}: {Label: ours.Label, Transform: kubevirtmachine.StripUnreadInstanceFields},
@@ -358,49 +356,4 @@ func AdmissionClones(management client.Client, sources client.Reader) *cloneauth
 
 func concurrency(n int) controller.Options {
 	return controller.Options{MaxConcurrentReconciles: max(n, 1)}
-}
-
-// stripUnreadSecretData keeps of a cached Secret only what the machine
-// controller reads: a bootstrap data Secret's value and its own cloud-init
-// Secret's user data. Which Secret is which is decided by its type and
-// labels, not by a key name: the workload cluster's admin kubeconfig keeps
-// its credentials under value too, and carries Cluster API's Secret type
-// and the cluster-name label like bootstrap data, so Cluster API's own
-// Secrets of a cluster (named <cluster>-<purpose>) keep nothing, nor do
-// the CA, service account and etcd keys or any other Secret the selector
-// lets in.
-func stripUnreadSecretData(in any) (any, error) {
-	s, ok := in.(*corev1.Secret)
-	if !ok {
-		return in, nil
-	}
-	s.SetManagedFields(nil)
-	read := readSecretKey(s)
-	for key := range s.Data {
-		if key != read {
-			delete(s.Data, key)
-		}
-	}
-	if len(s.Data) == 0 {
-		s.Data = nil
-	}
-	s.StringData = nil
-	return s, nil
-}
-
-// readSecretKey is the one key the machine controller reads of a cached
-// Secret, or "": user data of its own cloud-init Secrets (machine-name
-// label), the value of bootstrap data (Cluster API's Secret type) that is
-// not one of Cluster API's own Secrets of the cluster.
-func readSecretKey(s *corev1.Secret) string {
-	if _, ours := s.Labels[infrav1.MachineNameLabel]; ours {
-		return vmspec.UserDataKey
-	}
-	if s.Type != clusterv1.ClusterSecretType {
-		return ""
-	}
-	if _, own := clustersecrets.Named(s.Labels[clusterv1.ClusterNameLabel], s.Name); own {
-		return ""
-	}
-	return kubevirtmachine.BootstrapDataKey
 }

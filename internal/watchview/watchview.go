@@ -24,10 +24,13 @@ limitations under the License.
 // docs/benchmarks.md). Creates and deletes always pass, and the reconciled
 // object's own events and resync still read everything afresh. For the
 // Machine, which both providers watch, it also holds the cache transform
-// that keeps of it only what they read (CachedMachine).
+// that keeps of it only what they read (CachedMachine), and for Secrets
+// the transform that both providers' own call with the one key they read
+// (CachedSecret).
 package watchview
 
 import (
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -81,4 +84,31 @@ func CachedMachine(in any) (any, error) {
 		m.Status = clusterv1.MachineStatus{NodeRef: m.Status.NodeRef}
 	}
 	return in, nil
+}
+
+// CachedSecret is the cache transform for Secrets that a provider's own
+// transform calls with its rule of which key it reads of a Secret: it keeps
+// the metadata (without managedFields) and the data under that one key,
+// none when read says "", and drops stringData, which only a write
+// carries. A provider's cache selects Secrets by label, and lets in many
+// whose keys it never reads (a cluster's CA key and admin kubeconfig,
+// other providers' Secrets); it must not hold them. Any other object
+// passes unchanged.
+func CachedSecret(in any, read func(*corev1.Secret) string) (any, error) {
+	s, ok := in.(*corev1.Secret)
+	if !ok {
+		return in, nil
+	}
+	s.SetManagedFields(nil)
+	key := read(s)
+	for k := range s.Data {
+		if k != key {
+			delete(s.Data, k)
+		}
+	}
+	if len(s.Data) == 0 {
+		s.Data = nil
+	}
+	s.StringData = nil
+	return s, nil
 }

@@ -124,3 +124,48 @@ func TestCachedMachineKeepsWhatTheProvidersRead(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(out).To(Equal(cluster))
 }
+
+// TestCachedSecretKeepsTheKeyRead: a cached Secret keeps its metadata
+// without managedFields and the one key the provider's rule names, or no
+// data; other objects pass unchanged.
+func TestCachedSecretKeepsTheKeyRead(t *testing.T) {
+	readValue := func(s *corev1.Secret) string {
+		if s.Name == "read" {
+			return "value"
+		}
+		return ""
+	}
+	for _, tc := range []struct {
+		name string
+		data map[string][]byte
+		kept map[string][]byte
+	}{
+		{"read", map[string][]byte{"value": []byte("v"), "format": []byte("f")}, map[string][]byte{"value": []byte("v")}},
+		{"read", map[string][]byte{"format": []byte("f")}, nil},
+		{"read", nil, nil},
+		{"unread", map[string][]byte{"value": []byte("v"), "tls.key": []byte("k")}, nil},
+	} {
+		g := NewWithT(t)
+		in := &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: tc.name, Labels: map[string]string{"l": "v"}, ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "m"}}},
+			Data:       tc.data,
+			StringData: map[string]string{"value": "s"},
+		}
+		out, err := CachedSecret(in, readValue)
+		g.Expect(err).NotTo(HaveOccurred())
+		s := out.(*corev1.Secret)
+		g.Expect(s).To(BeIdenticalTo(in))
+		g.Expect(s.ManagedFields).To(BeNil())
+		g.Expect(s.Labels).To(Equal(map[string]string{"l": "v"}))
+		g.Expect(s.StringData).To(BeNil())
+		g.Expect(s.Data).To(Equal(tc.kept))
+		again, err := CachedSecret(s.DeepCopy(), readValue)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(again).To(Equal(s), "a second transform changes nothing")
+	}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "m"}}}}
+	out, err := CachedSecret(node, readValue)
+	NewWithT(t).Expect(err).NotTo(HaveOccurred())
+	NewWithT(t).Expect(out).To(BeIdenticalTo(node))
+	NewWithT(t).Expect(node.ManagedFields).To(HaveLen(1))
+}

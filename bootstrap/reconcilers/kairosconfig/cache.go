@@ -28,6 +28,7 @@ import (
 	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
 
 	bootstrapv1 "github.com/cozystack/cluster-api-workers/bootstrap/api/v1alpha1"
+	"github.com/cozystack/cluster-api-workers/internal/watchview"
 )
 
 // SecretCacheOptions select the management Secrets the manager's cache
@@ -52,25 +53,12 @@ func SecretCacheOptions() ctrlcache.ByObject {
 // Secrets). Bootstrap data is never read from the cache: it is created, and
 // read directly only when it already exists.
 func stripUnreadSecretData(in any) (any, error) {
-	s, ok := in.(*corev1.Secret)
-	if !ok {
-		return in, nil
-	}
-	s.SetManagedFields(nil)
-	if isTokenSecret(s) {
+	if s, ok := in.(*corev1.Secret); ok && isTokenSecret(s) {
+		// Our token records are read whole.
+		s.SetManagedFields(nil)
 		return s, nil
 	}
-	read := readClusterSecretKey(s)
-	for key := range s.Data {
-		if key != read {
-			delete(s.Data, key)
-		}
-	}
-	if len(s.Data) == 0 {
-		s.Data = nil
-	}
-	s.StringData = nil
-	return s, nil
+	return watchview.CachedSecret(in, readClusterSecretKey)
 }
 
 // readClusterSecretKey is the one key the code reads of a cluster's own

@@ -152,21 +152,6 @@ type scope struct {
 	cluster *clusterv1.Cluster
 }
 
-// blocked is why a config has no bootstrap data yet, a wait or a refusal:
-// what its DataSecretAvailable condition says, and when to look again
-// where no watch ends it (zero when one does). The infrastructure
-// provider's machines are blocked the same way.
-type blocked struct {
-	reason, message string
-	requeueAfter    time.Duration
-}
-
-// report puts the block on the config and returns when to look again.
-func (b *blocked) report(config *bootstrapv1.KairosConfig) ctrl.Result {
-	markWaiting(config, b.reason, b.message)
-	return ctrl.Result{RequeueAfter: b.requeueAfter}
-}
-
 // Reconcile brings one KairosConfig closer to having bootstrap data and,
 // afterwards, keeps its token alive until the node joins.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, rerr error) {
@@ -200,9 +185,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		if ownedByMachineSet(config) {
 			return ctrl.Result{}, nil
 		}
-		return ctrl.Result{}, r.reportBlocked(ctx, config, blocked{
-			reason: bootstrapv1.WaitingForOwnerReason, message: "Waiting for a Machine to own this KairosConfig",
-		})
+		return ctrl.Result{}, r.reportBlocked(ctx, config, waitingFor(bootstrapv1.WaitingForOwnerReason, "Waiting for a Machine to own this KairosConfig"))
 	}
 	clusterName := config.Labels[clusterv1.ClusterNameLabel]
 	if machine != nil {
@@ -236,9 +219,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		// made for a Cluster that does not exist; the Cluster watch
 		// reconciles the config when it appears.
 		log.Info("Cluster does not exist yet, waiting")
-		return ctrl.Result{}, r.reportBlocked(ctx, config, blocked{
-			reason: bootstrapv1.WaitingForClusterReason, message: fmt.Sprintf("Cluster %s does not exist", klog.KRef(config.Namespace, clusterName)),
-		})
+		return ctrl.Result{}, r.reportBlocked(ctx, config, waitingFor(bootstrapv1.WaitingForClusterReason,
+			fmt.Sprintf("Cluster %s does not exist", klog.KRef(config.Namespace, clusterName))))
 	}
 
 	// Our writes to the config go through writes, so that a reconcile on a

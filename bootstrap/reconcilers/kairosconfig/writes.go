@@ -66,7 +66,7 @@ func (r *Reconciler) ensurePausedCondition(ctx context.Context, writes client.Cl
 // reportBlocked sends the conditions of a config that waits before it has a
 // Machine and a Cluster to work with, through the patch helper; nothing
 // when they already say so. A paused config only records that.
-func (r *Reconciler) reportBlocked(ctx context.Context, config *bootstrapv1.KairosConfig, b blocked) error {
+func (r *Reconciler) reportBlocked(ctx context.Context, config *bootstrapv1.KairosConfig, b *blocked) error {
 	key, before, writes := client.ObjectKeyFromObject(config), config.ResourceVersion, ownwrites.NewRecorder(r.Client)
 	defer func() { r.expect.Wrote(key, before, writes.Written()) }()
 	h, err := patch.NewHelper(config, writes)

@@ -263,7 +263,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	}
 	if s.clusterMissing != nil {
 		log.Info("The machine waits for its Cluster", "reason", s.clusterMissing.message)
-		return s.block(s.clusterMissing), nil
+		return s.clusterMissing.report(kvm), nil
 	}
 	return r.reconcileNormal(ctx, s)
 }
@@ -307,12 +307,6 @@ func (r *Reconciler) newScope(ctx context.Context, kvm *infrav1.KubeVirtMachine)
 	return s, nil
 }
 
-// block reports on the machine why it cannot go on, and when to ask again.
-func (s *scope) block(b *blocked) ctrl.Result {
-	setConditions(s.kubeVirtMachine, b.conditions()...)
-	return ctrl.Result{RequeueAfter: b.requeueAfter}
-}
-
 // setConditions sets conditions with every URL's credentials masked:
 // their messages carry CDI's, KubeVirt's and the API server's words.
 func setConditions(kvm *infrav1.KubeVirtMachine, conds ...metav1.Condition) {
@@ -328,7 +322,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 		return ctrl.Result{}, err
 	}
 	if blocker != nil {
-		return s.block(blocker), nil
+		return blocker.report(s.kubeVirtMachine), nil
 	}
 	return r.observe(ctx, s, vm)
 }

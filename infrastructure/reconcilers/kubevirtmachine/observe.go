@@ -25,12 +25,14 @@ import (
 	"fmt"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -41,6 +43,150 @@ import (
 
 // Observing a created machine: its VM, instance and disks as the caches
 // show them become its conditions, addresses and provisioned state.
+
+// observation is what the controller sees of a machine's KubeVirt objects.
+// The condition ladder (conditions.go) turns it into conditions; it and the
+// methods below are pure, so every rule has a table test.
+type observation struct {
+	// provisioned is the machine's status.initialization.provisioned.
+	provisioned bool
+	// provisionedInstanceUID is the machine's recorded first ready instance.
+	provisionedInstanceUID string
+	// nodeJoined is whether the Machine has its Node (status.nodeRef): only
+	// then does a container disk hold state a new instance would lose.
+	nodeJoined bool
+	vm         *kubevirtv1.VirtualMachine
+	vmi        *kubevirtv1.VirtualMachineInstance
+	// rootDataVolume is nil for container disks, and before it is created.
+	rootDataVolume *cdiv1.DataVolume
+	// rootDataVolumeName is empty for container disks.
+	rootDataVolumeName string
+	// containerDisk is the root container disk's image; empty otherwise.
+	containerDisk string
+	// importFailureRestarts is how many importer pod restarts count as a
+	// failed import.
+	importFailureRestarts int32
+	// clusterEvictionStrategy is the KubeVirt CR's cluster-wide eviction
+	// strategy, read only for an evacuating instance that names none.
+	clusterEvictionStrategy *kubevirtv1.EvictionStrategy
+	// migration is KubeVirt's newest migration of an instance it
+	// live-migrates off a drained node; nil otherwise.
+	migration *kubevirtv1.VirtualMachineInstanceMigration
+}
+
+func (o *observation) ephemeral() bool { return o.containerDisk != "" }
+
+// evacuating reports whether KubeVirt marked the instance for evacuation
+// from the node it runs on: its eviction admitter sets
+// status.evacuationNodeName for the strategies it acts on (External,
+// LiveMigrate, LiveMigrateIfPossible) and denies the eviction. A migrated
+// instance runs elsewhere and is no longer evacuating.
+func (o *observation) evacuating() bool {
+	vmi := o.vmi
+	return vmi != nil && vmi.Status.EvacuationNodeName != "" && vmi.Status.EvacuationNodeName == vmi.Status.NodeName &&
+		vmi.DeletionTimestamp.IsZero() && !vmi.IsFinal()
+}
+
+// evictionStrategy is the strategy KubeVirt applies to the instance, as its
+// eviction admitter chooses it: the instance's own (virt-api fills it in
+// from the KubeVirt CR when the VM names none), else the cluster-wide one,
+// else None.
+func (o *observation) evictionStrategy() kubevirtv1.EvictionStrategy {
+	switch {
+	case o.vmi != nil && o.vmi.Spec.EvictionStrategy != nil:
+		return *o.vmi.Spec.EvictionStrategy
+	case o.clusterEvictionStrategy != nil:
+		return *o.clusterEvictionStrategy
+	}
+	return kubevirtv1.EvictionStrategyNone
+}
+
+// stopsForEvacuation reports whether KubeVirt leaves the evacuation of the
+// instance to this provider: only eviction strategy External does. Under
+// LiveMigrate and LiveMigrateIfPossible KubeVirt live-migrates it itself,
+// and stopping it would kill a VM on the move.
+func (o *observation) stopsForEvacuation() bool {
+	return o.evacuating() && o.evictionStrategy() == kubevirtv1.EvictionStrategyExternal
+}
+
+// liveMigrating reports whether KubeVirt live-migrates the instance off a
+// drained node.
+func (o *observation) liveMigrating() bool {
+	switch o.evictionStrategy() {
+	case kubevirtv1.EvictionStrategyLiveMigrate, kubevirtv1.EvictionStrategyLiveMigrateIfPossible:
+		return o.evacuating()
+	}
+	return false
+}
+
+func (o *observation) runStrategy() kubevirtv1.VirtualMachineRunStrategy {
+	if o.vm != nil && o.vm.Spec.RunStrategy != nil {
+		return *o.vm.Spec.RunStrategy
+	}
+	return kubevirtv1.RunStrategyAlways
+}
+
+// restartsInstances reports whether KubeVirt starts a new instance after the
+// current one stopped or failed.
+func (o *observation) restartsInstances(failed bool) bool {
+	switch o.runStrategy() {
+	case kubevirtv1.RunStrategyAlways:
+		return true
+	case kubevirtv1.RunStrategyRerunOnFailure:
+		return failed
+	default:
+		return false
+	}
+}
+
+// restartedInstance reports whether the instance is not the one that first
+// became ready on the machine's persistent disk.
+func (o *observation) restartedInstance() bool {
+	return o.provisioned && o.vmi != nil && o.provisionedInstanceUID != "" && string(o.vmi.UID) != o.provisionedInstanceUID
+}
+
+// containerDiskVerdict is what a container-disk machine's instance means
+// for its node, whose state lives on the instance's disk alone.
+type containerDiskVerdict int
+
+const (
+	// containerDiskKept: nothing was lost (no container disk, no
+	// provisioned instance yet, the provisioned instance runs on, or it
+	// stopped before the node joined); the rest of the ladder reports the
+	// instance as any other.
+	containerDiskKept containerDiskVerdict = iota
+	// containerDiskLost: the instance that booted the disk stopped, or
+	// another replaced it, after the node joined: a new instance boots a
+	// blank disk and the node cannot rejoin (EphemeralDiskLost).
+	containerDiskLost
+	// containerDiskReplaced: another instance than the provisioned one
+	// runs or starts before the node joined. It boots the same image with
+	// the same, still valid, bootstrap data, so nothing was lost: the
+	// ladder reports it restarting (InstanceRestarting) until it is ready,
+	// and observe then records it as the provisioned instance.
+	containerDiskReplaced
+)
+
+// containerDiskRule decides, in one place, whether the loss of a
+// container-disk machine's instance lost its node: only once the Machine
+// has its Node does the disk hold state a new instance would lose. Before
+// that, KubeVirt's new instance (it restarts one whose QEMU crashed early
+// in its boot) simply takes over.
+func containerDiskRule(o *observation) containerDiskVerdict {
+	vmi := o.vmi
+	switch {
+	case !o.ephemeral():
+		return containerDiskKept
+	case o.nodeJoined:
+		if o.provisionedInstanceUID != "" && (vmi == nil || string(vmi.UID) != o.provisionedInstanceUID ||
+			vmi.Status.Phase == kubevirtv1.Failed || vmi.Status.Phase == kubevirtv1.Succeeded) {
+			return containerDiskLost
+		}
+	case o.provisioned && vmi != nil && string(vmi.UID) != o.provisionedInstanceUID:
+		return containerDiskReplaced
+	}
+	return containerDiskKept
+}
 
 // observe reports the VM, its instance and its root disk.
 func (r *Reconciler) observe(ctx context.Context, s *scope, vm *kubevirtv1.VirtualMachine) (ctrl.Result, error) {
@@ -100,10 +246,10 @@ func (r *Reconciler) observe(ctx context.Context, s *scope, vm *kubevirtv1.Virtu
 			kvm.Status.ProvisionedInstanceUID = string(o.vmi.UID)
 			ctrl.LoggerFrom(ctx).Info("The machine's VirtualMachine is provisioned", "VirtualMachineInstance", klog.KObj(o.vmi), "node", o.vmi.Status.NodeName)
 			metrics.ObserveProvisioned(machine.CreationTimestamp, time.Now())
-		} else if o.ephemeral() && !o.nodeJoined && string(o.vmi.UID) != o.provisionedInstanceUID {
+		} else if containerDiskRule(o) == containerDiskReplaced {
 			// A container-disk instance that stopped before the node
-			// joined lost nothing (virtualMachineGone): the new one is
-			// the instance whose disk the node will keep.
+			// joined lost nothing: the new one is the instance whose
+			// disk the node will keep.
 			kvm.Status.ProvisionedInstanceUID = string(o.vmi.UID)
 			ctrl.LoggerFrom(ctx).Info("A new instance of the machine's container disk runs before the node joined; it is the provisioned instance now", "VirtualMachineInstance", klog.KObj(o.vmi), "previous", o.provisionedInstanceUID)
 		}
@@ -173,4 +319,91 @@ func rootDataVolume(vm *kubevirtv1.VirtualMachine) string {
 		}
 	}
 	return ""
+}
+
+// rootContainerDisk returns the container disk image a VM boots, or "".
+func rootContainerDisk(vm *kubevirtv1.VirtualMachine) string {
+	if vm == nil || vm.Spec.Template == nil {
+		return ""
+	}
+	for _, v := range vm.Spec.Template.Spec.Volumes {
+		if v.ContainerDisk != nil {
+			return v.ContainerDisk.Image
+		}
+	}
+	return ""
+}
+
+func dataVolumeCondition(dv *cdiv1.DataVolume, t cdiv1.DataVolumeConditionType) *cdiv1.DataVolumeCondition {
+	for i := range dv.Status.Conditions {
+		if dv.Status.Conditions[i].Type == t {
+			return &dv.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+func instanceCondition(vmi *kubevirtv1.VirtualMachineInstance, t kubevirtv1.VirtualMachineInstanceConditionType) *kubevirtv1.VirtualMachineInstanceCondition {
+	for i := range vmi.Status.Conditions {
+		if vmi.Status.Conditions[i].Type == t {
+			return &vmi.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+func instanceReady(vmi *kubevirtv1.VirtualMachineInstance) bool {
+	c := instanceCondition(vmi, kubevirtv1.VirtualMachineInstanceReady)
+	return c != nil && c.Status == corev1.ConditionTrue
+}
+
+// instanceIPs lists the instance's addresses in interface order, without
+// duplicates.
+func instanceIPs(vmi *kubevirtv1.VirtualMachineInstance) []string {
+	var ips []string
+	seen := map[string]bool{}
+	add := func(ip string) {
+		if ip != "" && !seen[ip] {
+			seen[ip] = true
+			ips = append(ips, ip)
+		}
+	}
+	for _, iface := range vmi.Status.Interfaces {
+		add(iface.IP)
+		for _, ip := range iface.IPs {
+			add(ip)
+		}
+	}
+	return ips
+}
+
+// machineAddresses are the instance's addresses and hostname.
+func machineAddresses(vmi *kubevirtv1.VirtualMachineInstance) []clusterv1.MachineAddress {
+	if vmi == nil {
+		return nil
+	}
+	var out []clusterv1.MachineAddress
+	if vmi.Spec.Hostname != "" {
+		out = append(out, clusterv1.MachineAddress{Type: clusterv1.MachineHostName, Address: vmi.Spec.Hostname})
+	}
+	for _, ip := range instanceIPs(vmi) {
+		out = append(out, clusterv1.MachineAddress{Type: clusterv1.MachineInternalIP, Address: ip})
+	}
+	return out
+}
+
+// failedCreateReason is virt-controller's reason on an instance's
+// Synchronized condition when it cannot create the launcher Pod: it cannot
+// render it (a GPU or host device missing from permittedHostDevices) or the
+// API server refuses it (a quota). The VM meanwhile only says Starting.
+const failedCreateReason = "FailedCreate"
+
+// launchRefusal is the pending instance's Synchronized condition when
+// virt-controller cannot create its launcher Pod, nil otherwise.
+func launchRefusal(vmi *kubevirtv1.VirtualMachineInstance) *kubevirtv1.VirtualMachineInstanceCondition {
+	c := instanceCondition(vmi, kubevirtv1.VirtualMachineInstanceSynchronized)
+	if c == nil || c.Status != corev1.ConditionFalse || c.Reason != failedCreateReason {
+		return nil
+	}
+	return c
 }

@@ -17,8 +17,6 @@ limitations under the License.
 package kubevirtmachine
 
 import (
-	"slices"
-
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -35,11 +33,11 @@ import (
 // OS and agent info, volume and migration status, timestamps of their own
 // conditions), and the cache resyncs every object. An update of a
 // VirtualMachine, VirtualMachineInstance or DataVolume reconciles its
-// machine only when it changes the view below: exactly what status.go and
-// the deletion read. Creates and deletes always pass; the KubeVirtMachine's
-// own resync still reads every object afresh (watchview.Changed). The
-// Machine's updates pass only when its watchview.Machine changes: this
-// controller reads none of its status.
+// machine only when it changes the view below: exactly what conditions.go
+// and the deletion read. Creates and deletes always pass; the
+// KubeVirtMachine's own resync still reads every object afresh
+// (watchview.Changed). The Machine's updates pass only when its
+// watchview.Machine changes: this controller reads none of its status.
 
 // machineView is what the controller reads of a Machine.
 func machineView(m *clusterv1.Machine) any { return watchview.OfMachine(m) }
@@ -123,133 +121,6 @@ func viewOfInstance(vmi *kubevirtv1.VirtualMachineInstance) any {
 		v.LaunchFailed = &kubevirtv1.VirtualMachineInstanceCondition{Type: c.Type, Status: c.Status, Reason: c.Reason, Message: c.Message}
 	}
 	return v
-}
-
-// The manager's cache, and the infrastructure cluster's, hold every
-// VirtualMachine and VirtualMachineInstance of the provider's machines for
-// as long as the machines live, while the controller reads a few fields of
-// them: the views above, and what status.go, observe.go, create.go and
-// delete.go read of the objects the cache returns. So that memory per
-// machine stays small (issue #30), the two transforms below keep exactly
-// that, and the whole metadata but managedFields (it is cheap, and generic
-// code reads it: labels, owner references, deletion), and drop the rest
-// before it enters the cache: the VM's template but its volumes, the
-// instance's spec but its hostname and eviction strategy, and most of the
-// status KubeVirt writes for itself. A reader that reads a field not kept
-// here must keep it here too: in the cache it reads as empty. No write
-// starts from a cached VM or instance: a VM is created from its rendered
-// object and never updated or patched, an instance is only deleted (by
-// name, with its UID as the precondition), and the RBAC of both grants no
-// update or patch.
-
-// vmConditionsRead are the VM conditions the controller reads:
-// vmFailureDetail's.
-var vmConditionsRead = []kubevirtv1.VirtualMachineConditionType{kubevirtv1.VirtualMachineFailure}
-
-// instanceConditionsRead are the instance conditions the controller reads:
-// instanceReady's, launchRefusal's, and the PodScheduled condition of
-// pendingInstance, claimStatusStale and unschedulableMessage.
-var instanceConditionsRead = []kubevirtv1.VirtualMachineInstanceConditionType{
-	kubevirtv1.VirtualMachineInstanceReady,
-	kubevirtv1.VirtualMachineInstanceSynchronized,
-	kubevirtv1.VirtualMachineInstanceConditionType(corev1.PodScheduled),
-}
-
-// StripUnreadVirtualMachineFields is the cache's transform of a
-// VirtualMachine: of its spec and status it keeps what the controller
-// reads (issue #30). Any other object passes unchanged. It is idempotent,
-// as informers require.
-func StripUnreadVirtualMachineFields(in any) (any, error) {
-	vm, ok := in.(*kubevirtv1.VirtualMachine)
-	if !ok {
-		return in, nil
-	}
-	kept := kubevirtv1.VirtualMachine{
-		TypeMeta:   vm.TypeMeta,
-		ObjectMeta: vm.ObjectMeta,
-		// observation.runStrategy, the view.
-		Spec: kubevirtv1.VirtualMachineSpec{RunStrategy: vm.Spec.RunStrategy},
-		Status: kubevirtv1.VirtualMachineStatus{
-			// virtualMachineStatus, waitingForRootDisk, the view.
-			PrintableStatus: vm.Status.PrintableStatus,
-			// virtualMachineStatus, the view.
-			StartFailure: vm.Status.StartFailure,
-		},
-	}
-	kept.ManagedFields = nil
-	if t := vm.Spec.Template; t != nil {
-		// rootContainerDisk, rootDataVolume; the view compares them
-		// whole.
-		kept.Spec.Template = &kubevirtv1.VirtualMachineInstanceTemplateSpec{
-			Spec: kubevirtv1.VirtualMachineInstanceSpec{Volumes: t.Spec.Volumes},
-		}
-	}
-	for _, c := range vm.Status.Conditions {
-		if slices.Contains(vmConditionsRead, c.Type) {
-			kept.Status.Conditions = append(kept.Status.Conditions, c)
-		}
-	}
-	*vm = kept
-	return vm, nil
-}
-
-// StripUnreadInstanceFields is the cache's transform of a
-// VirtualMachineInstance: of its spec and status it keeps what the
-// controller reads (issue #30). Its metadata is kept too: its UID names the
-// provisioned instance, its creation time bounds the migrations
-// observeEvacuation reads. Any other object passes unchanged. It is
-// idempotent, as informers require.
-func StripUnreadInstanceFields(in any) (any, error) {
-	vmi, ok := in.(*kubevirtv1.VirtualMachineInstance)
-	if !ok {
-		return in, nil
-	}
-	kept := kubevirtv1.VirtualMachineInstance{
-		TypeMeta:   vmi.TypeMeta,
-		ObjectMeta: vmi.ObjectMeta,
-		Spec: kubevirtv1.VirtualMachineInstanceSpec{
-			// machineAddresses, the view.
-			Hostname: vmi.Spec.Hostname,
-			// observation.evictionStrategy, observeEvacuation.
-			EvictionStrategy: vmi.Spec.EvictionStrategy,
-		},
-		Status: kubevirtv1.VirtualMachineInstanceStatus{
-			// Most of status.go (IsFinal too), the view.
-			Phase: vmi.Status.Phase,
-			// instancePhase, the view.
-			Reason: vmi.Status.Reason,
-			// observation.evacuating, runningInstance, observe, the
-			// view.
-			NodeName: vmi.Status.NodeName,
-			// observation.evacuating, instanceEvacuating,
-			// liveMigrationMessage, observe, the view.
-			EvacuationNodeName: vmi.Status.EvacuationNodeName,
-		},
-	}
-	kept.ManagedFields = nil
-	for _, c := range vmi.Status.Conditions {
-		if slices.Contains(instanceConditionsRead, c.Type) {
-			kept.Status.Conditions = append(kept.Status.Conditions, c)
-		}
-	}
-	// instanceIPs (machineAddresses, runningInstance, the view) reads
-	// the addresses, in the interfaces' order; an interface without one
-	// adds nothing.
-	for _, iface := range vmi.Status.Interfaces {
-		if iface.IP != "" || len(iface.IPs) > 0 {
-			kept.Status.Interfaces = append(kept.Status.Interfaces,
-				kubevirtv1.VirtualMachineInstanceNetworkInterface{IP: iface.IP, IPs: iface.IPs})
-		}
-	}
-	// The view: a local migration that starts or ends reconciles the
-	// machine.
-	if m := vmi.Status.MigrationState; m != nil {
-		kept.Status.MigrationState = &kubevirtv1.VirtualMachineInstanceMigrationState{
-			MigrationUID: m.MigrationUID, TargetNode: m.TargetNode, Completed: m.Completed, Failed: m.Failed,
-		}
-	}
-	*vmi = kept
-	return vmi, nil
 }
 
 type dataVolumeView struct {

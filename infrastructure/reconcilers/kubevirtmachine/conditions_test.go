@@ -27,7 +27,6 @@ import (
 	"k8s.io/utils/ptr"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
-	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util/conditions"
 
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
@@ -426,36 +425,4 @@ func TestReadyCondition(t *testing.T) {
 			g.Expect(c.ObservedGeneration).To(Equal(int64(2)))
 		})
 	}
-}
-
-func TestDeletingConditions(t *testing.T) {
-	g := NewWithT(t)
-	kvm := &infrav1.KubeVirtMachine{}
-	setConditions(kvm, deletingConditions([]string{"VirtualMachine w", "DataVolume w-root"})...)
-	g.Expect(setReady(kvm)).To(Succeed())
-	g.Expect(kvm.Status.Conditions).To(HaveLen(3))
-	for _, c := range kvm.Status.Conditions {
-		g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
-		g.Expect(c.Reason).To(Equal(infrav1.DeletingReason))
-		g.Expect(c.Message).To(Equal("Waiting for VirtualMachine w, DataVolume w-root to be deleted"))
-	}
-}
-
-func TestMachineAddresses(t *testing.T) {
-	g := NewWithT(t)
-	i := vmi("1", kubevirtv1.Running)
-	i.Spec.Hostname = "w"
-	i.Status.Interfaces = []kubevirtv1.VirtualMachineInstanceNetworkInterface{
-		{Name: "default", IP: "10.0.0.5", IPs: []string{"10.0.0.5", "fd00::5"}},
-		{Name: "storage", IPs: []string{"192.168.1.5"}},
-		{Name: "down"},
-	}
-	g.Expect(machineAddresses(i)).To(Equal([]clusterv1.MachineAddress{
-		{Type: clusterv1.MachineHostName, Address: "w"},
-		{Type: clusterv1.MachineInternalIP, Address: "10.0.0.5"},
-		{Type: clusterv1.MachineInternalIP, Address: "fd00::5"},
-		{Type: clusterv1.MachineInternalIP, Address: "192.168.1.5"},
-	}))
-	g.Expect(machineAddresses(cachedVMI(t, i))).To(Equal(machineAddresses(i)), "the cache's copy of the instance")
-	g.Expect(machineAddresses(nil)).To(BeNil())
 }

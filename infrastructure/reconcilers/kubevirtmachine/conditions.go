@@ -19,113 +19,20 @@ package kubevirtmachine
 import (
 	"fmt"
 	"slices"
-	"strings"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
-	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util/conditions"
 
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
 )
 
-// observation is what the controller sees of a machine's KubeVirt objects.
-// The functions below turn it into conditions; they are pure so every rule
-// has a table test.
-type observation struct {
-	// provisioned is the machine's status.initialization.provisioned.
-	provisioned bool
-	// provisionedInstanceUID is the machine's recorded first ready instance.
-	provisionedInstanceUID string
-	// nodeJoined is whether the Machine has its Node (status.nodeRef): only
-	// then does a container disk hold state a new instance would lose.
-	nodeJoined bool
-	vm         *kubevirtv1.VirtualMachine
-	vmi        *kubevirtv1.VirtualMachineInstance
-	// rootDataVolume is nil for container disks, and before it is created.
-	rootDataVolume *cdiv1.DataVolume
-	// rootDataVolumeName is empty for container disks.
-	rootDataVolumeName string
-	// containerDisk is the root container disk's image; empty otherwise.
-	containerDisk string
-	// importFailureRestarts is how many importer pod restarts count as a
-	// failed import.
-	importFailureRestarts int32
-	// clusterEvictionStrategy is the KubeVirt CR's cluster-wide eviction
-	// strategy, read only for an evacuating instance that names none.
-	clusterEvictionStrategy *kubevirtv1.EvictionStrategy
-	// migration is KubeVirt's newest migration of an instance it
-	// live-migrates off a drained node; nil otherwise.
-	migration *kubevirtv1.VirtualMachineInstanceMigration
-}
-
-func (o *observation) ephemeral() bool { return o.containerDisk != "" }
-
-// evacuating reports whether KubeVirt marked the instance for evacuation
-// from the node it runs on: its eviction admitter sets
-// status.evacuationNodeName for the strategies it acts on (External,
-// LiveMigrate, LiveMigrateIfPossible) and denies the eviction. A migrated
-// instance runs elsewhere and is no longer evacuating.
-func (o *observation) evacuating() bool {
-	vmi := o.vmi
-	return vmi != nil && vmi.Status.EvacuationNodeName != "" && vmi.Status.EvacuationNodeName == vmi.Status.NodeName &&
-		vmi.DeletionTimestamp.IsZero() && !vmi.IsFinal()
-}
-
-// evictionStrategy is the strategy KubeVirt applies to the instance, as its
-// eviction admitter chooses it: the instance's own (virt-api fills it in
-// from the KubeVirt CR when the VM names none), else the cluster-wide one,
-// else None.
-func (o *observation) evictionStrategy() kubevirtv1.EvictionStrategy {
-	switch {
-	case o.vmi != nil && o.vmi.Spec.EvictionStrategy != nil:
-		return *o.vmi.Spec.EvictionStrategy
-	case o.clusterEvictionStrategy != nil:
-		return *o.clusterEvictionStrategy
-	}
-	return kubevirtv1.EvictionStrategyNone
-}
-
-// stopsForEvacuation reports whether KubeVirt leaves the evacuation of the
-// instance to this provider: only eviction strategy External does. Under
-// LiveMigrate and LiveMigrateIfPossible KubeVirt live-migrates it itself,
-// and stopping it would kill a VM on the move.
-func (o *observation) stopsForEvacuation() bool {
-	return o.evacuating() && o.evictionStrategy() == kubevirtv1.EvictionStrategyExternal
-}
-
-// liveMigrating reports whether KubeVirt live-migrates the instance off a
-// drained node.
-func (o *observation) liveMigrating() bool {
-	switch o.evictionStrategy() {
-	case kubevirtv1.EvictionStrategyLiveMigrate, kubevirtv1.EvictionStrategyLiveMigrateIfPossible:
-		return o.evacuating()
-	}
-	return false
-}
-
-func (o *observation) runStrategy() kubevirtv1.VirtualMachineRunStrategy {
-	if o.vm != nil && o.vm.Spec.RunStrategy != nil {
-		return *o.vm.Spec.RunStrategy
-	}
-	return kubevirtv1.RunStrategyAlways
-}
-
-// restartsInstances reports whether KubeVirt starts a new instance after the
-// current one stopped or failed.
-func (o *observation) restartsInstances(failed bool) bool {
-	switch o.runStrategy() {
-	case kubevirtv1.RunStrategyAlways:
-		return true
-	case kubevirtv1.RunStrategyRerunOnFailure:
-		return failed
-	default:
-		return false
-	}
-}
+// The condition ladder: what a machine's observation (observe.go) says as
+// its two steps, BootDiskReady and VirtualMachineProvisioned, and Ready,
+// their summary. Every function here is pure, so every rule has a table
+// test.
 
 func condition(conditionType string, status metav1.ConditionStatus, reason, message string) metav1.Condition {
 	return metav1.Condition{Type: conditionType, Status: status, Reason: reason, Message: message}
@@ -183,15 +90,6 @@ func bootDiskCondition(o *observation) metav1.Condition {
 	return condition(t, metav1.ConditionUnknown, infrav1.DiskPendingReason, fmt.Sprintf("DataVolume %s: %s", name, phase))
 }
 
-func dataVolumeCondition(dv *cdiv1.DataVolume, t cdiv1.DataVolumeConditionType) *cdiv1.DataVolumeCondition {
-	for i := range dv.Status.Conditions {
-		if dv.Status.Conditions[i].Type == t {
-			return &dv.Status.Conditions[i]
-		}
-	}
-	return nil
-}
-
 func detail(c *cdiv1.DataVolumeCondition) string {
 	if c == nil || c.Message == "" {
 		return ""
@@ -218,26 +116,19 @@ func virtualMachineCondition(o *observation) metav1.Condition {
 const vmProvisioned = infrav1.VirtualMachineProvisionedCondition
 
 // virtualMachineGone reports a VM not created yet or deleted, and an
-// ephemeral machine whose booting instance has stopped.
+// ephemeral machine whose booting instance has stopped after its node
+// joined (containerDiskRule).
 func virtualMachineGone(o *observation) (metav1.Condition, bool) {
-	vm, vmi := o.vm, o.vmi
-	if vm == nil {
+	if o.vm == nil {
 		if o.provisioned {
 			return condition(vmProvisioned, metav1.ConditionFalse, infrav1.VirtualMachineDeletedReason,
 				"VirtualMachine was deleted after the machine was provisioned"), true
 		}
 		return condition(vmProvisioned, metav1.ConditionUnknown, infrav1.ProvisioningReason, "Creating the VirtualMachine"), true
 	}
-	// Before the node joined, a new instance boots the same image with the
-	// same, still valid, bootstrap data: nothing was lost (observe then
-	// records it as the provisioned instance). KubeVirt restarts an
-	// instance whose QEMU crashed early in its boot this way.
-	if o.ephemeral() && o.provisionedInstanceUID != "" && o.nodeJoined {
-		if vmi == nil || string(vmi.UID) != o.provisionedInstanceUID ||
-			vmi.Status.Phase == kubevirtv1.Failed || vmi.Status.Phase == kubevirtv1.Succeeded {
-			return condition(vmProvisioned, metav1.ConditionFalse, infrav1.EphemeralDiskLostReason,
-				fmt.Sprintf("VirtualMachineInstance %s that booted the container disk has stopped; a new instance boots a blank disk and the node cannot rejoin", o.provisionedInstanceUID)), true
-		}
+	if containerDiskRule(o) == containerDiskLost {
+		return condition(vmProvisioned, metav1.ConditionFalse, infrav1.EphemeralDiskLostReason,
+			fmt.Sprintf("VirtualMachineInstance %s that booted the container disk has stopped; a new instance boots a blank disk and the node cannot rejoin", o.provisionedInstanceUID)), true
 	}
 	return metav1.Condition{}, false
 }
@@ -483,22 +374,6 @@ func liveMigrationMessage(o *observation) string {
 	return message
 }
 
-// failedCreateReason is virt-controller's reason on an instance's
-// Synchronized condition when it cannot create the launcher Pod: it cannot
-// render it (a GPU or host device missing from permittedHostDevices) or the
-// API server refuses it (a quota). The VM meanwhile only says Starting.
-const failedCreateReason = "FailedCreate"
-
-// launchRefusal is the pending instance's Synchronized condition when
-// virt-controller cannot create its launcher Pod, nil otherwise.
-func launchRefusal(vmi *kubevirtv1.VirtualMachineInstance) *kubevirtv1.VirtualMachineInstanceCondition {
-	c := instanceCondition(vmi, kubevirtv1.VirtualMachineInstanceSynchronized)
-	if c == nil || c.Status != corev1.ConditionFalse || c.Reason != failedCreateReason {
-		return nil
-	}
-	return c
-}
-
 // launchRefusedCondition reports virt-controller's refusal to create the
 // instance's launcher Pod, in its words.
 func launchRefusedCondition(c *kubevirtv1.VirtualMachineInstanceCondition) metav1.Condition {
@@ -509,12 +384,6 @@ func launchRefusedCondition(c *kubevirtv1.VirtualMachineInstanceCondition) metav
 // restartingMessage reports a provisioned machine's new instance on its way
 // to Running on the persistent root disk.
 const restartingMessage = "KubeVirt starts a new VirtualMachineInstance on the persistent root disk"
-
-// restartedInstance reports whether the instance is not the one that first
-// became ready on the machine's persistent disk.
-func (o *observation) restartedInstance() bool {
-	return o.provisioned && o.vmi != nil && o.provisionedInstanceUID != "" && string(o.vmi.UID) != o.provisionedInstanceUID
-}
 
 // startingMessage reports an instance on its way to Running, or one that
 // KubeVirt has not created yet.
@@ -536,55 +405,6 @@ func vmFailureDetail(vm *kubevirtv1.VirtualMachine) string {
 		}
 	}
 	return ""
-}
-
-func instanceCondition(vmi *kubevirtv1.VirtualMachineInstance, t kubevirtv1.VirtualMachineInstanceConditionType) *kubevirtv1.VirtualMachineInstanceCondition {
-	for i := range vmi.Status.Conditions {
-		if vmi.Status.Conditions[i].Type == t {
-			return &vmi.Status.Conditions[i]
-		}
-	}
-	return nil
-}
-
-func instanceReady(vmi *kubevirtv1.VirtualMachineInstance) bool {
-	c := instanceCondition(vmi, kubevirtv1.VirtualMachineInstanceReady)
-	return c != nil && c.Status == corev1.ConditionTrue
-}
-
-// instanceIPs lists the instance's addresses in interface order, without
-// duplicates.
-func instanceIPs(vmi *kubevirtv1.VirtualMachineInstance) []string {
-	var ips []string
-	seen := map[string]bool{}
-	add := func(ip string) {
-		if ip != "" && !seen[ip] {
-			seen[ip] = true
-			ips = append(ips, ip)
-		}
-	}
-	for _, iface := range vmi.Status.Interfaces {
-		add(iface.IP)
-		for _, ip := range iface.IPs {
-			add(ip)
-		}
-	}
-	return ips
-}
-
-// machineAddresses are the instance's addresses and hostname.
-func machineAddresses(vmi *kubevirtv1.VirtualMachineInstance) []clusterv1.MachineAddress {
-	if vmi == nil {
-		return nil
-	}
-	var out []clusterv1.MachineAddress
-	if vmi.Spec.Hostname != "" {
-		out = append(out, clusterv1.MachineAddress{Type: clusterv1.MachineHostName, Address: vmi.Spec.Hostname})
-	}
-	for _, ip := range instanceIPs(vmi) {
-		out = append(out, clusterv1.MachineAddress{Type: clusterv1.MachineInternalIP, Address: ip})
-	}
-	return out
 }
 
 // setReady summarises the machine's two steps into Ready with Cluster API's
@@ -622,62 +442,4 @@ func (firstUnfinishedStep) Merge(_ conditions.MergeOperation, steps []conditions
 		}
 	}
 	return metav1.ConditionTrue, infrav1.ReadyReason, ordered[len(ordered)-1].Message, nil
-}
-
-// blocked is why a machine cannot go on before its VM runs: both steps
-// report it, and Ready with them.
-type blocked struct {
-	// status is Unknown while the machine waits (a new Machine would wait
-	// the same way, so remediation must not loop on it), False for what a
-	// replacement Machine fixes.
-	status          metav1.ConditionStatus
-	reason, message string
-	// requeueAfter asks again after a refusal whose end no watch reports.
-	requeueAfter time.Duration
-}
-
-// refusedRetry is how long a machine whose object the API server refused,
-// or whose clone source is missing or forbidden, waits before it asks
-// again.
-const refusedRetry = time.Minute
-
-// waitingFor blocks a machine until a watched object changes.
-func waitingFor(reason, message string) *blocked {
-	return &blocked{status: metav1.ConditionUnknown, reason: reason, message: message}
-}
-
-// refusedFor blocks a machine on a refusal, asked again after refusedRetry.
-func refusedFor(reason, message string) *blocked {
-	return &blocked{status: metav1.ConditionUnknown, reason: reason, message: message, requeueAfter: refusedRetry}
-}
-
-// conditions are the machine's steps while it is blocked.
-func (b *blocked) conditions() []metav1.Condition {
-	return []metav1.Condition{
-		condition(infrav1.BootDiskReadyCondition, b.status, b.reason, b.message),
-		condition(infrav1.VirtualMachineProvisionedCondition, b.status, b.reason, b.message),
-	}
-}
-
-// deletingConditions are the machine's steps while it waits for its
-// objects to be deleted.
-func deletingConditions(pending []string) []metav1.Condition {
-	message := "Deleted the VirtualMachine and its disks"
-	if len(pending) > 0 {
-		message = "Waiting for " + strings.Join(pending, ", ") + " to be deleted"
-	}
-	return (&blocked{status: metav1.ConditionFalse, reason: infrav1.DeletingReason, message: message}).conditions()
-}
-
-// rootContainerDisk returns the container disk image a VM boots, or "".
-func rootContainerDisk(vm *kubevirtv1.VirtualMachine) string {
-	if vm == nil || vm.Spec.Template == nil {
-		return ""
-	}
-	for _, v := range vm.Spec.Template.Spec.Volumes {
-		if v.ContainerDisk != nil {
-			return v.ContainerDisk.Image
-		}
-	}
-	return ""
 }
