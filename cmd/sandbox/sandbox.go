@@ -45,8 +45,8 @@ import (
 	"github.com/cozystack/cluster-api-workers/test/envtest"
 	"github.com/cozystack/cluster-api-workers/test/harness"
 	"github.com/cozystack/cluster-api-workers/test/infra"
-	kubevirtsim "github.com/cozystack/cluster-api-workers/test/sim/kubevirtnode"
 	nodesim "github.com/cozystack/cluster-api-workers/test/sim/guest"
+	kubevirtsim "github.com/cozystack/cluster-api-workers/test/sim/kubevirtnode"
 )
 
 // The sandbox's hoster setup: the platform Kairos disk for Kubernetes 1.36

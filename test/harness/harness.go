@@ -74,8 +74,8 @@ import (
 	infra "github.com/cozystack/cluster-api-workers/test/infra"
 	"github.com/cozystack/cluster-api-workers/test/kubevirt"
 	cdisim "github.com/cozystack/cluster-api-workers/test/sim/cdi"
-	kubevirtsim "github.com/cozystack/cluster-api-workers/test/sim/kubevirtnode"
 	nodesim "github.com/cozystack/cluster-api-workers/test/sim/guest"
+	kubevirtsim "github.com/cozystack/cluster-api-workers/test/sim/kubevirtnode"
 )
 
 // ControlPlaneKubernetesVersion is the version the workload apiservers run

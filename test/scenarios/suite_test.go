@@ -43,8 +43,8 @@ import (
 	"github.com/cozystack/cluster-api-workers/test/harness"
 	"github.com/cozystack/cluster-api-workers/test/infra"
 	cdisim "github.com/cozystack/cluster-api-workers/test/sim/cdi"
-	kubevirtsim "github.com/cozystack/cluster-api-workers/test/sim/kubevirtnode"
 	nodesim "github.com/cozystack/cluster-api-workers/test/sim/guest"
+	kubevirtsim "github.com/cozystack/cluster-api-workers/test/sim/kubevirtnode"
 )
 
 // Images the platform and the custom classes of the scenarios use, and

@@ -53,8 +53,8 @@ import (
 	"github.com/cozystack/cluster-api-workers/test/harness"
 	"github.com/cozystack/cluster-api-workers/test/infra"
 	cdisim "github.com/cozystack/cluster-api-workers/test/sim/cdi"
-	"github.com/cozystack/cluster-api-workers/test/sim/imageserver"
 	nodesim "github.com/cozystack/cluster-api-workers/test/sim/guest"
+	"github.com/cozystack/cluster-api-workers/test/sim/imageserver"
 )
 
 const (

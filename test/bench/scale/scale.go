@@ -53,8 +53,8 @@ import (
 	"github.com/cozystack/cluster-api-workers/test/harness/components"
 	"github.com/cozystack/cluster-api-workers/test/harness/requests"
 	"github.com/cozystack/cluster-api-workers/test/infra"
-	kubevirtsim "github.com/cozystack/cluster-api-workers/test/sim/kubevirtnode"
 	nodesim "github.com/cozystack/cluster-api-workers/test/sim/guest"
+	kubevirtsim "github.com/cozystack/cluster-api-workers/test/sim/kubevirtnode"
 )
 
 // PlatformImage is the platform's Kairos image the pool boots.
