@@ -77,7 +77,7 @@ func cacheEntry(opts ctrlcache.Options, obj client.Object) ctrlcache.ByObject {
 	return ctrlcache.ByObject{}
 }
 
-// TestCachedVMsAndInstancesKeepOnlyWhatTheControllerReads (issue #30): the
+// TestCachedVMsAndInstancesKeepOnlyWhatTheControllerReads: the
 // machines' own VMs and instances are selected by their machine-name label
 // in the management cluster's cache and in an infrastructure cluster's, and
 // transformed by the machine controller's transforms, which drop

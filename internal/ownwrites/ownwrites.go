@@ -30,7 +30,7 @@ limitations under the License.
 // reconcile back, requeueing it every 100 ms until the cache has the
 // write, so each step of a reconcile still waits for its watch event,
 // while a Recorder lets the reconcile that wrote go on from its own last
-// write (issue #30's round trips, docs/benchmarks.md). It also sees only
+// write (the scale round trips, docs/benchmarks.md). It also sees only
 // the manager's cache: the VMs in a remote infrastructure cluster live in
 // another cache, and the token-record Secrets are read through a
 // label-selected one, for which the guard would open an informer on every

@@ -20,7 +20,7 @@ limitations under the License.
 // life (a Machine's conditions mirror every provider's, a
 // VirtualMachineInstance reports its guest), and each update that reached
 // a reconciler cost a reconcile: reads, and Cluster API's patch helper's
-// conversions and diffs, for nothing (issue #30's profiles,
+// conversions and diffs, for nothing (the scale profiles,
 // docs/benchmarks.md). Creates and deletes always pass, and the reconciled
 // object's own events and resync still read everything afresh. For the
 // Machine, which both providers watch, it also holds the cache transform
@@ -75,7 +75,7 @@ func OfMachine(m *clusterv1.Machine) Machine {
 // field a provider reads, and drops the rest of the status. Cluster API
 // rewrites a Machine's status about fifteen times on its way to Running
 // (its conditions, addresses and node info), and a provider's cache held
-// each Machine whole for nothing (issue #30: memory per machine). A
+// each Machine whole for nothing (memory per machine, docs/benchmarks.md). A
 // provider that reads another status field keeps it here and adds it to
 // its view.
 func CachedMachine(in any) (any, error) {

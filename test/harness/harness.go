@@ -33,7 +33,7 @@ limitations under the License.
 //     virt-controller) with the node-side and CDI stand-ins (test/infra),
 //     and the node simulator that boots the guests and joins them.
 //
-// The sandbox (cmd/sandbox) and the integration suites (test/integration)
+// The sandbox (cmd/sandbox) and the integration suites (test/scenarios)
 // use it.
 package harness
 

@@ -18,7 +18,7 @@ limitations under the License.
 // creates VirtualMachines in, on an envtest apiserver: KubeVirt's real
 // control plane (virt-api and virt-controller, test/kubevirt), and the
 // stand-ins for what cannot run here, the node side (scheduler, kubelets,
-// virt-handler: test/sim/kubevirt) and CDI (test/sim/cdi). The harness, the
+// virt-handler: test/sim/kubevirtnode) and CDI (test/sim/cdi). The harness, the
 // sandbox and the suites that need VMs to run use it.
 package infra
 

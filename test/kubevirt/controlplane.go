@@ -25,7 +25,7 @@ limitations under the License.
 // that exits is restarted, as its Deployment would restart it.
 //
 // The node side is not here: in the harness the scheduler and kubelet of
-// virt-launcher Pods and virt-handler are stand-ins (test/sim/kubevirt), and
+// virt-launcher Pods and virt-handler are stand-ins (test/sim/kubevirtnode), and
 // so is CDI (test/sim/cdi), whose controllers cannot be built from the module
 // proxy. On a real node (test/node, make test-node) DeployHandler deploys
 // virt-handler's DaemonSet as virt-operator does.

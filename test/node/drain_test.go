@@ -32,7 +32,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// TestDrainWithExternalEvictionEnds: the test/integration
+// TestDrainWithExternalEvictionEnds: the test/scenarios
 // TestInfrastructureNodeDrainEnds on the real node. The hoster drains the
 // node of a joined machine whose VM has eviction strategy External
 // (kubectl drain: cordon, then evict every launcher Pod until none is

@@ -75,7 +75,7 @@ type kubeVirtNode struct {
 }
 
 // pool is one pool of the example Kairos template on the real node, and
-// the suite's way to apply it; test/integration's and test/qemu's pool
+// the suite's way to apply it; test/scenarios's and test/qemu's pool
 // have the same shape.
 type pool struct {
 	harness.Pool

@@ -40,7 +40,7 @@ import (
 )
 
 // pool is one pool of the example Kairos template and the suite's ways
-// to apply and watch it; test/integration's pool has the same shape.
+// to apply and watch it; test/scenarios's pool has the same shape.
 type pool struct {
 	harness.Pool
 }

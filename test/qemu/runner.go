@@ -114,7 +114,7 @@ type Guest struct {
 //
 //   - a Hypervisor that boots a QEMU guest from each
 //     VirtualMachineInstance virt-controller creates, once the node-side
-//     stand-in (test/sim/kubevirt) has run its launcher Pod;
+//     stand-in (test/sim/kubevirtnode) has run its launcher Pod;
 //   - image pulls that succeed for mapped container disks only;
 //   - a CDI Importer that downloads HTTP sources for real (ImageURL serves
 //     the worker disk) and copies clones, into the volume files CDI's

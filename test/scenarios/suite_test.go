@@ -169,7 +169,7 @@ func run(m *testing.M) (code int) {
 		case !whole:
 			fmt.Fprintf(os.Stderr, "RBAC use: not checked, since not every scenario ran and passed (%d findings)\n", len(problems))
 		default:
-			fmt.Fprintf(os.Stderr, "FAIL: %d findings on our providers' roles (justify in test/integration/testdata/unexercised-rbac.yaml or drop the +kubebuilder:rbac marker):\n%s\n", len(problems), strings.Join(problems, "\n"))
+			fmt.Fprintf(os.Stderr, "FAIL: %d findings on our providers' roles (justify in test/scenarios/testdata/unexercised-rbac.yaml or drop the +kubebuilder:rbac marker):\n%s\n", len(problems), strings.Join(problems, "\n"))
 			code = 1
 		}
 	}()

@@ -38,8 +38,8 @@ import (
 // follows only its own objects (a watch filter) and its token lives an
 // hour, so that a busy machine cannot let it expire before the node
 // registers. Even so, in the full suite (not alone) one more mint lands
-// while this test runs, whose source is not found yet (see the note on
-// issue #25): the mints are checked as at least this machine's one, the
+// while this test runs, whose source is not found yet: the mints are
+// checked as at least this machine's one, the
 // revocation and the data observation exactly.
 func TestOneMachinesLifeMovesTheMetrics(t *testing.T) {
 	const filter = "metrics"

@@ -378,7 +378,7 @@ func TestVirtualMachineCondition(t *testing.T) {
 			g.Expect(c.Status).To(Equal(tc.status))
 			g.Expect(c.Reason).To(Equal(tc.reason))
 			g.Expect(c.Message).To(Equal(tc.message))
-			// The cache holds only what the controller reads (issue #30).
+			// The cache holds only what the controller reads.
 			cache := tc.o
 			cache.vm, cache.vmi = cachedVM(t, tc.o.vm), cachedVMI(t, tc.o.vmi)
 			g.Expect(virtualMachineCondition(&cache)).To(Equal(c), "the cache's copies of the VM and the instance")

@@ -160,7 +160,7 @@ func WithinWritesBudget(component string, perMachine float64) bool {
 	return perMachine < WritesBudget[component]+WritesBudgetSlack
 }
 
-// Targets assesses issue #30's targets on this run: ours against the
+// Targets assesses the scale targets on this run: ours against the
 // contract-floor providers and the peer of the same run, and our writes
 // per machine against their budget; then that nothing is written while
 // idle and nothing waits for a client-side rate limiter.

@@ -30,7 +30,7 @@ import (
 
 // TestFloorProvidersComparison checks the arithmetic of the comparison with
 // the contract-floor providers and the peer on made-up runs of 100
-// machines: ratios of time, writes, CPU and RSS, and issue #30's targets.
+// machines: ratios of time, writes, CPU and RSS, and the scale targets.
 func TestFloorProvidersComparison(t *testing.T) {
 	g := NewWithT(t)
 	write := func(component, resource string, count int) requests.RequestCount {

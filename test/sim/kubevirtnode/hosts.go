@@ -35,7 +35,7 @@ limitations under the License.
 //     reports a guest that stopped Succeeded or Failed.
 //
 // The guest is the Hypervisor's: a simulated one by default (the node
-// simulator, test/sim/node, boots what it runs), or real QEMU (test/qemu).
+// simulator, test/sim/guest, boots what it runs), or real QEMU (test/qemu).
 // Faults (Crash, PowerOff, LoseDisk, NeverSchedule, FailPulls) are injected
 // through the Go API.
 package kubevirtnode

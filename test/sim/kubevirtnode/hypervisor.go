@@ -67,7 +67,7 @@ type Guest interface {
 }
 
 // simulatedHypervisor runs guests that only keep state: the node
-// simulator (test/sim/node) boots what they would run once the instance is
+// simulator (test/sim/guest) boots what they would run once the instance is
 // Running and ready.
 type simulatedHypervisor struct {
 	shutdownDelay time.Duration
