@@ -51,19 +51,26 @@ func condition(class *workerclassv1.WorkerClass, t string) metav1.Condition {
 	return metav1.Condition{}
 }
 
-// Users are found by label through metadata-only lists; a user kind that
-// is not installed (here KubeVirtMachineTemplate) counts as no users.
-func TestListUsersToleratesMissingKinds(t *testing.T) {
+// poolsAsMetadata are a scheme and a mapper with which the fake client
+// stores pools as metadata only, as the controller reads them, and no
+// template kind.
+func poolsAsMetadata(t *testing.T) (*runtime.Scheme, *meta.DefaultRESTMapper) {
+	t.Helper()
 	scheme := runtime.NewScheme()
 	if err := workerclassv1.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
 	}
-	// The fake client stores pools as metadata only, as the controller
-	// reads them.
 	scheme.AddKnownTypeWithName(workerclassv1.PoolGroupVersionKind, &metav1.PartialObjectMetadata{})
 	scheme.AddKnownTypeWithName(workerclassv1.PoolGroupVersionKind.GroupVersion().WithKind("KubernetesNodesList"), &metav1.PartialObjectMetadataList{})
 	mapper := meta.NewDefaultRESTMapper(nil)
 	mapper.Add(workerclassv1.PoolGroupVersionKind, meta.RESTScopeNamespace)
+	return scheme, mapper
+}
+
+// Users are found by label through metadata-only lists; a user kind that
+// is not installed (here KubeVirtMachineTemplate) counts as no users.
+func TestListUsersToleratesMissingKinds(t *testing.T) {
+	scheme, mapper := poolsAsMetadata(t)
 	c := fake.NewClientBuilder().WithScheme(scheme).WithRESTMapper(mapper).WithObjects(
 		labelledPool("a", "p1", "gold"), labelledPool("b", "p2", "gold"), labelledPool("a", "p3", "silver"),
 	).Build()
@@ -147,14 +154,7 @@ func (c *countingReader) List(ctx context.Context, list client.ObjectList, opts 
 // cache; the live reader is asked only when a class being deleted would
 // lose its finalizer, and a user the cache has not seen yet keeps it.
 func TestUsersAreListedLiveOnlyBeforeTheFinalizerGoes(t *testing.T) {
-	scheme := runtime.NewScheme()
-	if err := workerclassv1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	scheme.AddKnownTypeWithName(workerclassv1.PoolGroupVersionKind, &metav1.PartialObjectMetadata{})
-	scheme.AddKnownTypeWithName(workerclassv1.PoolGroupVersionKind.GroupVersion().WithKind("KubernetesNodesList"), &metav1.PartialObjectMetadataList{})
-	mapper := meta.NewDefaultRESTMapper(nil)
-	mapper.Add(workerclassv1.PoolGroupVersionKind, meta.RESTScopeNamespace)
+	scheme, mapper := poolsAsMetadata(t)
 	mapper.Add(workerclassv1.GroupVersion.WithKind("WorkerClass"), meta.RESTScopeRoot)
 	now := metav1.Now()
 	class := func(name string, deleting bool) *workerclassv1.WorkerClass {
