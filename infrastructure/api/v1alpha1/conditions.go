@@ -74,6 +74,13 @@ const (
 	// WaitingForBootstrapDataReason: the Machine has no bootstrap data
 	// Secret yet.
 	WaitingForBootstrapDataReason = "WaitingForBootstrapData"
+	// BootstrapDataForbiddenReason: Machine.spec.bootstrap.dataSecretName
+	// names a Secret that is not the Machine's bootstrap data (Cluster API's
+	// Secret type, the Machine's cluster label, none of the cluster's own
+	// Secrets, controlled by the Machine's bootstrap config when it names
+	// one); nothing of it is read. The message names the field and why.
+	// Retried every minute, as the Secret may yet become valid.
+	BootstrapDataForbiddenReason = "BootstrapDataForbidden"
 	// WaitingForTemplateReason: the machine's image comes from a template
 	// that is not resolved yet, or failed to resolve (which a new Machine
 	// would not fix).

@@ -21,6 +21,7 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -39,6 +40,7 @@ import (
 	"github.com/cozystack/cluster-api-workers/infrastructure/internal/instancetype"
 	"github.com/cozystack/cluster-api-workers/infrastructure/internal/metrics"
 	"github.com/cozystack/cluster-api-workers/infrastructure/vmspec"
+	"github.com/cozystack/cluster-api-workers/internal/clustersecrets"
 )
 
 // Creating a machine's VM: what it boots (its image, disks and bootstrap
@@ -167,8 +169,10 @@ func (r *Reconciler) authorizeClone(ctx context.Context, image rootImage, dv *cd
 }
 
 // bootstrapData reads the Machine's bootstrap data. Cluster API bootstrap
-// Secrets carry the cluster-name label the Secret cache selects; one without
-// it is read from the API server.
+// Secrets carry the cluster-name label the Secret cache selects; one not
+// cached yet is read from the API server. Only a bootstrap Secret of the
+// machine is followed (bootstrapSecretProblem): the Machine's tenant writes
+// dataSecretName, and whatever it names goes into a VM the tenant runs.
 func (r *Reconciler) bootstrapData(ctx context.Context, machine *clusterv1.Machine) ([]byte, *blocked, error) {
 	key := client.ObjectKey{Namespace: machine.Namespace, Name: *machine.Spec.Bootstrap.DataSecretName}
 	secret := &corev1.Secret{}
@@ -182,6 +186,10 @@ func (r *Reconciler) bootstrapData(ctx context.Context, machine *clusterv1.Machi
 	}
 	if err != nil {
 		return nil, nil, err
+	}
+	if problem := bootstrapSecretProblem(machine, secret); problem != "" {
+		return nil, refusedFor(infrav1.BootstrapDataForbiddenReason,
+			fmt.Sprintf("spec.bootstrap.dataSecretName: Secret %s %s", key.Name, problem)), nil
 	}
 	value, ok := secret.Data[BootstrapDataKey]
 	if !ok {
@@ -307,4 +315,31 @@ func (r *Reconciler) notControlled(o client.Object, kvm *infrav1.KubeVirtMachine
 	}
 	return &blocked{status: metav1.ConditionFalse, reason: infrav1.NameConflictReason,
 		message: fmt.Sprintf("%s %s exists and is not controlled by this KubeVirtMachine", kind, o.GetName())}
+}
+
+// bootstrapSecretProblem says why s is not a bootstrap data Secret of the
+// Machine, or "": one is of Cluster API's Secret type, carries the
+// Machine's cluster-name label, is none of the cluster's own Secrets (its
+// kubeconfig, CAs and keys), and, when the Machine names a bootstrap
+// config, is controlled by that config, as the bootstrap contract has it.
+func bootstrapSecretProblem(machine *clusterv1.Machine, s *corev1.Secret) string {
+	cluster := machine.Spec.ClusterName
+	switch {
+	case s.Type != clusterv1.ClusterSecretType:
+		return fmt.Sprintf("is not of type %s", clusterv1.ClusterSecretType)
+	case s.Labels[clusterv1.ClusterNameLabel] != cluster:
+		return fmt.Sprintf("does not carry the label %s=%s", clusterv1.ClusterNameLabel, cluster)
+	}
+	if _, own := clustersecrets.Named(cluster, s.Name); own {
+		return fmt.Sprintf("is one of Cluster %s's own Secrets, not bootstrap data", cluster)
+	}
+	ref := machine.Spec.Bootstrap.ConfigRef
+	if !ref.IsDefined() {
+		return ""
+	}
+	owner := metav1.GetControllerOfNoCopy(s)
+	if owner == nil || owner.Kind != ref.Kind || owner.Name != ref.Name || !strings.HasPrefix(owner.APIVersion, ref.APIGroup+"/") {
+		return fmt.Sprintf("is not controlled by the Machine's bootstrap config %s %s", ref.Kind, ref.Name)
+	}
+	return ""
 }

@@ -48,9 +48,11 @@ const (
 	ProvisionedEvent = "Provisioned"
 	// The refusals are Warnings with their condition's reason:
 	// infrav1.CreateRefusedReason (the API server or KubeVirt refused the
-	// machine's objects or its launcher Pod) and
+	// machine's objects or its launcher Pod),
 	// infrav1.CloneSourceForbiddenReason (the machine's namespace may not
-	// clone the source its image names).
+	// clone the source its image names) and
+	// infrav1.BootstrapDataForbiddenReason (the Machine's dataSecretName
+	// names a Secret that is not its bootstrap data).
 )
 
 // maxNote is the longest note events.k8s.io accepts, in bytes.
@@ -94,8 +96,9 @@ type transitions struct {
 // refusalActions are the refusals of VirtualMachineProvisioned that are
 // Events, with their action.
 var refusalActions = map[string]string{
-	infrav1.CreateRefusedReason:        "Create",
-	infrav1.CloneSourceForbiddenReason: "Clone",
+	infrav1.CreateRefusedReason:          "Create",
+	infrav1.CloneSourceForbiddenReason:   "Clone",
+	infrav1.BootstrapDataForbiddenReason: "ReadBootstrapData",
 }
 
 func transitionsOf(kvm *infrav1.KubeVirtMachine) transitions {
