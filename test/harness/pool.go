@@ -23,6 +23,7 @@ import (
 	"maps"
 	"sort"
 	"strings"
+	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -78,6 +79,17 @@ func (p Pool) Render(vars ...map[string]string) ([]unstructured.Unstructured, er
 		maps.Copy(all, v)
 	}
 	return RenderTemplate(KairosPoolTemplate(), all)
+}
+
+// MustRender is Render for a test: it fails tb when the template does not
+// render.
+func (p Pool) MustRender(tb testing.TB, vars ...map[string]string) []unstructured.Unstructured {
+	tb.Helper()
+	objs, err := p.Render(vars...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return objs
 }
 
 // PoolMachines lists the pool's Machines, by name.

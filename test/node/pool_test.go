@@ -103,11 +103,7 @@ func poolDefaults() map[string]string {
 // render renders the pool with the scenario's variables over the suite's.
 func (p pool) render(t *testing.T, vars map[string]string) []unstructured.Unstructured {
 	t.Helper()
-	objs, err := p.Render(poolDefaults(), vars)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return objs
+	return p.MustRender(t, poolDefaults(), vars)
 }
 
 // apply creates the pool's objects, each edit of its

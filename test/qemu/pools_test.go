@@ -66,11 +66,7 @@ func poolDefaults() map[string]string {
 // render renders the pool with the scenario's variables over the suite's.
 func (p pool) render(t *testing.T, vars map[string]string) []unstructured.Unstructured {
 	t.Helper()
-	objs, err := p.Render(poolDefaults(), vars)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return objs
+	return p.MustRender(t, poolDefaults(), vars)
 }
 
 // templateSpecOf returns the object's spec.template.spec (both templates

@@ -268,11 +268,7 @@ const infrastructureFailedTimeout = 20 * time.Second
 // render renders the pool with the scenario's variables over the suite's.
 func (p pool) render(t *testing.T, vars map[string]string) []unstructured.Unstructured {
 	t.Helper()
-	objs, err := p.Render(poolDefaults(), vars)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return objs
+	return p.MustRender(t, poolDefaults(), vars)
 }
 
 // apply creates the pool's objects, each edit applied first.
