@@ -119,6 +119,10 @@ func TestOneMachineLifecycleWrites(t *testing.T) {
 		// The bootstrap provider has not rendered yet.
 		m.Spec.Bootstrap = clusterv1.Bootstrap{ConfigRef: clusterv1.ContractVersionedObjectReference{
 			APIGroup: "bootstrap.cozystack.io", Kind: "KairosConfig", Name: m.Name}}
+		// The data will be the config's, as the bootstrap provider
+		// writes it.
+		s.OwnerReferences = []metav1.OwnerReference{{APIVersion: "bootstrap.cozystack.io/v1alpha1", Kind: "KairosConfig",
+			Name: m.Name, UID: "00000000-0000-0000-0000-00000000c0f1", Controller: ptr.To(true)}}
 		// Infrastructure node infra-a is in this zone.
 		m.Spec.FailureDomain = zoneA
 		machine, bootstrapSecret = m, s.Name
