@@ -28,6 +28,8 @@ import (
 	"github.com/onsi/gomega/types"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -115,14 +117,19 @@ func TestOneMachineLifecycleWrites(t *testing.T) {
 	ctx := context.Background()
 	var machine *clusterv1.Machine
 	var bootstrapSecret string
+	// The Machine's bootstrap config, which controls its data as the
+	// bootstrap provider writes it (the suite's garbage collector would
+	// delete data whose owner does not exist).
+	config := &unstructured.Unstructured{}
+	config.SetGroupVersionKind(schema.GroupVersionKind{Group: "bootstrap.cozystack.io", Version: "v1alpha1", Kind: "KairosConfig"})
+	config.SetNamespace(tc.namespace)
+	config.SetName("counted")
+	g.Expect(c.Create(ctx, config)).To(Succeed())
 	kvm := tc.machine(t, "counted", containerDiskSpec(), func(m *clusterv1.Machine, _ *infrav1.KubeVirtMachine, s *corev1.Secret) {
 		// The bootstrap provider has not rendered yet.
 		m.Spec.Bootstrap = clusterv1.Bootstrap{ConfigRef: clusterv1.ContractVersionedObjectReference{
 			APIGroup: "bootstrap.cozystack.io", Kind: "KairosConfig", Name: m.Name}}
-		// The data will be the config's, as the bootstrap provider
-		// writes it.
-		s.OwnerReferences = []metav1.OwnerReference{{APIVersion: "bootstrap.cozystack.io/v1alpha1", Kind: "KairosConfig",
-			Name: m.Name, UID: "00000000-0000-0000-0000-00000000c0f1", Controller: ptr.To(true)}}
+		s.OwnerReferences = []metav1.OwnerReference{*metav1.NewControllerRef(config, config.GroupVersionKind())}
 		// Infrastructure node infra-a is in this zone.
 		m.Spec.FailureDomain = zoneA
 		machine, bootstrapSecret = m, s.Name
