@@ -19,6 +19,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -28,10 +29,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/utils/ptr"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
 )
 
@@ -256,5 +259,106 @@ func TestClonesAreAuthorizedAsTheTenant(t *testing.T) {
 		// again and its owner may repoint meanwhile.
 		g.Expect(dv.Spec.SourceRef).To(BeNil())
 		g.Expect(dv.Spec.Source).To(Equal(&cdiv1.DataVolumeSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: golden, Name: "talos"}}))
+	})
+}
+
+// statusWriterRole adds what a tenant may hold on top of tenantRole: the
+// status subresource of templates, with which it can write the first
+// resolution of a template before the controller does.
+const statusWriterRole = "integration-template-status-writer"
+
+// TestACloneIsAuthorizedFromWhatWasWrittenNotFromStatus writes, as a
+// tenant who may write a template's status, a resolution that names
+// another namespace's disk under a class. Whether the clone goes ahead
+// without the tenant's authorization is decided from the template's spec
+// and the hoster's golden catalog, never from the status alone: the forged
+// resolution is authorized as the tenant and refused, while a class's
+// golden image of the catalog is cloned for a tenant who may not read it.
+func TestACloneIsAuthorizedFromWhatWasWrittenNotFromStatus(t *testing.T) {
+	ensureClusterRoles(t)
+	g := NewWithT(t)
+	ctx := context.Background()
+	g.Expect(client.IgnoreAlreadyExists(c.Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: statusWriterRole}, Rules: []rbacv1.PolicyRule{
+		{APIGroups: []string{infrav1.GroupVersion.Group}, Resources: []string{"kubevirtmachinetemplates/status"}, Verbs: []string{"update", "patch"}},
+	}}))).To(Succeed())
+	golden := "golden-" + rand.String(5)
+	goldenImage(t, golden, "catalog")
+	goldenImage(t, golden, "private")
+	platform := &workerclassv1.WorkerPlatform{
+		ObjectMeta: metav1.ObjectMeta{Name: workerclassv1.PlatformName},
+		Spec: workerclassv1.WorkerPlatformSpec{
+			DefaultClass:       workerclassv1.TalosClassName,
+			KubernetesVersions: []workerclassv1.KubernetesVersion{{Minor: "v1.35", Patch: "v1.35.6"}},
+			TalosFactory:       workerclassv1.TalosFactoryDefaults{URL: "https://factory.talos.dev", Version: "v1.13.6", SchematicID: schematic},
+			GoldenImages: []workerclassv1.GoldenImage{{Version: "v1.13.6", SchematicID: schematic,
+				Source: workerclassv1.GoldenImageSource{Kind: workerclassv1.GoldenDataSource, Namespace: golden, Name: "catalog"}}},
+		},
+	}
+	g.Expect(c.Create(ctx, platform)).To(Succeed())
+	t.Cleanup(func() { g.Expect(c.Delete(ctx, platform)).To(Succeed()) })
+	class := &workerclassv1.WorkerClass{ObjectMeta: metav1.ObjectMeta{Name: "talos-golden-" + rand.String(4)}, Spec: workerclassv1.WorkerClassSpec{Bootstrap: workerclassv1.BootstrapTalos,
+		KubeVirt: &workerclassv1.KubeVirtClassSource{OSImage: &workerclassv1.OSImageSource{Builtin: &workerclassv1.BuiltinImageSource{}}}}}
+	g.Expect(c.Create(ctx, class)).To(Succeed())
+	t.Cleanup(func() { g.Expect(c.Delete(ctx, class)).To(Succeed()) })
+
+	mallory := newCluster(t)
+	malloryName := "mallory-" + rand.String(5)
+	bind(t, mallory.namespace, tenantRole, user(malloryName))
+	bind(t, mallory.namespace, statusWriterRole, user(malloryName))
+	asMallory := tenantClient(t, malloryName)
+	clonedFrom := func(template string) func(*clusterv1.Machine, *infrav1.KubeVirtMachine, *corev1.Secret) {
+		return func(_ *clusterv1.Machine, kvm *infrav1.KubeVirtMachine, _ *corev1.Secret) {
+			kvm.Annotations = map[string]string{
+				clusterv1.TemplateClonedFromNameAnnotation:      template,
+				clusterv1.TemplateClonedFromGroupKindAnnotation: infrav1.GroupVersion.WithKind("KubeVirtMachineTemplate").GroupKind().String(),
+			}
+		}
+	}
+	bare := containerDiskSpec()
+	bare.Image = nil
+
+	t.Run("a forged resolution under a class is authorized as the tenant", func(t *testing.T) {
+		g := NewWithT(t)
+		// A class that does not exist keeps the controller from writing
+		// the resolution first; the tenant writes it.
+		tmpl := classTemplate(mallory.namespace, "forged", "absent-"+rand.String(4), "v1.35", containerDiskSpec())
+		g.Expect(asMallory.Create(ctx, tmpl)).To(Succeed())
+		g.Eventually(func(g Gomega) {
+			g.Expect(c.Get(ctx, client.ObjectKeyFromObject(tmpl), tmpl)).To(Succeed())
+			expectCondition(g, tmpl, infrav1.ResolvedCondition, metav1.ConditionFalse, infrav1.ResolutionFailedReason)
+		}).Should(Succeed())
+		before := tmpl.DeepCopy()
+		tmpl.Status.Resolved = &infrav1.ResolvedMachine{
+			WorkerClassName:     class.Name,
+			Bootstrap:           workerclassv1.BootstrapTalos,
+			CloudInitDatasource: infrav1.NoCloudDatasource,
+			ContentHash:         strings.Repeat("f", 64),
+			Image:               infrav1.ImageSource{Clone: &infrav1.CloneSource{Kind: infrav1.CloneFromPersistentVolumeClaim, Namespace: golden, Name: "private"}},
+		}
+		g.Expect(asMallory.Status().Patch(ctx, tmpl, client.MergeFrom(before))).To(Succeed(), "the tenant's role lets it write the first resolution")
+
+		kvm := mallory.machine(t, "forged", bare, clonedFrom(tmpl.Name))
+		g.Eventually(func(g Gomega) {
+			g.Expect(c.Get(ctx, client.ObjectKeyFromObject(kvm), kvm)).To(Succeed())
+			cond := expectCondition(g, kvm, infrav1.ReadyCondition, metav1.ConditionUnknown, infrav1.CloneSourceForbiddenReason)
+			g.Expect(cond.Message).To(HavePrefix("KubeVirtMachineTemplate forged status.resolved.image.clone: User system:serviceaccount:" + mallory.namespace + ":default has insufficient permissions in clone source namespace " + golden))
+		}).WithTimeout(time.Minute).Should(Succeed(), func() string { return describe(mallory.namespace) })
+		g.Consistently(func() bool {
+			return apierrors.IsNotFound(c.Get(ctx, key(mallory.namespace, "forged-root"), &cdiv1.DataVolume{}))
+		}).WithTimeout(3*time.Second).Should(BeTrue(), "no DataVolume is created for a forged resolution")
+	})
+
+	t.Run("a class's golden image of the catalog is cloned for the tenant", func(t *testing.T) {
+		g := NewWithT(t)
+		tmpl := classTemplate(mallory.namespace, "catalog", class.Name, "v1.35", containerDiskSpec())
+		g.Expect(asMallory.Create(ctx, tmpl)).To(Succeed())
+		waitResolved(t, tmpl)
+		g.Expect(tmpl.Status.Resolved.Image.Clone).To(Equal(&infrav1.CloneSource{Kind: infrav1.CloneFromDataSource, Namespace: golden, Name: "catalog"}))
+
+		kvm := mallory.machine(t, "catalog", bare, clonedFrom(tmpl.Name))
+		waitForVM(t, kvm)
+		dv := &cdiv1.DataVolume{}
+		g.Expect(c.Get(ctx, key(mallory.namespace, "catalog-root"), dv)).To(Succeed())
+		g.Expect(dv.Spec.SourceRef).To(Equal(&cdiv1.DataVolumeSourceRef{Kind: cdiv1.DataVolumeDataSource, Namespace: ptr.To(golden), Name: "catalog"}))
 	})
 }

@@ -230,6 +230,7 @@ func Reconcilers(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 		SharedImages:          images,
 		WatchFilterValue:      opts.WatchFilterValue,
 		ImportFailureRestarts: opts.ImportFailureRestarts,
+		WorkerClasses:         opts.WorkerClasses,
 	}).SetupWithManager(ctx, mgr, concurrency(opts.MachineConcurrency)); err != nil {
 		return fmt.Errorf("setting up the KubeVirtMachine controller: %w", err)
 	}

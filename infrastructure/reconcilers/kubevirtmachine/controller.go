@@ -81,6 +81,7 @@ const BootstrapDataKey = "value"
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=cozystack.io,resources=workerplatforms,verbs=get;list;watch
 
 // Reconciler reconciles KubeVirtMachines.
 type Reconciler struct {
@@ -108,6 +109,10 @@ type Reconciler struct {
 	// import which shared import to clone, or what it waits for. Nil with a
 	// remote infrastructure cluster: every machine imports its own image.
 	SharedImages *sharedimage.Images
+	// WorkerClasses is the WorkerClass feature gate: with it, a clone
+	// source of the hoster's golden catalog (the WorkerPlatform) that a
+	// class-based template resolved to is not authorized as the tenant.
+	WorkerClasses bool
 	// Recorder emits the machine's Events (events.go); the manager's
 	// when nil.
 	Recorder events.EventRecorder

@@ -142,9 +142,8 @@ func (r *Reconciler) ensureVirtualMachine(ctx context.Context, s *scope) (*kubev
 
 // authorizeClone authorizes the clone of a root DataVolume that does not
 // exist yet as the machine's namespace (cloneauth), when a tenant chose the
-// source: the machine's own spec.image, or the one of the classless
-// template it was cloned from. A class's image comes from the hoster's
-// catalog and is not the tenant's to choose. A DataVolume that exists was
+// source (rootImage.chosenBy): any source but a golden image of the
+// hoster's catalog, which is not the tenant's to choose. A DataVolume that exists was
 // authorized when it was created. dv is pinned: a DataSource it would name
 // is replaced by the claim or snapshot that was authorized.
 func (r *Reconciler) authorizeClone(ctx context.Context, image rootImage, dv *cdiv1.DataVolume) (*blocked, error) {

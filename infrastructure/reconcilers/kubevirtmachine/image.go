@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/cluster-api/util/conditions"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/infrastructure/reconcilers/sharedimage"
 )
@@ -33,11 +34,12 @@ type rootImage struct {
 	source     infrav1.ImageSource
 	datasource infrav1.CloudInitDatasource
 	// chosenBy names the field by which a tenant chose the source (the
-	// machine's spec.image, or its classless template's), whose clone is
-	// authorized as the machine's namespace before the disk is created.
-	// Empty when no tenant chose it: a class's image comes from the
-	// hoster's catalog, and a template's shared import lives in the
-	// machine's own namespace.
+	// machine's spec.image, its classless template's, or a template's
+	// resolution that the hoster's catalog does not vouch for), whose
+	// clone is authorized as the machine's namespace before the disk is
+	// created. Empty when no tenant chose it: a golden image of the
+	// hoster's catalog (fromHostersCatalog), and a template's shared
+	// import, which lives in the machine's own namespace.
 	chosenBy string
 	// sharedImport names the template's shared import when the source is
 	// a clone of it.
@@ -113,11 +115,54 @@ func (r *Reconciler) machineImage(ctx context.Context, kvm *infrav1.KubeVirtMach
 		return rootImage{source: image, datasource: resolved.CloudInitDatasource, sharedImport: shared}, nil, nil
 	}
 	img := rootImage{source: resolved.Image, datasource: resolved.CloudInitDatasource}
-	if resolved.WorkerClassName == "" {
-		// A classless template's image is its writer's spec.image.
-		img.chosenBy = fmt.Sprintf("KubeVirtMachineTemplate %s spec.template.spec.image", template.Name)
+	catalog, err := r.fromHostersCatalog(ctx, template, resolved.Image)
+	if err != nil {
+		return rootImage{}, nil, err
+	}
+	if !catalog {
+		img.chosenBy = fmt.Sprintf("KubeVirtMachineTemplate %s status.resolved.image", template.Name)
+		if template.Spec.Template.Spec.WorkerClass == nil {
+			// A classless template's image is its writer's spec.image.
+			img.chosenBy = fmt.Sprintf("KubeVirtMachineTemplate %s spec.template.spec.image", template.Name)
+		}
 	}
 	return img, nil, nil
+}
+
+// fromHostersCatalog says whether a template's resolved clone source is
+// one the hoster publishes: the template's spec names a WorkerClass, and
+// the WorkerPlatform's golden catalog lists that very source now. Only
+// then is the clone not authorized as the tenant. It is decided from what
+// the tenant and the hoster wrote, never from status.resolved alone:
+// anyone with the status subresource can write the first resolution (it
+// is frozen only once written), and a forged resolution that names
+// another namespace's disk must be authorized like a spec.image that
+// names it. A hoster who withdraws a golden image from the catalog makes
+// new machines of templates frozen on it clone as their tenant.
+func (r *Reconciler) fromHostersCatalog(ctx context.Context, template *infrav1.KubeVirtMachineTemplate, image infrav1.ImageSource) (bool, error) {
+	clone := image.Clone
+	if clone == nil || template.Spec.Template.Spec.WorkerClass == nil || !r.WorkerClasses {
+		return false, nil
+	}
+	platform := &workerclassv1.WorkerPlatform{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Name: workerclassv1.PlatformName}, platform); err != nil {
+		return false, client.IgnoreNotFound(err)
+	}
+	for _, golden := range platform.Spec.GoldenImages {
+		if golden.Source.Namespace == clone.Namespace && golden.Source.Name == clone.Name && cloneKindOf(golden.Source.Kind) == clone.Kind {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// cloneKindOf is the clone kind a golden image's source kind resolves to
+// (the template controller's FromResult).
+func cloneKindOf(kind workerclassv1.GoldenImageSourceKind) infrav1.CloneSourceKind {
+	if kind == workerclassv1.GoldenPersistentVolumeClaim {
+		return infrav1.CloneFromPersistentVolumeClaim
+	}
+	return infrav1.CloneFromDataSource
 }
 
 // ownDatasource is the datasource a machine's own spec.image boots with:
