@@ -86,6 +86,12 @@ const (
 	// Cluster API's own (the cluster's CAs and keys, its kubeconfig, another
 	// Machine's bootstrap data); nothing is rendered, for good.
 	FileSourceForbiddenReason = "FileSourceForbidden"
+	// TemplateNodeLabelsForbiddenReason: the infrastructure machine
+	// template's status.nodeLabels hold a label the config's own nodeLabels
+	// may not (one a kubelet may not set on itself, or of invalid syntax);
+	// nothing is rendered, for good: the labels are frozen with the
+	// resolution.
+	TemplateNodeLabelsForbiddenReason = "TemplateNodeLabelsForbidden"
 	// InternalErrorReason: an unexpected error; the controller log has it.
 	InternalErrorReason = "InternalError"
 

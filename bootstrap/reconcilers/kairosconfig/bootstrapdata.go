@@ -165,7 +165,11 @@ func (r *Reconciler) joinInputs(ctx context.Context, s *scope) (joinInputs, *blo
 		if blocker, err := r.checkTemplate(ctx, s, template); blocker != nil || err != nil {
 			return joinInputs{}, blocker, err
 		}
-		if templateLabels, err = templateNodeLabels(template); err != nil {
+		var refused string
+		if templateLabels, refused, err = templateNodeLabels(template); err != nil || refused != "" {
+			if refused != "" {
+				return joinInputs{}, &blocked{reason: bootstrapv1.TemplateNodeLabelsForbiddenReason, message: refused}, nil
+			}
 			return joinInputs{}, nil, err
 		}
 	}

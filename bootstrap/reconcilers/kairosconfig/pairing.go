@@ -20,11 +20,11 @@ import (
 	"fmt"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/internal/contract"
+	"github.com/cozystack/cluster-api-workers/internal/nodelabels"
 )
 
 // fieldPath is the path of an unstructured field, for messages.
@@ -119,17 +119,22 @@ func (c templateClass) waitingMessage() string {
 
 // templateNodeLabels reads the labels a resolved template gives its
 // machines' nodes (status.nodeLabels, the infrastructure provider's
-// cluster-api/accelerator for GPU machines). A label of invalid syntax is
-// an error: the kubelet would refuse it and the node never register.
-func templateNodeLabels(template *unstructured.Unstructured) (map[string]string, error) {
+// cluster-api/accelerator for GPU machines). They pass the rule the
+// config's own nodeLabels pass at admission (nodelabels.Validate): whoever
+// holds the template's status subresource writes them, and they end in
+// the same kubelet flag. A label that fails it is a refusal, returned as
+// its message: the kubelet would refuse it and the node never register,
+// and a label a kubelet may not set on itself is not the template's to
+// give.
+func templateNodeLabels(template *unstructured.Unstructured) (map[string]string, string, error) {
 	labels, _, err := unstructured.NestedStringMap(template.Object, contract.NodeLabelsField...)
 	if err != nil {
-		return nil, fmt.Errorf("reading %s of %s %s: %w", fieldPath(contract.NodeLabelsField), template.GetKind(), template.GetName(), err)
+		return nil, "", fmt.Errorf("reading %s of %s %s: %w", fieldPath(contract.NodeLabelsField), template.GetKind(), template.GetName(), err)
 	}
-	if errs := metav1validation.ValidateLabels(labels, fieldPath(contract.NodeLabelsField)); len(errs) > 0 {
-		return nil, fmt.Errorf("%s %s: %w", template.GetKind(), template.GetName(), errs.ToAggregate())
+	if errs := nodelabels.Validate(labels, fieldPath(contract.NodeLabelsField)); len(errs) > 0 {
+		return nil, fmt.Sprintf("%s %s gives its nodes labels the config's own nodeLabels may not have: %s", template.GetKind(), template.GetName(), errs.ToAggregate()), nil
 	}
-	return labels, nil
+	return labels, "", nil
 }
 
 // familyMismatch returns why a KairosConfig cannot bootstrap the template's

@@ -203,7 +203,10 @@ func TestTemplatePairingReadsTheInfrastructureContract(t *testing.T) {
 	withGPUs, err := templateClassFrom(toUnstructured(gpus))
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(withGPUs.MayAttachGPUs).To(BeTrue())
-	g.Expect(templateNodeLabels(toUnstructured(gpus))).To(Equal(map[string]string{"cluster-api/accelerator": "GA102GL_A10"}))
+	labels, refused, err := templateNodeLabels(toUnstructured(gpus))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(refused).To(BeEmpty())
+	g.Expect(labels).To(Equal(map[string]string{"cluster-api/accelerator": "GA102GL_A10"}))
 	gpus.Status.Resolved = nil
 	withGPUs, err = templateClassFrom(toUnstructured(gpus))
 	g.Expect(err).NotTo(HaveOccurred())
@@ -252,25 +255,54 @@ func TestTemplateGPUsAreWaitedFor(t *testing.T) {
 }
 
 // TestTemplateNodeLabels: the template's status.nodeLabels are rendered
-// under the config's own, which win; a label the kubelet would refuse, or
-// a malformed field, is an error naming the template and the field.
+// under the config's own, which win, and pass the rule the config's own
+// pass at admission (nodelabels.Validate): a label the kubelet may not set
+// on itself or of invalid syntax is a refusal naming the template and the
+// field; a malformed field is an error.
 func TestTemplateNodeLabels(t *testing.T) {
-	g := NewWithT(t)
 	withLabels := func(labels any) *unstructured.Unstructured {
 		tmpl := templateObject("", map[string]any{})
 		tmpl.Object["status"].(map[string]any)["nodeLabels"] = labels
 		return tmpl
 	}
-	labels, err := templateNodeLabels(withLabels(map[string]any{"cluster-api/accelerator": "GA102GL_A10"}))
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(labels).To(Equal(map[string]string{"cluster-api/accelerator": "GA102GL_A10"}))
-	g.Expect(templateNodeLabels(templateObject("", nil))).To(BeEmpty())
+	for _, tt := range []struct {
+		name        string
+		template    *unstructured.Unstructured
+		want        map[string]string
+		wantRefusal string
+		wantErr     string
+	}{
+		{name: "the GPU type", template: withLabels(map[string]any{"cluster-api/accelerator": "GA102GL_A10"}), want: map[string]string{"cluster-api/accelerator": "GA102GL_A10"}},
+		{name: "none", template: templateObject("", nil)},
+		{name: "a label the kubelet sets on itself", template: withLabels(map[string]any{"node.kubernetes.io/instance-type": "u1.large", "topology.kubernetes.io/zone": "a"}),
+			want: map[string]string{"node.kubernetes.io/instance-type": "u1.large", "topology.kubernetes.io/zone": "a"}},
+		{name: "invalid syntax", template: withLabels(map[string]any{"cluster-api/accelerator": "nvidia.com/GA102GL_A10"}),
+			wantRefusal: `TestMachineTemplate pool-r1 gives its nodes labels the config's own nodeLabels may not have: status.nodeLabels: Invalid value: "nvidia.com/GA102GL_A10"`},
+		{name: "a control-plane role written into status", template: withLabels(map[string]any{"node-role.kubernetes.io/control-plane": ""}),
+			wantRefusal: `status.nodeLabels[node-role.kubernetes.io/control-plane]: Invalid value: "node-role.kubernetes.io/control-plane": labels in the kubernetes.io and k8s.io namespaces are limited`},
+		{name: "a NodeRestriction label written into status", template: withLabels(map[string]any{"node-restriction.kubernetes.io/dedicated": "infra"}),
+			wantRefusal: `status.nodeLabels[node-restriction.kubernetes.io/dedicated]: Invalid value`},
+		{name: "not a map", template: withLabels("cluster-api/accelerator=GA102GL_A10"), wantErr: "reading status.nodeLabels of TestMachineTemplate pool-r1"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			labels, refused, err := templateNodeLabels(tt.template)
+			if tt.wantErr != "" {
+				g.Expect(err).To(MatchError(ContainSubstring(tt.wantErr)))
+				return
+			}
+			g.Expect(err).NotTo(HaveOccurred())
+			if tt.wantRefusal != "" {
+				g.Expect(refused).To(ContainSubstring(tt.wantRefusal))
+				g.Expect(labels).To(BeNil())
+				return
+			}
+			g.Expect(refused).To(BeEmpty())
+			g.Expect(labels).To(Equal(tt.want))
+		})
+	}
 
-	_, err = templateNodeLabels(withLabels(map[string]any{"cluster-api/accelerator": "nvidia.com/GA102GL_A10"}))
-	g.Expect(err).To(MatchError(ContainSubstring(`TestMachineTemplate pool-r1: status.nodeLabels: Invalid value: "nvidia.com/GA102GL_A10"`)))
-	_, err = templateNodeLabels(withLabels("cluster-api/accelerator=GA102GL_A10"))
-	g.Expect(err).To(MatchError(ContainSubstring("reading status.nodeLabels of TestMachineTemplate pool-r1")))
-
+	g := NewWithT(t)
 	g.Expect(nodeLabels(map[string]string{"cluster-api/accelerator": "GA102GL_A10"}, map[string]string{"cluster-api/accelerator": "a10", "pool": "gpu"})).
 		To(Equal(map[string]string{"cluster-api/accelerator": "a10", "pool": "gpu"}), "the label the user set wins")
 	g.Expect(nodeLabels(map[string]string{"cluster-api/accelerator": "GA102GL_A10"}, map[string]string{"pool": "gpu"})).

@@ -27,7 +27,6 @@ import (
 	"unicode"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -36,6 +35,7 @@ import (
 	"github.com/cozystack/cluster-api-workers/bootstrap/internal/cloudconfig"
 	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
 	wcvalidation "github.com/cozystack/cluster-api-workers/exp/workerclass/validation"
+	"github.com/cozystack/cluster-api-workers/internal/nodelabels"
 )
 
 const (
@@ -55,17 +55,6 @@ var (
 	reservedPaths = sets.New(cloudconfig.KubeletKubeconfigPath, "/etc/kubernetes/bootstrap-kubelet.conf", cloudconfig.SudoersPath)
 	// reservedDirs hold the join configuration and the success sentinel.
 	reservedDirs = []string{"/run/kubeadm/", "/run/cluster-api/"}
-
-	// kubeletLabels are the labels in the kubernetes.io and k8s.io
-	// namespaces that a kubelet may set on its own Node (NodeRestriction).
-	kubeletLabels = sets.New(
-		"kubernetes.io/hostname", "kubernetes.io/arch", "kubernetes.io/os",
-		"beta.kubernetes.io/arch", "beta.kubernetes.io/os", "beta.kubernetes.io/instance-type",
-		"node.kubernetes.io/instance-type",
-		"failure-domain.beta.kubernetes.io/region", "failure-domain.beta.kubernetes.io/zone",
-		"topology.kubernetes.io/region", "topology.kubernetes.io/zone",
-	)
-	kubeletLabelNamespaces = []string{"kubelet.kubernetes.io", "node.kubernetes.io"}
 )
 
 // ValidateSpec checks a KairosConfig spec. Errors carry field paths under
@@ -79,7 +68,7 @@ func ValidateSpec(spec *bootstrapv1.KairosConfigSpec, fldPath *field.Path) field
 			[]bootstrapv1.JoinMode{bootstrapv1.JoinModeStages, bootstrapv1.JoinModeClusterProvider}))
 	}
 	errs = append(errs, validateSSHKeys(spec.SSHKeys, fldPath.Child("sshKeys"))...)
-	errs = append(errs, validateNodeLabels(spec.NodeLabels, fldPath.Child("nodeLabels"))...)
+	errs = append(errs, nodelabels.Validate(spec.NodeLabels, fldPath.Child("nodeLabels"))...)
 	errs = append(errs, validateTaints(spec.NodeTaints, fldPath.Child("nodeTaints"))...)
 	errs = append(errs, validateKubeletArgs(spec.KubeletExtraArgs, fldPath.Child("kubeletExtraArgs"))...)
 	errs = append(errs, validateFiles(spec.Files, fldPath.Child("files"))...)
@@ -95,39 +84,6 @@ func ValidateSpec(spec *bootstrapv1.KairosConfigSpec, fldPath *field.Path) field
 // workerClass.sshKeys takes none); no message carries the key.
 func validateSSHKeys(keys []string, fldPath *field.Path) field.ErrorList {
 	return wcvalidation.ValidateSSHKeys(workerclassv1.BootstrapKairos, keys, fldPath)
-}
-
-// validateNodeLabels checks label syntax and refuses labels a kubelet may
-// not set on itself, which would keep the node from registering.
-func validateNodeLabels(labels map[string]string, fldPath *field.Path) field.ErrorList {
-	errs := metav1validation.ValidateLabels(labels, fldPath)
-	for key := range labels {
-		if !kubeletMaySet(key) {
-			errs = append(errs, field.Invalid(fldPath.Key(key), key,
-				"labels in the kubernetes.io and k8s.io namespaces are limited to those a kubelet may set on itself (kubelet.kubernetes.io/*, node.kubernetes.io/* and the well-known topology, os, arch and instance-type labels)"))
-		}
-	}
-	return errs
-}
-
-func kubeletMaySet(key string) bool {
-	prefix, _, found := strings.Cut(key, "/")
-	if !found {
-		return true
-	}
-	restricted := func(domain string) bool { return prefix == domain || strings.HasSuffix(prefix, "."+domain) }
-	if !restricted("kubernetes.io") && !restricted("k8s.io") {
-		return true
-	}
-	if kubeletLabels.Has(key) {
-		return true
-	}
-	for _, ns := range kubeletLabelNamespaces {
-		if prefix == ns || strings.HasSuffix(prefix, "."+ns) {
-			return true
-		}
-	}
-	return false
 }
 
 func validateTaints(taints []bootstrapv1.NodeTaint, fldPath *field.Path) field.ErrorList {

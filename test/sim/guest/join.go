@@ -45,6 +45,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
+	kubeletapis "k8s.io/kubelet/pkg/apis"
 	"k8s.io/cluster-bootstrap/token/jws"
 	bootstraputil "k8s.io/cluster-bootstrap/token/util"
 	kubeadmv1beta4 "sigs.k8s.io/cluster-api/bootstrap/kubeadm/pkg/types/upstreamv1beta4"
@@ -243,35 +244,20 @@ func parseNodeLabels(value string) (map[string]string, error) {
 	return out, nil
 }
 
-// kubeletSettableLabels are the labels in the kubernetes.io and k8s.io
-// namespaces that a kubelet may set on its own Node.
-var kubeletSettableLabels = map[string]bool{
-	corev1.LabelHostname:                true,
-	corev1.LabelTopologyZone:            true,
-	corev1.LabelTopologyRegion:          true,
-	corev1.LabelFailureDomainBetaZone:   true,
-	corev1.LabelFailureDomainBetaRegion: true,
-	corev1.LabelInstanceType:            true,
-	corev1.LabelInstanceTypeStable:      true,
-	corev1.LabelOSStable:                true,
-	corev1.LabelArchStable:              true,
-	"beta.kubernetes.io/os":             true,
-	"beta.kubernetes.io/arch":           true,
-}
-
+// kubeletMaySetLabel is the kubelet's own check of --node-labels
+// (cmd/kubelet/app's validation): a key in the kubernetes.io or k8s.io
+// namespace must be one NodeRestriction lets a kubelet set on itself,
+// kubeletapis.IsKubeletLabel.
 func kubeletMaySetLabel(key string) bool {
 	namespace, _, found := strings.Cut(key, "/")
 	if !found {
 		return true
 	}
-	if kubeletSettableLabels[key] {
+	inNamespace := func(domain string) bool { return namespace == domain || strings.HasSuffix(namespace, "."+domain) }
+	if !inNamespace("kubernetes.io") && !inNamespace("k8s.io") {
 		return true
 	}
-	inNamespace := func(ns, domain string) bool { return ns == domain || strings.HasSuffix(ns, "."+domain) }
-	if inNamespace(namespace, "kubelet.kubernetes.io") || inNamespace(namespace, "node.kubernetes.io") {
-		return true
-	}
-	return !inNamespace(namespace, "kubernetes.io") && !inNamespace(namespace, "k8s.io")
+	return kubeletapis.IsKubeletLabel(key)
 }
 
 // validateWithKubeadm runs the real kubeadm's configuration validation on
