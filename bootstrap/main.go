@@ -54,6 +54,7 @@ type options struct {
 	clusterCacheConcurrency int
 	kairosConfigConcurrency int
 	tokenTTL                time.Duration
+	tokenKeepAlive          time.Duration
 }
 
 func (o *options) addFlags(fs *pflag.FlagSet) {
@@ -73,6 +74,8 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.kairosConfigConcurrency, "kairosconfig-concurrency", setup.DefaultKairosConfigConcurrency, "Number of KairosConfigs reconciled at once.")
 	fs.DurationVar(&o.tokenTTL, "bootstrap-token-ttl", kairosconfig.DefaultTokenTTL,
 		"Lifetime of a Machine's bootstrap token. It is extended every third of this while the node has not joined and deleted once it has.")
+	fs.DurationVar(&o.tokenKeepAlive, "bootstrap-token-keep-alive", kairosconfig.DefaultTokenKeepAlive,
+		"How long after its mint a bootstrap token is extended while the node has not joined. Then it ends with its expiry and no new one is minted for that Machine, which its MachineHealthCheck replaces.")
 	fs.StringVar(&o.HealthAddr, "health-addr", ":9440", "Address the health probes bind to.")
 	fs.StringVar(&o.ProfilerAddress, "profiler-address", "", "Address of the pprof profiler (e.g. localhost:6060); off when empty.")
 	fs.IntVar(&o.WebhookPort, "webhook-port", 9443, "Webhook server port.")
@@ -97,6 +100,9 @@ func run(o *options) error {
 		return err
 	}
 	if err := setup.ValidateTokenTTL(o.tokenTTL); err != nil {
+		return err
+	}
+	if err := setup.ValidateTokenKeepAlive(o.tokenKeepAlive, o.tokenTTL); err != nil {
 		return err
 	}
 	setupLog := ctrl.Log.WithName("setup")
@@ -134,6 +140,7 @@ func run(o *options) error {
 	if err := setup.Reconcilers(ctx, mgr, setup.Options{
 		ControllerName:          controllerName,
 		TokenTTL:                o.tokenTTL,
+		TokenKeepAlive:          o.tokenKeepAlive,
 		KairosConfigConcurrency: o.kairosConfigConcurrency,
 		ClusterCacheClientQPS:   o.clusterCacheClientQPS,
 		ClusterCacheClientBurst: o.clusterCacheClientBurst,

@@ -123,6 +123,10 @@ type Options struct {
 	// TokenTTL is the bootstrap token lifetime between refreshes;
 	// kairosconfig.DefaultTokenTTL when zero.
 	TokenTTL time.Duration
+	// TokenKeepAlive bounds how long after its mint a token is extended
+	// while its node has not joined; kairosconfig.DefaultTokenKeepAlive
+	// when zero.
+	TokenKeepAlive time.Duration
 	// KairosConfigConcurrency bounds parallel KairosConfig reconciles;
 	// DefaultKairosConfigConcurrency when zero.
 	KairosConfigConcurrency int
@@ -174,6 +178,20 @@ func ValidateTokenTTL(ttl time.Duration) error {
 	return nil
 }
 
+// MaxTokenKeepAlive bounds --bootstrap-token-keep-alive: a week covers any
+// join a hoster could wait for, and a token kept alive longer is a
+// credential nothing uses.
+const MaxTokenKeepAlive = 7 * 24 * time.Hour
+
+// ValidateTokenKeepAlive checks the keep-alive against the TTL (a token
+// lives at least one TTL) and its bound.
+func ValidateTokenKeepAlive(keepAlive, ttl time.Duration) error {
+	if keepAlive < ttl || keepAlive > MaxTokenKeepAlive {
+		return fmt.Errorf("--bootstrap-token-keep-alive must be between --bootstrap-token-ttl (%s) and %s, got %s", ttl, MaxTokenKeepAlive, keepAlive)
+	}
+	return nil
+}
+
 // Reconcilers creates the ClusterCache (workload clients and watches)
 // and registers the KairosConfig controller. The ClusterCache's workload
 // connections are closed when the manager stops, so several managers can
@@ -213,6 +231,7 @@ func Reconcilers(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 		ClusterCache:        clusterCache,
 		WatchFilterValue:    opts.WatchFilterValue,
 		TokenTTL:            opts.TokenTTL,
+		TokenKeepAlive:      opts.TokenKeepAlive,
 	}).SetupWithManager(ctx, mgr, controller.Options{MaxConcurrentReconciles: opts.KairosConfigConcurrency}); err != nil {
 		return fmt.Errorf("setting up the KairosConfig controller: %w", err)
 	}

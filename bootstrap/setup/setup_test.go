@@ -220,6 +220,29 @@ func TestValidateTokenTTL(t *testing.T) {
 	}
 }
 
+func TestValidateTokenKeepAlive(t *testing.T) {
+	for _, tc := range []struct {
+		keepAlive, ttl time.Duration
+		ok             bool
+	}{
+		{24 * time.Hour, time.Hour, true},
+		{time.Hour, time.Hour, true},
+		{7 * 24 * time.Hour, time.Hour, true},
+		{59 * time.Minute, time.Hour, false},
+		{0, time.Hour, false},
+		{7*24*time.Hour + time.Second, time.Hour, false},
+	} {
+		t.Run(tc.keepAlive.String(), func(t *testing.T) {
+			err := ValidateTokenKeepAlive(tc.keepAlive, tc.ttl)
+			if tc.ok {
+				NewWithT(t).Expect(err).NotTo(HaveOccurred())
+				return
+			}
+			NewWithT(t).Expect(err).To(MatchError("--bootstrap-token-keep-alive must be between --bootstrap-token-ttl (1h0m0s) and 168h0m0s, got " + tc.keepAlive.String()))
+		})
+	}
+}
+
 // TestCachedMachinesAreCutDown: the manager caches Machines through
 // watchview.CachedMachine, which keeps the nodeRef the reconciler revokes
 // the token on (its own test pins what is kept).

@@ -17,6 +17,7 @@ limitations under the License.
 package kairosconfig
 
 import (
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -48,14 +49,21 @@ func SecretCacheOptions() ctrlcache.ByObject {
 // stripUnreadSecretData drops managedFields from every cached Secret and
 // every data key the code does not read: of the cluster's own Secrets, the
 // CA's certificate (never its key) and the kubeconfig the ClusterCache
-// connects with; all of our token records; nothing of the others (the
+// connects with; the keys of our token records; nothing of the others (the
 // service account, etcd and proxy keys, bootstrap data, other providers'
 // Secrets). Bootstrap data is never read from the cache: it is created, and
 // read directly only when it already exists.
 func stripUnreadSecretData(in any) (any, error) {
 	if s, ok := in.(*corev1.Secret); ok && isTokenSecret(s) {
-		// Our token records are read whole.
+		// Of our token records, the keys token.go reads; a tenant can
+		// make a Secret that looks like one.
 		s.SetManagedFields(nil)
+		for k := range s.Data {
+			if !slices.Contains(tokenRecordKeys, k) {
+				delete(s.Data, k)
+			}
+		}
+		s.StringData = nil
 		return s, nil
 	}
 	return watchview.CachedSecret(in, readClusterSecretKey)

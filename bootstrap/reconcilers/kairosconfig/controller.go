@@ -89,6 +89,9 @@ type Reconciler struct {
 	WatchFilterValue string
 	// TokenTTL is the bootstrap token lifetime between refreshes.
 	TokenTTL time.Duration
+	// TokenKeepAlive bounds how long after its mint a token is refreshed
+	// while its node has not joined; DefaultTokenKeepAlive when zero.
+	TokenKeepAlive time.Duration
 	// InfrastructureKinds are the only kinds read from a Machine's
 	// infrastructure reference and its cloned-from annotations;
 	// KubeVirtKinds when zero.
@@ -302,18 +305,27 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 
 	if ptr.Deref(config.Status.Initialization.DataSecretCreated, false) {
 		markAvailable(config)
-		joined, err := r.nodeJoined(ctx, s)
-		if err != nil {
-			return workloadUnavailable(s, err)
-		}
-		if joined {
-			return r.revokeToken(ctx, s)
-		}
 		stored, found, err := r.readTokenRecord(ctx, config)
 		if err != nil {
 			return ctrl.Result{}, err
 		}
-		if found {
+		if found && stored.ended != "" {
+			// The node joined, or the keep-alive is over: a config's token
+			// ends once, and none is minted again, whatever becomes of
+			// the Node (deleted before Cluster API set the nodeRef, say).
+			return ctrl.Result{}, nil
+		}
+		joined, err := r.nodeJoined(ctx, s)
+		if err != nil {
+			return workloadUnavailable(s, err)
+		}
+		switch {
+		case joined && found:
+			return ctrl.Result{}, r.endToken(ctx, s, stored, endedJoined)
+		case joined:
+			// Joined with no record (a restored config): the mark alone.
+			return ctrl.Result{}, r.recordEnded(ctx, s, stored, endedJoined)
+		case found:
 			return r.refreshToken(ctx, s, stored)
 		}
 		// The token is gone while the node has not joined (restored config,
@@ -354,7 +366,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) (ctrl.Result
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if found {
+	if found && t.ended == "" {
 		if err := r.revokeAndForget(ctx, s, t); err != nil {
 			return ctrl.Result{}, err
 		}

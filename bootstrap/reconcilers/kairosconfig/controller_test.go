@@ -140,6 +140,59 @@ func TestNodeJoinsAndTheTokenIsDeleted(t *testing.T) {
 	// The data stays available and no new token appears.
 	g.Consistently(func(g Gomega) []corev1.Secret { return workloadTokensFor(g, w) }, 2*time.Second, 200*time.Millisecond).Should(BeEmpty())
 	g.Expect(f.condition(w)(g).Status).To(Equal(metav1.ConditionTrue))
+	g.Expect(f.tokenEnded(w)).To(Equal(endedJoined))
+}
+
+// TestAConfigThatJoinedNeverMintsAgain: the workload cluster's owner
+// deletes the Node after it joined and before Cluster API set the nodeRef;
+// the config, reconciled again, mints no new token and leaves its data as
+// it was: its record says the token ended when the node joined.
+func TestAConfigThatJoinedNeverMintsAgain(t *testing.T) {
+	startController(t, testTokenTTL)
+	f := newFixture(t, readyCluster)
+	g := f.g
+	w := f.newWorker("worker-0", machineOptions{vmName: "rejoin-vm"})
+	data := f.waitForData(w)
+	tok, _ := f.storedToken(w)
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "rejoin-vm"}, Spec: corev1.NodeSpec{ProviderID: "kubevirt://rejoin-vm"}}
+	g.Expect(workload.Client.Create(suiteCtx, node)).To(Succeed())
+	g.Eventually(func() bool { _, err := workloadToken(tok.ID); return apierrors.IsNotFound(err) }, eventually, 100*time.Millisecond).Should(BeTrue())
+	g.Eventually(func() bool { _, live := f.storedToken(w); return live }, eventually, 100*time.Millisecond).Should(BeFalse())
+
+	g.Expect(workload.Client.Delete(suiteCtx, node)).To(Succeed())
+	// Any change of the Machine reconciles its config.
+	g.Expect(mgmt.Client.Get(suiteCtx, client.ObjectKeyFromObject(w.machine), w.machine)).To(Succeed())
+	w.machine.Annotations = map[string]string{"example.com/touched": "after the Node was deleted"}
+	g.Expect(mgmt.Client.Update(suiteCtx, w.machine)).To(Succeed())
+	g.Consistently(func(g Gomega) {
+		g.Expect(workloadTokensFor(g, w)).To(BeEmpty(), "no token is minted again")
+		again := &corev1.Secret{}
+		g.Expect(mgmt.Client.Get(suiteCtx, client.ObjectKeyFromObject(data), again)).To(Succeed())
+		g.Expect(again.Data["value"]).To(Equal(data.Data["value"]), "the data is not rendered again")
+	}, 4*time.Second, 200*time.Millisecond).Should(Succeed())
+	g.Expect(f.tokenEnded(w)).To(Equal(endedJoined))
+}
+
+// TestTokenKeepAliveIsBounded: a node that never joins keeps its token
+// alive only for the keep-alive after the mint; then the token ends with
+// its expiry, its record says why, and no new one is minted.
+func TestTokenKeepAliveIsBounded(t *testing.T) {
+	keepAlive := 2 * testTokenTTL
+	startControllerWith(t, mgmt.Config, testTokenTTL, testKinds, "", func(r *Reconciler) { r.TokenKeepAlive = keepAlive })
+	f := newFixture(t, readyCluster)
+	g := f.g
+	w := f.newWorker("worker-0", machineOptions{vmName: "never-joins-vm"})
+	f.waitForData(w)
+	tok, found := f.storedToken(w)
+	g.Expect(found).To(BeTrue())
+
+	// Extended while the keep-alive lasts, at most one TTL past it.
+	g.Eventually(f.tokenEnded, keepAlive+testTokenTTL+eventually, 200*time.Millisecond).WithArguments(w).Should(Equal(endedKeepAlive))
+	_, err := workloadToken(tok.ID)
+	g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "the ended token is revoked")
+	g.Eventually(func(g Gomega) []string { return eventsOf(g, w.config) }, eventually, 100*time.Millisecond).Should(ContainElement(
+		"Normal BootstrapTokenRevoked Revoke: Revoked the bootstrap token in the workload cluster: the node had not joined when its keep-alive was over; no new token is minted for this Machine"))
+	g.Consistently(func(g Gomega) []corev1.Secret { return workloadTokensFor(g, w) }, 2*testTokenTTL/3, 200*time.Millisecond).Should(BeEmpty())
 }
 
 func TestNodeRefRevokesTheToken(t *testing.T) {

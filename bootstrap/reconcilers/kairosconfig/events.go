@@ -40,12 +40,15 @@ func (r *Reconciler) recordDataReady(s *scope) {
 }
 
 // recordRevoked is the Event of the token deleted from the workload
-// cluster.
-func (r *Reconciler) recordRevoked(s *scope) {
-	why := "the node joined"
-	if s.machine == nil || !s.machine.DeletionTimestamp.IsZero() || !s.config.DeletionTimestamp.IsZero() {
-		why = "its Machine is being deleted"
+// cluster: why it ended, "" when its Machine is being deleted.
+func (r *Reconciler) recordRevoked(s *scope, why tokenEnded) {
+	because := "its Machine is being deleted"
+	switch why {
+	case endedJoined:
+		because = "the node joined"
+	case endedKeepAlive:
+		because = "the node had not joined when its keep-alive was over; no new token is minted for this Machine"
 	}
 	r.Recorder.Eventf(s.config, nil, corev1.EventTypeNormal, BootstrapTokenRevokedEvent, "Revoke",
-		"Revoked the bootstrap token in the workload cluster: %s", why)
+		"Revoked the bootstrap token in the workload cluster: %s", because)
 }

@@ -17,6 +17,8 @@ limitations under the License.
 package kairosconfig
 
 import (
+	"sync"
+
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/cozystack/cluster-api-workers/internal/ownwrites"
@@ -24,39 +26,54 @@ import (
 
 // expectations remember the controller's own writes until the cache shows
 // them: the versions of a config our writes replaced (ownwrites), and the
-// token record we deleted, so that a reconcile on a stale cache neither
-// adds the finalizer again, renders again nor revokes again. Each entry
+// token record we ended or deleted, so that a reconcile on a stale cache
+// neither adds the finalizer again, renders again nor revokes again. Each entry
 // lives from a write to the next reconcile of the same config, which the
 // write's own watch event triggers.
 type expectations struct {
 	*ownwrites.Versions
-	// revoked holds, per config, the ID of the token whose record we
-	// deleted: a cached record with that ID is already gone.
-	revoked ownwrites.Children
+	// ended holds, per config, the ID of the token whose record we ended
+	// or deleted: a cached record with that ID is already ended or gone.
+	ended ownwrites.Children
+	// endedWhy holds why, per config with an entry in ended: "" for a
+	// deleted record.
+	endedWhy sync.Map
 }
 
 func newExpectations() *expectations {
 	return &expectations{Versions: ownwrites.New()}
 }
 
-// revokedToken records that the record of token id was deleted.
-func (e *expectations) revokedToken(config types.NamespacedName, id string) {
-	e.revoked.Wrote(config, id)
+// endedToken records that the record of token id was ended (why) or
+// deleted (why "").
+func (e *expectations) endedToken(config types.NamespacedName, id string, why tokenEnded) {
+	e.ended.Wrote(config, id)
+	e.endedWhy.Store(config, why)
 }
 
 // tokenRevoked reports whether a cached record of token id was already
-// deleted by us.
+// ended or deleted by us.
 func (e *expectations) tokenRevoked(config types.NamespacedName, id string) bool {
-	return e.revoked.Pending(config, id)
+	return e.ended.Pending(config, id)
 }
 
-// tokenRecordGone drops the revocation once the cache has no record.
+// endedAs is why the config's record was ended by us, "" when it was
+// deleted or nothing is expected.
+func (e *expectations) endedAs(config types.NamespacedName) tokenEnded {
+	why, _ := e.endedWhy.Load(config)
+	w, _ := why.(tokenEnded)
+	return w
+}
+
+// tokenRecordGone drops the expectation once the cache shows the record
+// ended or gone.
 func (e *expectations) tokenRecordGone(config types.NamespacedName) {
-	e.revoked.Seen(config)
+	e.ended.Seen(config)
+	e.endedWhy.Delete(config)
 }
 
 // forget drops everything about a config that is gone.
 func (e *expectations) forget(config types.NamespacedName) {
 	e.Forget(config)
-	e.revoked.Seen(config)
+	e.tokenRecordGone(config)
 }

@@ -168,7 +168,7 @@ func startControllerAs(t *testing.T, cfg *rest.Config, ttl time.Duration, kinds 
 	return startControllerWith(t, cfg, ttl, kinds, "")
 }
 
-func startControllerWith(t *testing.T, cfg *rest.Config, ttl time.Duration, kinds InfrastructureKinds, watchFilter string) *controllerManager {
+func startControllerWith(t *testing.T, cfg *rest.Config, ttl time.Duration, kinds InfrastructureKinds, watchFilter string, configure ...func(*Reconciler)) *controllerManager {
 	t.Helper()
 	// Informer names are process-wide, so each manager gets its own name.
 	name := fmt.Sprintf("kairos-test-%d", managerCount.Add(1))
@@ -211,6 +211,9 @@ func startControllerWith(t *testing.T, cfg *rest.Config, ttl time.Duration, kind
 		TokenTTL:            ttl,
 		InfrastructureKinds: kinds,
 		WatchFilterValue:    watchFilter,
+	}
+	for _, c := range configure {
+		c(r)
 	}
 	if err := r.SetupWithManager(ctx, mgr, opts); err != nil {
 		t.Fatal(err)
@@ -502,7 +505,24 @@ func (f *fixture) storedToken(w *worker) (token, bool) {
 	f.g.Expect(err).NotTo(HaveOccurred())
 	t, found, err := parseTokenRecord(s)
 	f.g.Expect(err).NotTo(HaveOccurred())
-	return t, found
+	return t, found && t.ended == ""
+}
+
+// tokenEnded is why the worker's token ended for good, as its record
+// says; "" while it lives or when there is no record.
+func (f *fixture) tokenEnded(w *worker) tokenEnded {
+	s := &corev1.Secret{}
+	err := mgmt.Client.Get(suiteCtx, client.ObjectKey{Namespace: f.namespace, Name: tokenRecordName(w.config.Name)}, s)
+	if apierrors.IsNotFound(err) {
+		return ""
+	}
+	f.g.Expect(err).NotTo(HaveOccurred())
+	ended, ok := s.Data[endedKey]
+	if ok {
+		_, withToken := s.Data[tokenKey]
+		f.g.Expect(withToken).To(BeFalse(), "an ended record keeps no token")
+	}
+	return tokenEnded(ended)
 }
 
 // workloadToken reads a bootstrap token Secret in the workload cluster.

@@ -54,10 +54,13 @@ import (
 //   - refresh: push the workload token's expiry out until the node joins,
 //     and record the new expiry (refreshToken, refreshWorkloadToken,
 //     recordRefresh);
-//   - revoke: delete the workload token once the node joined or the
-//     Machine goes, then forget the record (revokeToken,
-//     revokeWorkloadToken, forgetTokenRecord); a token whose cluster
-//     cannot be reached is forgotten once it has expired.
+//   - end: once the node joined, or the token outlived its keep-alive,
+//     delete the workload token and replace the record with a mark that
+//     keeps no token (endToken, revokeWorkloadToken, recordEnded): a
+//     config whose token ended never mints again;
+//   - revoke: delete the workload token when the Machine goes, then forget
+//     the record (revokeAndForget, forgetTokenRecord); a token whose
+//     cluster cannot be reached is forgotten once it has expired.
 //
 // The KairosConfig's own writes and its bootstrap data Secret are
 // writes.go's.
@@ -75,10 +78,34 @@ const (
 	// KairosConfig's token: <config name>-bootstrap-token.
 	TokenSecretSuffix = "-bootstrap-token"
 
+	// DefaultTokenKeepAlive is how long after its mint a token is kept
+	// alive while its node has not joined: kubeadm's own default token
+	// lifetime. A Machine that has not joined by then has failed, and
+	// its MachineHealthCheck replaces it.
+	DefaultTokenKeepAlive = 24 * time.Hour
+
 	// Keys of the management-cluster token Secret.
 	tokenKey      = "token"
 	expirationKey = "expiration"
+	// endedKey replaces both in a record whose token ended for good; its
+	// value says why (tokenEnded).
+	endedKey = "ended"
 )
+
+// tokenEnded says why a config's token ended for good.
+type tokenEnded string
+
+const (
+	// endedJoined: the node joined and the token was revoked.
+	endedJoined tokenEnded = "NodeJoined"
+	// endedKeepAlive: the node had not joined when the token's keep-alive
+	// was over, and it was revoked.
+	endedKeepAlive tokenEnded = "KeepAliveOver"
+)
+
+// tokenRecordKeys are the keys the code reads of a token record, and all
+// the cache keeps of one (cache.go).
+var tokenRecordKeys = []string{tokenKey, expirationKey, endedKey}
 
 // token is a bootstrap token and its expiry.
 type token struct {
@@ -88,6 +115,11 @@ type token struct {
 	// recordUID is the UID of our management Secret the token was read
 	// from: its record is deleted only while it is that Secret.
 	recordUID types.UID
+	// minted is when the record was created, which bounds the keep-alive.
+	minted time.Time
+	// ended is set when the record marks a token that ended for good: no
+	// ID, secret or expiry is kept then.
+	ended tokenEnded
 }
 
 func (t token) String() string { return bootstraputil.TokenFromIDAndSecret(t.ID, t.Secret) }
@@ -182,13 +214,13 @@ func (r *Reconciler) readTokenRecord(ctx context.Context, config *bootstrapv1.Ka
 		return token{}, false, err
 	}
 	key := client.ObjectKeyFromObject(config)
-	if !found {
+	if !found || t.ended != "" {
 		r.expect.tokenRecordGone(key)
-		return token{}, false, nil
+		return t, found, nil
 	}
 	if r.expect.tokenRevoked(key, t.ID) {
-		// Deleted by us; the cache has not seen the deletion yet.
-		return token{}, false, nil
+		// Ended or deleted by us; the cache has not seen it yet.
+		return token{ended: r.expect.endedAs(key)}, r.expect.endedAs(key) != "", nil
 	}
 	return t, true, nil
 }
@@ -227,7 +259,11 @@ func getTokenRecord(ctx context.Context, reader client.Reader, config *bootstrap
 }
 
 // parseTokenRecord returns the stored token, or ok=false when there is none.
+// A record whose token ended returns a token with only ended set.
 func parseTokenRecord(s *corev1.Secret) (token, bool, error) {
+	if ended, ok := s.Data[endedKey]; ok {
+		return token{ended: tokenEnded(ended), recordUID: s.UID, minted: s.CreationTimestamp.Time}, true, nil
+	}
 	value, ok := s.Data[tokenKey]
 	if !ok {
 		return token{}, false, nil
@@ -242,6 +278,7 @@ func parseTokenRecord(s *corev1.Secret) (token, bool, error) {
 		}
 	}
 	t.recordUID = s.UID
+	t.minted = s.CreationTimestamp.Time
 	return t, true, nil
 }
 
@@ -397,6 +434,15 @@ func (r *Reconciler) refreshToken(ctx context.Context, s *scope, t token) (ctrl.
 	if !t.Expiration.IsZero() && !needsRefresh(t.Expiration, now, r.TokenTTL) {
 		return ctrl.Result{RequeueAfter: refreshInterval(r.TokenTTL)}, nil
 	}
+	if keepAliveOver(t, now, r.tokenKeepAlive()) {
+		// Not extended again: the token ends with the expiry it has.
+		if now.Before(t.Expiration) {
+			return ctrl.Result{RequeueAfter: t.Expiration.Sub(now)}, nil
+		}
+		ctrl.LoggerFrom(ctx).Info("The node has not joined within the bootstrap token's keep-alive; ending the token, and no new one is minted for this config",
+			"tokenID", t.ID, "minted", t.minted, "keepAlive", r.tokenKeepAlive())
+		return ctrl.Result{}, r.endToken(ctx, s, t, endedKeepAlive)
+	}
 	remote, err := r.ClusterCache.GetClient(ctx, util.ObjectKey(s.cluster))
 	if err != nil {
 		return workloadUnavailable(s, err)
@@ -409,6 +455,21 @@ func (r *Reconciler) refreshToken(ctx context.Context, s *scope, t token) (ctrl.
 		return ctrl.Result{}, err
 	}
 	return ctrl.Result{RequeueAfter: refreshInterval(r.TokenTTL)}, nil
+}
+
+// tokenKeepAlive is the keep-alive in force.
+func (r *Reconciler) tokenKeepAlive() time.Duration {
+	if r.TokenKeepAlive == 0 {
+		return DefaultTokenKeepAlive
+	}
+	return r.TokenKeepAlive
+}
+
+// keepAliveOver says whether a token's keep-alive is over: it was minted
+// keepAlive ago or more. A record without a creation time (a fake client's)
+// is kept alive.
+func keepAliveOver(t token, now time.Time, keepAlive time.Duration) bool {
+	return keepAlive > 0 && !t.minted.IsZero() && !now.Before(t.minted.Add(keepAlive))
 }
 
 // needsRefresh says whether a token's expiry should be pushed out: once a
@@ -447,12 +508,63 @@ func refreshWorkloadToken(ctx context.Context, remote client.Client, config *boo
 	return t, nil
 }
 
-// Revoking, once the node joined or its Machine goes.
+// Ending, once the node joined or the keep-alive is over.
 
-// revokeToken reads the record, deletes the workload token, then the record.
+// endToken deletes the workload token and replaces our record with the
+// mark that the config's token ended, which keeps no token: a config
+// whose token ended never mints again, whatever happens to its Node
+// later (deleted before Cluster API set the Machine's nodeRef, say). It
+// costs the write a deleted record cost. While the workload cluster cannot
+// be reached the error is returned and the attempt repeated with backoff.
+func (r *Reconciler) endToken(ctx context.Context, s *scope, t token, why tokenEnded) error {
+	remote, err := r.ClusterCache.GetClient(ctx, util.ObjectKey(s.cluster))
+	if err != nil {
+		return fmt.Errorf("revoking bootstrap token %s: %w", t.ID, err)
+	}
+	if err := revokeWorkloadToken(ctx, remote, t); err != nil {
+		return err
+	}
+	ctrl.LoggerFrom(ctx).Info("Revoked the bootstrap token", "tokenID", t.ID, "why", string(why))
+	r.recordRevoked(s, why)
+	metrics.TokensRevoked.Inc()
+	if err := r.recordEnded(ctx, s, t, why); err != nil {
+		return err
+	}
+	r.expect.endedToken(client.ObjectKeyFromObject(s.config), t.ID, why)
+	return nil
+}
+
+// recordEnded replaces our record of t with the mark that the config's
+// token ended: one merge patch that drops the token and its expiry.
+func (r *Reconciler) recordEnded(ctx context.Context, s *scope, t token, why tokenEnded) error {
+	patch, err := json.Marshal(map[string]any{
+		"data": map[string]any{tokenKey: nil, expirationKey: nil, endedKey: []byte(why)},
+	})
+	if err != nil {
+		return err
+	}
+	record := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: s.config.Namespace, Name: tokenRecordName(s.config.Name)}}
+	err = r.Client.Patch(ctx, record, client.RawPatch(types.MergePatchType, patch))
+	if apierrors.IsNotFound(err) {
+		// No record (a restored config whose node joined): the mark is
+		// made alone.
+		record = tokenRecordSecret(s.config, s.cluster.Name, t)
+		record.Data = map[string][]byte{endedKey: []byte(why)}
+		err = client.IgnoreAlreadyExists(r.Client.Create(ctx, record))
+	}
+	if err != nil {
+		return fmt.Errorf("recording that the bootstrap token ended: %w", err)
+	}
+	return nil
+}
+
+// Revoking, when the Machine goes.
+
+// revokeToken reads the record and, unless its token ended, deletes the
+// workload token, then the record.
 func (r *Reconciler) revokeToken(ctx context.Context, s *scope) (ctrl.Result, error) {
 	t, found, err := r.readTokenRecord(ctx, s.config)
-	if err != nil || !found {
+	if err != nil || !found || t.ended != "" {
 		return ctrl.Result{}, err
 	}
 	return ctrl.Result{}, r.revokeAndForget(ctx, s, t)
@@ -474,14 +586,14 @@ func (r *Reconciler) revokeAndForget(ctx context.Context, s *scope, t token) err
 		if err := revokeWorkloadToken(ctx, remote, t); err != nil {
 			return err
 		}
-		log.Info("Revoked the bootstrap token", "tokenID", t.ID)
-		r.recordRevoked(s)
+		log.Info("Revoked the bootstrap token", "tokenID", t.ID, "why", "MachineDeleted")
+		r.recordRevoked(s, "")
 		metrics.TokensRevoked.Inc()
 	}
 	if err := r.forgetTokenRecord(ctx, s.config, t); err != nil {
 		return err
 	}
-	r.expect.revokedToken(client.ObjectKeyFromObject(s.config), t.ID)
+	r.expect.endedToken(client.ObjectKeyFromObject(s.config), t.ID, "")
 	return nil
 }
 
