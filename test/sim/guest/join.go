@@ -45,9 +45,9 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
-	kubeletapis "k8s.io/kubelet/pkg/apis"
 	"k8s.io/cluster-bootstrap/token/jws"
 	bootstraputil "k8s.io/cluster-bootstrap/token/util"
+	kubeletapis "k8s.io/kubelet/pkg/apis"
 	kubeadmv1beta4 "sigs.k8s.io/cluster-api/bootstrap/kubeadm/pkg/types/upstreamv1beta4"
 	sigsyaml "sigs.k8s.io/yaml"
 )
