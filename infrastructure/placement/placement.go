@@ -211,7 +211,7 @@ func (p Policy) validateNodeSelectorTerm(term corev1.NodeSelectorTerm, path *fie
 // hoster's or another tenant's Pods, and learn where they run from where
 // its own VMs land.
 func validatePodAffinityTerms(required []corev1.PodAffinityTerm, preferred []corev1.WeightedPodAffinityTerm, namespace string, path *field.Path) field.ErrorList {
-	var errs field.ErrorList
+	errs := make(field.ErrorList, 0, len(required)+len(preferred))
 	requiredPath := path.Child("requiredDuringSchedulingIgnoredDuringExecution")
 	for i, term := range required {
 		errs = append(errs, validatePodAffinityTerm(term, namespace, requiredPath.Index(i))...)
