@@ -38,6 +38,7 @@ import (
 
 	"github.com/cozystack/cluster-api-workers/exp/workerclass"
 	"github.com/cozystack/cluster-api-workers/feature"
+	"github.com/cozystack/cluster-api-workers/infrastructure/placement"
 	"github.com/cozystack/cluster-api-workers/infrastructure/reconcilers/kubevirtmachine"
 	"github.com/cozystack/cluster-api-workers/infrastructure/setup"
 	"github.com/cozystack/cluster-api-workers/internal/manager"
@@ -59,6 +60,7 @@ type options struct {
 	templateConcurrency       int
 	clusterConcurrency        int
 	workerClassWebhooks       workerclass.WebhookOptions
+	placement                 placement.Policy
 }
 
 func (o *options) addFlags(fs *pflag.FlagSet) {
@@ -98,6 +100,7 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.templateConcurrency, "kubevirtmachinetemplate-concurrency", setup.DefaultTemplateConcurrency, "KubeVirtMachineTemplates reconciled in parallel.")
 	fs.IntVar(&o.clusterConcurrency, "kubevirtcluster-concurrency", setup.DefaultClusterConcurrency, "KubeVirtClusters reconciled in parallel.")
 	o.workerClassWebhooks.AddFlags(fs)
+	o.placement.AddFlags(fs)
 	flags.AddManagerOptions(fs, &o.Manager)
 	feature.MutableGates.AddFlag(fs)
 }
@@ -119,6 +122,9 @@ func main() {
 func run(o *options) error {
 	if err := o.ApplyLogging(); err != nil {
 		return err
+	}
+	if err := o.placement.Check(); err != nil {
+		return fmt.Errorf("the placement flags: %w", err)
 	}
 	setupLog := ctrl.Log.WithName("setup")
 
@@ -160,7 +166,7 @@ func run(o *options) error {
 
 	ctx := ctrl.SetupSignalHandler()
 	workerClasses := feature.Gates.Enabled(feature.WorkerClass)
-	if err := setup.Webhooks(mgr, infraConfig); err != nil {
+	if err := setup.Webhooks(mgr, infraConfig, o.placement); err != nil {
 		return err
 	}
 	if err := setup.Reconcilers(ctx, mgr, setup.Options{
@@ -175,6 +181,7 @@ func run(o *options) error {
 		Infrastructure:            infraConfig,
 		ManagementClusterIdentity: o.managementClusterIdentity,
 		SyncPeriod:                o.syncPeriod,
+		Placement:                 o.placement,
 	}); err != nil {
 		return err
 	}
@@ -189,7 +196,10 @@ func run(o *options) error {
 		}
 	}
 	setupLog.Info("Starting the manager", "namespace", o.watchNamespace, "watchFilter", o.watchFilterValue, "workerClasses", workerClasses,
-		"infrastructureCluster", infrastructureClusterName(infraConfig))
+		"infrastructureCluster", infrastructureClusterName(infraConfig),
+		"tenantTolerationKeys", o.placement.TolerationKeys, "tenantNodeAffinityKeys", o.placement.NodeAffinityKeys,
+		"tenantDeviceNames", o.placement.DeviceNames, "tenantDedicatedCPUPlacement", o.placement.DedicatedCPUPlacement,
+		"reservedNodeLabels", o.placement.ReservedNodeLabels)
 	return mgr.Start(ctx)
 }
 

@@ -43,6 +43,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
+	"github.com/cozystack/cluster-api-workers/infrastructure/placement"
 	cdisim "github.com/cozystack/cluster-api-workers/test/sim/cdi"
 	"github.com/cozystack/cluster-api-workers/test/sim/fault"
 )
@@ -298,7 +299,11 @@ func TestMachineShape(t *testing.T) {
 	g.Expect(vm.Spec.Template.Spec.Tolerations).To(Equal(spec.Tolerations))
 	g.Expect(vm.Spec.Template.Spec.EvictionStrategy).To(Equal(ptr.To(kubevirtv1.EvictionStrategyLiveMigrateIfPossible)))
 	g.Expect(vm.Spec.Template.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms).To(Equal(
-		[]corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: corev1.LabelTopologyZone, Operator: corev1.NodeSelectorOpIn, Values: []string{zoneB}}}}}))
+		[]corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{
+			{Key: placement.ControlPlaneLabel, Operator: corev1.NodeSelectorOpDoesNotExist},
+			{Key: reservedNodeLabel, Operator: corev1.NodeSelectorOpDoesNotExist},
+			{Key: corev1.LabelTopologyZone, Operator: corev1.NodeSelectorOpIn, Values: []string{zoneB}},
+		}}}))
 	// The failure domain is reported with the provisioned machine, on the
 	// node of that zone.
 	expectProvisioned(t, kvm)

@@ -63,8 +63,10 @@ func TestKubeVirtAgreesWithTheRules(t *testing.T) {
 			}
 
 			m := &infrav1.KubeVirtMachine{ObjectMeta: metav1.ObjectMeta{Name: "worker", Namespace: ns.Name}, Spec: *rc.Spec.DeepCopy()}
+			// Kept off the reserved nodes, as every VM is.
 			objs, errs := vmspec.Render(vmspec.Input{Machine: m, ClusterName: "tenant", Image: *rc.Spec.Image,
-				Preference: rc.Preference, UserData: []byte("#cloud-config\n"), Unowned: true})
+				Preference: rc.Preference, UserData: []byte("#cloud-config\n"), Unowned: true,
+				ReservedNodeLabels: controllerPlacement.ReservedNodeLabels, FailureDomain: zoneA})
 			if rc.RenderRefused() {
 				g.Expect(errs).NotTo(BeEmpty())
 				return

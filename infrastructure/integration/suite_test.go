@@ -31,6 +31,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -55,6 +56,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
+	"github.com/cozystack/cluster-api-workers/infrastructure/placement"
 	"github.com/cozystack/cluster-api-workers/infrastructure/setup"
 	"github.com/cozystack/cluster-api-workers/test/envtest"
 	"github.com/cozystack/cluster-api-workers/test/infra"
@@ -67,18 +69,51 @@ const digestRef = "registry.example.com/workers/kairos-worker@sha256:11111111111
 
 // The infrastructure nodes. Machines with a failure domain land in its
 // zone; only infra-b offers the GPU and the host device the shaped
-// machine asks for.
+// machine asks for. The hoster reserves the nodes of zones C and D, a
+// control-plane node and one of its own, which no tenant VM may run on.
 const (
 	zoneA, zoneB       = "zone-a", "zone-b"
+	zoneC, zoneD       = "zone-c", "zone-d"
 	gpuResource        = "nvidia.com/GA102GL_A10"
 	hostDeviceResource = "intel.com/E810"
+	// reservedNodeLabel is the hoster's own reserved label, beside the
+	// control plane's.
+	reservedNodeLabel = "integration.cozystack.io/infrastructure-reserved"
+	// retiredTolerationKey is a taint key the hoster let tenants tolerate
+	// and has since taken out of --tenant-toleration-keys: admission (the
+	// old policy) admits it, the machine controller (the policy in force)
+	// does not.
+	retiredTolerationKey = "integration.cozystack.io/retired"
 )
 
 var infraNodes = []kubevirtsim.InfraNode{
 	{Name: "infra-a", Labels: map[string]string{corev1.LabelTopologyZone: zoneA}},
 	{Name: "infra-b", Labels: map[string]string{corev1.LabelTopologyZone: zoneB}, Allocatable: corev1.ResourceList{
 		gpuResource: resource.MustParse("8"), hostDeviceResource: resource.MustParse("8")}},
+	{Name: "infra-c", Labels: map[string]string{corev1.LabelTopologyZone: zoneC, placement.ControlPlaneLabel: ""}},
+	{Name: "infra-d", Labels: map[string]string{corev1.LabelTopologyZone: zoneD, reservedNodeLabel: "true"}},
 }
+
+// controllerPlacement is the suite's hoster's placement policy in force,
+// the machine controller's: the defaults, with the devices infra-b offers
+// (and one KubeVirt does not permit, whose refusal is KubeVirt's), the
+// GPU nodes' toleration, and its own reserved label.
+var controllerPlacement = func() placement.Policy {
+	p := placement.DefaultPolicy()
+	p.TolerationKeys = append(p.TolerationKeys, "gpu")
+	p.DeviceNames = []string{gpuResource, hostDeviceResource, "nvidia.com/TU104GL_Tesla_T4"}
+	p.ReservedNodeLabels = append(p.ReservedNodeLabels, reservedNodeLabel)
+	return p
+}()
+
+// admissionPlacement is the webhooks' policy: the one in force and the
+// retired toleration, as a webhook admitted objects before the hoster
+// changed the flags.
+var admissionPlacement = func() placement.Policy {
+	p := controllerPlacement
+	p.TolerationKeys = append(slices.Clone(p.TolerationKeys), retiredTolerationKey)
+	return p
+}()
 
 var (
 	env    *envtest.Environment
@@ -136,7 +171,7 @@ func run(m *testing.M) int {
 		Scheme:        scheme,
 		CRDPaths:      envtest.ExternalCRDPaths(),
 		WebhookPaths:  []string{"config/infrastructure/webhook"},
-		SetupWebhooks: func(mgr ctrl.Manager) error { return setup.Webhooks(mgr, nil) },
+		SetupWebhooks: func(mgr ctrl.Manager) error { return setup.Webhooks(mgr, nil, admissionPlacement) },
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -263,7 +298,7 @@ func startControllers(ctx context.Context, infra *rest.Config) (*controllerManag
 	}
 	mctx, cancel := context.WithCancel(ctx)
 	if err := setup.Reconcilers(mctx, mgr, setup.Options{ControllerName: name, WorkerClasses: true, ImportFailureRestarts: 3, MachineConcurrency: 10, TemplateConcurrency: 4,
-		Infrastructure: infra, SyncPeriod: syncPeriod}); err != nil {
+		Infrastructure: infra, SyncPeriod: syncPeriod, Placement: controllerPlacement}); err != nil {
 		cancel()
 		return nil, err
 	}

@@ -49,6 +49,7 @@ import (
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/infrastructure/internal/cloneauth"
 	"github.com/cozystack/cluster-api-workers/infrastructure/internal/infracluster"
+	"github.com/cozystack/cluster-api-workers/infrastructure/placement"
 	"github.com/cozystack/cluster-api-workers/infrastructure/reconcilers/kubevirtcluster"
 	"github.com/cozystack/cluster-api-workers/infrastructure/reconcilers/kubevirtmachine"
 	"github.com/cozystack/cluster-api-workers/infrastructure/reconcilers/kubevirtmachinetemplate"
@@ -188,6 +189,12 @@ type Options struct {
 	// SyncPeriod is the infrastructure cluster's cache resync period; 10m
 	// when zero.
 	SyncPeriod time.Duration
+	// Placement is the hoster's placement policy (the --tenant-* and
+	// --reserved-node-labels flags): the machine controller creates no VM
+	// that asks for more, and keeps every VM off the reserved nodes. The
+	// zero Policy allows nothing and reserves nothing; main.go passes the
+	// flags', placement.DefaultPolicy unless set.
+	Placement placement.Policy
 }
 
 // Reconcilers registers the KubeVirtMachine, KubeVirtMachineTemplate and
@@ -231,6 +238,7 @@ func Reconcilers(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 		WatchFilterValue:      opts.WatchFilterValue,
 		ImportFailureRestarts: opts.ImportFailureRestarts,
 		WorkerClasses:         opts.WorkerClasses,
+		Placement:             opts.Placement,
 	}).SetupWithManager(ctx, mgr, concurrency(opts.MachineConcurrency)); err != nil {
 		return fmt.Errorf("setting up the KubeVirtMachine controller: %w", err)
 	}
@@ -317,8 +325,9 @@ func DefaultManagementClusterIdentity(ctx context.Context, management client.Rea
 // preferences are read, and clone sources (namespaces, DataSources) looked
 // up, in the infrastructure cluster infra reaches, or in the management
 // cluster when it is nil; the user who writes a clone source is always
-// authorized in the management cluster (AdmissionClones).
-func Webhooks(mgr ctrl.Manager, infra *rest.Config) error {
+// authorized in the management cluster (AdmissionClones). Machines and
+// templates that ask for more placement than policy allows are refused.
+func Webhooks(mgr ctrl.Manager, infra *rest.Config, policy placement.Policy) error {
 	clones := AdmissionClones(mgr.GetClient(), mgr.GetAPIReader())
 	instancetypes := mgr.GetAPIReader()
 	if infra != nil {
@@ -330,8 +339,8 @@ func Webhooks(mgr ctrl.Manager, infra *rest.Config) error {
 		instancetypes = c
 	}
 	for name, setup := range map[string]func(ctrl.Manager) error{
-		"KubeVirtMachine":         (&admission.KubeVirtMachine{Clones: clones, Templates: mgr.GetAPIReader(), Instancetypes: instancetypes}).SetupWebhookWithManager,
-		"KubeVirtMachineTemplate": (&admission.KubeVirtMachineTemplate{Clones: clones, Templates: mgr.GetAPIReader(), Instancetypes: instancetypes}).SetupWebhookWithManager,
+		"KubeVirtMachine":         (&admission.KubeVirtMachine{Clones: clones, Templates: mgr.GetAPIReader(), Instancetypes: instancetypes, Placement: policy}).SetupWebhookWithManager,
+		"KubeVirtMachineTemplate": (&admission.KubeVirtMachineTemplate{Clones: clones, Templates: mgr.GetAPIReader(), Instancetypes: instancetypes, Placement: policy}).SetupWebhookWithManager,
 		"KubeVirtCluster":         (&admission.KubeVirtCluster{}).SetupWebhookWithManager,
 		"KubeVirtClusterTemplate": (&admission.KubeVirtClusterTemplate{}).SetupWebhookWithManager,
 	} {

@@ -40,6 +40,7 @@ import (
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/infrastructure/internal/instancetype"
 	"github.com/cozystack/cluster-api-workers/infrastructure/internal/migration"
+	"github.com/cozystack/cluster-api-workers/infrastructure/placement"
 )
 
 const (
@@ -86,6 +87,10 @@ type Input struct {
 	// in an infrastructure cluster of its own, the management cluster's
 	// identity (infracluster.Cluster.Labels).
 	ExtraLabels map[string]string
+	// ReservedNodeLabels are the node label keys of the nodes the VM may
+	// not run on (placement.Policy.ReservedNodeLabels): its required node
+	// affinity excludes them in every term.
+	ReservedNodeLabels []string
 }
 
 // Objects are a machine's rendered objects.
@@ -234,7 +239,7 @@ func instanceSpec(in Input, root, cloudInit kubevirtv1.Volume) kubevirtv1.Virtua
 		Hostname:     m.Name,
 		Networks:     networks,
 		Volumes:      []kubevirtv1.Volume{root, cloudInit},
-		Affinity:     affinity(spec.Affinity, in.FailureDomain),
+		Affinity:     affinity(spec.Affinity, in.ReservedNodeLabels, in.FailureDomain),
 		Tolerations:  append([]corev1.Toleration(nil), spec.Tolerations...),
 		Architecture: string(spec.Architecture),
 	}
@@ -482,31 +487,16 @@ func renderHostDevices(in []infrav1.HostDevice) []kubevirtv1.HostDevice {
 	return out
 }
 
-// affinity adds the failure domain to the spec's affinity. Required node
-// selector terms are ORed, so the zone requirement joins every term.
-func affinity(in *corev1.Affinity, failureDomain string) *corev1.Affinity {
+// affinity is the spec's affinity kept off the reserved nodes and in the
+// failure domain. Required node selector terms are ORed, so both
+// requirements join every term.
+func affinity(in *corev1.Affinity, reservedNodeLabels []string, failureDomain string) *corev1.Affinity {
+	out := placement.ReservedNodesExcluded(in, reservedNodeLabels)
 	if failureDomain == "" {
-		return in.DeepCopy()
-	}
-	out := in.DeepCopy()
-	if out == nil {
-		out = &corev1.Affinity{}
-	}
-	if out.NodeAffinity == nil {
-		out.NodeAffinity = &corev1.NodeAffinity{}
-	}
-	zone := corev1.NodeSelectorRequirement{Key: infrav1.FailureDomainLabel, Operator: corev1.NodeSelectorOpIn, Values: []string{failureDomain}}
-	required := out.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution
-	if required == nil || len(required.NodeSelectorTerms) == 0 {
-		out.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution = &corev1.NodeSelector{
-			NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{zone}}},
-		}
 		return out
 	}
-	for i := range required.NodeSelectorTerms {
-		required.NodeSelectorTerms[i].MatchExpressions = append(required.NodeSelectorTerms[i].MatchExpressions, zone)
-	}
-	return out
+	zone := corev1.NodeSelectorRequirement{Key: infrav1.FailureDomainLabel, Operator: corev1.NodeSelectorOpIn, Values: []string{failureDomain}}
+	return placement.RequiredOnEveryTerm(out, zone)
 }
 
 func copyMap(in map[string]string) map[string]string {

@@ -422,6 +422,59 @@ func TestPlacement(t *testing.T) {
 		g.Expect(got.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution).To(Equal(preferred))
 		g.Expect(aff).To(Equal(before), "the machine's spec is not mutated")
 	})
+
+	// The hoster's reserved nodes: no tenant term escapes the exclusion,
+	// with or without a failure domain.
+	controlPlane := corev1.NodeSelectorRequirement{Key: "node-role.kubernetes.io/control-plane", Operator: corev1.NodeSelectorOpDoesNotExist}
+	reservedInfra := corev1.NodeSelectorRequirement{Key: "example.com/infrastructure-reserved", Operator: corev1.NodeSelectorOpDoesNotExist}
+	twoTerms := &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+		RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{
+			{MatchExpressions: []corev1.NodeSelectorRequirement{ssd}},
+			{MatchExpressions: []corev1.NodeSelectorRequirement{gpu}},
+		}},
+		PreferredDuringSchedulingIgnoredDuringExecution: preferred,
+	}}
+	for _, tc := range []struct {
+		name          string
+		affinity      *corev1.Affinity
+		reserved      []string
+		failureDomain string
+		want          []corev1.NodeSelectorTerm
+	}{
+		{name: "no affinity: one term that excludes the reserved nodes",
+			reserved: []string{controlPlane.Key},
+			want:     []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{controlPlane}}}},
+		{name: "every label the hoster reserves is excluded",
+			reserved: []string{controlPlane.Key, reservedInfra.Key},
+			want:     []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{controlPlane, reservedInfra}}}},
+		{name: "the exclusion joins every one of the tenant's ORed terms",
+			affinity: twoTerms, reserved: []string{controlPlane.Key},
+			want: []corev1.NodeSelectorTerm{
+				{MatchExpressions: []corev1.NodeSelectorRequirement{ssd, controlPlane}},
+				{MatchExpressions: []corev1.NodeSelectorRequirement{gpu, controlPlane}},
+			}},
+		{name: "with a failure domain, both join every term",
+			affinity: twoTerms, reserved: []string{controlPlane.Key}, failureDomain: "zone-a",
+			want: []corev1.NodeSelectorTerm{
+				{MatchExpressions: []corev1.NodeSelectorRequirement{ssd, controlPlane, zone("zone-a")}},
+				{MatchExpressions: []corev1.NodeSelectorRequirement{gpu, controlPlane, zone("zone-a")}},
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			before := tc.affinity.DeepCopy()
+			m := machine(func(m *infrav1.KubeVirtMachine) { m.Spec.Affinity = tc.affinity.DeepCopy() })
+			in := input(m, containerDisk())
+			in.ReservedNodeLabels, in.FailureDomain = tc.reserved, tc.failureDomain
+			got := mustRender(t, in).VirtualMachine.Spec.Template.Spec.Affinity
+			g.Expect(got.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms).To(Equal(tc.want))
+			if tc.affinity != nil {
+				g.Expect(got.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution).To(Equal(preferred), "preferences are the tenant's")
+			}
+			g.Expect(m.Spec.Affinity).To(Equal(before), "the machine's spec is not mutated")
+		})
+	}
+
 	t.Run("tolerations, eviction strategy and run strategy are passed through", func(t *testing.T) {
 		g := NewWithT(t)
 		tolerations := []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "vms", Effect: corev1.TaintEffectNoSchedule}}

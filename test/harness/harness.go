@@ -68,6 +68,7 @@ import (
 	sigsyaml "sigs.k8s.io/yaml"
 
 	bootstrapv1 "github.com/cozystack/cluster-api-workers/bootstrap/api/v1alpha1"
+	"github.com/cozystack/cluster-api-workers/infrastructure/placement"
 	infrasetup "github.com/cozystack/cluster-api-workers/infrastructure/setup"
 	"github.com/cozystack/cluster-api-workers/test/envtest"
 	"github.com/cozystack/cluster-api-workers/test/harness/components"
@@ -81,6 +82,15 @@ import (
 // ControlPlaneKubernetesVersion is the version the workload apiservers run
 // (they are built from k8s.io/kubernetes at this version).
 const ControlPlaneKubernetesVersion = "v1.36.3"
+
+// placementPolicy is opts' placement policy: Placement, or the manager's
+// flag defaults.
+func (opts Options) placementPolicy() placement.Policy {
+	if opts.Placement != nil {
+		return *opts.Placement
+	}
+	return placement.DefaultPolicy()
+}
 
 // Options configure a harness. The zero value runs everything with
 // timings suited to tests.
@@ -107,6 +117,10 @@ type Options struct {
 	// ImportFailureRestarts is the infrastructure provider's count of
 	// importer restarts that fail an import; its default when zero.
 	ImportFailureRestarts int32
+	// Placement is the infrastructure provider's placement policy (its
+	// webhooks' and its machine controller's); the manager's flag
+	// defaults, placement.DefaultPolicy, when nil.
+	Placement *placement.Policy
 	// RemoteConditionsGracePeriod is Cluster API's grace period before the
 	// Machine reports node conditions Unknown when the workload cluster is
 	// unreachable; at least 2m (Cluster API refuses less), 5m when zero.

@@ -114,7 +114,9 @@ func webhookSetup(opts Options, caches *lazyClusterCache) (webhooks, error) {
 			"IPAddress":                 (&coreadmission.IPAddress{Client: mgr.GetAPIReader()}).SetupWebhookWithManager,
 			"IPAddressClaim":            (&coreadmission.IPAddressClaim{}).SetupWebhookWithManager,
 			"Kairos bootstrap":          bootstrapsetup.Webhooks,
-			"KubeVirt infrastructure":   func(mgr ctrl.Manager) error { return infrasetup.Webhooks(mgr, webhookInfrastructure(opts, mgr)) },
+			"KubeVirt infrastructure": func(mgr ctrl.Manager) error {
+				return infrasetup.Webhooks(mgr, webhookInfrastructure(opts, mgr), opts.placementPolicy())
+			},
 		} {
 			if err := setup(mgr); err != nil {
 				return fmt.Errorf("serving the %s webhooks: %w", name, err)
@@ -275,6 +277,7 @@ func (h *Harness) setupManagers(ctx context.Context, caches *lazyClusterCache) (
 			ImportFailureRestarts:     h.opts.ImportFailureRestarts,
 			Infrastructure:            infraCfg,
 			ManagementClusterIdentity: h.opts.ManagementClusterIdentity,
+			Placement:                 h.opts.placementPolicy(),
 		})
 		if err != nil {
 			return nil, err

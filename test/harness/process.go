@@ -32,6 +32,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 
+	"github.com/cozystack/cluster-api-workers/infrastructure/placement"
 	"github.com/cozystack/cluster-api-workers/test/envtest"
 	"github.com/cozystack/cluster-api-workers/test/harness/components"
 	"github.com/cozystack/cluster-api-workers/test/harness/requests"
@@ -79,6 +80,18 @@ func (h *Harness) limits(name components.Name) components.Limits {
 	return components.DefaultLimits(name)
 }
 
+// placementArgs are the infrastructure manager's flags of a placement
+// policy; an empty list is an empty value.
+func placementArgs(p placement.Policy) []string {
+	return []string{
+		"--" + placement.TolerationKeysFlag + "=" + strings.Join(p.TolerationKeys, ","),
+		"--" + placement.NodeAffinityKeysFlag + "=" + strings.Join(p.NodeAffinityKeys, ","),
+		"--" + placement.DeviceNamesFlag + "=" + strings.Join(p.DeviceNames, ","),
+		"--" + placement.DedicatedCPUPlacementFlag + "=" + strconv.FormatBool(p.DedicatedCPUPlacement),
+		"--" + placement.ReservedNodeLabelsFlag + "=" + strings.Join(p.ReservedNodeLabels, ","),
+	}
+}
+
 // processStartTimeout bounds a component's start up to its caches' sync.
 const processStartTimeout = 2 * time.Minute
 
@@ -111,6 +124,7 @@ func (h *Harness) startProcess(ctx context.Context, name components.Name, contro
 		"--bootstrap-token-ttl", h.opts.BootstrapTokenTTL.String(),
 		"--import-failure-restarts", strconv.Itoa(int(h.opts.ImportFailureRestarts)),
 	}
+	args = append(args, placementArgs(h.opts.placementPolicy())...)
 	if h.opts.ProcessVerbosity > 0 {
 		args = append(args, "--v", strconv.Itoa(h.opts.ProcessVerbosity))
 	}

@@ -50,6 +50,7 @@ import (
 	bootstrapv1 "github.com/cozystack/cluster-api-workers/bootstrap/api/v1alpha1"
 	bootstrapadmission "github.com/cozystack/cluster-api-workers/bootstrap/webhooks/admission"
 	"github.com/cozystack/cluster-api-workers/exp/workerclass"
+	"github.com/cozystack/cluster-api-workers/infrastructure/placement"
 	infrasetup "github.com/cozystack/cluster-api-workers/infrastructure/setup"
 	"github.com/cozystack/cluster-api-workers/test/envtest"
 )
@@ -566,7 +567,7 @@ func startManagementCluster(ctx context.Context, t *testing.T, releaseDir string
 			if err := bootstrapadmission.SetupWebhooksWithManager(mgr); err != nil {
 				return err
 			}
-			if err := infrasetup.Webhooks(mgr, nil); err != nil {
+			if err := infrasetup.Webhooks(mgr, nil, placement.DefaultPolicy()); err != nil {
 				return err
 			}
 			return workerclass.SetupWebhooksWithManager(mgr, workerclass.DefaultWebhookOptions())

@@ -40,6 +40,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
+	"github.com/cozystack/cluster-api-workers/infrastructure/placement"
 	"github.com/cozystack/cluster-api-workers/test/harness"
 	"github.com/cozystack/cluster-api-workers/test/infra"
 	cdisim "github.com/cozystack/cluster-api-workers/test/sim/cdi"
@@ -173,12 +174,20 @@ func run(m *testing.M) (code int) {
 			code = 1
 		}
 	}()
+	suitePlacement := placement.DefaultPolicy()
+	suitePlacement.DeviceNames = []string{gpuDevice, "nvidia.com/AD102GL_L40S"}
+	suitePlacement.TolerationKeys = append(suitePlacement.TolerationKeys, drainNodeLabel)
+	suitePlacement.NodeAffinityKeys = append(suitePlacement.NodeAffinityKeys, drainNodeLabel)
 	h, err = harness.Start(ctx, harness.Options{
 		Logger:        log,
 		AuditLog:      filepath.Join(auditDir, "audit.log"),
 		WorkerClasses: true,
 		Topology:      true,
 		Images:        suiteImages,
+		// The hoster lets tenants ask for the GPUs of its node (and one it
+		// lacks, which KubeVirt's rules refuse first) and select and
+		// tolerate the drained node.
+		Placement: &suitePlacement,
 		// One infrastructure node, with GPUs for the pools that ask for
 		// them.
 		Infra: infra.Options{

@@ -81,6 +81,14 @@ const (
 	// one); nothing of it is read. The message names the field and why.
 	// Retried every minute, as the Secret may yet become valid.
 	BootstrapDataForbiddenReason = "BootstrapDataForbidden"
+	// PlacementForbiddenReason: the machine's spec asks for placement the
+	// hoster's policy in force does not allow a tenant (a toleration, a
+	// node affinity key, pod affinity to another namespace, dedicated
+	// CPUs, a GPU or host device); no VM is created. The message names
+	// each field and what the hoster allows. Not False: a new Machine from
+	// the same template would be refused the same way; the manager checks
+	// again when it restarts with other flags.
+	PlacementForbiddenReason = "PlacementForbidden"
 	// WaitingForTemplateReason: the machine's image comes from a template
 	// that is not resolved yet, or failed to resolve (which a new Machine
 	// would not fix).

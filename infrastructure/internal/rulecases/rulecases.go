@@ -31,6 +31,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
+	"github.com/cozystack/cluster-api-workers/infrastructure/placement"
 )
 
 // Devices the cases ask for. KubeVirt (Configured) permits A10 and E810.
@@ -39,6 +40,15 @@ const (
 	L40S = "nvidia.com/AD102GL_L40S"
 	E810 = "intel.com/E810"
 )
+
+// Placement is the hoster's placement policy the cases are written
+// under: the defaults, with the cases' devices allowed, so that what
+// refuses a case is KubeVirt's rule and not the hoster's.
+func Placement() placement.Policy {
+	p := placement.DefaultPolicy()
+	p.DeviceNames = []string{A10, L40S, E810}
+	return p
+}
 
 // Names of the instancetype and preference a case's spec refers to, as
 // namespaced objects.

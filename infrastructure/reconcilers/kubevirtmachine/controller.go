@@ -49,6 +49,7 @@ import (
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/infrastructure/internal/cloneauth"
 	"github.com/cozystack/cluster-api-workers/infrastructure/internal/infracluster"
+	"github.com/cozystack/cluster-api-workers/infrastructure/placement"
 	"github.com/cozystack/cluster-api-workers/infrastructure/reconcilers/sharedimage"
 	"github.com/cozystack/cluster-api-workers/internal/ownwrites"
 	"github.com/cozystack/cluster-api-workers/internal/redact"
@@ -116,6 +117,11 @@ type Reconciler struct {
 	// Recorder emits the machine's Events (events.go); the manager's
 	// when nil.
 	Recorder events.EventRecorder
+	// Placement is the hoster's placement policy in force: no VM is
+	// created for a spec that asks for more (admitted before the policy
+	// changed, or written while the webhook was down), and every VM is
+	// kept off the reserved nodes. The zero Policy allows nothing.
+	Placement placement.Policy
 
 	ownWrites *ownwrites.Versions
 	// createdVMs holds the machines whose VirtualMachine a reconcile

@@ -74,6 +74,9 @@ func (r *Reconciler) ensureVirtualMachine(ctx context.Context, s *scope) (*kubev
 	if ptr.Deref(kvm.Status.Initialization.Provisioned, false) {
 		return nil, nil, nil
 	}
+	if blocker := r.placementForbidden(ctx, kvm); blocker != nil {
+		return nil, blocker, nil
+	}
 	if !ptr.Deref(cluster.Status.Initialization.InfrastructureProvisioned, false) {
 		return nil, waitingFor(infrav1.WaitingForClusterInfrastructureReason, "Cluster infrastructure is not provisioned yet"), nil
 	}
@@ -107,6 +110,8 @@ func (r *Reconciler) ensureVirtualMachine(ctx context.Context, s *scope) (*kubev
 		Preference:    preference,
 		Unowned:       infra.Remote,
 		ExtraLabels:   infra.Labels(),
+		// Every VM, whatever its spec asks for.
+		ReservedNodeLabels: r.Placement.ReservedNodeLabels,
 	})
 	if len(errs) > 0 {
 		return nil, waitingFor(infrav1.InvalidSpecReason, errs.ToAggregate().Error()), nil
@@ -138,6 +143,26 @@ func (r *Reconciler) ensureVirtualMachine(ctx context.Context, s *scope) (*kubev
 		r.createdVMs.Wrote(key, vm.Name)
 	}
 	return vm, blocker, err
+}
+
+// placementForbidden refuses a machine whose spec asks for placement the
+// policy in force does not allow, before anything of it is created: the
+// webhook applied the policy of its day, or none while it was down, and
+// the VM is created with the provider's rights. Nothing a watch reports
+// changes the answer (the spec is immutable, the policy is the flags'), so
+// nothing is retried; a manager restarted with other flags reconciles
+// every machine again.
+func (r *Reconciler) placementForbidden(ctx context.Context, kvm *infrav1.KubeVirtMachine) *blocked {
+	errs := r.Placement.Validate(&kvm.Spec, kvm.Namespace, field.NewPath("spec"))
+	if len(errs) == 0 {
+		return nil
+	}
+	fields := make([]string, 0, len(errs))
+	for _, e := range errs {
+		fields = append(fields, e.Field)
+	}
+	ctrl.LoggerFrom(ctx).Info("The machine asks for placement the hoster does not allow; creating no VirtualMachine", "fields", fields)
+	return waitingFor(infrav1.PlacementForbiddenReason, errs.ToAggregate().Error())
 }
 
 // authorizeClone authorizes the clone of a root DataVolume that does not

@@ -50,9 +50,11 @@ const (
 	// infrav1.CreateRefusedReason (the API server or KubeVirt refused the
 	// machine's objects or its launcher Pod),
 	// infrav1.CloneSourceForbiddenReason (the machine's namespace may not
-	// clone the source its image names) and
+	// clone the source its image names),
 	// infrav1.BootstrapDataForbiddenReason (the Machine's dataSecretName
-	// names a Secret that is not its bootstrap data).
+	// names a Secret that is not its bootstrap data) and
+	// infrav1.PlacementForbiddenReason (the spec asks for placement the
+	// hoster does not allow).
 )
 
 // maxNote is the longest note events.k8s.io accepts, in bytes.
@@ -99,6 +101,7 @@ var refusalActions = map[string]string{
 	infrav1.CreateRefusedReason:          "Create",
 	infrav1.CloneSourceForbiddenReason:   "Clone",
 	infrav1.BootstrapDataForbiddenReason: "ReadBootstrapData",
+	infrav1.PlacementForbiddenReason:     "Place",
 }
 
 func transitionsOf(kvm *infrav1.KubeVirtMachine) transitions {

@@ -31,6 +31,7 @@ import (
 
 	. "github.com/onsi/gomega"
 	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -41,6 +42,7 @@ import (
 
 	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
+	"github.com/cozystack/cluster-api-workers/infrastructure/placement"
 )
 
 const digestRef = "registry.example.com/workers/kairos@sha256:1111111111111111111111111111111111111111111111111111111111111111"
@@ -288,7 +290,7 @@ func withRequest(dryRun bool) context.Context {
 }
 
 func TestKubeVirtMachineTemplateWebhook(t *testing.T) {
-	w := &KubeVirtMachineTemplate{Instancetypes: instancetypeReader(t)}
+	w := &KubeVirtMachineTemplate{Instancetypes: instancetypeReader(t), Placement: placement.Policy{DeviceNames: []string{"nvidia.com/A10"}}}
 	ctx := withRequest(false)
 	for _, tc := range []struct {
 		name     string
@@ -476,4 +478,65 @@ func TestCloneSourcesFailClosed(t *testing.T) {
 	m := &infrav1.KubeVirtMachine{ObjectMeta: metav1.ObjectMeta{Name: "m"}, Spec: spec(func(s *infrav1.KubeVirtMachineSpec) { s.Image = clone })}
 	_, err = (&KubeVirtMachine{}).ValidateCreate(withRequest(false), m)
 	g.Expect(apierrors.IsInternalError(err)).To(BeTrue(), "got %v", err)
+}
+
+// TestPlacementPolicy: both webhooks refuse a spec that asks for more
+// placement than the hoster's policy allows, on the field that asks for
+// it, and admit what it allows; an unchanged template is not judged again
+// by a policy tightened since it was stored.
+func TestPlacementPolicy(t *testing.T) {
+	ctx := withRequest(false)
+	policy := placement.DefaultPolicy()
+	policy.DeviceNames = []string{"nvidia.com/A10"}
+	machineWebhook := &KubeVirtMachine{Instancetypes: instancetypeReader(t), Placement: policy}
+	templateWebhook := &KubeVirtMachineTemplate{Instancetypes: instancetypeReader(t), Placement: policy}
+	controlPlane := corev1.Toleration{Key: placement.ControlPlaneLabel, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}
+	for _, tc := range []struct {
+		name   string
+		mutate func(*infrav1.KubeVirtMachineSpec)
+		// field is under spec (a machine) or spec.template.spec; empty
+		// when admitted.
+		field string
+	}{
+		{name: "an allowed GPU and toleration", mutate: func(s *infrav1.KubeVirtMachineSpec) {
+			s.GPUs = []infrav1.GPU{{Name: "gpu", DeviceName: "nvidia.com/A10"}}
+			s.Tolerations = []corev1.Toleration{{Key: corev1.TaintNodeNotReady, Operator: corev1.TolerationOpExists}}
+		}},
+		{name: "the control plane's taint", mutate: func(s *infrav1.KubeVirtMachineSpec) { s.Tolerations = []corev1.Toleration{controlPlane} },
+			field: "tolerations[0].key"},
+		{name: "a GPU the hoster does not hand out", mutate: func(s *infrav1.KubeVirtMachineSpec) {
+			s.GPUs = []infrav1.GPU{{Name: "gpu", DeviceName: "nvidia.com/H100"}}
+		}, field: "gpus[0].deviceName"},
+		{name: "dedicated CPUs", mutate: func(s *infrav1.KubeVirtMachineSpec) { s.CPU.DedicatedCPUPlacement = true }, field: "cpu.dedicatedCPUPlacement"},
+		{name: "pod affinity to kube-system", mutate: func(s *infrav1.KubeVirtMachineSpec) {
+			s.Affinity = &corev1.Affinity{PodAffinity: &corev1.PodAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{
+				{TopologyKey: corev1.LabelHostname, Namespaces: []string{"kube-system"}}}}}
+		}, field: "affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution[0].namespaces[0]"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			machine := kvm("w", spec(tc.mutate))
+			tmpl := template(func(t *infrav1.KubeVirtMachineTemplate) { tc.mutate(&t.Spec.Template.Spec) })
+			_, machineErr := machineWebhook.ValidateCreate(ctx, machine)
+			_, templateErr := templateWebhook.ValidateCreate(ctx, tmpl)
+			if tc.field == "" {
+				g.Expect(machineErr).NotTo(HaveOccurred())
+				g.Expect(templateErr).NotTo(HaveOccurred())
+				return
+			}
+			g.Expect(causes(machineErr)).To(ConsistOf("spec." + tc.field))
+			g.Expect(causes(templateErr)).To(ConsistOf("spec.template.spec." + tc.field))
+			g.Expect(templateErr.Error()).To(ContainSubstring("Forbidden"))
+		})
+	}
+	t.Run("a stored template is not judged again by a tightened policy", func(t *testing.T) {
+		g := NewWithT(t)
+		stored := template(func(t *infrav1.KubeVirtMachineTemplate) {
+			t.Spec.Template.Spec.Tolerations = []corev1.Toleration{controlPlane}
+		})
+		relabelled := stored.DeepCopy()
+		relabelled.Labels = map[string]string{"moved": "true"}
+		_, err := templateWebhook.ValidateUpdate(ctx, stored, relabelled)
+		g.Expect(err).NotTo(HaveOccurred())
+	})
 }

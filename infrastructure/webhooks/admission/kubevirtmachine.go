@@ -29,6 +29,7 @@ import (
 
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/infrastructure/internal/cloneauth"
+	"github.com/cozystack/cluster-api-workers/infrastructure/placement"
 	"github.com/cozystack/cluster-api-workers/infrastructure/vmspec"
 )
 
@@ -44,6 +45,9 @@ type KubeVirtMachine struct {
 	// Instancetypes reads KubeVirt's instancetypes and preferences in the
 	// infrastructure cluster, uncached.
 	Instancetypes client.Reader
+	// Placement is what the hoster lets a tenant's machine ask of the
+	// scheduler and the devices; the zero Policy allows none of it.
+	Placement placement.Policy
 }
 
 var _ admission.Validator[*infrav1.KubeVirtMachine] = &KubeVirtMachine{}
@@ -54,7 +58,8 @@ func (w *KubeVirtMachine) SetupWebhookWithManager(mgr ctrl.Manager) error {
 }
 
 // ValidateCreate checks the spec, against its instancetype and preference
-// too, and that the name can name a VM, and authorizes a clone source as the requesting user unless the machine is
+// too and against the hoster's placement policy, and that the name can
+// name a VM, and authorizes a clone source as the requesting user unless the machine is
 // Cluster API's copy of a template that has the same image.
 func (w *KubeVirtMachine) ValidateCreate(ctx context.Context, m *infrav1.KubeVirtMachine) (admission.Warnings, error) {
 	var errs field.ErrorList
@@ -64,6 +69,7 @@ func (w *KubeVirtMachine) ValidateCreate(ctx context.Context, m *infrav1.KubeVir
 	}
 	errs = append(errs, ValidateMachineSpec(&m.Spec, field.NewPath("spec"))...)
 	errs = append(errs, vmspec.ValidateNetworkNamespaces(m.Spec.Networks, m.Namespace, field.NewPath("spec", "networks"))...)
+	errs = append(errs, w.Placement.Validate(&m.Spec, m.Namespace, field.NewPath("spec"))...)
 	if m.Spec.ProviderID != "" && m.Spec.ProviderID != infrav1.ProviderID(m.Name) {
 		errs = append(errs, field.Invalid(field.NewPath("spec", "providerID"), m.Spec.ProviderID,
 			"must be empty or "+infrav1.ProviderID(m.Name)))

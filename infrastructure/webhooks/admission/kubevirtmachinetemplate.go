@@ -30,6 +30,7 @@ import (
 
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/infrastructure/internal/cloneauth"
+	"github.com/cozystack/cluster-api-workers/infrastructure/placement"
 	"github.com/cozystack/cluster-api-workers/infrastructure/vmspec"
 )
 
@@ -46,6 +47,9 @@ type KubeVirtMachineTemplate struct {
 	// Instancetypes reads KubeVirt's instancetypes and preferences in the
 	// infrastructure cluster, uncached.
 	Instancetypes client.Reader
+	// Placement is what the hoster lets a tenant's machines ask of the
+	// scheduler and the devices; the zero Policy allows none of it.
+	Placement placement.Policy
 }
 
 var (
@@ -91,7 +95,7 @@ func (w *KubeVirtMachineTemplate) ValidateCreate(ctx context.Context, t *infrav1
 // too, and, once it is valid, authorizes its clone source as the
 // requesting user.
 func (w *KubeVirtMachineTemplate) validate(ctx context.Context, t *infrav1.KubeVirtMachineTemplate) (field.ErrorList, error) {
-	errs := validateTemplate(t)
+	errs := validateTemplate(t, w.Placement)
 	if len(errs) > 0 {
 		return errs, nil
 	}
@@ -159,15 +163,17 @@ func validateClassLabel(t *infrav1.KubeVirtMachineTemplate) field.ErrorList {
 	return nil
 }
 
-// validateTemplate checks the template; the class rules of its machine
-// spec (no image beside a workerClass, the pool's GPUs) are
-// ValidateMachineSpec's, which a KubeVirtMachine gets too.
-func validateTemplate(t *infrav1.KubeVirtMachineTemplate) field.ErrorList {
+// validateTemplate checks the template, its placement against policy;
+// the class rules of its machine spec (no image beside a workerClass, the
+// pool's GPUs) are ValidateMachineSpec's, which a KubeVirtMachine gets
+// too.
+func validateTemplate(t *infrav1.KubeVirtMachineTemplate, policy placement.Policy) field.ErrorList {
 	spec := field.NewPath("spec")
 	machine := spec.Child("template", "spec")
 	errs := t.Spec.Template.ObjectMeta.Validate(spec.Child("template", "metadata"))
 	errs = append(errs, ValidateMachineSpec(&t.Spec.Template.Spec, machine)...)
 	errs = append(errs, vmspec.ValidateNetworkNamespaces(t.Spec.Template.Spec.Networks, t.Namespace, machine.Child("networks"))...)
+	errs = append(errs, policy.Validate(&t.Spec.Template.Spec, t.Namespace, machine)...)
 	if t.Spec.Template.Spec.ProviderID != "" {
 		errs = append(errs, field.Forbidden(machine.Child("providerID"), "the controller sets each machine's providerID"))
 	}

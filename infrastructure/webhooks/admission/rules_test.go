@@ -52,10 +52,10 @@ func TestKubeVirtRules(t *testing.T) {
 		t.Run(c.Name, func(t *testing.T) {
 			g := NewWithT(t)
 			reader := instancetypeReader(t, c.Objects("ns")...)
-			_, machineErr := (&KubeVirtMachine{Instancetypes: reader}).ValidateCreate(ctx, kvm("w", c.Spec))
+			_, machineErr := (&KubeVirtMachine{Instancetypes: reader, Placement: rulecases.Placement()}).ValidateCreate(ctx, kvm("w", c.Spec))
 			tmpl := &infrav1.KubeVirtMachineTemplate{ObjectMeta: metav1.ObjectMeta{Name: "workers-r1", Namespace: "ns"},
 				Spec: infrav1.KubeVirtMachineTemplateSpec{Template: infrav1.KubeVirtMachineTemplateResource{Spec: *c.Spec.DeepCopy()}}}
-			_, templateErr := (&KubeVirtMachineTemplate{Instancetypes: reader}).ValidateCreate(ctx, tmpl)
+			_, templateErr := (&KubeVirtMachineTemplate{Instancetypes: reader, Placement: rulecases.Placement()}).ValidateCreate(ctx, tmpl)
 			if !c.SpecRefused() {
 				g.Expect(machineErr).NotTo(HaveOccurred())
 				g.Expect(templateErr).NotTo(HaveOccurred())

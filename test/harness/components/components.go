@@ -47,6 +47,7 @@ import (
 	bootstrapv1 "github.com/cozystack/cluster-api-workers/bootstrap/api/v1alpha1"
 	bootstrapsetup "github.com/cozystack/cluster-api-workers/bootstrap/setup"
 	"github.com/cozystack/cluster-api-workers/exp/workerclass"
+	"github.com/cozystack/cluster-api-workers/infrastructure/placement"
 	infrasetup "github.com/cozystack/cluster-api-workers/infrastructure/setup"
 	"github.com/cozystack/cluster-api-workers/test/harness/requests"
 )
@@ -153,6 +154,10 @@ type Options struct {
 	// --management-cluster-identity; the management cluster's kube-system
 	// UID when empty.
 	ManagementClusterIdentity string
+	// Placement is the infrastructure provider's placement policy (the
+	// --tenant-* and --reserved-node-labels flags); the zero Policy allows
+	// nothing and reserves nothing.
+	Placement placement.Policy
 }
 
 // Component is one component's manager, not started.
@@ -295,6 +300,7 @@ func (c *Component) infrastructure(ctx context.Context, cfg *rest.Config, opts O
 		Infrastructure:            opts.Infrastructure,
 		ManagementClusterIdentity: opts.ManagementClusterIdentity,
 		SyncPeriod:                opts.SyncPeriod,
+		Placement:                 opts.Placement,
 		// The flag defaults.
 		MachineConcurrency:  infrasetup.DefaultMachineConcurrency,
 		TemplateConcurrency: infrasetup.DefaultTemplateConcurrency,

@@ -72,6 +72,8 @@ func main() {
 	var infraKubeconfig string
 	fs.StringVar(&infraKubeconfig, "infrastructure-kubeconfig", "", "kubeconfig of the infrastructure cluster the VMs run in (infrastructure); the management cluster when empty")
 	fs.StringVar(&opts.ManagementClusterIdentity, "management-cluster-identity", "", "identity of the management cluster in the infrastructure cluster (infrastructure); its kube-system UID when empty")
+	// The infrastructure manager's placement flags, as it binds them.
+	opts.Placement.AddFlags(fs)
 	var restarts int
 	fs.IntVar(&restarts, "import-failure-restarts", 0, "importer restarts that fail an import; the provider's default when 0")
 	// controller-runtime's --kubeconfig, as the production binaries bind it.
