@@ -106,17 +106,17 @@ func TestInterruptStopsCleanly(t *testing.T) {
 	g.Eventually(func(g Gomega) {
 		scraped = scrape(g, address[1])
 		for _, series := range []string{
-			"kairos_bootstrap_tokens_minted_total",
-			"kairos_bootstrap_tokens_revoked_total",
-			"kairos_bootstrap_machine_data_ready_seconds_count",
-			"kubevirt_infrastructure_machine_provisioned_seconds_count",
+			"cozystack_workers_bootstrap_tokens_minted_total",
+			"cozystack_workers_bootstrap_tokens_revoked_total",
+			"cozystack_workers_bootstrap_machine_data_ready_seconds_count",
+			"cozystack_workers_infrastructure_machine_provisioned_seconds_count",
 		} {
 			g.Expect(scraped).To(MatchRegexp(`(?m)^`+series+` [1-9]`), "the joined machine is counted in %s", series)
 		}
 	}, time.Minute, time.Second).Should(Succeed())
 	// The providers' series, for the docs' sample.
 	for _, line := range strings.Split(scraped, "\n") {
-		if strings.HasPrefix(line, "kairos_bootstrap_") || strings.HasPrefix(line, "kubevirt_infrastructure_") {
+		if strings.HasPrefix(line, "cozystack_workers_bootstrap_") || strings.HasPrefix(line, "cozystack_workers_infrastructure_") {
 			t.Log(line)
 		}
 	}

@@ -34,20 +34,20 @@ var (
 	// TokensMinted counts the bootstrap tokens minted: recorded in the
 	// management cluster and created in a workload cluster.
 	TokensMinted = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "kairos_bootstrap_tokens_minted_total",
+		Name: "cozystack_workers_bootstrap_tokens_minted_total",
 		Help: "Bootstrap tokens minted for Machines' joins (recorded, then created in the workload cluster).",
 	})
 	// TokensRevoked counts the bootstrap tokens deleted from a workload
 	// cluster: once the node joined, or when its Machine or KairosConfig
 	// goes.
 	TokensRevoked = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "kairos_bootstrap_tokens_revoked_total",
+		Name: "cozystack_workers_bootstrap_tokens_revoked_total",
 		Help: "Bootstrap tokens deleted from the workload cluster after the node joined or when its Machine or KairosConfig went.",
 	})
 	// DataReady is the time from a Machine's creation to its bootstrap
 	// data Secret being written.
 	DataReady = prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name:    "kairos_bootstrap_machine_data_ready_seconds",
+		Name:    "cozystack_workers_bootstrap_machine_data_ready_seconds",
 		Help:    "Seconds from a Machine's creation to its bootstrap data Secret being written.",
 		Buckets: sharedmetrics.MachineDurationBuckets,
 	})

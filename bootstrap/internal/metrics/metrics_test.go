@@ -26,9 +26,9 @@ import (
 )
 
 var names = []string{
-	"kairos_bootstrap_tokens_minted_total",
-	"kairos_bootstrap_tokens_revoked_total",
-	"kairos_bootstrap_machine_data_ready_seconds",
+	"cozystack_workers_bootstrap_tokens_minted_total",
+	"cozystack_workers_bootstrap_tokens_revoked_total",
+	"cozystack_workers_bootstrap_machine_data_ready_seconds",
 }
 
 // TestServedOnTheManagersRegistry: the metrics are on controller-runtime's

@@ -47,32 +47,32 @@ var (
 	// Provisioned is the time from a Machine's creation to its
 	// KubeVirtMachine being provisioned.
 	Provisioned = prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name:    "kubevirt_infrastructure_machine_provisioned_seconds",
+		Name:    "cozystack_workers_infrastructure_machine_provisioned_seconds",
 		Help:    "Seconds from a Machine's creation to its KubeVirtMachine being provisioned (its instance ready).",
 		Buckets: sharedmetrics.MachineDurationBuckets,
 	})
 	// ImageImports counts the HTTP imports created, by scope.
 	ImageImports = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "kubevirt_infrastructure_image_imports_total",
+		Name: "cozystack_workers_infrastructure_image_imports_total",
 		Help: "HTTP image imports (DataVolumes) created: scope shared for a template's shared import, machine for a machine's own.",
 	}, []string{"scope"})
 	// SharedImportClones counts the root disks cloned from a template's
 	// shared import instead of imported.
 	SharedImportClones = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "kubevirt_infrastructure_shared_import_clones_total",
+		Name: "cozystack_workers_infrastructure_shared_import_clones_total",
 		Help: "Machines' root disks cloned from their template's shared import instead of imported.",
 	})
 	// SavedBytes counts the bytes of the root disks cloned from a shared
 	// import: what those machines did not import again.
 	SavedBytes = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "kubevirt_infrastructure_shared_import_saved_bytes_total",
+		Name: "cozystack_workers_infrastructure_shared_import_saved_bytes_total",
 		Help: "Root disk bytes not imported again because the disk was cloned from its template's shared import.",
 	})
 	// CreateRefusals counts the creates of a machine's objects that the
 	// infrastructure cluster's API server refused (KubeVirt's and CDI's
 	// admission, a quota, the schema), by kind and the API's reason.
 	CreateRefusals = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "kubevirt_infrastructure_create_refusals_total",
+		Name: "cozystack_workers_infrastructure_create_refusals_total",
 		Help: "Creates of a machine's objects the infrastructure cluster's API server refused (KubeVirt's or CDI's admission, a quota, the schema), by kind and the API server's reason.",
 	}, []string{"kind", "reason"})
 )

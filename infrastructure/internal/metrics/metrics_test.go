@@ -41,11 +41,11 @@ func TestServedOnTheManagersRegistry(t *testing.T) {
 	SharedImportCreated()
 	CreateRefused("VirtualMachine", apierrors.NewForbidden(schema.GroupResource{}, "vm", nil))
 	names := []string{
-		"kubevirt_infrastructure_machine_provisioned_seconds",
-		"kubevirt_infrastructure_image_imports_total",
-		"kubevirt_infrastructure_shared_import_clones_total",
-		"kubevirt_infrastructure_shared_import_saved_bytes_total",
-		"kubevirt_infrastructure_create_refusals_total",
+		"cozystack_workers_infrastructure_machine_provisioned_seconds",
+		"cozystack_workers_infrastructure_image_imports_total",
+		"cozystack_workers_infrastructure_shared_import_clones_total",
+		"cozystack_workers_infrastructure_shared_import_saved_bytes_total",
+		"cozystack_workers_infrastructure_create_refusals_total",
 	}
 	metricstest.ExpectServedAndLinted(t, names...)
 }
