@@ -150,8 +150,10 @@ func checkComponents(t *testing.T, p provider, objs []*unstructured.Unstructured
 			g.Expect(o.GetNamespace()).To(Equal(ns.GetName()), "%s %s lives in the provider namespace", o.GetKind(), o.GetName())
 		}
 	}
-	g.Expect(ns.GetLabels()).To(HaveKeyWithValue("pod-security.kubernetes.io/enforce", "restricted"),
-		"the namespace enforces the restricted pod security profile")
+	for label := range ns.GetLabels() {
+		g.Expect(label).NotTo(HavePrefix("pod-security.kubernetes.io/"),
+			"the Namespace changes no admission: clusterctl and the operator merge it into a namespace other providers may share")
+	}
 
 	// The manager: one container named manager (clusterctl finds images by
 	// it), restricted security context, requests and limits, probes, leader
