@@ -180,7 +180,7 @@ func (r *Reconciler) joinInputs(ctx context.Context, s *scope) (joinInputs, *blo
 	case errors.As(err, &forbidden):
 		return joinInputs{}, &blocked{reason: bootstrapv1.FileSourceForbiddenReason, message: forbidden.Error()}, nil
 	case errors.As(err, &missing):
-		return joinInputs{}, &blocked{reason: bootstrapv1.FileSourceNotAvailableReason, message: missing.Error(), requeueAfter: waitForFileSourceInterval}, nil
+		return joinInputs{}, waitingForFileSource(missing), nil
 	case err != nil:
 		return joinInputs{}, nil, err
 	}
@@ -280,6 +280,14 @@ func (r *Reconciler) clusterCAHashes(ctx context.Context, cluster *clusterv1.Clu
 type fileSourceError struct{ msg string }
 
 func (e *fileSourceError) Error() string { return e.msg }
+
+// waitingForFileSource blocks a config on a missing file source, asked
+// again with backoff: no watch sees a Secret without the cluster-name
+// label appear.
+func waitingForFileSource(missing *fileSourceError) *blocked {
+	return &blocked{reason: bootstrapv1.FileSourceNotAvailableReason, message: missing.Error(),
+		requeueAfter: waitForFileSourceInterval, requeueAfterLimit: waitForFileSourceIntervalLimit}
+}
 
 // forbiddenFileSourceError names a contentFrom Secret of Cluster API's own.
 type forbiddenFileSourceError struct{ msg string }
