@@ -80,7 +80,8 @@ const (
 	// match Machine.spec.version; nothing is rendered.
 	KubernetesVersionMismatchReason = "KubernetesVersionMismatch"
 	// FileSourceNotAvailableReason: a file's contentFrom Secret or key is
-	// missing.
+	// missing; asked again after 10 s, then twice as long each time, at
+	// most every 5 minutes.
 	FileSourceNotAvailableReason = "FileSourceNotAvailable"
 	// FileSourceForbiddenReason: a file's contentFrom Secret is one of
 	// Cluster API's own (the cluster's CAs and keys, its kubeconfig, another

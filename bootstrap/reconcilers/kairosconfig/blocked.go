@@ -24,6 +24,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	bootstrapv1 "github.com/cozystack/cluster-api-workers/bootstrap/api/v1alpha1"
+	"github.com/cozystack/cluster-api-workers/internal/backoff"
 )
 
 // blocked is why a config has no bootstrap data yet, a wait or a refusal:
@@ -37,6 +38,10 @@ type blocked struct {
 	status          metav1.ConditionStatus
 	reason, message string
 	requeueAfter    time.Duration
+	// requeueAfterLimit, when set, makes requeueAfter the first interval
+	// of a backoff: doubled while the config stays blocked for this
+	// reason, up to the limit.
+	requeueAfterLimit time.Duration
 }
 
 // waitingFor blocks a config until a watched object changes.
@@ -59,10 +64,20 @@ func (b *blocked) conditionStatus() metav1.ConditionStatus {
 	return b.status
 }
 
-// report puts the block on the config and returns when to look again.
+// report puts the block on the config and returns when to look again. A
+// block that backs off restarts its condition's lastTransitionTime when the
+// reason changes, which then tells how long this reason has held.
 func (b *blocked) report(config *bootstrapv1.KairosConfig) ctrl.Result {
-	for _, c := range b.conditions() {
-		conditions.Set(config, c)
+	if b.requeueAfterLimit == 0 {
+		for _, c := range b.conditions() {
+			conditions.Set(config, c)
+		}
+		return ctrl.Result{RequeueAfter: b.requeueAfter}
 	}
-	return ctrl.Result{RequeueAfter: b.requeueAfter}
+	for _, c := range b.conditions() {
+		backoff.SetCondition(config, c)
+	}
+	now := time.Now()
+	since := backoff.Since(config, bootstrapv1.DataSecretAvailableCondition, now)
+	return ctrl.Result{RequeueAfter: backoff.Interval(since, now, b.requeueAfter, b.requeueAfterLimit)}
 }

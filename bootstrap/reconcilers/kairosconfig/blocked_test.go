@@ -49,3 +49,45 @@ func TestBlockedReportsDataSecretAvailable(t *testing.T) {
 		})
 	}
 }
+
+// TestAMissingFileSourceIsAskedForWithBackoff: a config waiting for a
+// file's Secret, which is read from the API server at each retry, is
+// asked again after 10 s, then twice as long while it waits for a file
+// source, up to 5 minutes. How long it has waited is its condition's
+// lastTransitionTime, which the config's status keeps across restarts; it
+// starts anew when the config begins to wait for a file source after
+// another wait, and not when it waits for another Secret.
+func TestAMissingFileSourceIsAskedForWithBackoff(t *testing.T) {
+	waitingSince := func(reason string, ago time.Duration) []metav1.Condition {
+		return []metav1.Condition{{Type: bootstrapv1.DataSecretAvailableCondition, Status: metav1.ConditionFalse, Reason: reason, Message: "a",
+			LastTransitionTime: metav1.NewTime(time.Now().Add(-ago))}}
+	}
+	for _, tc := range []struct {
+		name        string
+		before      []metav1.Condition
+		wantRequeue time.Duration
+		wantAnew    bool
+	}{
+		{name: "the first wait", wantRequeue: 10 * time.Second, wantAnew: true},
+		{name: "waiting for 25 s", before: waitingSince(bootstrapv1.FileSourceNotAvailableReason, 25*time.Second), wantRequeue: 20 * time.Second},
+		{name: "waiting for 100 s", before: waitingSince(bootstrapv1.FileSourceNotAvailableReason, 100*time.Second), wantRequeue: 80 * time.Second},
+		{name: "waiting for an hour", before: waitingSince(bootstrapv1.FileSourceNotAvailableReason, time.Hour), wantRequeue: 5 * time.Minute},
+		{name: "waiting for an hour for the cluster CA first", before: waitingSince(bootstrapv1.WaitingForClusterCAReason, time.Hour), wantRequeue: 10 * time.Second, wantAnew: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			config := &bootstrapv1.KairosConfig{}
+			config.Status.Conditions = tc.before
+			b := waitingForFileSource(&fileSourceError{msg: "spec.files[0].contentFrom.secret: Secret b not found"})
+			g.Expect(b.report(config).RequeueAfter).To(Equal(tc.wantRequeue))
+			c := conditions.Get(config, bootstrapv1.DataSecretAvailableCondition)
+			g.Expect(c.Reason).To(Equal(bootstrapv1.FileSourceNotAvailableReason))
+			g.Expect(c.Message).To(Equal("spec.files[0].contentFrom.secret: Secret b not found"))
+			if tc.wantAnew {
+				g.Expect(c.LastTransitionTime.Time).To(BeTemporally("~", time.Now(), 2*time.Second))
+			} else {
+				g.Expect(c.LastTransitionTime).To(Equal(tc.before[0].LastTransitionTime))
+			}
+		})
+	}
+}

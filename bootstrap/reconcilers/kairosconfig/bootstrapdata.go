@@ -177,11 +177,14 @@ func (r *Reconciler) joinInputs(ctx context.Context, s *scope) (joinInputs, *blo
 	files, err := r.resolveFiles(ctx, s.config, cluster.Name)
 	var forbidden *forbiddenFileSourceError
 	var missing *fileSourceError
+	var tooLarge *filesTooLargeError
 	switch {
+	case errors.As(err, &tooLarge):
+		return joinInputs{}, &blocked{reason: bootstrapv1.BootstrapDataTooLargeReason, message: tooLarge.Error()}, nil
 	case errors.As(err, &forbidden):
 		return joinInputs{}, &blocked{reason: bootstrapv1.FileSourceForbiddenReason, message: forbidden.Error()}, nil
 	case errors.As(err, &missing):
-		return joinInputs{}, &blocked{reason: bootstrapv1.FileSourceNotAvailableReason, message: missing.Error(), requeueAfter: waitForFileSourceInterval}, nil
+		return joinInputs{}, waitingForFileSource(missing), nil
 	case err != nil:
 		return joinInputs{}, nil, err
 	}
@@ -282,13 +285,35 @@ type fileSourceError struct{ msg string }
 
 func (e *fileSourceError) Error() string { return e.msg }
 
+// waitingForFileSource blocks a config on a missing file source, asked
+// again with backoff: no watch sees a Secret without the cluster-name
+// label appear.
+func waitingForFileSource(missing *fileSourceError) *blocked {
+	return &blocked{reason: bootstrapv1.FileSourceNotAvailableReason, message: missing.Error(),
+		requeueAfter: waitForFileSourceInterval, requeueAfterLimit: waitForFileSourceIntervalLimit}
+}
+
 // forbiddenFileSourceError names a contentFrom Secret of Cluster API's own.
 type forbiddenFileSourceError struct{ msg string }
 
 func (e *forbiddenFileSourceError) Error() string { return e.msg }
 
+// filesTooLargeError says that the files' contents alone cannot fit in the
+// bootstrap data Secret.
+type filesTooLargeError struct{ msg string }
+
+func (e *filesTooLargeError) Error() string { return e.msg }
+
+// resolveFiles reads the files' contents. The manager's client reads
+// Secrets from the API server, so each Secret is read once however many
+// files name it. The contents are added up as they are read, with the
+// format key the post-render check counts: contents that cannot fit in a
+// Secret are refused before the rest is read and before anything is
+// rendered, since rendering can only add to them.
 func (r *Reconciler) resolveFiles(ctx context.Context, config *bootstrapv1.KairosConfig, clusterName string) ([]cloudconfig.File, error) {
 	files := make([]cloudconfig.File, 0, len(config.Spec.Files))
+	secrets := map[string]*corev1.Secret{}
+	size := len(bootstrapv1.DataFormatCloudConfig)
 	for i, f := range config.Spec.Files {
 		out := cloudconfig.File{Path: f.Path, Owner: f.Owner}
 		fromSecret := f.ContentFrom.Secret.Name != ""
@@ -298,32 +323,52 @@ func (r *Reconciler) resolveFiles(ctx context.Context, config *bootstrapv1.Kairo
 		}
 		out.Permissions = perm
 		if fromSecret {
-			src := &corev1.Secret{}
-			key := client.ObjectKey{Namespace: config.Namespace, Name: f.ContentFrom.Secret.Name}
-			if err := r.Client.Get(ctx, key, src); err != nil {
-				if apierrors.IsNotFound(err) {
-					return nil, &fileSourceError{msg: fmt.Sprintf("spec.files[%d].contentFrom.secret: Secret %s not found", i, key.Name)}
-				}
-				return nil, fmt.Errorf("reading spec.files[%d].contentFrom.secret %s: %w", i, key.Name, err)
-			}
-			what, err := clustersecrets.Of(src, r.clusterExists(ctx, config.Namespace, clusterName))
+			src, err := r.fileSecret(ctx, config, clusterName, secrets, i)
 			if err != nil {
-				return nil, fmt.Errorf("checking spec.files[%d].contentFrom.secret %s: %w", i, key.Name, err)
-			}
-			if what != "" {
-				return nil, &forbiddenFileSourceError{msg: fmt.Sprintf("spec.files[%d].contentFrom.secret: Secret %s is %s and is never copied into a worker", i, key.Name, what)}
+				return nil, err
 			}
 			content, ok := src.Data[f.ContentFrom.Secret.Key]
 			if !ok {
-				return nil, &fileSourceError{msg: fmt.Sprintf("spec.files[%d].contentFrom.secret: Secret %s has no key %s", i, key.Name, f.ContentFrom.Secret.Key)}
+				return nil, &fileSourceError{msg: fmt.Sprintf("spec.files[%d].contentFrom.secret: Secret %s has no key %s", i, f.ContentFrom.Secret.Name, f.ContentFrom.Secret.Key)}
 			}
 			out.Content = content
 		} else {
 			out.Content = []byte(f.Content)
 		}
+		if size += len(out.Content); size > corev1.MaxSecretSize {
+			return nil, &filesTooLargeError{msg: fmt.Sprintf(
+				"The bootstrap data would be at least %d bytes, the size of the contents of spec.files[0] to spec.files[%d], and a Secret holds at most %d: shrink spec.files",
+				size, i, corev1.MaxSecretSize)}
+		}
 		files = append(files, out)
 	}
 	return files, nil
+}
+
+// fileSecret is the Secret spec.files[i] reads its content from, read and
+// checked the first time a file of this rendering names it, and taken
+// from read afterwards.
+func (r *Reconciler) fileSecret(ctx context.Context, config *bootstrapv1.KairosConfig, clusterName string, read map[string]*corev1.Secret, i int) (*corev1.Secret, error) {
+	key := client.ObjectKey{Namespace: config.Namespace, Name: config.Spec.Files[i].ContentFrom.Secret.Name}
+	if src, ok := read[key.Name]; ok {
+		return src, nil
+	}
+	src := &corev1.Secret{}
+	if err := r.Client.Get(ctx, key, src); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, &fileSourceError{msg: fmt.Sprintf("spec.files[%d].contentFrom.secret: Secret %s not found", i, key.Name)}
+		}
+		return nil, fmt.Errorf("reading spec.files[%d].contentFrom.secret %s: %w", i, key.Name, err)
+	}
+	what, err := clustersecrets.Of(src, r.clusterExists(ctx, config.Namespace, clusterName))
+	if err != nil {
+		return nil, fmt.Errorf("checking spec.files[%d].contentFrom.secret %s: %w", i, key.Name, err)
+	}
+	if what != "" {
+		return nil, &forbiddenFileSourceError{msg: fmt.Sprintf("spec.files[%d].contentFrom.secret: Secret %s is %s and is never copied into a worker", i, key.Name, what)}
+	}
+	read[key.Name] = src
+	return src, nil
 }
 
 // clusterExists says whether a Cluster of that name exists in the

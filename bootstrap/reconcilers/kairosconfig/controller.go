@@ -53,7 +53,12 @@ import (
 // Requeue intervals for waits that no watch ends.
 const (
 	waitForInfrastructureInterval = 10 * time.Second
-	waitForFileSourceInterval     = 10 * time.Second
+	// A file's Secret is read from the API server at each retry: the
+	// interval doubles while the config waits for one, up to the limit
+	// (backoff), so a tenant's hundreds of such configs cost the shared
+	// client little. A Secret with the cluster-name label is seen at once.
+	waitForFileSourceInterval      = 10 * time.Second
+	waitForFileSourceIntervalLimit = 5 * time.Minute
 )
 
 // Writes go through Cluster API's patch helper, which patches and never

@@ -484,32 +484,51 @@ func TestFilesFromSecretsAndClusterProviderMode(t *testing.T) {
 
 // TestBootstrapDataTooLargeForASecret: files that would render past a
 // Secret's 1 MiB say so on the config, with both sizes, and no token is
-// minted for them; once they shrink, the data is written.
+// minted for them; once they shrink, the data is written. Contents that
+// alone cannot fit are refused before they are rendered; contents that fit
+// but render past the limit (binary content is carried base64-encoded)
+// are refused after.
 func TestBootstrapDataTooLargeForASecret(t *testing.T) {
 	startController(t, testTokenTTL)
 	f := newFixture(t, readyCluster)
 	g := f.g
-	var files []bootstrapv1.File
-	for _, name := range []string{"first", "second"} {
-		g.Expect(mgmt.Client.Create(suiteCtx, &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace, Name: name, Labels: map[string]string{clusterv1.ClusterNameLabel: f.cluster.Name}},
-			Data:       map[string][]byte{"blob": bytes.Repeat([]byte("a"), 600*1024)},
-		})).To(Succeed())
-		files = append(files, bootstrapv1.File{Path: "/etc/app/" + name,
-			ContentFrom: bootstrapv1.FileSource{Secret: bootstrapv1.SecretKeySource{Name: name, Key: "blob"}}})
+	fileFrom := func(name string) bootstrapv1.File {
+		return bootstrapv1.File{Path: "/etc/app/" + name, ContentFrom: bootstrapv1.FileSource{Secret: bootstrapv1.SecretKeySource{Name: name, Key: "blob"}}}
 	}
-	w := f.newWorker("worker-0", machineOptions{vmName: "large-vm", spec: bootstrapv1.KairosConfigSpec{Files: files}})
-	cond := f.waitForReason(w, bootstrapv1.BootstrapDataTooLargeReason)
+	for _, s := range []struct {
+		name string
+		blob []byte
+	}{
+		{"first", bytes.Repeat([]byte("a"), 600*1024)},
+		{"second", bytes.Repeat([]byte("a"), 600*1024)},
+		{"binary", make([]byte, 900*1024)},
+	} {
+		g.Expect(mgmt.Client.Create(suiteCtx, &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace, Name: s.name, Labels: map[string]string{clusterv1.ClusterNameLabel: f.cluster.Name}},
+			Data:       map[string][]byte{"blob": s.blob},
+		})).To(Succeed())
+	}
+	summed := f.newWorker("worker-0", machineOptions{vmName: "large-vm", spec: bootstrapv1.KairosConfigSpec{Files: []bootstrapv1.File{fileFrom("first"), fileFrom("second")}}})
+	rendered := f.newWorker("worker-1", machineOptions{vmName: "binary-vm", spec: bootstrapv1.KairosConfigSpec{Files: []bootstrapv1.File{fileFrom("binary")}}})
+	cond := f.waitForReason(summed, bootstrapv1.BootstrapDataTooLargeReason)
 	g.Expect(cond.Status).To(Equal(metav1.ConditionFalse))
+	g.Expect(cond.Message).To(Equal("The bootstrap data would be at least 1228812 bytes, the size of the contents of spec.files[0] to spec.files[1], " +
+		"and a Secret holds at most 1048576: shrink spec.files"))
+	cond = f.waitForReason(rendered, bootstrapv1.BootstrapDataTooLargeReason)
 	g.Expect(cond.Message).To(MatchRegexp(`^The rendered bootstrap data is \d+ bytes and a Secret holds at most 1048576: shrink spec.files$`))
-	_, found := f.storedToken(w)
-	g.Expect(found).To(BeFalse(), "no token for data that cannot be stored")
+	for _, w := range []*worker{summed, rendered} {
+		_, found := f.storedToken(w)
+		g.Expect(found).To(BeFalse(), "no token for data that cannot be stored")
+	}
 
-	second := &corev1.Secret{}
-	g.Expect(mgmt.Client.Get(suiteCtx, client.ObjectKey{Namespace: f.namespace, Name: "second"}, second)).To(Succeed())
-	second.Data["blob"] = []byte("small")
-	g.Expect(mgmt.Client.Update(suiteCtx, second)).To(Succeed())
-	f.waitForData(w)
+	for _, name := range []string{"second", "binary"} {
+		shrunk := &corev1.Secret{}
+		g.Expect(mgmt.Client.Get(suiteCtx, client.ObjectKey{Namespace: f.namespace, Name: name}, shrunk)).To(Succeed())
+		shrunk.Data["blob"] = []byte("small")
+		g.Expect(mgmt.Client.Update(suiteCtx, shrunk)).To(Succeed())
+	}
+	f.waitForData(summed)
+	f.waitForData(rendered)
 }
 
 // TestFilesFromClusterAPISecretsAreNeverRendered: a file that reads one

@@ -17,9 +17,11 @@ limitations under the License.
 package kairosconfig
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -40,6 +42,7 @@ import (
 	bootstrapv1 "github.com/cozystack/cluster-api-workers/bootstrap/api/v1alpha1"
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/test/envtest"
+	"github.com/cozystack/cluster-api-workers/test/harness/requests"
 )
 
 // hostileConfigs is how many KairosConfigs the hostile tenant makes.
@@ -117,10 +120,144 @@ func TestATenantCannotStallAnother(t *testing.T) {
 	}, 10*time.Minute, time.Second).Should(Succeed())
 }
 
+// hostileFileConfigs and hostileLargeConfigs are how many KairosConfigs
+// of each kind the hostile tenant of TestATenantsFilesCannotStallAnother
+// makes.
+const (
+	hostileFileConfigs  = 240
+	hostileLargeConfigs = 60
+)
+
+// TestATenantsFilesCannotStallAnother: the controller reads a file's
+// Secret from the API server, through the client and rate limit every
+// tenant shares, and renders what it reads. The hostile tenant's
+// hundreds of configs name 32 files each (the most a config may): 31
+// times one Secret and then a Secret that does not exist, or 31 times a
+// Secret of 512 KiB that two files already make too large. Each distinct
+// Secret is read once per rendering, contents too large are refused
+// before they are rendered, and a config waiting for a Secret is asked
+// again with backoff; so the other tenant's worker gets its data and
+// joins as fast as alone (the ratio is logged, not asserted), every
+// hostile config reports why it renders nothing, and the hostile tenant's
+// reads of its repeated Secrets are bounded by what the code reads per
+// rendering: one read of each Secret, not 31.
+func TestATenantsFilesCannotStallAnother(t *testing.T) {
+	g := NewWithT(t)
+	manager := startControllerAs(t, bootstrapProviderUser(t), testTokenTTL, KubeVirtKinds)
+	hostile := newFixture(t, readyCluster)
+	victim := newFixture(t, readyCluster)
+	hostileClient := tenantClient(t, hostile.namespace)
+	victimClient := tenantClient(t, victim.namespace)
+
+	joinOnce := func(name string) time.Duration {
+		start := time.Now()
+		w := victim.kubeVirtWorker(victimClient, name)
+		victim.waitForDataWithin(w, 10*time.Minute)
+		took := time.Since(start)
+		tok, found := victim.storedToken(w)
+		g.Expect(found).To(BeTrue())
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: w.vmName}, Spec: corev1.NodeSpec{ProviderID: infrav1.ProviderID(w.vmName)}}
+		g.Expect(workload.Client.Create(suiteCtx, node)).To(Succeed())
+		t.Cleanup(func() { _ = workload.Client.Delete(suiteCtx, node) })
+		g.Eventually(func() bool { _, err := workloadToken(tok.ID); return apierrors.IsNotFound(err) }, 10*time.Minute, 100*time.Millisecond).Should(BeTrue(), "the node joined")
+		return took
+	}
+	alone := joinOnce("victim-0")
+
+	// No cluster-name label: no watch sees these Secrets, only the
+	// reconciles that read them.
+	hostileSecret := func(name string, size int) {
+		g.Expect(hostileClient.Create(suiteCtx, &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: hostile.namespace, Name: name},
+			Data:       map[string][]byte{"blob": bytes.Repeat([]byte("a"), size)},
+		})).To(Succeed())
+	}
+	fileFrom := func(i int, secret string) bootstrapv1.File {
+		return bootstrapv1.File{Path: fmt.Sprintf("/etc/hostile/%d", i), ContentFrom: bootstrapv1.FileSource{Secret: bootstrapv1.SecretKeySource{Name: secret, Key: "blob"}}}
+	}
+	hostileSecret("shared", 16*1024)
+	hostileSecret("large", 512*1024)
+	for i := range hostileFileConfigs {
+		var files []bootstrapv1.File
+		for j := range 31 {
+			files = append(files, fileFrom(j, "shared"))
+		}
+		files = append(files, fileFrom(31, fmt.Sprintf("missing-%d", i)))
+		hostile.kubeVirtWorkerWith(hostileClient, fmt.Sprintf("missing-%d", i), bootstrapv1.KairosConfigSpec{Files: files})
+	}
+	for i := range hostileLargeConfigs {
+		// A Secret of the config's own first, read once per rendering
+		// as the large one should be.
+		own := fmt.Sprintf("own-%d", i)
+		hostileSecret(own, 1024)
+		files := []bootstrapv1.File{fileFrom(0, own)}
+		for j := 1; j < 32; j++ {
+			files = append(files, fileFrom(j, "large"))
+		}
+		hostile.kubeVirtWorkerWith(hostileClient, fmt.Sprintf("large-%d", i), bootstrapv1.KairosConfigSpec{Files: files})
+	}
+	// Right after the hostile configs are written the victim's config
+	// queues behind their first reconciles; once they all report, only
+	// their retries compete with it.
+	among := joinOnce("victim-1")
+	t.Logf("the victim's worker got its data in %s alone and in %s right after %d hostile configs: ratio %.2f",
+		alone.Round(time.Millisecond), among.Round(time.Millisecond), hostileFileConfigs+hostileLargeConfigs, float64(among)/float64(alone))
+
+	g.Eventually(func(g Gomega) {
+		list := &bootstrapv1.KairosConfigList{}
+		g.Expect(mgmt.Client.List(suiteCtx, list, client.InNamespace(hostile.namespace))).To(Succeed())
+		g.Expect(list.Items).To(HaveLen(hostileFileConfigs + hostileLargeConfigs))
+		for _, cfg := range list.Items {
+			cond := conditions.Get(&cfg, bootstrapv1.DataSecretAvailableCondition)
+			g.Expect(cond).NotTo(BeNil(), cfg.Name)
+			if missing, ok := strings.CutPrefix(cfg.Name, "missing-"); ok {
+				g.Expect(cond.Reason).To(Equal(bootstrapv1.FileSourceNotAvailableReason), cfg.Name)
+				g.Expect(cond.Message).To(Equal("spec.files[31].contentFrom.secret: Secret missing-"+missing+" not found"), cfg.Name)
+			} else {
+				g.Expect(cond.Reason).To(Equal(bootstrapv1.BootstrapDataTooLargeReason), cfg.Name)
+				g.Expect(cond.Message).To(Equal("The bootstrap data would be at least 1049612 bytes, the size of the contents of spec.files[0] to spec.files[2], "+
+					"and a Secret holds at most 1048576: shrink spec.files"), cfg.Name)
+			}
+			g.Expect(cfg.Status.DataSecretName).To(BeEmpty())
+		}
+	}, 10*time.Minute, time.Second).Should(Succeed())
+	settled := joinOnce("victim-2")
+	t.Logf("the victim's worker got its data in %s alone and in %s beside %d hostile configs that all report: ratio %.2f",
+		alone.Round(time.Millisecond), settled.Round(time.Millisecond), hostileFileConfigs+hostileLargeConfigs, float64(settled)/float64(alone))
+
+	// Each rendering reads a Secret once, so the Secret 31 files name is
+	// read as often as the one file's Secret read after it (a reconcile
+	// under way may have read the first and not yet the second).
+	reads := map[string]int{}
+	for _, r := range manager.requests.Requests(func(r requests.Request) bool {
+		return r.Verb == "get" && r.Resource == "secrets" && r.Namespace == hostile.namespace
+	}) {
+		switch name := r.Name; {
+		case strings.HasPrefix(name, "missing-"):
+			reads["missing-*"]++
+		case strings.HasPrefix(name, "own-"):
+			reads["own-*"]++
+		default:
+			reads[name]++
+		}
+	}
+	t.Logf("the hostile tenant's Secrets were read: %v", reads)
+	const reconcilesUnderWay = 4 // startControllerWith's MaxConcurrentReconciles
+	g.Expect(reads["missing-*"]).To(BeNumerically(">=", hostileFileConfigs))
+	g.Expect(reads["shared"]).To(BeNumerically("<=", reads["missing-*"]+reconcilesUnderWay))
+	g.Expect(reads["own-*"]).To(BeNumerically(">=", hostileLargeConfigs))
+	g.Expect(reads["large"]).To(BeNumerically("<=", reads["own-*"]+reconcilesUnderWay))
+}
+
 // kubeVirtWorker is a worker of the KubeVirt provider's kind, written by
 // the tenant's own client: a KubeVirtMachine without template, its Machine
 // and KairosConfig.
 func (f *fixture) kubeVirtWorker(c client.Client, name string) *worker {
+	return f.kubeVirtWorkerWith(c, name, bootstrapv1.KairosConfigSpec{})
+}
+
+// kubeVirtWorkerWith is kubeVirtWorker with the config's spec.
+func (f *fixture) kubeVirtWorkerWith(c client.Client, name string, spec bootstrapv1.KairosConfigSpec) *worker {
 	vm := name + "-" + rand.String(5)
 	kvm := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "infrastructure.cozystack.io/v1alpha1", "kind": "KubeVirtMachine",
@@ -142,7 +279,7 @@ func (f *fixture) kubeVirtWorker(c client.Client, name string) *worker {
 	config := &bootstrapv1.KairosConfig{ObjectMeta: metav1.ObjectMeta{
 		Namespace: f.namespace, Name: name, Labels: labels,
 		OwnerReferences: []metav1.OwnerReference{{APIVersion: clusterv1.GroupVersion.String(), Kind: "Machine", Name: name, UID: machine.UID}},
-	}}
+	}, Spec: spec}
 	f.g.Expect(c.Create(suiteCtx, config)).To(Succeed())
 	return &worker{machine: machine, config: config, vmName: vm}
 }
@@ -194,6 +331,7 @@ func tenantClient(t *testing.T, namespace string) client.Client {
 		{APIGroups: []string{clusterv1.GroupVersion.Group}, Resources: []string{"machines"}, Verbs: []string{"create", "get", "list"}},
 		{APIGroups: []string{bootstrapv1.GroupVersion.Group}, Resources: []string{"kairosconfigs"}, Verbs: []string{"create", "get", "list"}},
 		{APIGroups: []string{KubeVirtKinds.Machine.Group}, Resources: []string{"kubevirtmachines"}, Verbs: []string{"create", "get", "list"}},
+		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"create"}},
 	}}
 	g.Expect(mgmt.Client.Create(suiteCtx, role)).To(Succeed())
 	g.Expect(mgmt.Client.Create(suiteCtx, &rbacv1.RoleBinding{

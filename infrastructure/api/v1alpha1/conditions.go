@@ -144,11 +144,13 @@ const (
 	CreateRefusedReason = "CreateRefused"
 	// CloneSourceForbiddenReason: the machine's namespace may not clone
 	// from the namespace of spec.image.clone by CDI's rules, asked as its
-	// ServiceAccount default; the message carries CDI's words. Retried
-	// every minute: the source namespace's owner may grant it.
+	// ServiceAccount default; the message carries CDI's words. Asked
+	// again after a minute, then twice as long each time, at most every 5
+	// minutes: the source namespace's owner may grant it.
 	CloneSourceForbiddenReason = "CloneSourceForbidden"
 	// WaitingForCloneSourceReason: the namespace or DataSource that
-	// spec.image.clone names does not exist; the message names it.
+	// spec.image.clone names does not exist; the message names it. Asked
+	// again as CloneSourceForbiddenReason is.
 	WaitingForCloneSourceReason = "WaitingForCloneSource"
 	// WaitingForImageImportReason: the machine's template resolves to an
 	// HTTP import, which is imported once into the template's namespace

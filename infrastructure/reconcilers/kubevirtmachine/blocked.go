@@ -24,6 +24,8 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
+	"github.com/cozystack/cluster-api-workers/internal/backoff"
+	"github.com/cozystack/cluster-api-workers/internal/redact"
 )
 
 // blocked is why a machine cannot go on before its VM runs, a wait or a
@@ -37,12 +39,27 @@ type blocked struct {
 	status          metav1.ConditionStatus
 	reason, message string
 	requeueAfter    time.Duration
+	// requeueAfterLimit, when set, makes requeueAfter the first interval
+	// of a backoff: doubled while the machine stays blocked for this
+	// reason, up to the limit.
+	requeueAfterLimit time.Duration
 }
 
 // refusedRetry is how long a machine whose object the API server refused,
-// or whose clone source is missing or forbidden, waits before it asks
+// or whose bootstrap data Secret is not its own, waits before it asks
 // again.
 const refusedRetry = time.Minute
+
+// A refused clone is asked about again after cloneRetry, then twice as
+// long while it stays refused, at most cloneRetryLimit: each ask reads the
+// DataSource and namespace from the API server and sends access reviews.
+// A change of the machine's spec reconciles it at once; the tenant's RBAC
+// is not watched, so the limit bounds how long a newly granted right
+// waits.
+const (
+	cloneRetry      = time.Minute
+	cloneRetryLimit = 5 * time.Minute
+)
 
 // waitingFor blocks a machine until a watched object changes.
 func waitingFor(reason, message string) *blocked {
@@ -52,6 +69,12 @@ func waitingFor(reason, message string) *blocked {
 // refusedFor blocks a machine on a refusal, asked again after refusedRetry.
 func refusedFor(reason, message string) *blocked {
 	return &blocked{status: metav1.ConditionUnknown, reason: reason, message: message, requeueAfter: refusedRetry}
+}
+
+// cloneRefusedFor blocks a machine on a clone source that is missing or
+// that its namespace may not clone, asked again with backoff.
+func cloneRefusedFor(reason, message string) *blocked {
+	return &blocked{status: metav1.ConditionUnknown, reason: reason, message: message, requeueAfter: cloneRetry, requeueAfterLimit: cloneRetryLimit}
 }
 
 // conditions are the machine's steps while it is blocked.
@@ -70,10 +93,21 @@ func (b *blocked) conditionStatus() metav1.ConditionStatus {
 	return b.status
 }
 
-// report puts the block on the machine and returns when to look again.
+// report puts the block on the machine and returns when to look again. A
+// block that backs off restarts its steps' lastTransitionTime when the
+// reason changes, which then tells how long this reason has held.
 func (b *blocked) report(kvm *infrav1.KubeVirtMachine) ctrl.Result {
-	setConditions(kvm, b.conditions()...)
-	return ctrl.Result{RequeueAfter: b.requeueAfter}
+	if b.requeueAfterLimit == 0 {
+		setConditions(kvm, b.conditions()...)
+		return ctrl.Result{RequeueAfter: b.requeueAfter}
+	}
+	for _, c := range b.conditions() {
+		c.Message = redact.URLCredentials(c.Message)
+		backoff.SetCondition(kvm, c)
+	}
+	now := time.Now()
+	since := backoff.Since(kvm, infrav1.BootDiskReadyCondition, now)
+	return ctrl.Result{RequeueAfter: backoff.Interval(since, now, b.requeueAfter, b.requeueAfterLimit)}
 }
 
 // deletingConditions are the machine's steps while it waits for its

@@ -51,6 +51,7 @@ func TestBlockedReportsBothSteps(t *testing.T) {
 	}{
 		{"a wait", waitingFor(infrav1.WaitingForClusterReason, "Cluster ns/c does not exist"), metav1.ConditionUnknown, 0},
 		{"a refusal", refusedFor(infrav1.CreateRefusedReason, "refused"), metav1.ConditionUnknown, refusedRetry},
+		{"a refused clone", cloneRefusedFor(infrav1.CloneSourceForbiddenReason, "refused"), metav1.ConditionUnknown, cloneRetry},
 		{"a name conflict left at the zero status", &blocked{reason: infrav1.NameConflictReason, message: "not ours"}, metav1.ConditionFalse, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -63,6 +64,58 @@ func TestBlockedReportsBothSteps(t *testing.T) {
 				g.Expect(c.Status).To(Equal(tc.status), step)
 				g.Expect(c.Reason).To(Equal(tc.b.reason), step)
 				g.Expect(c.Message).To(Equal(tc.b.message), step)
+			}
+		})
+	}
+}
+
+// TestARefusedCloneIsAskedAboutWithBackoff: each ask about a refused clone
+// reads from the API server and sends access reviews, so a machine whose
+// clone stays refused is asked about after a minute, then twice as long,
+// up to 5 minutes. How long it has been refused is its steps'
+// lastTransitionTime, which the machine's status keeps across restarts;
+// it starts anew when the machine is refused after another wait (with the
+// same Unknown status), and not when another source is refused.
+func TestARefusedCloneIsAskedAboutWithBackoff(t *testing.T) {
+	refusedSince := func(reason string, ago time.Duration) []metav1.Condition {
+		at := metav1.NewTime(time.Now().Add(-ago))
+		return []metav1.Condition{
+			{Type: infrav1.BootDiskReadyCondition, Status: metav1.ConditionUnknown, Reason: reason, Message: "spec.image.clone: earlier", LastTransitionTime: at},
+			{Type: infrav1.VirtualMachineProvisionedCondition, Status: metav1.ConditionUnknown, Reason: reason, Message: "spec.image.clone: earlier", LastTransitionTime: at},
+		}
+	}
+	for _, tc := range []struct {
+		name        string
+		reason      string
+		before      []metav1.Condition
+		wantRequeue time.Duration
+		wantAnew    bool
+	}{
+		{name: "the first refusal", reason: infrav1.CloneSourceForbiddenReason, wantRequeue: time.Minute, wantAnew: true},
+		{name: "refused for 2.5 minutes", reason: infrav1.CloneSourceForbiddenReason,
+			before: refusedSince(infrav1.CloneSourceForbiddenReason, 150*time.Second), wantRequeue: 2 * time.Minute},
+		{name: "refused for an hour", reason: infrav1.CloneSourceForbiddenReason,
+			before: refusedSince(infrav1.CloneSourceForbiddenReason, time.Hour), wantRequeue: 5 * time.Minute},
+		{name: "a missing source for an hour", reason: infrav1.WaitingForCloneSourceReason,
+			before: refusedSince(infrav1.WaitingForCloneSourceReason, time.Hour), wantRequeue: 5 * time.Minute},
+		{name: "refused after waiting an hour for the bootstrap data", reason: infrav1.CloneSourceForbiddenReason,
+			before: refusedSince(infrav1.WaitingForBootstrapDataReason, time.Hour), wantRequeue: time.Minute, wantAnew: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			kvm := &infrav1.KubeVirtMachine{}
+			kvm.Status.Conditions = tc.before
+			b := cloneRefusedFor(tc.reason, "spec.image.clone: https://user:secret@example.com/ refused")
+			g.Expect(b.report(kvm).RequeueAfter).To(Equal(tc.wantRequeue))
+			for _, step := range []string{infrav1.BootDiskReadyCondition, infrav1.VirtualMachineProvisionedCondition} {
+				c := conditionOf(kvm, step)
+				g.Expect(c.Reason).To(Equal(tc.reason), step)
+				g.Expect(c.Message).To(Equal("spec.image.clone: https://***@example.com/ refused"), step)
+				if tc.wantAnew {
+					g.Expect(c.LastTransitionTime.Time).To(BeTemporally("~", time.Now(), 2*time.Second), step)
+				} else {
+					g.Expect(c.LastTransitionTime).To(Equal(tc.before[0].LastTransitionTime), step)
+				}
 			}
 		})
 	}

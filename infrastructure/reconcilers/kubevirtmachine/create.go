@@ -184,10 +184,10 @@ func (r *Reconciler) authorizeClone(ctx context.Context, image rootImage, dv *cd
 	case err != nil:
 		return nil, err
 	case decision.Missing:
-		return refusedFor(infrav1.WaitingForCloneSourceReason, image.chosenBy+".clone: "+decision.Reason), nil
+		return cloneRefusedFor(infrav1.WaitingForCloneSourceReason, image.chosenBy+".clone: "+decision.Reason), nil
 	case !decision.Allowed:
 		ctrl.LoggerFrom(ctx).Info("The machine's namespace may not clone from the source its image names", "field", image.chosenBy+".clone", "reason", decision.Reason)
-		return refusedFor(infrav1.CloneSourceForbiddenReason, image.chosenBy+".clone: "+decision.Reason), nil
+		return cloneRefusedFor(infrav1.CloneSourceForbiddenReason, image.chosenBy+".clone: "+decision.Reason), nil
 	}
 	return nil, nil
 }
