@@ -239,7 +239,8 @@ func TestPoolSSHKeys(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 
 	_, err = createPool(t, ns, "private", map[string]any{"cluster": "c", "workerClassName": "kairos", "version": "v1.35", "sshKeys": []any{private}})
-	g.Expect(err).To(MatchError(ContainSubstring("looks like a private key")))
+	// The webhook's refusal and the admission policy's both say it.
+	g.Expect(err).To(MatchError(ContainSubstring("never put a private key here, only a public key")))
 	for _, line := range strings.Split(private, "\n") {
 		if len(line) > 16 && !strings.HasPrefix(line, "-----") {
 			g.Expect(err.Error()).NotTo(ContainSubstring(line), "the refusal echoes the private key")

@@ -41,6 +41,8 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/cluster-api/util/secret"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/cozystack/cluster-api-workers/internal/watchview"
 )
 
 // MaxSize is the largest kubeconfig accepted, in bytes: Cluster API's own
@@ -133,7 +135,13 @@ func (r SecretReader) Get(ctx context.Context, key client.ObjectKey, obj client.
 	if !ok {
 		return fmt.Errorf("reading %s: only Secrets are read through the kubeconfig Secret reader, not %T", key, obj)
 	}
-	if err := Check(s.Data[secret.KubeconfigDataName]); err != nil {
+	err := Check(s.Data[secret.KubeconfigDataName])
+	if watchview.DroppedTooLarge(s, secret.KubeconfigDataName) {
+		// The cache did not keep a kubeconfig over MaxSize: say so
+		// rather than that an empty one is no kubeconfig.
+		err = field.TooLong(field.NewPath(secret.KubeconfigDataName), "", MaxSize)
+	}
+	if err != nil {
 		// Nothing of the refused Secret stays in obj.
 		*s = corev1.Secret{}
 		return fmt.Errorf("%w: Secret %s: %w", ErrRefused, key, err)

@@ -38,6 +38,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/cozystack/cluster-api-workers/internal/inlinekubeconfig"
+	"github.com/cozystack/cluster-api-workers/internal/watchview"
 	"github.com/cozystack/cluster-api-workers/test/envtest"
 )
 
@@ -181,6 +182,20 @@ func TestSecretReaderRefusesAndEmptiesAKubeconfigNamingAFile(t *testing.T) {
 
 	g.Expect(r.Get(ctx, client.ObjectKeyFromObject(good), got)).To(Succeed())
 	g.Expect(got.Data).To(HaveKey("value"))
+
+	// A kubeconfig the cache dropped for its size is refused as too long,
+	// not as an empty kubeconfig.
+	dropped, err := watchview.CachedSecret(&corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "tenant", Name: "huge-kubeconfig"},
+		Data:       map[string][]byte{"value": make([]byte, inlinekubeconfig.MaxSize+1)},
+	}, func(*corev1.Secret) []watchview.KeptKey {
+		return []watchview.KeptKey{{Name: "value", MaxSize: inlinekubeconfig.MaxSize}}
+	})
+	g.Expect(err).NotTo(HaveOccurred())
+	r = inlinekubeconfig.SecretReader{Reader: fake.NewClientBuilder().WithObjects(dropped.(*corev1.Secret)).Build()}
+	err = r.Get(ctx, client.ObjectKey{Namespace: "tenant", Name: "huge-kubeconfig"}, got)
+	g.Expect(errors.Is(err, inlinekubeconfig.ErrRefused)).To(BeTrue())
+	g.Expect(err).To(MatchError(ContainSubstring("Secret tenant/huge-kubeconfig: value: Too long: may not be more than 65536 bytes")))
 
 	g.Expect(r.List(ctx, &corev1.SecretList{})).To(HaveOccurred(), "a list would bypass the check")
 	g.Expect(r.Get(ctx, client.ObjectKeyFromObject(good), &corev1.ConfigMap{})).To(HaveOccurred())

@@ -14,10 +14,13 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-// Package sshkeys holds the project's one check of SSH public keys and its
-// one detector of private keys, for every field where a tenant may paste a
-// key (pool values, KairosConfig sshAuthorizedKeys). A message never
-// carries the key.
+// Package sshkeys holds the project's one check of SSH public keys, for
+// every field where a tenant may paste a key (pool values, KairosConfig
+// sshKeys): a value is accepted only when it is one authorized_keys public
+// key line (line.go says exactly what that is), and the admission policies
+// apply the same rule in the apiserver (PolicyExpression). Its private-key
+// detector names a refused value that holds a private key as one, and
+// finds them in log lines. A message never carries the key.
 package sshkeys
 
 import (
@@ -26,31 +29,106 @@ import (
 	"encoding/base64"
 	"encoding/pem"
 	"errors"
+	"strconv"
 	"strings"
 
 	"golang.org/x/crypto/ssh"
 )
 
-// PublicKeyProblem returns why key is not one plain authorized_keys public
-// key on one line, or "".
+// PublicKeyProblem returns why key is not one accepted authorized_keys
+// public key line, or "": the line matches the admission policies' rule
+// (LineRegexp, LongWordRegexp) and its blob parses as a public key of the
+// type the line names. The reason never quotes the key.
 func PublicKeyProblem(key string) string {
-	trimmed := strings.TrimSpace(key)
-	if trimmed == "" {
-		return "must be a public key such as \"ssh-ed25519 AAAA... comment\""
+	if !matchesLine(key) {
+		return lineProblem(key)
 	}
-	if strings.ContainsAny(trimmed, "\r\n") {
-		return "must be a single public key on one line"
+	typ, rest, _ := strings.Cut(key, " ")
+	blob, _, _ := strings.Cut(rest, " ")
+	return blobProblem(typ, blob)
+}
+
+// blobProblem says why blob is not a public key of type typ, or "".
+func blobProblem(typ, blob string) string {
+	data, err := base64.StdEncoding.DecodeString(blob)
+	if err != nil {
+		return "the key after " + typ + " must be base64"
 	}
-	_, _, options, rest, err := ssh.ParseAuthorizedKey([]byte(trimmed))
-	switch {
-	case err != nil:
-		return "must be a public key such as \"ssh-ed25519 AAAA... comment\""
-	case len(options) > 0:
-		return "must be a plain public key without authorized_keys options"
-	case len(bytes.TrimSpace(rest)) > 0:
-		return "must be a single public key"
+	parsed, err := ssh.ParsePublicKey(data)
+	if err != nil {
+		return "the key after " + typ + " does not parse as an " + typ + " public key"
+	}
+	if parsed.Type() != typ {
+		return "the key is an " + parsed.Type() + " key, not the " + typ + " its line names"
 	}
 	return ""
+}
+
+// example is how an accepted line looks.
+const example = "must be a public key such as \"ssh-ed25519 AAAA... comment\""
+
+// lineProblem says why a line that does not match the policies' rule
+// fails it, naming the first part at fault; it is never "".
+func lineProblem(key string) string {
+	switch {
+	case strings.TrimSpace(key) == "":
+		return example
+	case strings.ContainsAny(key, "\r\n"):
+		return "must be a single public key on one line"
+	case strings.TrimSpace(key) != key:
+		return "must have no leading or trailing blanks"
+	}
+	typ, rest, _ := strings.Cut(key, " ")
+	if _, known := blobREs[typ]; !known {
+		if _, _, options, _, err := ssh.ParseAuthorizedKey([]byte(key)); err == nil && len(options) > 0 {
+			return "must be a plain public key without authorized_keys options"
+		}
+		if typ == "ssh-dss" {
+			return "ssh-dss (DSA) keys are refused: OpenSSH no longer accepts them"
+		}
+		return "must start with a key type: " + typeNames()
+	}
+	blob, comment, hasComment := strings.Cut(rest, " ")
+	if blob == "" {
+		return "must hold the base64 key after " + typ
+	}
+	if !blobREs[typ].MatchString(blob) {
+		if p := blobProblem(typ, blob); p != "" {
+			return p
+		}
+		return "the key after " + typ + " must be base64 of an " + typ + " key of its length"
+	}
+	if !hasComment {
+		return example
+	}
+	for _, word := range strings.Split(comment, " ") {
+		if _, known := blobREs[word]; known {
+			return "must be a single public key"
+		}
+	}
+	switch {
+	case comment == "" || comment[0] == ' ':
+		return "the comment must follow the key after one space"
+	case len(comment) > MaxCommentBytes:
+		return "the comment must be at most " + strconv.Itoa(MaxCommentBytes) + " bytes"
+	case strings.IndexFunc(comment, func(r rune) bool { return r < ' ' || r > '~' }) >= 0:
+		return "the comment must be printable ASCII"
+	}
+	for _, word := range strings.Split(comment, " ") {
+		if len(word) > MaxWordChars {
+			return "each word of the comment must be at most " + strconv.Itoa(MaxWordChars) +
+				" characters: a longer run may be key material"
+		}
+	}
+	return "must be one authorized_keys public key line: a key type, its base64 key and an optional comment"
+}
+
+func typeNames() string {
+	names := make([]string, 0, len(KeyTypes))
+	for _, t := range KeyTypes {
+		names = append(names, t.Name)
+	}
+	return strings.Join(names, ", ")
 }
 
 // PrivateKeyMessage is the refusal of a field that holds a private key.
@@ -58,8 +136,7 @@ const PrivateKeyMessage = "this looks like a private key; never put a private ke
 
 // Markers that name private key material in text: PEM armour of every
 // kind, PuTTY's key files, and the base64 form of "openssh-key-v1\x00",
-// the start of every OpenSSH private key body. The in-apiserver admission
-// policies look for the same (config/workerclass/policy).
+// the start of every OpenSSH private key body.
 var markers = []string{"PRIVATE KEY", "PuTTY-User-Key-File", "b3BlbnNzaC1rZXktdjEA"}
 
 // maxWords and maxRunChars bound the search for a wrapped blob: from each

@@ -30,6 +30,10 @@ limitations under the License.
 package watchview
 
 import (
+	"fmt"
+	"slices"
+	"strings"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -86,23 +90,57 @@ func CachedMachine(in any) (any, error) {
 	return in, nil
 }
 
+// KeptKey is a data key a provider reads of a Secret, and the largest
+// value it reads there: a value larger than any the key legitimately holds
+// is not kept either.
+type KeptKey struct {
+	Name    string
+	MaxSize int
+}
+
+// TooLargeAnnotation lists, on the cache's copy of a Secret, the kept keys
+// whose values CachedSecret dropped for being larger than their MaxSize,
+// sorted and comma-separated, so that a reader can say "too large" rather
+// than "missing". The transform sets and clears it from what it sees: a
+// Secret's writer can set it too, but only for a key the Secret lacks, so
+// it says nothing false of another's Secret.
+const TooLargeAnnotation = "watchview.cozystack.io/dropped-too-large"
+
 // CachedSecret is the cache transform for Secrets that a provider's own
-// transform calls with its rule of which key it reads of a Secret: it keeps
-// the metadata (without managedFields) and the data under that one key,
-// none when read says "", and drops stringData, which only a write
-// carries. A provider's cache selects Secrets by label, and lets in many
-// whose keys it never reads (a cluster's CA key and admin kubeconfig,
-// other providers' Secrets); it must not hold them. Any other object
+// transform calls with its rule of which keys it reads of a Secret: it
+// keeps the metadata (without managedFields) and the data under those
+// keys, each only up to its MaxSize, none when keep says none, and drops
+// stringData, which only a write carries. A provider's cache selects
+// Secrets by label, and lets in many whose keys it never reads (a
+// cluster's CA key and admin kubeconfig, other providers' Secrets, a
+// tenant's Secret made to look like one of ours, with extra or huge keys);
+// it must not hold them. A kept key's value over its MaxSize is dropped
+// and named in TooLargeAnnotation. It is idempotent, as informers require:
+// a key already dropped stays named while it is absent. Any other object
 // passes unchanged.
-func CachedSecret(in any, read func(*corev1.Secret) string) (any, error) {
+func CachedSecret(in any, keep func(*corev1.Secret) []KeptKey) (any, error) {
 	s, ok := in.(*corev1.Secret)
 	if !ok {
 		return in, nil
 	}
 	s.SetManagedFields(nil)
-	key := read(s)
+	named := strings.Split(s.Annotations[TooLargeAnnotation], ",")
+	kept := map[string]bool{}
+	var tooLarge []string
+	for _, k := range keep(s) {
+		v, present := s.Data[k.Name]
+		switch {
+		case present && len(v) > k.MaxSize:
+			delete(s.Data, k.Name)
+			tooLarge = append(tooLarge, k.Name)
+		case present:
+			kept[k.Name] = true
+		case slices.Contains(named, k.Name):
+			tooLarge = append(tooLarge, k.Name)
+		}
+	}
 	for k := range s.Data {
-		if k != key {
+		if !kept[k] {
 			delete(s.Data, k)
 		}
 	}
@@ -110,5 +148,33 @@ func CachedSecret(in any, read func(*corev1.Secret) string) (any, error) {
 		s.Data = nil
 	}
 	s.StringData = nil
+	delete(s.Annotations, TooLargeAnnotation)
+	if len(tooLarge) > 0 {
+		slices.Sort(tooLarge)
+		if s.Annotations == nil {
+			s.Annotations = map[string]string{}
+		}
+		s.Annotations[TooLargeAnnotation] = strings.Join(slices.Compact(tooLarge), ",")
+	} else if len(s.Annotations) == 0 {
+		s.Annotations = nil
+	}
 	return s, nil
+}
+
+// DroppedTooLarge says whether the cache dropped s's value under key for
+// being larger than the most it is read at.
+func DroppedTooLarge(s *corev1.Secret, key string) bool {
+	_, present := s.Data[key]
+	return !present && slices.Contains(strings.Split(s.Annotations[TooLargeAnnotation], ","), key)
+}
+
+// TooLargeError is a reader's error for a value the cache dropped for its
+// size: it names the Secret, the key and the limit, never the value.
+type TooLargeError struct {
+	Secret, Key string
+	MaxSize     int
+}
+
+func (e *TooLargeError) Error() string {
+	return fmt.Sprintf("the Secret %s holds a %s larger than %d bytes, more than any value it is read for: not read", e.Secret, e.Key, e.MaxSize)
 }

@@ -17,6 +17,7 @@ limitations under the License.
 package watchview
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -125,47 +126,78 @@ func TestCachedMachineKeepsWhatTheProvidersRead(t *testing.T) {
 	g.Expect(out).To(Equal(cluster))
 }
 
-// TestCachedSecretKeepsTheKeyRead: a cached Secret keeps its metadata
-// without managedFields and the one key the provider's rule names, or no
-// data; other objects pass unchanged.
-func TestCachedSecretKeepsTheKeyRead(t *testing.T) {
-	readValue := func(s *corev1.Secret) string {
+// TestCachedSecretKeepsTheKeysRead: a cached Secret keeps its metadata
+// without managedFields and the keys the provider's rule names, each up to
+// its limit, or no data; a value over its limit is dropped and named in
+// TooLargeAnnotation, which a second transform keeps (informers transform
+// an object more than once) and a fixed value clears; other objects pass
+// unchanged.
+func TestCachedSecretKeepsTheKeysRead(t *testing.T) {
+	keep := func(s *corev1.Secret) []KeptKey {
 		if s.Name == "read" {
-			return "value"
+			return []KeptKey{{Name: "value", MaxSize: 4}, {Name: "expiry", MaxSize: 2}}
 		}
-		return ""
+		return nil
 	}
 	for _, tc := range []struct {
-		name string
-		data map[string][]byte
-		kept map[string][]byte
+		name        string
+		secret      string
+		data        map[string][]byte
+		annotations map[string]string
+		kept        map[string][]byte
+		tooLarge    string
 	}{
-		{"read", map[string][]byte{"value": []byte("v"), "format": []byte("f")}, map[string][]byte{"value": []byte("v")}},
-		{"read", map[string][]byte{"format": []byte("f")}, nil},
-		{"read", nil, nil},
-		{"unread", map[string][]byte{"value": []byte("v"), "tls.key": []byte("k")}, nil},
+		{"the keys read are kept", "read", map[string][]byte{"value": []byte("v"), "expiry": []byte("e"), "format": []byte("f")},
+			nil, map[string][]byte{"value": []byte("v"), "expiry": []byte("e")}, ""},
+		{"a value at its limit is kept", "read", map[string][]byte{"value": []byte("1234")}, nil, map[string][]byte{"value": []byte("1234")}, ""},
+		{"a value over its limit is dropped and named", "read", map[string][]byte{"value": []byte("12345"), "expiry": []byte("e")},
+			nil, map[string][]byte{"expiry": []byte("e")}, "value"},
+		{"every value over its limit is named, sorted", "read", map[string][]byte{"value": []byte("12345"), "expiry": []byte("123")},
+			nil, nil, "expiry,value"},
+		{"no key read", "read", map[string][]byte{"format": []byte("f")}, nil, nil, ""},
+		{"no data", "read", nil, nil, nil, ""},
+		{"an unread Secret keeps nothing", "unread", map[string][]byte{"value": []byte("v"), "tls.key": []byte("k")}, nil, nil, ""},
+		{"an unread Secret's huge value is not named", "unread", map[string][]byte{"value": []byte("123456789")}, nil, nil, ""},
+		{"a writer's annotation over a value within its limit is cleared", "read", map[string][]byte{"value": []byte("v")},
+			map[string]string{TooLargeAnnotation: "value"}, map[string][]byte{"value": []byte("v")}, ""},
 	} {
-		g := NewWithT(t)
-		in := &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Name: tc.name, Labels: map[string]string{"l": "v"}, ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "m"}}},
-			Data:       tc.data,
-			StringData: map[string]string{"value": "s"},
-		}
-		out, err := CachedSecret(in, readValue)
-		g.Expect(err).NotTo(HaveOccurred())
-		s := out.(*corev1.Secret)
-		g.Expect(s).To(BeIdenticalTo(in))
-		g.Expect(s.ManagedFields).To(BeNil())
-		g.Expect(s.Labels).To(Equal(map[string]string{"l": "v"}))
-		g.Expect(s.StringData).To(BeNil())
-		g.Expect(s.Data).To(Equal(tc.kept))
-		again, err := CachedSecret(s.DeepCopy(), readValue)
-		g.Expect(err).NotTo(HaveOccurred())
-		g.Expect(again).To(Equal(s), "a second transform changes nothing")
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			annotations := map[string]string{"a": "b"}
+			for k, v := range tc.annotations {
+				annotations[k] = v
+			}
+			in := &corev1.Secret{
+				ObjectMeta: metav1.ObjectMeta{Name: tc.secret, Labels: map[string]string{"l": "v"}, Annotations: annotations,
+					ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "m"}}},
+				Data:       tc.data,
+				StringData: map[string]string{"value": "s"},
+			}
+			out, err := CachedSecret(in, keep)
+			g.Expect(err).NotTo(HaveOccurred())
+			s := out.(*corev1.Secret)
+			g.Expect(s).To(BeIdenticalTo(in))
+			g.Expect(s.ManagedFields).To(BeNil())
+			g.Expect(s.Labels).To(Equal(map[string]string{"l": "v"}))
+			g.Expect(s.StringData).To(BeNil())
+			g.Expect(s.Data).To(Equal(tc.kept))
+			wantAnnotations := map[string]string{"a": "b"}
+			if tc.tooLarge != "" {
+				wantAnnotations[TooLargeAnnotation] = tc.tooLarge
+			}
+			g.Expect(s.Annotations).To(Equal(wantAnnotations))
+			for _, k := range keep(s) {
+				g.Expect(DroppedTooLarge(s, k.Name)).To(Equal(strings.Contains(tc.tooLarge, k.Name)), k.Name)
+			}
+			again, err := CachedSecret(s.DeepCopy(), keep)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(again).To(Equal(s), "a second transform changes nothing")
+		})
 	}
+	g := NewWithT(t)
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "m"}}}}
-	out, err := CachedSecret(node, readValue)
-	NewWithT(t).Expect(err).NotTo(HaveOccurred())
-	NewWithT(t).Expect(out).To(BeIdenticalTo(node))
-	NewWithT(t).Expect(node.ManagedFields).To(HaveLen(1))
+	out, err := CachedSecret(node, keep)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(out).To(BeIdenticalTo(node))
+	g.Expect(node.ManagedFields).To(HaveLen(1))
 }

@@ -37,6 +37,7 @@ import (
 
 	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/exp/workerclass/controllers"
+	"github.com/cozystack/cluster-api-workers/internal/sshkeys"
 	"github.com/cozystack/cluster-api-workers/internal/sshkeys/sshkeystest"
 	"github.com/cozystack/cluster-api-workers/test/aggregated"
 	"github.com/cozystack/cluster-api-workers/test/envtest"
@@ -172,7 +173,7 @@ func TestPoolAdmissionOnAnAggregatedAPI(t *testing.T) {
 		g.Expect(apierrors.IsInvalid(err)).To(BeTrue(), "want 422 Invalid, got %v", err)
 		g.Expect(err.Error()).To(And(
 			ContainSubstring("ValidatingAdmissionPolicy 'workerclass-pool-private-keys'"),
-			ContainSubstring("spec.sshKeys: Forbidden: a value looks like a private key")))
+			ContainSubstring("spec.sshKeys: "+sshkeys.PolicyMessage)))
 		for _, line := range strings.Split(private, "\n") {
 			if len(line) > 16 && !strings.HasPrefix(line, "-----") {
 				g.Expect(err.Error()).NotTo(ContainSubstring(line), "the refusal echoes the private key")

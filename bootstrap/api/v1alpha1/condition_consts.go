@@ -100,6 +100,13 @@ const (
 	// fit in a Secret (1 MiB); the message gives both sizes. No token is
 	// minted for it.
 	BootstrapDataTooLargeReason = "BootstrapDataTooLarge"
+
+	// SecretValueTooLargeReason: a Secret the controller reads (the
+	// cluster CA, the config's token record) holds a value larger than any
+	// it legitimately holds there, so the cache did not keep it and it is
+	// not read; the message names the Secret, the key and the limit.
+	// Nothing is rendered until the Secret is fixed.
+	SecretValueTooLargeReason = "SecretValueTooLarge"
 )
 
 const (

@@ -43,6 +43,7 @@ import (
 	"github.com/cozystack/cluster-api-workers/bootstrap/internal/metrics"
 	"github.com/cozystack/cluster-api-workers/internal/clustersecrets"
 	"github.com/cozystack/cluster-api-workers/internal/contract"
+	"github.com/cozystack/cluster-api-workers/internal/watchview"
 )
 
 // reconcileBootstrapData waits for everything the join needs, mints the
@@ -66,6 +67,9 @@ func (r *Reconciler) reconcileBootstrapData(ctx context.Context, s *scope) (ctrl
 	// The data is rendered once, with the token it will carry, before that
 	// token is minted: a token is minted only for data a Secret can hold.
 	candidate, stored, err := r.recordedOrNewToken(ctx, s.config)
+	if tooLarge := (*watchview.TooLargeError)(nil); errors.As(err, &tooLarge) {
+		return (&blocked{reason: bootstrapv1.SecretValueTooLargeReason, message: tooLarge.Error()}).report(config), nil
+	}
 	if err != nil {
 		markInternalError(config)
 		return ctrl.Result{}, err
@@ -136,6 +140,9 @@ func (r *Reconciler) joinInputs(ctx context.Context, s *scope) (joinInputs, *blo
 	}
 
 	hashes, err := r.clusterCAHashes(ctx, cluster)
+	if tooLarge := (*watchview.TooLargeError)(nil); errors.As(err, &tooLarge) {
+		return joinInputs{}, &blocked{reason: bootstrapv1.SecretValueTooLargeReason, message: tooLarge.Error()}, nil
+	}
 	if errors.Is(err, errClusterCAMissing) {
 		return joinInputs{}, &blocked{reason: bootstrapv1.WaitingForClusterCAReason,
 			message: fmt.Sprintf("Waiting for the cluster CA Secret %s with a certificate", secret.Name(cluster.Name, secret.ClusterCA))}, nil
@@ -264,6 +271,9 @@ func (r *Reconciler) clusterCAHashes(ctx context.Context, cluster *clusterv1.Clu
 	}
 	if err != nil {
 		return nil, fmt.Errorf("reading the cluster CA Secret: %w", err)
+	}
+	if watchview.DroppedTooLarge(s, secret.TLSCrtDataName) {
+		return nil, &watchview.TooLargeError{Secret: s.Name, Key: secret.TLSCrtDataName, MaxSize: maxCACertificateBytes}
 	}
 	crt := s.Data[secret.TLSCrtDataName]
 	if len(crt) == 0 {

@@ -17,7 +17,6 @@ limitations under the License.
 package kairosconfig
 
 import (
-	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -29,6 +28,7 @@ import (
 	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
 
 	bootstrapv1 "github.com/cozystack/cluster-api-workers/bootstrap/api/v1alpha1"
+	"github.com/cozystack/cluster-api-workers/internal/inlinekubeconfig"
 	"github.com/cozystack/cluster-api-workers/internal/watchview"
 )
 
@@ -46,43 +46,43 @@ func SecretCacheOptions() ctrlcache.ByObject {
 	}
 }
 
+// maxCACertificateBytes is the largest cluster CA certificate read: a
+// certificate is one or two KiB of PEM, a bundle of a few more.
+const maxCACertificateBytes = 64 << 10
+
 // stripUnreadSecretData drops managedFields from every cached Secret and
-// every data key the code does not read: of the cluster's own Secrets, the
-// CA's certificate (never its key) and the kubeconfig the ClusterCache
-// connects with; the keys of our token records; nothing of the others (the
-// service account, etcd and proxy keys, bootstrap data, other providers'
-// Secrets). Bootstrap data is never read from the cache: it is created, and
-// read directly only when it already exists.
+// every data key the code does not read (watchview.CachedSecret): of the
+// cluster's own Secrets, the CA's certificate (never its key) and the
+// kubeconfig the ClusterCache connects with; of our token records, the
+// token, its expiry and the mark of a token that ended; nothing of the others (the service account, etcd
+// and proxy keys, bootstrap data, other providers' Secrets). A record is
+// told by its name and controller reference, which a tenant can forge, so
+// what is kept of it is only those three keys, each up to the size a real
+// record's value has; a kept value larger than its limit is dropped, and
+// the reader reports it as too large. Bootstrap data is never read from
+// the cache: it is created, and read directly only when it already
+// exists.
 func stripUnreadSecretData(in any) (any, error) {
-	if s, ok := in.(*corev1.Secret); ok && isTokenSecret(s) {
-		// Of our token records, the keys token.go reads; a tenant can
-		// make a Secret that looks like one.
-		s.SetManagedFields(nil)
-		for k := range s.Data {
-			if !slices.Contains(tokenRecordKeys, k) {
-				delete(s.Data, k)
-			}
-		}
-		s.StringData = nil
-		return s, nil
-	}
-	return watchview.CachedSecret(in, readClusterSecretKey)
+	return watchview.CachedSecret(in, keptSecretKeys)
 }
 
-// readClusterSecretKey is the one key the code reads of a cluster's own
-// Secret, or "".
-func readClusterSecretKey(s *corev1.Secret) string {
+// keptSecretKeys are the keys the code reads of a cached Secret.
+func keptSecretKeys(s *corev1.Secret) []watchview.KeptKey {
 	cluster := s.Labels[clusterv1.ClusterNameLabel]
 	switch s.Name {
 	case secret.Name(cluster, secret.ClusterCA):
-		return secret.TLSCrtDataName
+		return []watchview.KeptKey{{Name: secret.TLSCrtDataName, MaxSize: maxCACertificateBytes}}
 	case secret.Name(cluster, secret.Kubeconfig):
-		return secret.KubeconfigDataName
+		return []watchview.KeptKey{{Name: secret.KubeconfigDataName, MaxSize: inlinekubeconfig.MaxSize}}
 	}
-	return ""
+	if isTokenSecret(s) {
+		return tokenRecordKeys
+	}
+	return nil
 }
 
-// isTokenSecret says whether a Secret is a KairosConfig's token record.
+// isTokenSecret says whether a Secret looks like a KairosConfig's token
+// record.
 func isTokenSecret(s *corev1.Secret) bool {
 	if !strings.HasSuffix(s.Name, TokenSecretSuffix) {
 		return false

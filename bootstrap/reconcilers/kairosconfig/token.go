@@ -38,6 +38,7 @@ import (
 
 	bootstrapv1 "github.com/cozystack/cluster-api-workers/bootstrap/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/bootstrap/internal/metrics"
+	"github.com/cozystack/cluster-api-workers/internal/watchview"
 )
 
 // One KairosConfig's bootstrap token, from birth to revocation, is in this
@@ -103,9 +104,20 @@ const (
 	endedKeepAlive tokenEnded = "KeepAliveOver"
 )
 
-// tokenRecordKeys are the keys the code reads of a token record, and all
-// the cache keeps of one (cache.go).
-var tokenRecordKeys = []string{tokenKey, expirationKey, endedKey}
+// tokenRecordKeys are the keys read of a token record, with the largest
+// value each holds: a bootstrap token ("abcdef.0123456789abcdef") and an
+// RFC 3339 time, which parses with up to nanoseconds and an offset, and
+// why a token ended. The
+// cache keeps nothing else of a Secret that looks like a record
+// (cache.go).
+var tokenRecordKeys = []watchview.KeptKey{
+	{Name: tokenKey, MaxSize: len("abcdef.0123456789abcdef")},
+	{Name: expirationKey, MaxSize: len(time.RFC3339Nano)},
+	{Name: endedKey, MaxSize: maxEndedSize},
+}
+
+// maxEndedSize is the longest tokenEnded.
+const maxEndedSize = max(len(endedJoined), len(endedKeepAlive))
 
 // token is a bootstrap token and its expiry.
 type token struct {
@@ -251,6 +263,11 @@ func getTokenRecord(ctx context.Context, reader client.Reader, config *bootstrap
 	}
 	if !util.IsControlledBy(s, config, bootstrapv1.GroupVersion.WithKind("KairosConfig").GroupKind()) {
 		return token{}, false, fmt.Errorf("the Secret %s exists but is not controlled by this KairosConfig", s.Name)
+	}
+	for _, k := range tokenRecordKeys {
+		if watchview.DroppedTooLarge(s, k.Name) {
+			return token{}, false, &watchview.TooLargeError{Secret: s.Name, Key: k.Name, MaxSize: k.MaxSize}
+		}
 	}
 	if s.Data == nil {
 		return token{}, false, errNoSecretData

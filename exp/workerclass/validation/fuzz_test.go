@@ -56,8 +56,9 @@ func FuzzParseVersions(f *testing.F) {
 	})
 }
 
-// FuzzSSHKeys checks that the sshKeys rules never panic and never echo
-// anything that looks like a private key.
+// FuzzSSHKeys checks that the sshKeys rules never panic, refuse every
+// value that is no public key line (Kairos) and every such value that
+// looks like a private key (either family), and never echo it.
 func FuzzSSHKeys(f *testing.F) {
 	for _, s := range []string{
 		"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKx admin",
@@ -74,7 +75,11 @@ func FuzzSSHKeys(f *testing.F) {
 			family = workerclassv1.BootstrapKairos
 		}
 		errs := ValidateSSHKeys(family, []string{key}, field.NewPath("spec", "sshKeys"))
-		if sshkeys.LooksLikePrivateKey(key) {
+		problem := sshkeys.PublicKeyProblem(key)
+		if problem != "" && kairos && len(errs) == 0 {
+			t.Fatalf("a value that is no public key line was accepted: %s", problem)
+		}
+		if problem != "" && sshkeys.LooksLikePrivateKey(key) {
 			if len(errs) == 0 {
 				t.Fatal("a private key was accepted")
 			}

@@ -27,12 +27,16 @@ import (
 const MaxKairosSSHKeys = 1
 
 // ValidateSSHKeys applies the pool's sshKeys rules: Kairos takes zero or
-// one valid public key, Talos only an empty list, and anything that looks
-// like a private key is rejected. No message ever contains a key.
+// one authorized_keys public key line (sshkeys.PublicKeyProblem, the rule
+// the admission policies apply too), Talos only an empty list, and a value
+// that is no such line and holds a private key is refused as one, for
+// either family. No message ever contains a key.
 func ValidateSSHKeys(family workerclassv1.BootstrapFamily, keys []string, path *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	for i, key := range keys {
-		if sshkeys.LooksLikePrivateKey(key) {
+		// An accepted line is never called a private key: its comment may
+		// name one ("PRIVATE KEY") without holding any.
+		if sshkeys.PublicKeyProblem(key) != "" && sshkeys.LooksLikePrivateKey(key) {
 			errs = append(errs, field.Forbidden(path.Index(i), sshkeys.PrivateKeyMessage))
 		}
 	}

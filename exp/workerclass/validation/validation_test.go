@@ -23,6 +23,7 @@ import (
 	"crypto/rsa"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/hex"
 	"encoding/pem"
 	"math/big"
 	"strings"
@@ -363,6 +364,8 @@ func TestValidateSSHKeys(t *testing.T) {
 		{"private key on Talos is named as a private key", workerclassv1.BootstrapTalos, []string{k.opensshPrivate}, "looks like a private key"},
 		{"private key with mangled line breaks is rejected", workerclassv1.BootstrapKairos, []string{strings.ReplaceAll(k.rsaPrivate, "\n", " ")}, "looks like a private key"},
 		{"OpenSSH private key body without armour is rejected", workerclassv1.BootstrapKairos, []string{opensshBody(k.opensshPrivate)}, "looks like a private key"},
+		{"a private key in hex in the comment is rejected", workerclassv1.BootstrapKairos, []string{k.public + " " + hex.EncodeToString([]byte(k.rsaPrivate))[100:164]}, "spec.sshKeys[0]: Invalid value: each word of the comment must be at most 32 characters"},
+		{"a public key whose comment names a private key is accepted", workerclassv1.BootstrapKairos, []string{k.public + " PRIVATE KEY"}, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -162,30 +162,32 @@ func StripUnreadInstanceFields(in any) (any, error) {
 
 // StripUnreadSecretData is the cache's transform of a Secret: it keeps
 // only what the machine controller reads (watchview.CachedSecret), a
-// bootstrap data Secret's value and its own cloud-init Secret's user data. Which Secret is which is decided by its type and
-// labels, not by a key name: the workload cluster's admin kubeconfig keeps
-// its credentials under value too, and carries Cluster API's Secret type
-// and the cluster-name label like bootstrap data, so Cluster API's own
-// Secrets of a cluster (named <cluster>-<purpose>) keep nothing, nor do
-// the CA, service account and etcd keys or any other Secret the selector
-// lets in.
+// bootstrap data Secret's value and its own cloud-init Secret's user data.
+// Which Secret is which is decided by its type and labels, not by a key
+// name: the workload cluster's admin kubeconfig keeps its credentials under
+// value too, and carries Cluster API's Secret type and the cluster-name
+// label like bootstrap data, so Cluster API's own Secrets of a cluster
+// (named <cluster>-<purpose>) keep nothing, nor do the CA, service account
+// and etcd keys or any other Secret the selector lets in. Bootstrap data
+// and user data are bounded only by the size of a Secret, so their limit
+// is that size, and no value a Secret can hold is dropped for its size.
 func StripUnreadSecretData(in any) (any, error) {
-	return watchview.CachedSecret(in, readSecretKey)
+	return watchview.CachedSecret(in, keptSecretKeys)
 }
 
-// readSecretKey is the one key the machine controller reads of a cached
-// Secret, or "": user data of its own cloud-init Secrets (machine-name
-// label), the value of bootstrap data (Cluster API's Secret type) that is
-// not one of Cluster API's own Secrets of the cluster.
-func readSecretKey(s *corev1.Secret) string {
+// keptSecretKeys are the keys the machine controller reads of a cached
+// Secret: user data of its own cloud-init Secrets (machine-name label), the
+// value of bootstrap data (Cluster API's Secret type) that is not one of
+// Cluster API's own Secrets of the cluster.
+func keptSecretKeys(s *corev1.Secret) []watchview.KeptKey {
 	if _, ours := s.Labels[infrav1.MachineNameLabel]; ours {
-		return vmspec.UserDataKey
+		return []watchview.KeptKey{{Name: vmspec.UserDataKey, MaxSize: corev1.MaxSecretSize}}
 	}
 	if s.Type != clusterv1.ClusterSecretType {
-		return ""
+		return nil
 	}
 	if _, own := clustersecrets.Named(s.Labels[clusterv1.ClusterNameLabel], s.Name); own {
-		return ""
+		return nil
 	}
-	return BootstrapDataKey
+	return []watchview.KeptKey{{Name: BootstrapDataKey, MaxSize: corev1.MaxSecretSize}}
 }

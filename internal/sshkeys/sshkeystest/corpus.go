@@ -31,49 +31,51 @@ import (
 	"strings"
 )
 
-// Verdicts of the in-apiserver admission policy on a corpus entry.
+// Verdicts on a corpus entry, of sshkeys.PublicKeyProblem and of the
+// admission policies alike.
 const (
 	Refused  = "Refused"
 	Admitted = "Admitted"
 )
 
-// Entry is one value of the shared corpus: what the Go detector
-// (sshkeys.LooksLikePrivateKey) must say of it, and what the admission
-// policies (config/workerclass/policy, config/bootstrap/policy) do with it
-// as an sshKeys item, on the real kube-apiserver.
+// Entry is one value of the shared corpus: what the Go check
+// (sshkeys.PublicKeyProblem) and the admission policies
+// (config/workerclass/policy, config/bootstrap/policy, on the real
+// kube-apiserver) both do with it as an sshKeys item, and what the
+// private-key detector (sshkeys.LooksLikePrivateKey, which names a refusal
+// and scans logs) reports.
 type Entry struct {
-	// Name is "type/encoding".
+	// Name is "type/encoding" for a private key alone, "comment/type/encoding"
+	// for one in a public key's comment, "public/..." and "refused/..." for
+	// the others.
 	Name string `json:"name"`
 	// Value is an sshKeys item.
 	Value string `json:"value"`
-	// PrivateKey is what the Go detector reports.
+	// PrivateKey is what the detector reports.
 	PrivateKey bool `json:"privateKey"`
-	// Policy is the policy's verdict, Refused or Admitted.
-	Policy string `json:"policy"`
-	// Note says why the two sides differ, when they do.
-	Note string `json:"note,omitempty"`
+	// Verdict is the Go check's and the policies' verdict, Refused or
+	// Admitted.
+	Verdict string `json:"verdict"`
 }
 
 //go:embed testdata/corpus.json
 var corpusJSON []byte
 
-// Corpus is the shared corpus (testdata/corpus.json): real private keys
-// of every type in every encoding the detector claims, and values that are
-// none, each with what the detector and the policies do with it. Both
-// sides' tests read it; MakeCorpus wrote it (go test
+// Corpus is the shared corpus (testdata/corpus.json): real public keys of
+// every accepted type, real private keys of every type in every encoding
+// the detector claims, alone and in a public key's comment in the
+// encodings a paste produces, and lines that break each part of the rule.
+// Both sides' tests read it; MakeCorpus wrote it (go test
 // ./internal/sshkeys -run TestCorpus -update).
 func Corpus() ([]Entry, error) {
 	var entries []Entry
 	if err := json.Unmarshal(corpusJSON, &entries); err != nil {
-		return nil, fmt.Errorf("reading the private key corpus: %w", err)
+		return nil, fmt.Errorf("reading the SSH key corpus: %w", err)
 	}
 	return entries, nil
 }
 
-// MakeCorpus makes a new corpus with new keys: EncodedPrivateKeys, the
-// encodings only the detector's decoding used to find (base64 of armour
-// at any alignment, base64 twice, a header wrapped over lines, Ed25519 in
-// PKCS#8 v2) and values that are no private key.
+// MakeCorpus makes a new corpus with new keys.
 func MakeCorpus() []Entry {
 	encoded := EncodedPrivateKeys()
 	values := maps.Clone(encoded)
@@ -99,19 +101,11 @@ func MakeCorpus() []Entry {
 
 	var out []Entry
 	for _, name := range slices.Sorted(maps.Keys(values)) {
-		out = append(out, Entry{Name: name, Value: values[name], PrivateKey: true, Policy: Refused})
+		out = append(out, Entry{Name: name, Value: values[name], PrivateKey: true, Verdict: Refused})
 	}
-	public, _ := KeyPair()
-	cert := certificatePEM()
-	return append(out,
-		Entry{Name: "none/ed25519-public-key", Value: public, Policy: Admitted},
-		Entry{Name: "none/rsa-public-key-prefix", Value: "ssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAABAQC7 user@host", Policy: Admitted},
-		Entry{Name: "none/base64-of-text", Value: base64.StdEncoding.EncodeToString([]byte("an ordinary base64 value that decodes to text")), Policy: Admitted},
-		Entry{Name: "none/long-base64-word", Value: strings.Repeat("QUJD", 100), Policy: Refused,
-			Note: "no private key, but a base64 word of key length that is no SSH key blob: the policy cannot decode it, so it refuses it"},
-		Entry{Name: "none/certificate-pem-base64", Value: base64.StdEncoding.EncodeToString([]byte(cert)), Policy: Refused,
-			Note: "no private key, but armour in base64 is no public key either: the policy refuses base64 of any PEM armour, the webhook's public key check refuses it too"},
-	)
+	out = append(out, inComments()...)
+	out = append(out, publicKeys()...)
+	return append(out, refusedLines()...)
 }
 
 // ed25519PKCS8v2 is an Ed25519 key as RFC 8410's OneAsymmetricKey version 2
