@@ -37,11 +37,10 @@ import (
 // node of a joined machine whose VM has eviction strategy External
 // (kubectl drain: cordon, then evict every launcher Pod until none is
 // left): virt-api denies each eviction and marks the instance for
-// evacuation, our provider stops the instance, virt-launcher shuts the
-// guest down and the real kubelet ends the launcher Pod, so the drain
-// ends. Once the node is uncordoned, the MachineHealthCheck remediates
-// the machine, whose Node went NotReady (a container disk cannot rejoin
-// from a blank disk), and the replacement joins.
+// evacuation, our provider deletes the Machine, Cluster API drains the
+// guest's Node and deletes the VM, virt-launcher shuts the guest down and
+// the real kubelet ends the launcher Pod, so the drain ends. Once the node
+// is uncordoned, the MachineSet's replacement joins.
 func TestDrainWithExternalEvictionEnds(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 80*time.Minute)
 	defer cancel()

@@ -26,7 +26,10 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 	kubevirtv1 "kubevirt.io/api/core/v1"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util/conditions"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -37,18 +40,19 @@ import (
 // TestInfrastructureNodeDrainEnds: the hoster drains the infrastructure
 // node of a pool whose VMs have eviction strategy External. virt-api
 // denies every eviction and leaves the VMs to the provider (KubeVirt's
-// External contract); the provider stops each instance, so the drain ends,
-// and the container-disk machines, which cannot rejoin from a blank disk,
-// are replaced by the MachineHealthCheck once the node is back. Every
-// machine of the pool is on the drained node, so the health check must
-// allow remediating all of them (MAX_UNHEALTHY 100%); with the default
-// 50% it would hold back, as Cluster API does when most of a pool fails.
+// External contract); the provider hands each Machine to Cluster API by
+// deleting it, so that Cluster API drains the guest's Node first, honouring
+// its PodDisruptionBudgets, and only then deletes the VM, which ends the
+// infrastructure node's drain; the MachineSet replaces the Machines. A Pod
+// on one worker, guarded by a PodDisruptionBudget that allows no
+// disruption, holds that worker's VM on the drained node until the budget
+// goes: no pod on a worker dies without its budget.
 func TestInfrastructureNodeDrainEnds(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
 	ctx := context.Background()
 	w := newCluster(t, harness.ClusterOptions{})
-	objs := poolOf(w).render(t, map[string]string{"WORKER_MACHINE_COUNT": "2", "MAX_UNHEALTHY": "100%"})
+	objs := poolOf(w).render(t, map[string]string{"WORKER_MACHINE_COUNT": "2"})
 	harness.EditMachineTemplates(objs, func(_ *unstructured.Unstructured, machine map[string]any) {
 		machine["evictionStrategy"] = "External"
 		machine["tolerations"] = []any{map[string]any{"key": drainNodeLabel, "operator": "Exists", "effect": "NoSchedule"}}
@@ -58,6 +62,34 @@ func TestInfrastructureNodeDrainEnds(t *testing.T) {
 	})
 	g.Expect(h.Apply(ctx, objs)).To(Succeed())
 	before := poolOf(w).expectJoined(t, 2)
+
+	// A workload on the first worker that may not be disrupted: a Pod
+	// bound to its Node (no kubelet runs it, so the test reports it
+	// running; a grace period of zero lets its eviction delete it at once)
+	// and a budget that allows no disruption.
+	guarded := before[0]
+	workload := w.API.Client
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceDefault, Name: "guarded", Labels: map[string]string{"app": "guarded"}},
+		Spec: corev1.PodSpec{
+			NodeName:                      guarded.Status.NodeRef.Name,
+			TerminationGracePeriodSeconds: ptr.To[int64](0),
+			Containers:                    []corev1.Container{{Name: "app", Image: "registry.example.com/app:v1"}},
+		},
+	}
+	g.Expect(workload.Create(ctx, pod)).To(Succeed())
+	// Running and ready, as its kubelet would report it: the eviction API
+	// lets a Pending Pod go whatever its budget says.
+	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
+	g.Expect(workload.Status().Update(ctx, pod)).To(Succeed())
+	budget := &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceDefault, Name: "guarded"},
+		Spec: policyv1.PodDisruptionBudgetSpec{
+			MinAvailable: ptr.To(intstr.FromInt32(1)),
+			Selector:     &metav1.LabelSelector{MatchLabels: map[string]string{"app": "guarded"}},
+		},
+	}
+	g.Expect(workload.Create(ctx, budget)).To(Succeed())
 
 	// kubectl drain: cordon, then evict every Pod on the node until none
 	// is left.
@@ -76,7 +108,7 @@ func TestInfrastructureNodeDrainEnds(t *testing.T) {
 	}
 	t.Cleanup(uncordon)
 	denied := 0
-	g.Eventually(func(g Gomega) {
+	launchersLeft := func(g Gomega) []string {
 		pods := &corev1.PodList{}
 		g.Expect(h.Client.List(ctx, pods, client.InNamespace(w.Key.Namespace), client.MatchingLabels{kubevirtv1.AppLabel: "virt-launcher"})).To(Succeed())
 		var left []string
@@ -85,14 +117,47 @@ func TestInfrastructureNodeDrainEnds(t *testing.T) {
 			if p.Spec.NodeName != drainNode || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 				continue
 			}
-			left = append(left, p.Name)
+			// A launcher Pod is controlled by its instance, named after the VM.
+			instance := ""
+			if owner := metav1.GetControllerOf(p); owner != nil {
+				instance = owner.Name
+			}
+			left = append(left, instance)
 			if err := h.Client.SubResource("eviction").Create(ctx, p, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name}}); err != nil {
 				denied++
 			}
 		}
-		g.Expect(left).To(BeEmpty(), "launcher Pods still on the drained node")
+		return left
+	}
+
+	// Both Machines are handed to Cluster API; the unguarded worker is
+	// drained and its VM goes, the guarded one's drain waits for its
+	// budget and its VM keeps running on the drained node.
+	g.Eventually(func(g Gomega) {
+		left := launchersLeft(g) // kubectl drain evicts on every pass
+		for _, m := range before {
+			got := &clusterv1.Machine{}
+			err := h.Client.Get(ctx, client.ObjectKeyFromObject(&m), got)
+			if err == nil {
+				g.Expect(got.DeletionTimestamp.IsZero()).To(BeFalse(), "Machine %s is deleted for the drain", m.Name)
+			}
+		}
+		g.Expect(left).To(ConsistOf(guarded.Spec.InfrastructureRef.Name), "only the guarded worker's VM is left")
 	}, timeout, 2*time.Second).Should(Succeed(), func() string { return describe(w) })
 	g.Expect(denied).To(BeNumerically(">", 0), "virt-api should have denied the evictions (External)")
+	guardedNode := &corev1.Node{}
+	g.Expect(workload.Get(ctx, client.ObjectKey{Name: guarded.Status.NodeRef.Name}, guardedNode)).To(Succeed())
+	g.Expect(guardedNode.Spec.Unschedulable).To(BeTrue(), "Cluster API cordoned the guarded worker's Node")
+	g.Consistently(func(g Gomega) {
+		g.Expect(launchersLeft(g)).To(ConsistOf(guarded.Spec.InfrastructureRef.Name))
+		g.Expect(workload.Get(ctx, client.ObjectKeyFromObject(pod), &corev1.Pod{})).To(Succeed(), "the guarded Pod is not evicted past its budget")
+	}, 10*time.Second, 2*time.Second).Should(Succeed(), func() string { return describe(w) })
+
+	// The budget goes: Cluster API evicts the Pod, and the VM follows.
+	g.Expect(workload.Delete(ctx, budget)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		g.Expect(launchersLeft(g)).To(BeEmpty(), "launcher Pods still on the drained node")
+	}, timeout, 2*time.Second).Should(Succeed(), func() string { return describe(w) })
 
 	uncordon()
 	g.Eventually(func(g Gomega) {

@@ -69,7 +69,7 @@ const (
 // +kubebuilder:rbac:groups=bootstrap.cozystack.io,resources=kairosconfigs/status,verbs=patch
 // +kubebuilder:rbac:groups=bootstrap.cozystack.io,resources=kairosconfigs/finalizers,verbs=update
 // +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=clusters;machines,verbs=get;list;watch
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;delete
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions,verbs=get;list;watch
 // +kubebuilder:rbac:groups=infrastructure.cozystack.io,resources=kubevirtmachines;kubevirtmachinetemplates,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch

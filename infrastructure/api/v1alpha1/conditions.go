@@ -98,10 +98,12 @@ const (
 	ProvisioningReason = "Provisioning"
 	// EvacuationRequestedReason: the infrastructure node is being drained
 	// and the VM's eviction strategy is External: KubeVirt denied the
-	// eviction and leaves the VM to this provider, which stops the instance
-	// so that the drain ends and KubeVirt starts a new one on another node
-	// (a persistent disk rejoins; a container disk comes back blank and is
-	// reported EphemeralDiskLost, so the machine is replaced).
+	// eviction and leaves the VM to this provider, which deletes the
+	// Machine when a MachineSet controls it, so that Cluster API drains
+	// its Node (honouring PodDisruptionBudgets and the Machine's drain
+	// timeout) before the instance stops, and the MachineSet replaces it;
+	// a Machine nothing replaces is left running for its owner to delete
+	// or move.
 	EvacuationRequestedReason = "EvacuationRequested"
 	// LiveMigratingReason: the infrastructure node is being drained and
 	// KubeVirt live-migrates the VM (eviction strategy LiveMigrate or

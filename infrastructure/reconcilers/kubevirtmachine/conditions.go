@@ -225,15 +225,25 @@ func instanceGone(o *observation) (metav1.Condition, bool) {
 	return metav1.Condition{}, false
 }
 
-// instanceEvacuating reports an instance stopped so that KubeVirt starts
-// it on another node.
+// instanceEvacuating reports an instance KubeVirt leaves to this provider
+// on a drained infrastructure node: its Machine is handed to Cluster API,
+// which drains the guest's Node before the instance stops
+// (replaceEvacuatedMachine).
 func instanceEvacuating(o *observation) (metav1.Condition, bool) {
-	vmi := o.vmi
-	if o.stopsForEvacuation() {
-		return condition(vmProvisioned, metav1.ConditionUnknown, infrav1.EvacuationRequestedReason,
-			fmt.Sprintf("Infrastructure node %s is being drained (eviction strategy External): stopping the instance so that KubeVirt starts it on another node", vmi.Status.EvacuationNodeName)), true
+	if !o.stopsForEvacuation() {
+		return metav1.Condition{}, false
 	}
-	return metav1.Condition{}, false
+	drained := fmt.Sprintf("Infrastructure node %s is being drained (eviction strategy External)", o.vmi.Status.EvacuationNodeName)
+	switch {
+	case o.machineDeleting:
+		return condition(vmProvisioned, metav1.ConditionUnknown, infrav1.EvacuationRequestedReason,
+			drained+": the Machine is being deleted; Cluster API drains its Node, then the instance stops"), true
+	case o.replaceable:
+		return condition(vmProvisioned, metav1.ConditionUnknown, infrav1.EvacuationRequestedReason,
+			drained+": deleting the Machine, so that Cluster API drains its Node before the instance stops and its MachineSet replaces it"), true
+	}
+	return condition(vmProvisioned, metav1.ConditionUnknown, infrav1.EvacuationRequestedReason,
+		drained+": no MachineSet replaces this Machine, so it is left running; delete the Machine (Cluster API drains its Node first) or move it, and the infrastructure node's drain ends"), true
 }
 
 // instancePhase reports an instance that ended, runs, or whose node is

@@ -23,6 +23,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util/conditions"
 
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
@@ -46,6 +47,11 @@ const (
 	// ProvisionedEvent: the machine's instance runs; the machine is
 	// provisioned.
 	ProvisionedEvent = "Provisioned"
+	// MachineDeletedForEvacuationEvent: KubeVirt left the instance on a
+	// drained infrastructure node to the provider (eviction strategy
+	// External), which deleted the Machine so that Cluster API drains its
+	// Node before the instance stops.
+	MachineDeletedForEvacuationEvent = "MachineDeletedForEvacuation"
 	// The refusals are Warnings with their condition's reason:
 	// infrav1.CreateRefusedReason (the API server or KubeVirt refused the
 	// machine's objects or its launcher Pod),
@@ -138,4 +144,11 @@ func note(message string) string {
 		cut = cut[:len(cut)-1]
 	}
 	return cut + "..."
+}
+
+// recordEvacuationHandedOver is the Event of a Machine deleted for the
+// drain of the infrastructure node its instance runs on.
+func (r *Reconciler) recordEvacuationHandedOver(kvm *infrav1.KubeVirtMachine, machine *clusterv1.Machine, node string) {
+	r.Recorder.Eventf(kvm, nil, corev1.EventTypeNormal, MachineDeletedForEvacuationEvent, "Evacuate",
+		"Deleted Machine %s: infrastructure node %s is being drained (eviction strategy External); Cluster API drains the Machine's Node before the instance stops", machine.Name, node)
 }

@@ -23,6 +23,7 @@ package kubevirtmachine
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -55,8 +56,14 @@ type observation struct {
 	// nodeJoined is whether the Machine has its Node (status.nodeRef): only
 	// then does a container disk hold state a new instance would lose.
 	nodeJoined bool
-	vm         *kubevirtv1.VirtualMachine
-	vmi        *kubevirtv1.VirtualMachineInstance
+	// machineDeleting is whether the Machine is being deleted: Cluster API
+	// drains its Node, then deletes this machine.
+	machineDeleting bool
+	// replaceable is whether a MachineSet controls the Machine, and so
+	// replaces it when it is deleted.
+	replaceable bool
+	vm          *kubevirtv1.VirtualMachine
+	vmi         *kubevirtv1.VirtualMachineInstance
 	// rootDataVolume is nil for container disks, and before it is created.
 	rootDataVolume *cdiv1.DataVolume
 	// rootDataVolumeName is empty for container disks.
@@ -195,6 +202,8 @@ func (r *Reconciler) observe(ctx context.Context, s *scope, vm *kubevirtv1.Virtu
 		provisioned:            ptr.Deref(kvm.Status.Initialization.Provisioned, false),
 		provisionedInstanceUID: kvm.Status.ProvisionedInstanceUID,
 		nodeJoined:             machine.Status.NodeRef.IsDefined(),
+		machineDeleting:        !machine.DeletionTimestamp.IsZero(),
+		replaceable:            controlledByMachineSet(machine),
 		vm:                     vm,
 		importFailureRestarts:  r.ImportFailureRestarts,
 	}
@@ -225,13 +234,9 @@ func (r *Reconciler) observe(ctx context.Context, s *scope, vm *kubevirtv1.Virtu
 	virtualMachine := virtualMachineCondition(o)
 	setConditions(kvm, disk, virtualMachine)
 	if virtualMachine.Reason == infrav1.EvacuationRequestedReason {
-		// KubeVirt denied the eviction and leaves it to us (External): the
-		// drain ends once the instance is gone, and the run strategy starts
-		// the next one on another node.
-		if err := r.Infrastructure.Client.Delete(ctx, o.vmi, client.Preconditions{UID: &o.vmi.UID}); client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
-			return ctrl.Result{}, fmt.Errorf("stopping VirtualMachineInstance %s of a drained node: %w", o.vmi.Name, err)
+		if err := r.replaceEvacuatedMachine(ctx, kvm, machine, o); err != nil {
+			return ctrl.Result{}, err
 		}
-		ctrl.LoggerFrom(ctx).Info("Stopped the instance on a drained infrastructure node so that KubeVirt starts it elsewhere", "VirtualMachineInstance", klog.KObj(o.vmi), "node", o.vmi.Status.EvacuationNodeName)
 	}
 
 	if o.vmi != nil && virtualMachine.Status == metav1.ConditionTrue {
@@ -263,6 +268,40 @@ func (r *Reconciler) observe(ctx context.Context, s *scope, vm *kubevirtv1.Virtu
 		return ctrl.Result{RequeueAfter: liveMigrationRecheck}, nil
 	}
 	return ctrl.Result{}, nil
+}
+
+// replaceEvacuatedMachine hands an instance KubeVirt leaves to this
+// provider (eviction strategy External on a drained infrastructure node)
+// to Cluster API: it deletes the Machine, whose deletion drains the
+// guest's Node first (cordon, evictions that honour PodDisruptionBudgets,
+// the Machine's nodeDrainTimeoutSeconds), then deletes this machine and
+// with it the VM, which ends the infrastructure node's drain; the
+// MachineSet creates the replacement on another node. Stopping the
+// instance instead, as the provider did, killed every pod on the worker
+// without its disruption budget. A Machine no MachineSet controls is not
+// deleted, since nothing would replace it: it reports that its owner must
+// delete or move it, and the infrastructure node's drain waits.
+func (r *Reconciler) replaceEvacuatedMachine(ctx context.Context, kvm *infrav1.KubeVirtMachine, machine *clusterv1.Machine, o *observation) error {
+	if o.machineDeleting || !o.replaceable {
+		return nil
+	}
+	err := r.Client.Delete(ctx, machine, client.Preconditions{UID: &machine.UID})
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("deleting Machine %s of an instance on a drained infrastructure node: %w", machine.Name, err)
+	}
+	ctrl.LoggerFrom(ctx).Info("Deleted the Machine of an instance on a drained infrastructure node, so that Cluster API drains its Node before the instance stops",
+		"Machine", klog.KObj(machine), "VirtualMachineInstance", klog.KObj(o.vmi), "node", o.vmi.Status.EvacuationNodeName)
+	r.recordEvacuationHandedOver(kvm, machine, o.vmi.Status.EvacuationNodeName)
+	return nil
+}
+
+// controlledByMachineSet says whether a MachineSet controls the Machine.
+func controlledByMachineSet(machine *clusterv1.Machine) bool {
+	owner := metav1.GetControllerOfNoCopy(machine)
+	return owner != nil && owner.Kind == "MachineSet" && strings.HasPrefix(owner.APIVersion, clusterv1.GroupVersion.Group+"/")
 }
 
 // liveMigrationRecheck is how often a machine whose instance KubeVirt
