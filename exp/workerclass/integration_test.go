@@ -174,7 +174,7 @@ func TestPoolAPITable(t *testing.T) {
 		g.Expect(env.Client.Patch(ctx, envtest.NewPool(ns, "classified", nil), patch)).To(Succeed())
 		expectClass(g, pool, "kairos")
 
-		err = replaceSpec(pool, spec("-", "talos", map[string]any{"version": "v1.13.6"}))
+		err = replaceSpec(pool, spec("-", "talos", map[string]any{"version": "v1.13.5"}))
 		g.Expect(err).To(MatchError(ContainSubstring("spec.talos: Forbidden")), "the restored class validates the new settings")
 	})
 

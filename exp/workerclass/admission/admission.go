@@ -101,6 +101,10 @@ type Pool struct {
 	// written holds the fields PoolFromObject read, as written, so an
 	// UPDATE that changes only what Settings cannot hold is noticed.
 	written map[string]any
+	// mirrorsAtTalos is set when Settings.RegistryMirrors was read from
+	// spec.talos.registryMirrors, and mirrorsDefaulted when that was
+	// Cozystack's schema default, {}.
+	mirrorsAtTalos, mirrorsDefaulted bool
 }
 
 // Request is one admission request.
@@ -214,10 +218,11 @@ func Admit(req Request) (Decision, field.ErrorList) {
 			classAndFamily(req.Old.ClassName, oldFamily), classAndFamily(d.ClassName, class.Spec.Bootstrap)))}
 	}
 
-	errs = validation.ValidatePoolSettings(&req.New.Settings, specPath)
-	errs = append(errs, validation.ValidateSSHKeys(class.Spec.Bootstrap, req.New.Settings.SSHKeys, specPath.Child("sshKeys"))...)
+	settings := req.New.ClassSettings()
+	errs = validation.ValidatePoolSettings(&settings, specPath)
+	errs = append(errs, validation.ValidateSSHKeys(class.Spec.Bootstrap, settings.SSHKeys, specPath.Child("sshKeys"))...)
 	if len(errs) > 0 {
-		return d, errs
+		return d, req.New.pathsAsWritten(errs)
 	}
 	platform, err := req.Platform()
 	switch {
@@ -226,9 +231,9 @@ func Admit(req Request) (Decision, field.ErrorList) {
 	case err != nil:
 		return d, field.ErrorList{field.InternalError(specPath, fmt.Errorf("reading the platform configuration: %w", err))}
 	}
-	res, errs := resolve.Resolve(resolve.Input{Class: class, Pool: req.New.Settings, Platform: platform, Substrate: d.Substrate, Path: specPath})
+	res, errs := resolve.Resolve(resolve.Input{Class: class, Pool: settings, Platform: platform, Substrate: d.Substrate, Path: specPath})
 	if len(errs) > 0 {
-		return d, errs
+		return d, req.New.pathsAsWritten(errs)
 	}
 	if errs := checkControlPlane(req, &d); len(errs) > 0 {
 		return d, errs

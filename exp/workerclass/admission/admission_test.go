@@ -44,6 +44,15 @@ var testClasses = map[string]*workerclassv1.WorkerClass{
 		Bootstrap: workerclassv1.BootstrapTalos,
 		Proxmox:   &workerclassv1.ProxmoxTemplateSource{TemplateTags: []string{"talos", "v1.13.6"}},
 	}},
+	// A hoster's Talos baseline: its own factory, schematic and mirrors,
+	// which Cozystack's schema defaults in a pool must not override.
+	"talos-hoster-r1": {ObjectMeta: metav1.ObjectMeta{Name: "talos-hoster-r1"}, Spec: workerclassv1.WorkerClassSpec{
+		Bootstrap: workerclassv1.BootstrapTalos,
+		Talos: &workerclassv1.TalosBaseline{
+			TalosScalars:    workerclassv1.TalosScalars{ImageFactoryURL: ptr("https://factory.hoster.example"), SchematicID: ptr(strings.Repeat("b", 64))},
+			RegistryMirrors: map[string]workerclassv1.RegistryMirror{"docker.io": {Endpoints: []string{"https://mirror.hoster.example"}}},
+		},
+	}},
 	"kairos-example-v1-35-6-r1": {ObjectMeta: metav1.ObjectMeta{Name: "kairos-example-v1-35-6-r1"}, Spec: workerclassv1.WorkerClassSpec{
 		Bootstrap: workerclassv1.BootstrapKairos,
 		Image: &workerclassv1.FixedImage{KubernetesVersion: "v1.35.6",
@@ -146,7 +155,7 @@ func TestPoolAPITable(t *testing.T) {
 			old: pool("talos-example-r1", v135), new: pool("", workerclassv1.PoolSettings{Version: "v1.34"}),
 			wantClass: "talos-example-r1", wantRestored: true},
 		{name: "UPDATE of a classified pool: empty is not a request to become legacy, the restored class is validated", op: Update,
-			old: pool("kairos", v135), new: pool("", workerclassv1.PoolSettings{Version: "v1.35", Talos: &workerclassv1.TalosScalars{Version: ptr("v1.13.6")}}),
+			old: pool("kairos", v135), new: pool("", workerclassv1.PoolSettings{Version: "v1.35", Talos: &workerclassv1.TalosScalars{Version: ptr("v1.13.5")}}),
 			wantErr: "spec.talos: Forbidden"},
 		{name: "UPDATE selecting another class of the same family passes the checks", op: Update,
 			old: pool("talos", v135), new: pool("talos-example-r1", v135), wantClass: "talos-example-r1"},

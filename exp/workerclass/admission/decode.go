@@ -53,6 +53,27 @@ type settingsField struct {
 // settingsFields are PoolSettings' fields by JSON name.
 var settingsFields = jsonFields(reflect.TypeFor[workerclassv1.PoolSettings]())
 
+// talosField is the pool field of the Talos scalars, and the field of it
+// where Cozystack keeps the registry mirrors.
+const (
+	talosField           = "talos"
+	registryMirrorsField = "registryMirrors"
+)
+
+// poolTalos is spec.talos as the pool API holds it: the Talos scalars and,
+// where Cozystack keeps them, the registry mirrors the seed writes at the
+// top of the pool. Only its shape is checked against it; the scalars are
+// read into PoolSettings.Talos and the mirrors into
+// PoolSettings.RegistryMirrors.
+type poolTalos struct {
+	workerclassv1.TalosScalars `json:",inline"`
+	RegistryMirrors            map[string]workerclassv1.RegistryMirror `json:"registryMirrors,omitzero"`
+}
+
+// shapeTypes are the types a pool field's shape is checked against where
+// the pool API holds more than the PoolSettings field it fills.
+var shapeTypes = map[string]reflect.Type{talosField: reflect.TypeFor[*poolTalos]()}
+
 // PoolFromObject reads the class name, the parent cluster, the substrate
 // and the settings from a pool object's content (an unstructured map).
 // Fields of the pool API that admission does not read are left alone; the
@@ -122,7 +143,11 @@ func PoolFromObject(obj map[string]any) (Pool, field.ErrorList) {
 		}
 		remember(name, raw)
 		f := settingsFields[name]
-		if errs := checkShape(raw, f.typ, specPath.Child(name)); len(errs) > 0 {
+		shapeType := f.typ
+		if t, ok := shapeTypes[name]; ok {
+			shapeType = t
+		}
+		if errs := checkShape(raw, shapeType, specPath.Child(name)); len(errs) > 0 {
 			record(name, errs...)
 			if hasTypeError(errs) {
 				// The value cannot be read; it stays unset and the
@@ -139,7 +164,49 @@ func PoolFromObject(obj map[string]any) (Pool, field.ErrorList) {
 		}
 		settings.FieldByIndex(f.index).Set(reflect.ValueOf(one).FieldByIndex(f.index))
 	}
+	p.readTalosMirrors(spec, remember, record)
 	return p, nil
+}
+
+// readTalosMirrors reads spec.talos.registryMirrors, Cozystack's place for
+// the seed's spec.registryMirrors, with the same meaning. Given in both
+// places, the two must be equal, or the pool is refused naming both
+// paths: neither is more the tenant's than the other. Cozystack's schema
+// default there ({}) is no choice (it is written into every pool that
+// leaves the field out), so beside spec.registryMirrors it is ignored, and
+// alone it is read as not supplied (see ClassSettings).
+func (p *Pool) readTalosMirrors(spec map[string]any, remember func(string, any), record func(string, ...*field.Error)) {
+	talos, _ := spec[talosField].(map[string]any)
+	raw, present := talos[registryMirrorsField]
+	if !present || raw == nil || hasTypeError(p.shape[talosField]) {
+		// Unreadable mirrors are recorded under talos already.
+		return
+	}
+	var one workerclassv1.PoolSettings
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(map[string]any{registryMirrorsField: raw}, &one); err != nil {
+		record(talosField, field.Invalid(specPath.Child(talosField, registryMirrorsField), field.OmitValueType{}, "does not match its schema: "+err.Error()))
+		return
+	}
+	mirrors := one.RegistryMirrors
+	if mirrors == nil {
+		mirrors = map[string]workerclassv1.RegistryMirror{}
+	}
+	top, topGiven := spec[registryMirrorsField]
+	switch {
+	case !topGiven || top == nil:
+		p.Settings.RegistryMirrors = mirrors
+		p.mirrorsAtTalos = true
+		p.mirrorsDefaulted = len(mirrors) == 0
+	case len(mirrors) == 0 || reflect.DeepEqual(mirrors, p.Settings.RegistryMirrors):
+	default:
+		// Kept under a key of its own, with both values, so an UPDATE
+		// that changes either place is checked again.
+		const key = talosField + "." + registryMirrorsField
+		remember(key, []any{top, raw})
+		record(key, field.Forbidden(specPath.Child(talosField, registryMirrorsField), fmt.Sprintf(
+			"differs from %s; Cozystack keeps registry mirrors here, the seed at the top of the pool: give them in one place, or the same mirrors in both",
+			specPath.Child(registryMirrorsField))))
+	}
 }
 
 // shapeErrors returns the fields p could not read as written, except

@@ -48,6 +48,12 @@ func FuzzAdmit(f *testing.F) {
 		{true, ``, `{"spec":{"cluster":"example","workerClassName":"talos","version":"v1.35","gpus":[{"name":"gpu1","deviceName":"nvidia.com/X"}]}}`},
 		{true, ``, `{"spec":{"cluster":"example","substrate":"proxmox","workerClassName":"talos-proxmox","version":"v1.35","proxmox":{"templateTags":["a"]}}}`},
 		{false, `{"spec":{"cluster":"example","workerClassName":"talos","version":"v1.34","gpus":"x"}}`, `{"spec":{"cluster":"example","workerClassName":"talos","version":"v1.35","gpus":"x"}}`},
+		// Cozystack's shape (test/cozystack/pools): its schema defaults,
+		// and registry mirrors under talos, alone or beside the seed's.
+		{true, ``, `{"spec":{"cluster":"example","workerClassName":"kairos","version":"v1.35","minReplicas":0,"maxReplicas":10,"instanceType":"u1.medium","diskSize":"20Gi","talos":{"version":"v1.13.6","schematicID":"ce4c980550dd2ab1b17bbf2b08801c7eb59418eafe8f279833297925d67c7515","imageFactoryURL":"https://factory.talos.dev","installerRepository":"factory.talos.dev/installer","registryMirrors":{}},"images":{"kubectl":""}}}`},
+		{true, ``, `{"spec":{"cluster":"example","version":"v1.35","talos":{"registryMirrors":{"ghcr.io":{"endpoints":["http://ghcr-mirror.kube-system.svc"],"skipFallback":true}}}}}`},
+		{false, `{"spec":{"cluster":"example","workerClassName":"talos-hoster-r1","version":"v1.35","registryMirrors":{"docker.io":{"endpoints":["https://m.example.com"]}},"talos":{"registryMirrors":{}}}}`,
+			`{"spec":{"cluster":"example","workerClassName":"talos-hoster-r1","version":"v1.35","registryMirrors":{"docker.io":{"endpoints":["https://m.example.com"]}},"talos":{"registryMirrors":{"ghcr.io":{"endpoints":["https://g.example.com"]}}}}}`},
 	}
 	for _, s := range seeds {
 		f.Add(s.create, []byte(s.old), []byte(s.new), "talos")

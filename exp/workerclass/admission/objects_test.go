@@ -120,7 +120,7 @@ func TestPoolFieldsAreReadStrictly(t *testing.T) {
 		{name: "an unknown field in a mirror keyed by a host with dots", new: `{` + head + `,"registryMirrors":{"docker.io":{"endpoints":["https://m.example.com"],"insecure":true}}}`,
 			wantErrs: []string{"spec.registryMirrors[docker.io].insecure: Forbidden: unknown field"}},
 		{name: "a Talos scalar spelled with the wrong case", new: `{` + head + `,"talos":{"Version":"v1.13.6"}}`,
-			wantErrs: []string{"spec.talos.Version: Forbidden: unknown field; it would be dropped, not applied. This object has only: imageFactoryCA, imageFactoryURL, installerRepository, schematicID, version"}},
+			wantErrs: []string{"spec.talos.Version: Forbidden: unknown field; it would be dropped, not applied. This object has only: imageFactoryCA, imageFactoryURL, installerRepository, registryMirrors, schematicID, version"}},
 		{name: "an unknown osImage source field", new: `{` + head + `,"osImage":{"factory":{"url":"https://factory.example.com"}}}`,
 			wantErrs: []string{"spec.osImage.factory.url: Forbidden: unknown field"}},
 		{name: "an unknown Proxmox override", new: `{` + head + `,"proxmox":{"tags":["gpu"]}}`,

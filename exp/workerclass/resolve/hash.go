@@ -73,6 +73,19 @@ func contentHash(res *Result) string {
 				h.strs(t.RegistryMirrors[host].Endpoints)
 			}
 		}
+		// Appended only when a mirror skips the fallback, so hashes
+		// resolved before skipFallback was read stay what they were; the
+		// mirror count above tells where this section starts.
+		var skipping []string
+		for _, host := range slices.Sorted(maps.Keys(t.RegistryMirrors)) {
+			if t.RegistryMirrors[host].SkipFallback {
+				skipping = append(skipping, host)
+			}
+		}
+		if len(skipping) > 0 {
+			h.str("skipFallback")
+			h.strs(skipping)
+		}
 	}
 	var sum [sha256.Size]byte
 	return hex.EncodeToString(h.h.Sum(sum[:0]))

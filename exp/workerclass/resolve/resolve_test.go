@@ -716,12 +716,28 @@ func TestPlatformChangesAndHash(t *testing.T) {
 				t.Errorf("%s does not change the hash", name)
 			}
 		}
+		mirrored := workerclassv1.PoolSettings{Version: "v1.35", RegistryMirrors: map[string]workerclassv1.RegistryMirror{
+			"docker.io": {Endpoints: []string{"https://m.example.com"}}, "ghcr.io": {Endpoints: []string{"https://g.example.com"}}}}
+		skipping := *mirrored.DeepCopy()
+		skipping.RegistryMirrors["ghcr.io"] = workerclassv1.RegistryMirror{Endpoints: []string{"https://g.example.com"}, SkipFallback: true}
+		if resolve(talosClass(nil), skipping, nil).Hash == resolve(talosClass(nil), mirrored, nil).Hash {
+			t.Error("skipFallback does not change the hash")
+		}
+		// Pinned from before skipFallback was read: templates resolved then
+		// must keep their hash, or every mirrored pool would roll.
+		if got := resolve(talosClass(nil), mirrored, nil).Hash; got != mirroredHash {
+			t.Errorf("the hash of mirrors without skipFallback changed to %s", got)
+		}
 		cd := class("talos-configdrive", workerclassv1.WorkerClassSpec{Bootstrap: workerclassv1.BootstrapTalos, CloudInitDatasource: workerclassv1.CloudInitConfigDrive})
 		if resolve(cd, pool, nil).Hash == base {
 			t.Error("the cloud-init datasource does not change the hash")
 		}
 	})
 }
+
+// mirroredHash is the content hash of TestPlatformChangesAndHash's mirrored
+// pool, as resolved before skipFallback entered the hash.
+const mirroredHash = "d617b47840bff2ed5d5015fe73a95cab0ff10ee5e8cd57cdceccfaa6b460c1c2"
 
 func TestResolveInputs(t *testing.T) {
 	t.Run("a classless input is refused, not guessed", func(t *testing.T) {

@@ -238,7 +238,7 @@ func TestPoolMutatingWebhook(t *testing.T) {
 		}
 	})
 	t.Run("a refusal is a 422 with field causes", func(t *testing.T) {
-		resp := p.Mutate(ctx, poolRequest(t, admissionv1.Create, poolJSON("", `{"cluster":"c","workerClassName":"kairos","version":"v1.35","talos":{"version":"v1.13.6"}}`), ""))
+		resp := p.Mutate(ctx, poolRequest(t, admissionv1.Create, poolJSON("", `{"cluster":"c","workerClassName":"kairos","version":"v1.35","talos":{"version":"v1.13.5"}}`), ""))
 		if resp.Allowed || resp.Result.Code != http.StatusUnprocessableEntity || len(resp.Result.Details.Causes) == 0 {
 			t.Errorf("response %+v", resp.Result)
 		}

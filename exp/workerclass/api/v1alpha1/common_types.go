@@ -154,6 +154,13 @@ type RegistryMirror struct {
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=16
 	Endpoints []string `json:"endpoints"`
+
+	// skipFallback stops the guest from pulling from the registry itself
+	// when every endpoint fails, as Talos' machine.registries.mirrors
+	// field of that name does. Without it a mirror routes pulls but does
+	// not enforce an air gap. Cozystack's pools carry it.
+	// +optional
+	SkipFallback bool `json:"skipFallback,omitempty"`
 }
 
 // OSImageSource selects where a Talos worker's KubeVirt disk comes from:
