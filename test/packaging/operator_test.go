@@ -173,16 +173,7 @@ func TestClusterAPIOperator(t *testing.T) {
 			}
 			g.Expect(installed.Spec.Template.Spec.Containers[0].Args).To(Equal(args), "the release's flags, each variable at its default")
 
-			crds := &metav1.PartialObjectMetadataList{}
-			crds.SetGroupVersionKind(schema.GroupVersionKind{Group: "apiextensions.k8s.io", Version: "v1", Kind: "CustomResourceDefinitionList"})
-			g.Expect(c.List(ctx, crds, client.MatchingLabels{providerLabel: p.label})).To(Succeed())
-			contract := 0
-			for _, crd := range crds.Items {
-				if crd.Labels["cluster.x-k8s.io/v1beta2"] == "v1alpha1" {
-					contract++
-				}
-			}
-			g.Expect(contract).To(BeNumerically(">=", 2), "the %s CRDs are installed and labelled with the contract", p.name)
+			g.Expect(contractCRDs(ctx, g, c, p.label)).To(BeNumerically(">=", 2), "the %s CRDs are installed and labelled with the contract", p.name)
 
 			// The harness runs our providers as users bound to the roles
 			// of config/; the operator's bindings grant the installed
@@ -314,6 +305,22 @@ func waitProvidersInstalled(ctx context.Context, g Gomega, c client.Client, op *
 			g.Expect(conditionStatus(provider, "Ready")).To(Equal("True"), "%s %s: %s", p.kind, p.name, conditionsOf(provider))
 		}
 	}, 10*time.Minute, time.Second).Should(Succeed(), func() string { return op.Tail(4000) })
+}
+
+// contractCRDs counts the CRDs of a provider (label, the value of
+// cluster.x-k8s.io/provider) labelled with their version for Cluster API's
+// v1beta2 contract.
+func contractCRDs(ctx context.Context, g Gomega, c client.Client, label string) int {
+	crds := &metav1.PartialObjectMetadataList{}
+	crds.SetGroupVersionKind(schema.GroupVersionKind{Group: "apiextensions.k8s.io", Version: "v1", Kind: "CustomResourceDefinitionList"})
+	g.Expect(c.List(ctx, crds, client.MatchingLabels{providerLabel: label})).To(Succeed())
+	contract := 0
+	for _, crd := range crds.Items {
+		if crd.Labels["cluster.x-k8s.io/v1beta2"] == "v1alpha1" {
+			contract++
+		}
+	}
+	return contract
 }
 
 // startOperator runs the operator's manager against the apiserver as its
