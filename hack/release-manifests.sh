@@ -5,7 +5,9 @@
 # topology flavors name (clusterclass-*.yaml); and, for hosters who run the
 # VMs in a cluster of their own, infrastructure-cluster-role.yaml; and, for
 # one cluster autoscaler per tenant namespace, its Role and RoleBinding
-# (cluster-autoscaler-tenant-role.yaml, a clusterctl generate yaml input).
+# (cluster-autoscaler-tenant-role.yaml, a clusterctl generate yaml input);
+# and, for Cozystack, both providers as its cluster-api-operator packages
+# install providers (cozystack-capi-providers.yaml).
 #
 # Environment:
 #   RELEASE_DIR           output folder (default out/), created if missing
@@ -17,6 +19,10 @@
 #   AVAILABILITY          none|pod|node|zone (default pod): the managers'
 #                         replicas, disruption budget and spread
 #                         (config/components/availability)
+#   RELEASE_VERSION       the release's version, vMAJOR.MINOR.PATCH with an
+#                         optional lowercase pre-release (default: the first
+#                         release of metadata.yaml's newest series); the
+#                         Cozystack package's provider versions derive from it
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -24,6 +30,16 @@ out="${RELEASE_DIR:-out}"
 level="${AVAILABILITY:-pod}"
 bootstrap_image="${BOOTSTRAP_IMAGE:-ghcr.io/cozystack/kairos-bootstrap-controller:dev}"
 infrastructure_image="${INFRASTRUCTURE_IMAGE:-ghcr.io/cozystack/kubevirt-workers-controller:dev}"
+# The newest series of metadata.yaml, as v<major>.<minor>.0.
+newest_series=$(awk '$1 == "-" && $2 == "major:" { major = $3 }
+  $1 == "minor:" && (major > top_major || (major == top_major && $2 >= top_minor)) { top_major = major; top_minor = $2 }
+  END { printf "v%d.%d.0", top_major, top_minor }' metadata.yaml)
+version="${RELEASE_VERSION:-${newest_series}}"
+# The version names ConfigMaps in the Cozystack package: lowercase only.
+if [[ ! "${version}" =~ ^v[0-9]+\.[0-9]+\.[0-9]+(-[0-9a-z.-]+)?$ ]]; then
+  echo "RELEASE_VERSION must be vMAJOR.MINOR.PATCH with an optional lowercase pre-release, not ${version}" >&2
+  exit 2
+fi
 case "${level}" in
   none | pod | node | zone) ;;
   *) echo "AVAILABILITY must be none, pod, node or zone, not ${level}" >&2; exit 2 ;;
@@ -95,4 +111,83 @@ build infrastructure with-workerclass ghcr.io/cozystack/kubevirt-workers-control
 cp config/infrastructure/autoscaler-tenant/cluster-autoscaler-tenant-role.yaml "${out}/"
 cp metadata.yaml "${out}/metadata.yaml"
 cp templates/cluster-template*.yaml templates/clusterclass-*.yaml "${out}/"
+
+# cozystack_configmap prints a ConfigMap in the shape of Cozystack's
+# packages/system/capi-providers-*/templates/configmaps.yaml (cozystack
+# commit 6f25168a9, the Talos bootstrap provider beside kubeadm): named by
+# the provider's version, labelled for its provider object's
+# fetchConfig.selector, with the components gzipped into binaryData (the
+# operator's compressed annotation) and metadata.yaml as text. $1 is the
+# name, $2 the components file of this release, $3 and after the labels.
+cozystack_configmap() {
+  local name="$1" components="$2"
+  shift 2
+  echo "apiVersion: v1"
+  echo "kind: ConfigMap"
+  echo "metadata:"
+  echo "  name: ${name}"
+  echo "  labels:"
+  local label
+  for label in "$@"; do
+    echo "    ${label%%=*}: ${label#*=}"
+  done
+  echo "  annotations:"
+  echo "    provider.cluster.x-k8s.io/compressed: \"true\""
+  echo "binaryData:"
+  # -n: no name or time in the gzip header, so a release is reproducible.
+  echo "  components: $(gzip -nc "${out}/${components}" | base64 -w0)"
+  echo "data:"
+  echo "  metadata: |"
+  sed 's/^/    /' "${out}/metadata.yaml"
+}
+
+# cozystack_provider prints a provider object in the shape of Cozystack's
+# templates/providers.yaml (same commit). $1 is the kind, $2 the name, $3
+# the version (the ConfigMap's name), $4 and after the selector's labels.
+cozystack_provider() {
+  local kind="$1" name="$2" provider_version="$3"
+  shift 3
+  echo "apiVersion: operator.cluster.x-k8s.io/v1alpha2"
+  echo "kind: ${kind}"
+  echo "metadata:"
+  echo "  name: ${name}"
+  echo "spec:"
+  echo "  # https://github.com/cozystack/cluster-api-workers"
+  echo "  version: ${provider_version}"
+  echo "  fetchConfig:"
+  echo "    selector:"
+  echo "      matchLabels:"
+  local label
+  for label in "$@"; do
+    echo "        ${label%%=*}: ${label#*=}"
+  done
+}
+
+# The Cozystack package: both providers as Cozystack installs Cluster API
+# providers with the cluster-api-operator, from the components written
+# above. No object names a namespace: like a Helm release of Cozystack's
+# packages, it goes into the namespace the providers share
+# (cozy-cluster-api). Provider versions and ConfigMap names carry a suffix,
+# as Cozystack's do (v0.6.12-bootstrap-talos), so that they stay unique in
+# that namespace. The bootstrap labels follow Cozystack's two bootstrap
+# providers; the infrastructure label's value is not "cozy", because
+# Cozystack's kubevirt InfrastructureProvider selects every ConfigMap with
+# infraprovider-components=cozy, and the operator refuses a selector that
+# matches two.
+bootstrap_version="${version}-bootstrap-kairos-kubeadm"
+infrastructure_version="${version}-infraprovider-kubevirt-workers"
+bootstrap_labels=(bootstrap-components=cozy bootstrap-provider=kairos-kubeadm)
+infrastructure_labels=(infraprovider-components=kubevirt-workers)
+{
+  echo "# Cozystack package of cluster-api-workers ${version}: apply into the"
+  echo "# namespace Cozystack's Cluster API providers share (docs/packaging.md,"
+  echo "# \"Adopting in Cozystack\")."
+  cozystack_configmap "${bootstrap_version}" bootstrap-components.yaml "${bootstrap_labels[@]}"
+  echo "---"
+  cozystack_configmap "${infrastructure_version}" infrastructure-components.yaml "${infrastructure_labels[@]}"
+  echo "---"
+  cozystack_provider BootstrapProvider kairos-kubeadm "${bootstrap_version}" "${bootstrap_labels[@]}"
+  echo "---"
+  cozystack_provider InfrastructureProvider kubevirt-workers "${infrastructure_version}" "${infrastructure_labels[@]}"
+} >"${out}/cozystack-capi-providers.yaml"
 echo "release manifests (availability ${level}) written to ${out}" >&2

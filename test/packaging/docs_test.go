@@ -127,8 +127,8 @@ func TestDocsRecipes(t *testing.T) {
 	found := map[string]docBlock{}
 	for _, file := range []string{"docs/packaging.md", "README.md", "docs/infrastructure.md"} {
 		for _, b := range markedBlocks(t, file) {
-			if file == "docs/packaging.md" && operatorBlocks[b.name] != "" {
-				continue // TestClusterAPIOperator runs them
+			if file == "docs/packaging.md" && (operatorBlocks[b.name] != "" || cozystackBlocks[b.name] != "") {
+				continue // TestClusterAPIOperator and TestCozystackPackageWithOperator run them
 			}
 			found[file+"#"+b.name] = b
 		}

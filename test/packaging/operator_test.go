@@ -55,9 +55,7 @@ var operatorBlocks = map[string]string{"operator-configmaps": "sh", "operator-pr
 
 // operatorProviders are the providers the docs' blocks install, as the
 // operator's objects name them, with the namespace each goes into.
-var operatorProviders = []struct {
-	kind, name, namespace, version string
-}{
+var operatorProviders = []operatorProviderWant{
 	{"CoreProvider", "cluster-api", "capi-system", clusterAPIVersion},
 	{"BootstrapProvider", "kairos-kubeadm", "kairos-bootstrap-system", "v0.1.0"},
 	{"InfrastructureProvider", "kubevirt-workers", "kubevirt-workers-system", "v0.1.0"},
@@ -114,20 +112,9 @@ func TestClusterAPIOperator(t *testing.T) {
 	t.Cleanup(func() { _ = h.Stop() })
 	cfg := h.Config()
 
-	// What the hoster has before: cert-manager (the components' Issuers
-	// and Certificates) and the operator, its CRDs and its webhooks.
-	operatorConfig := filepath.Join(filepath.Dir(operator), "config")
-	_, err = crenvtest.InstallCRDs(cfg, crenvtest.CRDInstallOptions{
-		Paths:   append(crdFiles(t, externalCRDs[0]), filepath.Join(operatorConfig, "crd", "bases")),
-		MaxTime: 2 * time.Minute,
-	})
-	g.Expect(err).NotTo(HaveOccurred())
-	webhooks := &crenvtest.WebhookInstallOptions{Paths: []string{filepath.Join(operatorConfig, "webhook", "manifests.yaml")}}
-	g.Expect(webhooks.Install(cfg)).To(Succeed())
-	t.Cleanup(func() { _ = webhooks.Cleanup() })
 	c, _ := warningClient(t, h.Management)
 	restoreWebhooks := keepWebhookConfigurations(ctx, t, c)
-	op := startOperator(t, operator, cfg, webhooks)
+	op := installOperator(t, operator, cfg)
 
 	t.Run("the docs' ConfigMaps and provider objects", func(t *testing.T) {
 		g := NewWithT(t)
@@ -172,17 +159,7 @@ func TestClusterAPIOperator(t *testing.T) {
 		g := NewWithT(t)
 		// The managers run in the harness: report what the kubelet and
 		// the deployment controller would of their Deployments.
-		g.Eventually(func(g Gomega) {
-			g.Expect(op.Exited()).To(BeFalse(), "the operator stopped: %v\n%s", op.Err(), op.Tail(4000))
-			for _, p := range operatorProviders {
-				reportAvailable(ctx, g, c, p.namespace)
-				provider := operatorProvider(ctx, g, c, p.kind, p.namespace, p.name)
-				installed, _, _ := unstructured.NestedString(provider.Object, "status", "installedVersion")
-				g.Expect(installed).To(Equal(p.version), "%s %s: %s", p.kind, p.name, conditionsOf(provider))
-				g.Expect(conditionStatus(provider, "ProviderInstalled")).To(Equal("True"), "%s %s: %s", p.kind, p.name, conditionsOf(provider))
-				g.Expect(conditionStatus(provider, "Ready")).To(Equal("True"), "%s %s: %s", p.kind, p.name, conditionsOf(provider))
-			}
-		}, 10*time.Minute, time.Second).Should(Succeed(), func() string { return op.Tail(4000) })
+		waitProvidersInstalled(ctx, g, c, op, operatorProviders)
 
 		for _, p := range providers {
 			dep := deployment(t, readObjects(t, filepath.Join(releaseDir, p.components)))
@@ -196,16 +173,7 @@ func TestClusterAPIOperator(t *testing.T) {
 			}
 			g.Expect(installed.Spec.Template.Spec.Containers[0].Args).To(Equal(args), "the release's flags, each variable at its default")
 
-			crds := &metav1.PartialObjectMetadataList{}
-			crds.SetGroupVersionKind(schema.GroupVersionKind{Group: "apiextensions.k8s.io", Version: "v1", Kind: "CustomResourceDefinitionList"})
-			g.Expect(c.List(ctx, crds, client.MatchingLabels{providerLabel: p.label})).To(Succeed())
-			contract := 0
-			for _, crd := range crds.Items {
-				if crd.Labels["cluster.x-k8s.io/v1beta2"] == "v1alpha1" {
-					contract++
-				}
-			}
-			g.Expect(contract).To(BeNumerically(">=", 2), "the %s CRDs are installed and labelled with the contract", p.name)
+			g.Expect(contractCRDs(ctx, g, c, p.label)).To(BeNumerically(">=", 2), "the %s CRDs are installed and labelled with the contract", p.name)
 
 			// The harness runs our providers as users bound to the roles
 			// of config/; the operator's bindings grant the installed
@@ -294,6 +262,65 @@ func readRole(t *testing.T, path string) *rbacv1.ClusterRole {
 		t.Fatalf("reading %s: %v", path, err)
 	}
 	return role
+}
+
+// installOperator installs what a hoster has before the operator installs
+// providers: cert-manager's CRDs (the components' Issuers and
+// Certificates), the operator's CRDs and its webhooks; then starts the
+// operator (bin, from tool(t, "cluster-api-operator")) against cfg.
+func installOperator(t *testing.T, bin string, cfg *rest.Config) *process.Process {
+	t.Helper()
+	g := NewWithT(t)
+	operatorConfig := filepath.Join(filepath.Dir(bin), "config")
+	_, err := crenvtest.InstallCRDs(cfg, crenvtest.CRDInstallOptions{
+		Paths:   append(crdFiles(t, externalCRDs[0]), filepath.Join(operatorConfig, "crd", "bases")),
+		MaxTime: 2 * time.Minute,
+	})
+	g.Expect(err).NotTo(HaveOccurred())
+	webhooks := &crenvtest.WebhookInstallOptions{Paths: []string{filepath.Join(operatorConfig, "webhook", "manifests.yaml")}}
+	g.Expect(webhooks.Install(cfg)).To(Succeed())
+	t.Cleanup(func() { _ = webhooks.Cleanup() })
+	return startOperator(t, bin, cfg, webhooks)
+}
+
+// operatorProviderWant is one of the operator's provider objects and the
+// version it must install.
+type operatorProviderWant struct {
+	kind, name, namespace, version string
+}
+
+// waitProvidersInstalled waits until the operator reports every provider
+// installed at its version and Ready, reporting the Deployments it applied
+// Available (no Pod runs them here) meanwhile, as the kubelet and the
+// deployment controller would.
+func waitProvidersInstalled(ctx context.Context, g Gomega, c client.Client, op *process.Process, want []operatorProviderWant) {
+	g.Eventually(func(g Gomega) {
+		g.Expect(op.Exited()).To(BeFalse(), "the operator stopped: %v\n%s", op.Err(), op.Tail(4000))
+		for _, p := range want {
+			reportAvailable(ctx, g, c, p.namespace)
+			provider := operatorProvider(ctx, g, c, p.kind, p.namespace, p.name)
+			installed, _, _ := unstructured.NestedString(provider.Object, "status", "installedVersion")
+			g.Expect(installed).To(Equal(p.version), "%s %s: %s", p.kind, p.name, conditionsOf(provider))
+			g.Expect(conditionStatus(provider, "ProviderInstalled")).To(Equal("True"), "%s %s: %s", p.kind, p.name, conditionsOf(provider))
+			g.Expect(conditionStatus(provider, "Ready")).To(Equal("True"), "%s %s: %s", p.kind, p.name, conditionsOf(provider))
+		}
+	}, 10*time.Minute, time.Second).Should(Succeed(), func() string { return op.Tail(4000) })
+}
+
+// contractCRDs counts the CRDs of a provider (label, the value of
+// cluster.x-k8s.io/provider) labelled with their version for Cluster API's
+// v1beta2 contract.
+func contractCRDs(ctx context.Context, g Gomega, c client.Client, label string) int {
+	crds := &metav1.PartialObjectMetadataList{}
+	crds.SetGroupVersionKind(schema.GroupVersionKind{Group: "apiextensions.k8s.io", Version: "v1", Kind: "CustomResourceDefinitionList"})
+	g.Expect(c.List(ctx, crds, client.MatchingLabels{providerLabel: label})).To(Succeed())
+	contract := 0
+	for _, crd := range crds.Items {
+		if crd.Labels["cluster.x-k8s.io/v1beta2"] == "v1alpha1" {
+			contract++
+		}
+	}
+	return contract
 }
 
 // startOperator runs the operator's manager against the apiserver as its
