@@ -86,9 +86,9 @@ func TestManagerCacheOptionsCacheOnlyClusterSecretsWithTheDataTheReconcilerReads
 			secret: &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "c-sa", Labels: cluster}}},
 		{name: "the etcd CA is never cached",
 			secret: &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "c-etcd", Labels: cluster}}},
-		{name: "our token record keeps its data",
+		{name: "our token record keeps the keys the reconciler reads of it",
 			secret: &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "w-bootstrap-token", Labels: cluster, OwnerReferences: owned}},
-			kept:   []string{"tls.crt", "tls.key", "value", "token-id"}},
+			kept:   []string{"token", "expiration", "ended"}},
 		{name: "a token-named Secret of someone else loses its data",
 			secret: &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "w-bootstrap-token", Labels: cluster}}},
 		{name: "bootstrap data loses its data",
@@ -99,7 +99,8 @@ func TestManagerCacheOptionsCacheOnlyClusterSecretsWithTheDataTheReconcilerReads
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			g := NewWithT(t)
-			tt.secret.Data = map[string][]byte{"tls.crt": []byte("c"), "tls.key": []byte("k"), "value": []byte("v"), "token-id": []byte("t")}
+			tt.secret.Data = map[string][]byte{"tls.crt": []byte("c"), "tls.key": []byte("k"), "value": []byte("v"), "token-id": []byte("t"),
+				"token": []byte("abcdef.0123456789abcdef"), "expiration": []byte("2026-12-07T10:00:00Z"), "ended": []byte("NodeJoined")}
 			tt.secret.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "m"}}
 			out, err := secrets[0].Transform(tt.secret)
 			g.Expect(err).NotTo(HaveOccurred())

@@ -130,7 +130,8 @@ func TestOneMachineIsWrittenOnceFromCreationToJoin(t *testing.T) {
 	settled(g, cm, w, true)
 	g.Consistently(func() []string { return cm.requests.Strings(writes) }, time.Second, 100*time.Millisecond).Should(ConsistOf(rendered))
 
-	// The node joins: the workload token and our record are deleted, once.
+	// The node joins: the workload token is deleted and our record ended,
+	// once.
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "load-vm"}, Spec: corev1.NodeSpec{ProviderID: "kubevirt://load-vm"}}
 	g.Expect(workload.Client.Create(suiteCtx, node)).To(Succeed())
 	t.Cleanup(func() { _ = workload.Client.Delete(suiteCtx, node) })
@@ -139,7 +140,7 @@ func TestOneMachineIsWrittenOnceFromCreationToJoin(t *testing.T) {
 	g.Expect(mgmt.Client.Status().Update(suiteCtx, w.machine)).To(Succeed())
 	joined := append(rendered,
 		"workload delete secrets kube-system/"+bootstrapapi.BootstrapTokenSecretPrefix+tok.ID,
-		"management delete secrets "+ns+"/"+tokenRecordName(w.config.Name),
+		"management patch secrets "+ns+"/"+tokenRecordName(w.config.Name),
 	)
 	g.Eventually(func() []string { return cm.requests.Strings(writes) }, eventually, 50*time.Millisecond).Should(ConsistOf(joined))
 	settled(g, cm, w, false)
