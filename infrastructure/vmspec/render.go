@@ -332,6 +332,7 @@ func validateInput(in Input) field.ErrorList {
 	// instancetype is KubeVirt's to apply and not read here.
 	errs = append(errs, instancetype.Validate(&m.Spec, nil, in.Preference, spec)...)
 	errs = append(errs, ValidateNetworkNamespaces(m.Spec.Networks, m.Namespace, spec.Child("networks"))...)
+	errs = append(errs, ValidateMetadataAndSpread(&m.Spec, spec)...)
 	switch in.Datasource {
 	case "", infrav1.NoCloudDatasource, infrav1.ConfigDriveDatasource:
 	default:
