@@ -44,6 +44,7 @@ import (
 
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/infrastructure/placement"
+	"github.com/cozystack/cluster-api-workers/infrastructure/vmspec"
 	cdisim "github.com/cozystack/cluster-api-workers/test/sim/cdi"
 	"github.com/cozystack/cluster-api-workers/test/sim/fault"
 )
@@ -309,6 +310,75 @@ func TestMachineShape(t *testing.T) {
 	expectProvisioned(t, kvm)
 	g.Expect(kvm.Status.FailureDomain).To(Equal(zoneB))
 	g.Expect(kvm.Status.NodeName).To(Equal("infra-b"))
+}
+
+// TestCozystackShape writes a machine as Cozystack renders its workers
+// (the pod network bridged with KubeVirt's live-migration annotation on
+// the instance, eviction strategy External, a spread by hostname, its own
+// VM and instance labels) and finds a VirtualMachine that virt-api
+// admitted with them, beside Cluster API's labels its WorkloadMonitor
+// selects the workers by, and an instance that KubeVirt started with
+// them.
+func TestCozystackShape(t *testing.T) {
+	t.Parallel()
+	tc := newCluster(t)
+	g := NewWithT(t)
+	deployment := tc.cluster.Name + "-md-0"
+	spread := []corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: corev1.LabelHostname, WhenUnsatisfiable: corev1.ScheduleAnyway,
+		LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{clusterv1.ClusterNameLabel: tc.cluster.Name}}}}
+	spec := containerDiskSpec()
+	spec.Networks = []infrav1.Network{{Name: "default", Pod: &infrav1.PodNetwork{}, Binding: infrav1.BridgeBinding}}
+	spec.EvictionStrategy = infrav1.EvictionExternal
+	spec.TopologySpreadConstraints = spread
+	spec.VirtualMachineMetadata = infrav1.ObjectMetadata{
+		Labels:      map[string]string{"node-role.kubernetes.io/worker": ""},
+		Annotations: map[string]string{"apps.cozystack.io/release": "kubernetes-tenant"},
+	}
+	instanceLabels := map[string]string{
+		"apps.cozystack.io/application.group": "apps.cozystack.io",
+		"apps.cozystack.io/application.kind":  "Kubernetes",
+		"apps.cozystack.io/application.name":  "tenant",
+		"node-role.kubernetes.io/worker":      "",
+	}
+	spec.InstanceMetadata = infrav1.ObjectMetadata{Labels: instanceLabels,
+		Annotations: map[string]string{kubevirtv1.AllowPodBridgeNetworkLiveMigrationAnnotation: "true"}}
+	kvm := tc.machine(t, "cozystack", spec, func(m *clusterv1.Machine, _ *infrav1.KubeVirtMachine, _ *corev1.Secret) {
+		m.Labels[clusterv1.MachineDeploymentNameLabel] = deployment
+	})
+	capi := map[string]string{clusterv1.ClusterNameLabel: tc.cluster.Name, clusterv1.MachineDeploymentNameLabel: deployment, vmspec.RoleLabel: vmspec.WorkerRole}
+
+	vm := waitForVM(t, kvm)
+	g.Expect(vm.Labels).To(HaveKeyWithValue("node-role.kubernetes.io/worker", ""))
+	g.Expect(vm.Labels).To(HaveKeyWithValue(infrav1.MachineNameLabel, kvm.Name))
+	g.Expect(vm.Annotations).To(HaveKeyWithValue("apps.cozystack.io/release", "kubernetes-tenant"))
+	template := vm.Spec.Template
+	for k, v := range instanceLabels {
+		g.Expect(template.ObjectMeta.Labels).To(HaveKeyWithValue(k, v))
+	}
+	for _, labels := range []map[string]string{vm.Labels, template.ObjectMeta.Labels} {
+		for k, v := range capi {
+			g.Expect(labels).To(HaveKeyWithValue(k, v))
+		}
+	}
+	g.Expect(template.ObjectMeta.Annotations).To(HaveKeyWithValue(kubevirtv1.AllowPodBridgeNetworkLiveMigrationAnnotation, "true"))
+	g.Expect(template.Spec.TopologySpreadConstraints).To(Equal(spread))
+	g.Expect(template.Spec.EvictionStrategy).To(Equal(ptr.To(kubevirtv1.EvictionStrategyExternal)))
+	g.Expect(template.Spec.Domain.Devices.Interfaces).To(ConsistOf(HaveField("InterfaceBindingMethod.Bridge", Not(BeNil()))))
+	userData := &corev1.Secret{}
+	g.Expect(c.Get(context.Background(), key(kvm.Namespace, vmspec.UserDataSecretName(kvm.Name)), userData)).To(Succeed())
+	for k, v := range capi {
+		g.Expect(userData.Labels).To(HaveKeyWithValue(k, v))
+	}
+
+	// KubeVirt starts the instance with them: its launcher Pod carries
+	// what the WorkloadMonitor selects.
+	vmi := runningInstance(t, kvm)
+	for k, v := range capi {
+		g.Expect(vmi.Labels).To(HaveKeyWithValue(k, v))
+	}
+	g.Expect(vmi.Labels).To(HaveKeyWithValue("apps.cozystack.io/application.name", "tenant"))
+	g.Expect(vmi.Annotations).To(HaveKeyWithValue(kubevirtv1.AllowPodBridgeNetworkLiveMigrationAnnotation, "true"))
+	g.Expect(vmi.Spec.TopologySpreadConstraints).To(Equal(spread))
 }
 
 // TestMachineProvisioning lets KubeVirt start the VM and checks the

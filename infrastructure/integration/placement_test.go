@@ -38,8 +38,9 @@ import (
 // TestTenantPlacementIsTheHosters: a tenant with its own user, who may
 // write KubeVirtMachines and templates but no VM, tries to place its
 // workers where the hoster's policy does not allow (the control plane's
-// taint and label, a node by name, another namespace's Pods, dedicated
-// CPUs, a GPU the hoster does not hand out) and is refused by the
+// taint and label, a node by name, another namespace's Pods, a spread
+// by a reserved label, dedicated CPUs, a GPU the hoster does not hand
+// out) and is refused by the
 // webhooks on the field it wrote; what the policy allows is admitted.
 // A machine admitted under an older policy gets no VM from the machine
 // controller, whose policy is the one in force.
@@ -91,6 +92,10 @@ func TestTenantPlacementIsTheHosters(t *testing.T) {
 			s.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{PreferredDuringSchedulingIgnoredDuringExecution: []corev1.WeightedPodAffinityTerm{
 				{Weight: 1, PodAffinityTerm: corev1.PodAffinityTerm{TopologyKey: corev1.LabelHostname, NamespaceSelector: &metav1.LabelSelector{}}}}}}
 		}, field: "affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].podAffinityTerm.namespaceSelector", detail: "selects Pods of other namespaces"},
+		{name: "spreading onto only the nodes of the hoster's reserved label", mutate: func(s *infrav1.KubeVirtMachineSpec) {
+			s.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: reservedNodeLabel, WhenUnsatisfiable: corev1.DoNotSchedule,
+				LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{clusterv1.ClusterNameLabel: tc.cluster.Name}}}}
+		}, field: "topologySpreadConstraints[0].topologyKey", detail: `node label "` + reservedNodeLabel + `" is not one a tenant may spread by`},
 		{name: "dedicated CPUs", mutate: func(s *infrav1.KubeVirtMachineSpec) { s.CPU.DedicatedCPUPlacement = true },
 			field: "cpu.dedicatedCPUPlacement", detail: "--tenant-dedicated-cpu-placement=false"},
 		{name: "a GPU the hoster does not hand out", mutate: func(s *infrav1.KubeVirtMachineSpec) {
@@ -123,6 +128,8 @@ func TestTenantPlacementIsTheHosters(t *testing.T) {
 				{Weight: 1, PodAffinityTerm: corev1.PodAffinityTerm{TopologyKey: corev1.LabelHostname, Namespaces: []string{tc.namespace},
 					LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{clusterv1.ClusterNameLabel: tc.cluster.Name}}}}}},
 		}
+		spec.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: corev1.LabelHostname, WhenUnsatisfiable: corev1.DoNotSchedule,
+			LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{clusterv1.ClusterNameLabel: tc.cluster.Name}}}}
 		g.Expect(asMallory.Create(ctx, classlessTemplate(tc.namespace, "allowed-"+rand.String(4), spec))).To(Succeed())
 		kvm := &infrav1.KubeVirtMachine{ObjectMeta: metav1.ObjectMeta{Namespace: tc.namespace, Name: "allowed-" + rand.String(4)}, Spec: spec}
 		g.Expect(asMallory.Create(ctx, kvm, client.DryRunAll)).To(Succeed())

@@ -148,6 +148,7 @@ func (p Policy) Validate(spec *infrav1.KubeVirtMachineSpec, namespace string, pa
 				namespace, affinity.Child("podAntiAffinity"))...)
 		}
 	}
+	errs = append(errs, p.validateTopologySpread(spec.TopologySpreadConstraints, path.Child("topologySpreadConstraints"))...)
 	if spec.CPU != nil && spec.CPU.DedicatedCPUPlacement && !p.DedicatedCPUPlacement {
 		errs = append(errs, field.Forbidden(path.Child("cpu", "dedicatedCPUPlacement"),
 			fmt.Sprintf("the hoster does not let tenants pin vCPUs to host CPUs (--%s=false)", DedicatedCPUPlacementFlag)))
@@ -157,6 +158,29 @@ func (p Policy) Validate(spec *infrav1.KubeVirtMachineSpec, namespace string, pa
 	}
 	for i, d := range spec.HostDevices {
 		errs = append(errs, p.validateDevice(d.DeviceName, path.Child("hostDevices").Index(i).Child("deviceName"))...)
+	}
+	return errs
+}
+
+// validateTopologySpread refuses a spread by a node label outside the
+// policy: the scheduler places an instance with a DoNotSchedule spread
+// only on nodes that carry its topologyKey, and scores the others lower
+// with ScheduleAnyway, so a spread selects nodes by its key as affinity
+// does. kubernetes.io/hostname is always allowed: the kubelet sets it on
+// every node, so it selects none and only spreads the machines apart.
+// Its labelSelector and matchLabelKeys need no rule: the scheduler counts
+// only Pods of the instance's own namespace, so a tenant neither steers by
+// nor learns about another's. nodeAffinityPolicy and nodeTaintsPolicy only
+// say which nodes count in the skew, never where the instance may run.
+func (p Policy) validateTopologySpread(constraints []corev1.TopologySpreadConstraint, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	for i, c := range constraints {
+		if c.TopologyKey == corev1.LabelHostname || slices.Contains(p.NodeAffinityKeys, c.TopologyKey) {
+			continue
+		}
+		errs = append(errs, field.Forbidden(path.Index(i).Child("topologyKey"),
+			fmt.Sprintf("node label %q is not one a tenant may spread by (a spread places instances only on nodes with its key); %s, and %s",
+				c.TopologyKey, allowed(NodeAffinityKeysFlag, p.NodeAffinityKeys), corev1.LabelHostname)))
 	}
 	return errs
 }

@@ -25,6 +25,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/utils/ptr"
 
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
 )
@@ -43,6 +44,15 @@ func expression(key string) corev1.NodeSelectorRequirement {
 func podTerm(namespaces []string, selector *metav1.LabelSelector) corev1.PodAffinityTerm {
 	return corev1.PodAffinityTerm{TopologyKey: corev1.LabelHostname, Namespaces: namespaces, NamespaceSelector: selector,
 		LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}}}
+}
+
+func spread(key string, when corev1.UnsatisfiableConstraintAction, mutate func(*corev1.TopologySpreadConstraint)) corev1.TopologySpreadConstraint {
+	c := corev1.TopologySpreadConstraint{MaxSkew: 1, TopologyKey: key, WhenUnsatisfiable: when,
+		LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"cluster.x-k8s.io/cluster-name": "tenant"}}}
+	if mutate != nil {
+		mutate(&c)
+	}
+	return c
 }
 
 // TestValidate: a tenant's spec may ask for what the hoster's policy
@@ -97,6 +107,27 @@ func TestValidate(t *testing.T) {
 				MatchExpressions: []corev1.NodeSelectorRequirement{expression("example.com/infrastructure-reserved")}}}},
 		}}}, want: map[string]string{
 			"spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].preference.matchExpressions[0].key": "example.com/infrastructure-reserved"}},
+
+		// Topology spread.
+		{name: "spread by hostname, zone and the tenant's own Pods", policy: DefaultPolicy(), spec: infrav1.KubeVirtMachineSpec{TopologySpreadConstraints: []corev1.TopologySpreadConstraint{
+			spread(corev1.LabelHostname, corev1.ScheduleAnyway, func(c *corev1.TopologySpreadConstraint) {
+				c.MatchLabelKeys = []string{"cluster.x-k8s.io/deployment-name"}
+				c.NodeAffinityPolicy, c.NodeTaintsPolicy = ptr.To(corev1.NodeInclusionPolicyIgnore), ptr.To(corev1.NodeInclusionPolicyHonor)
+			}),
+			spread(corev1.LabelTopologyZone, corev1.DoNotSchedule, nil),
+		}}},
+		{name: "spread by hostname when the hoster allows no node label", policy: Policy{}, spec: infrav1.KubeVirtMachineSpec{TopologySpreadConstraints: []corev1.TopologySpreadConstraint{
+			spread(corev1.LabelHostname, corev1.DoNotSchedule, nil),
+		}}},
+		{name: "spread by a label the hoster keeps", policy: DefaultPolicy(), spec: infrav1.KubeVirtMachineSpec{TopologySpreadConstraints: []corev1.TopologySpreadConstraint{
+			spread(corev1.LabelHostname, corev1.DoNotSchedule, nil),
+			spread("example.com/infrastructure-reserved", corev1.DoNotSchedule, nil),
+		}}, want: map[string]string{"spec.topologySpreadConstraints[1].topologyKey": `node label "example.com/infrastructure-reserved" is not one a tenant may spread by ` +
+			"(a spread places instances only on nodes with its key); the hoster allows kubernetes.io/arch, kubernetes.io/os, topology.kubernetes.io/region, " +
+			"topology.kubernetes.io/zone (--tenant-node-affinity-keys), and kubernetes.io/hostname"}},
+		{name: "spread by zone when the hoster allows no node label", policy: Policy{}, spec: infrav1.KubeVirtMachineSpec{TopologySpreadConstraints: []corev1.TopologySpreadConstraint{
+			spread(corev1.LabelTopologyZone, corev1.ScheduleAnyway, nil),
+		}}, want: map[string]string{"spec.topologySpreadConstraints[0].topologyKey": "the hoster allows none (--tenant-node-affinity-keys), and kubernetes.io/hostname"}},
 
 		// Pod (anti-)affinity.
 		{name: "pod affinity within the machine's namespace", policy: Policy{}, spec: infrav1.KubeVirtMachineSpec{Affinity: &corev1.Affinity{

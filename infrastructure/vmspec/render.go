@@ -53,6 +53,17 @@ const (
 	// finished DataVolume, so the machine keeps observing its root disk.
 	KeepAfterCompletionAnnotation = "cdi.kubevirt.io/storage.deleteAfterCompletion"
 
+	// RoleLabel is the role of the machine whose objects carry it, worker
+	// or control-plane: CAPK's label, which Cluster API itself does not
+	// set, and which tools that select CAPK's VMs and their Pods by role
+	// (Cozystack's WorkloadMonitor) read.
+	RoleLabel = "cluster.x-k8s.io/role"
+	// WorkerRole is RoleLabel's value on a worker's objects.
+	WorkerRole = "worker"
+	// ControlPlaneRole is RoleLabel's value on a control plane machine's
+	// objects.
+	ControlPlaneRole = "control-plane"
+
 	rootVolumeName      = "root"
 	cloudInitVolumeName = "cloudinit"
 	defaultNetworkName  = "default"
@@ -64,6 +75,14 @@ type Input struct {
 	Machine *infrav1.KubeVirtMachine
 	// ClusterName labels every object.
 	ClusterName string
+	// DeploymentName is the Machine's MachineDeployment
+	// (cluster.x-k8s.io/deployment-name), which labels every object when
+	// set.
+	DeploymentName string
+	// ControlPlane tells that the Machine is a control plane's (it has
+	// cluster.x-k8s.io/control-plane): RoleLabel is control-plane, else
+	// worker.
+	ControlPlane bool
 	// Image is the root disk source: the machine's own spec.image, or the
 	// template's resolved image.
 	Image infrav1.ImageSource
@@ -116,12 +135,30 @@ func ImportCAConfigMapName(machineName string) string { return machineName + "-i
 // starts a new instance.
 func IsEphemeral(image infrav1.ImageSource) bool { return image.ContainerDisk != nil }
 
-// Labels are the labels of every object rendered for a machine.
+// Labels are the labels of every object rendered for a machine: the
+// caches and watches select by MachineNameLabel.
 func Labels(clusterName, machineName string) map[string]string {
 	return map[string]string{
 		clusterv1.ClusterNameLabel: clusterName,
 		infrav1.MachineNameLabel:   machineName,
 	}
+}
+
+// ownLabels are the labels the provider puts on every object of the
+// machine, which a tenant's metadata never overrides: ours, Cluster API's
+// usual ones (as CAPK puts them on its VMs, with the deployment's name
+// beside) and ExtraLabels.
+func ownLabels(in Input) map[string]string {
+	labels := Labels(in.ClusterName, in.Machine.Name)
+	labels[RoleLabel] = WorkerRole
+	if in.ControlPlane {
+		labels[RoleLabel] = ControlPlaneRole
+	}
+	if in.DeploymentName != "" {
+		labels[clusterv1.MachineDeploymentNameLabel] = in.DeploymentName
+	}
+	maps.Copy(labels, in.ExtraLabels)
+	return labels
 }
 
 // Render renders a machine's objects, or the field errors that prevent it.
@@ -143,8 +180,7 @@ type objectMeta func(name string) metav1.ObjectMeta
 
 func objectMetaFor(in Input) objectMeta {
 	m := in.Machine
-	labels := Labels(in.ClusterName, m.Name)
-	maps.Copy(labels, in.ExtraLabels)
+	labels := ownLabels(in)
 	var owners []metav1.OwnerReference
 	if !in.Unowned {
 		owners = []metav1.OwnerReference{ownerReference(m)}
@@ -236,12 +272,14 @@ func instanceSpec(in Input, root, cloudInit kubevirtv1.Volume) kubevirtv1.Virtua
 				HostDevices: renderHostDevices(spec.HostDevices),
 			},
 		},
-		Hostname:     m.Name,
-		Networks:     networks,
-		Volumes:      []kubevirtv1.Volume{root, cloudInit},
-		Affinity:     affinity(spec.Affinity, in.ReservedNodeLabels, in.FailureDomain),
-		Tolerations:  append([]corev1.Toleration(nil), spec.Tolerations...),
-		Architecture: string(spec.Architecture),
+		Hostname:    m.Name,
+		Networks:    networks,
+		Volumes:     []kubevirtv1.Volume{root, cloudInit},
+		Affinity:    affinity(spec.Affinity, in.ReservedNodeLabels, in.FailureDomain),
+		Tolerations: append([]corev1.Toleration(nil), spec.Tolerations...),
+		// The hoster's policy allowed their keys (placement.Policy).
+		TopologySpreadConstraints: topologySpreadConstraints(spec.TopologySpreadConstraints),
+		Architecture:              string(spec.Architecture),
 	}
 	if spec.Instancetype == nil {
 		vmi.Domain.CPU, _ = instancetype.CPUTopology(uint32(spec.CPU.Cores), in.Preference)
@@ -263,13 +301,17 @@ func virtualMachine(in Input, meta objectMeta, vmi kubevirtv1.VirtualMachineInst
 		runStrategy = kubevirtv1.VirtualMachineRunStrategy(spec.RunStrategy)
 	}
 	vmMeta := meta(in.Machine.Name)
+	own := vmMeta.Labels
+	vmMeta.Labels, vmMeta.Annotations = withTenantMetadata(own, spec.VirtualMachineMetadata)
+	instanceMeta := metav1.ObjectMeta{}
+	instanceMeta.Labels, instanceMeta.Annotations = withTenantMetadata(own, spec.InstanceMetadata)
 	vm := &kubevirtv1.VirtualMachine{
 		TypeMeta:   metav1.TypeMeta{APIVersion: kubevirtv1.SchemeGroupVersion.String(), Kind: "VirtualMachine"},
 		ObjectMeta: vmMeta,
 		Spec: kubevirtv1.VirtualMachineSpec{
 			RunStrategy: &runStrategy,
 			Template: &kubevirtv1.VirtualMachineInstanceTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: copyMap(vmMeta.Labels)},
+				ObjectMeta: instanceMeta,
 				Spec:       vmi,
 			},
 		},
@@ -281,6 +323,18 @@ func virtualMachine(in Input, meta objectMeta, vmi kubevirtv1.VirtualMachineInst
 		vm.Spec.Preference = &kubevirtv1.PreferenceMatcher{Kind: string(spec.Preference.EffectiveKind()), Name: spec.Preference.Name}
 	}
 	return vm
+}
+
+// withTenantMetadata is the tenant's labels with own's over them, and its
+// annotations (nil for none): the provider's labels always win.
+func withTenantMetadata(own map[string]string, tenant infrav1.ObjectMetadata) (map[string]string, map[string]string) {
+	labels := copyMap(tenant.Labels)
+	maps.Copy(labels, own)
+	var annotations map[string]string
+	if len(tenant.Annotations) > 0 {
+		annotations = copyMap(tenant.Annotations)
+	}
+	return labels, annotations
 }
 
 func validateInput(in Input) field.ErrorList {
@@ -332,6 +386,7 @@ func validateInput(in Input) field.ErrorList {
 	// instancetype is KubeVirt's to apply and not read here.
 	errs = append(errs, instancetype.Validate(&m.Spec, nil, in.Preference, spec)...)
 	errs = append(errs, ValidateNetworkNamespaces(m.Spec.Networks, m.Namespace, spec.Child("networks"))...)
+	errs = append(errs, ValidateMetadataAndSpread(&m.Spec, spec)...)
 	switch in.Datasource {
 	case "", infrav1.NoCloudDatasource, infrav1.ConfigDriveDatasource:
 	default:
@@ -497,6 +552,17 @@ func affinity(in *corev1.Affinity, reservedNodeLabels []string, failureDomain st
 	}
 	zone := corev1.NodeSelectorRequirement{Key: infrav1.FailureDomainLabel, Operator: corev1.NodeSelectorOpIn, Values: []string{failureDomain}}
 	return placement.RequiredOnEveryTerm(out, zone)
+}
+
+func topologySpreadConstraints(in []corev1.TopologySpreadConstraint) []corev1.TopologySpreadConstraint {
+	if len(in) == 0 {
+		return nil
+	}
+	out := make([]corev1.TopologySpreadConstraint, 0, len(in))
+	for i := range in {
+		out = append(out, *in[i].DeepCopy())
+	}
+	return out
 }
 
 func copyMap(in map[string]string) map[string]string {

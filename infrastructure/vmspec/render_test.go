@@ -193,7 +193,7 @@ func TestIdentity(t *testing.T) {
 	out := mustRender(t, input(machine(withRootDisk("10Gi")), infrav1.ImageSource{HTTPImport: &infrav1.HTTPImportSource{URL: "https://x.example.com/d.raw", CABundle: testCA}}))
 	g.Expect(out.VirtualMachine.Name).To(Equal("worker-0"), "the VM is named after the machine")
 	g.Expect(out.VirtualMachine.Spec.Template.Spec.Hostname).To(Equal("worker-0"))
-	wantLabels := map[string]string{clusterv1.ClusterNameLabel: "cluster-a", infrav1.MachineNameLabel: "worker-0"}
+	wantLabels := map[string]string{clusterv1.ClusterNameLabel: "cluster-a", infrav1.MachineNameLabel: "worker-0", RoleLabel: WorkerRole}
 	g.Expect(out.VirtualMachine.Spec.Template.ObjectMeta.Labels).To(Equal(wantLabels), "the VMI carries the labels the watch maps by")
 	for _, obj := range []metav1.Object{out.VirtualMachine, out.RootDataVolume, out.ImportCA, out.UserData} {
 		g.Expect(obj.GetNamespace()).To(Equal("tenant-a"))
@@ -216,6 +216,90 @@ func TestIdentity(t *testing.T) {
 		g.Expect(obj.GetLabels()).To(Equal(remoteLabels))
 		g.Expect(obj.GetOwnerReferences()).To(BeEmpty(), "%s", obj.GetName())
 	}
+}
+
+// TestClusterAPILabels: every object carries Cluster API's usual labels,
+// as CAPK puts them on its VMs: the cluster, the role read from the
+// Machine's control-plane label, and the Machine's MachineDeployment when
+// it has one.
+func TestClusterAPILabels(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		deployment   string
+		controlPlane bool
+		want         map[string]string
+	}{
+		{name: "a worker of a MachineDeployment", deployment: "tenant-md-0",
+			want: map[string]string{RoleLabel: WorkerRole, clusterv1.MachineDeploymentNameLabel: "tenant-md-0"}},
+		{name: "a worker of no MachineDeployment", want: map[string]string{RoleLabel: WorkerRole}},
+		{name: "a control plane's machine", controlPlane: true, want: map[string]string{RoleLabel: ControlPlaneRole}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			in := input(machine(withRootDisk("10Gi")), infrav1.ImageSource{HTTPImport: &infrav1.HTTPImportSource{URL: "https://x.example.com/d.raw", CABundle: testCA}})
+			in.DeploymentName, in.ControlPlane = tc.deployment, tc.controlPlane
+			out := mustRender(t, in)
+			want := map[string]string{clusterv1.ClusterNameLabel: "cluster-a", infrav1.MachineNameLabel: "worker-0"}
+			maps.Copy(want, tc.want)
+			g.Expect(out.VirtualMachine.Spec.Template.ObjectMeta.Labels).To(Equal(want))
+			for _, obj := range []metav1.Object{out.VirtualMachine, out.RootDataVolume, out.ImportCA, out.UserData} {
+				g.Expect(obj.GetLabels()).To(Equal(want), "%s", obj.GetName())
+			}
+		})
+	}
+}
+
+// TestTenantMetadataAndSpread: the VM carries the tenant's VM labels and
+// annotations, its instances the instance labels and annotations and the
+// spread constraints, each beside the provider's labels, and nothing of
+// one reaches the other.
+func TestTenantMetadataAndSpread(t *testing.T) {
+	g := NewWithT(t)
+	spread := []corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: corev1.LabelHostname, WhenUnsatisfiable: corev1.DoNotSchedule,
+		LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{clusterv1.ClusterNameLabel: "cluster-a"}}}}
+	m := machine(func(m *infrav1.KubeVirtMachine) {
+		m.Spec.VirtualMachineMetadata = infrav1.ObjectMetadata{Labels: map[string]string{"node-role.kubernetes.io/worker": ""},
+			Annotations: map[string]string{"example.com/owner": "team-a"}}
+		m.Spec.InstanceMetadata = infrav1.ObjectMetadata{Labels: map[string]string{"apps.cozystack.io/application.name": "tenant"},
+			Annotations: map[string]string{kubevirtv1.AllowPodBridgeNetworkLiveMigrationAnnotation: "true"}}
+		m.Spec.TopologySpreadConstraints = spread
+	})
+	in := input(m, containerDisk())
+	in.DeploymentName = "tenant-md-0"
+	out := mustRender(t, in)
+	own := map[string]string{clusterv1.ClusterNameLabel: "cluster-a", infrav1.MachineNameLabel: "worker-0", RoleLabel: WorkerRole,
+		clusterv1.MachineDeploymentNameLabel: "tenant-md-0"}
+	vm := out.VirtualMachine
+	g.Expect(vm.Labels).To(Equal(with(own, "node-role.kubernetes.io/worker", "")))
+	g.Expect(vm.Annotations).To(Equal(map[string]string{"example.com/owner": "team-a"}))
+	g.Expect(vm.Spec.Template.ObjectMeta.Labels).To(Equal(with(own, "apps.cozystack.io/application.name", "tenant")))
+	g.Expect(vm.Spec.Template.ObjectMeta.Annotations).To(Equal(map[string]string{kubevirtv1.AllowPodBridgeNetworkLiveMigrationAnnotation: "true"}))
+	g.Expect(vm.Spec.Template.Spec.TopologySpreadConstraints).To(Equal(spread))
+	g.Expect(out.UserData.Labels).To(Equal(own), "the tenant's metadata is the VM's and its instances' only")
+	g.Expect(out.UserData.Annotations).To(BeEmpty())
+
+	// Without any, the VM and its instances carry the provider's labels
+	// and no annotations.
+	out = mustRender(t, input(machine(), containerDisk()))
+	g.Expect(out.VirtualMachine.Annotations).To(BeNil())
+	g.Expect(out.VirtualMachine.Spec.Template.ObjectMeta.Annotations).To(BeNil())
+	g.Expect(out.VirtualMachine.Spec.Template.Spec.TopologySpreadConstraints).To(BeNil())
+}
+
+// TestProviderLabelsWin: were a tenant's label one of the provider's,
+// past every rule that refuses it, the provider's value would be kept.
+func TestProviderLabelsWin(t *testing.T) {
+	g := NewWithT(t)
+	own := map[string]string{infrav1.MachineNameLabel: "worker-0"}
+	labels, annotations := withTenantMetadata(own, infrav1.ObjectMetadata{Labels: map[string]string{infrav1.MachineNameLabel: "worker-1", "team": "a"}})
+	g.Expect(labels).To(Equal(map[string]string{infrav1.MachineNameLabel: "worker-0", "team": "a"}))
+	g.Expect(annotations).To(BeNil())
+}
+
+func with(labels map[string]string, key, value string) map[string]string {
+	out := maps.Clone(labels)
+	out[key] = value
+	return out
 }
 
 func TestSizing(t *testing.T) {

@@ -132,6 +132,50 @@ type KubeVirtMachineSpec struct {
 	// which this provider reports as EphemeralDiskLost.
 	// +optional
 	RunStrategy RunStrategy `json:"runStrategy,omitempty"`
+
+	// virtualMachineMetadata are labels and annotations of the
+	// VirtualMachine, beside the provider's own (which win). Keys of the
+	// provider (infrastructure.cozystack.io), of KubeVirt (kubevirt.io and
+	// its subdomains) and of Cluster API (cluster.x-k8s.io and its
+	// subdomains) are refused.
+	// +optional
+	VirtualMachineMetadata ObjectMetadata `json:"virtualMachineMetadata,omitempty,omitzero"`
+
+	// instanceMetadata are labels and annotations of the VM's instances
+	// (the VirtualMachine's spec.template.metadata), which KubeVirt copies
+	// to their virt-launcher Pods; the provider's own labels win. The keys
+	// refused on virtualMachineMetadata are refused here too, but for the
+	// annotation kubevirt.io/allow-pod-bridge-network-live-migration, and so
+	// are the network plugins' Pod annotations (Multus, Kube-OVN,
+	// OVN-Kubernetes, Calico): the instance's networks are the spec's.
+	// +optional
+	InstanceMetadata ObjectMetadata `json:"instanceMetadata,omitempty,omitzero"`
+
+	// topologySpreadConstraints of the VM's instances. The topologyKey is
+	// kubernetes.io/hostname or one of the node label keys the hoster lets
+	// tenants select nodes by (--tenant-node-affinity-keys); the
+	// labelSelector counts only Pods of the machine's own namespace.
+	// +optional
+	// +listType=map
+	// +listMapKey=topologyKey
+	// +listMapKey=whenUnsatisfiable
+	// +kubebuilder:validation:MaxItems=8
+	TopologySpreadConstraints []corev1.TopologySpreadConstraint `json:"topologySpreadConstraints,omitempty"`
+}
+
+// ObjectMetadata are labels and annotations a tenant adds to an object the
+// provider creates.
+// +kubebuilder:validation:MinProperties=1
+type ObjectMetadata struct {
+	// labels added to the object.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=32
+	Labels map[string]string `json:"labels,omitempty"`
+
+	// annotations added to the object.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=32
+	Annotations map[string]string `json:"annotations,omitempty"`
 }
 
 // WorkerClassSelection names a WorkerClass and the pool settings it is

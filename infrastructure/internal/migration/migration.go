@@ -28,6 +28,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	kubevirtv1 "kubevirt.io/api/core/v1"
 
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
 )
@@ -35,15 +36,23 @@ import (
 // Validate refuses eviction strategy LiveMigrate for a VM KubeVirt cannot
 // live-migrate, naming what blocks it, in the order virt-handler checks:
 // the pod network's binding, PCI devices, then the disks (a root disk on a
-// claim must be ReadWriteMany; a container disk migrates by copying).
+// claim must be ReadWriteMany; a container disk migrates by copying). A
+// bridged pod network migrates when the instance carries KubeVirt's
+// AllowPodBridgeNetworkLiveMigrationAnnotation: virt-handler
+// (VerifyVMIMigratable, KubeVirt v1.7) reads only whether the instance's
+// annotation is there, whatever its value, and the network plugin then
+// keeps the guest's address on the target.
 func Validate(spec *infrav1.KubeVirtMachineSpec, image infrav1.ImageSource, path *field.Path) field.ErrorList {
 	if spec.EvictionStrategy != infrav1.EvictionLiveMigrate {
 		return nil
 	}
 	var blockers []string
+	_, bridgeMigrates := spec.InstanceMetadata.Annotations[kubevirtv1.AllowPodBridgeNetworkLiveMigrationAnnotation]
 	for i, n := range spec.Networks {
-		if n.Pod != nil && n.Binding == infrav1.BridgeBinding {
-			blockers = append(blockers, fmt.Sprintf("%s is bridged to the pod network (use Masquerade)", path.Child("networks").Index(i).Child("binding")))
+		if n.Pod != nil && n.Binding == infrav1.BridgeBinding && !bridgeMigrates {
+			blockers = append(blockers, fmt.Sprintf("%s is bridged to the pod network (use Masquerade, or annotate the instance with %s in %s)",
+				path.Child("networks").Index(i).Child("binding"), kubevirtv1.AllowPodBridgeNetworkLiveMigrationAnnotation,
+				path.Child("instanceMetadata", "annotations")))
 		}
 	}
 	if len(spec.GPUs) > 0 {

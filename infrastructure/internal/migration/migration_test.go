@@ -22,6 +22,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	kubevirtv1 "kubevirt.io/api/core/v1"
 
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
 )
@@ -39,6 +40,12 @@ func TestValidate(t *testing.T) {
 	rwx := func(s *infrav1.KubeVirtMachineSpec) {
 		s.RootDisk = &infrav1.RootDisk{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany}}
 	}
+	bridged := func(s *infrav1.KubeVirtMachineSpec) { s.Networks[0].Binding = infrav1.BridgeBinding }
+	allowBridge := func(value string) func(*infrav1.KubeVirtMachineSpec) {
+		return func(s *infrav1.KubeVirtMachineSpec) {
+			s.InstanceMetadata.Annotations = map[string]string{kubevirtv1.AllowPodBridgeNetworkLiveMigrationAnnotation: value}
+		}
+	}
 	for _, c := range []struct {
 		name    string
 		spec    *infrav1.KubeVirtMachineSpec
@@ -49,6 +56,12 @@ func TestValidate(t *testing.T) {
 		{"a ReadWriteMany root disk migrates", spec(infrav1.EvictionLiveMigrate, rwx), imported, nil},
 		{"a ReadWriteOnce root disk does not", spec(infrav1.EvictionLiveMigrate), imported, []string{"spec.rootDisk.accessModes"}},
 		{"a bridged pod network does not", spec(infrav1.EvictionLiveMigrate, func(s *infrav1.KubeVirtMachineSpec) { s.Networks[0].Binding = infrav1.BridgeBinding }), containerDisk, []string{"spec.networks[0].binding"}},
+		{"a bridged pod network does with KubeVirt's annotation on the instance", spec(infrav1.EvictionLiveMigrate, bridged, allowBridge("true")), containerDisk, nil},
+		{"whatever the annotation's value, as virt-handler reads only its presence", spec(infrav1.EvictionLiveMigrate, bridged, allowBridge("")), containerDisk, nil},
+		{"the annotation on the VirtualMachine is not the instance's", spec(infrav1.EvictionLiveMigrate, bridged, func(s *infrav1.KubeVirtMachineSpec) {
+			s.VirtualMachineMetadata.Annotations = map[string]string{kubevirtv1.AllowPodBridgeNetworkLiveMigrationAnnotation: "true"}
+		}), containerDisk, []string{"spec.networks[0].binding", "spec.instanceMetadata.annotations"}},
+		{"the annotation leaves the other blockers", spec(infrav1.EvictionLiveMigrate, bridged, allowBridge("true")), imported, []string{"spec.rootDisk.accessModes"}},
 		{"a bridged Multus network does", spec(infrav1.EvictionLiveMigrate, func(s *infrav1.KubeVirtMachineSpec) {
 			s.Networks = append(s.Networks, infrav1.Network{Name: "vlan", Multus: &infrav1.MultusNetwork{NetworkName: "vlan10"}, Binding: infrav1.BridgeBinding})
 		}), containerDisk, nil},

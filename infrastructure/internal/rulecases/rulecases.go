@@ -23,6 +23,7 @@ limitations under the License.
 package rulecases
 
 import (
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -254,5 +255,68 @@ func Cases() []Case {
 			KubeVirt: &kubevirtv1.KubeVirtConfiguration{DeveloperConfiguration: &kubevirtv1.DeveloperConfiguration{FeatureGates: []string{"MultiArchitecture"}}}},
 		{Name: "KubeVirt's own architecture", Spec: spec(func(s *infrav1.KubeVirtMachineSpec) { s.Architecture = infrav1.ArchitectureAmd64 }),
 			KubeVirt: &kubevirtv1.KubeVirtConfiguration{}},
+
+		// A tenant's metadata and spread (vmspec.ValidateMetadataAndSpread,
+		// placement.Policy) and a bridged pod network's live migration
+		// (internal/migration: virt-handler's VerifyVMIMigratable).
+		{Name: "Cozystack's VM and instance labels and annotations", Spec: spec(cozystackMetadata)},
+		{Name: "a spread by hostname and by zone of the tenant's own Pods", Spec: spec(func(s *infrav1.KubeVirtMachineSpec) {
+			s.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{
+				spreadBy(corev1.LabelHostname, corev1.ScheduleAnyway),
+				spreadBy(corev1.LabelTopologyZone, corev1.DoNotSchedule),
+			}
+			s.TopologySpreadConstraints[0].MatchLabelKeys = []string{"cluster.x-k8s.io/deployment-name"}
+			s.TopologySpreadConstraints[1].NodeAffinityPolicy = ptr.To(corev1.NodeInclusionPolicyHonor)
+			s.TopologySpreadConstraints[1].NodeTaintsPolicy = ptr.To(corev1.NodeInclusionPolicyIgnore)
+		})},
+		{Name: "a bridged pod network live-migrating with KubeVirt's annotation", Spec: spec(func(s *infrav1.KubeVirtMachineSpec) {
+			bridgedPodNetwork(s)
+			cozystackMetadata(s)
+			s.EvictionStrategy = infrav1.EvictionLiveMigrate
+		})},
+		{Name: "a bridged pod network live-migrating without the annotation", Spec: spec(func(s *infrav1.KubeVirtMachineSpec) {
+			bridgedPodNetwork(s)
+			s.EvictionStrategy = infrav1.EvictionLiveMigrate
+		}), Field: "evictionStrategy"},
+		{Name: "a bridged pod network evicted by an external controller", Spec: spec(func(s *infrav1.KubeVirtMachineSpec) {
+			bridgedPodNetwork(s)
+			s.EvictionStrategy = infrav1.EvictionExternal
+		})},
+		{Name: "the provider's machine label on the instance", Spec: spec(func(s *infrav1.KubeVirtMachineSpec) {
+			s.InstanceMetadata.Labels = map[string]string{infrav1.MachineNameLabel: "another"}
+		}), Field: "instanceMetadata.labels[" + infrav1.MachineNameLabel + "]"},
+		{Name: "KubeVirt's hook sidecar annotation on the instance", Spec: spec(func(s *infrav1.KubeVirtMachineSpec) {
+			s.InstanceMetadata.Annotations = map[string]string{"hooks.kubevirt.io/hookSidecars": `[{"image": "registry.example.com/sidecar:1"}]`}
+		}), Field: "instanceMetadata.annotations[hooks.kubevirt.io/hookSidecars]"},
+		{Name: "Cluster API's label on the VirtualMachine", Spec: spec(func(s *infrav1.KubeVirtMachineSpec) {
+			s.VirtualMachineMetadata.Labels = map[string]string{"cluster.x-k8s.io/cluster-name": "another"}
+		}), Field: "virtualMachineMetadata.labels[cluster.x-k8s.io/cluster-name]"},
+		{Name: "a spread whose node affinity policy the launcher Pod cannot take", Spec: spec(func(s *infrav1.KubeVirtMachineSpec) {
+			s.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{spreadBy(corev1.LabelHostname, corev1.DoNotSchedule)}
+			s.TopologySpreadConstraints[0].NodeAffinityPolicy = ptr.To[corev1.NodeInclusionPolicy]("Always")
+		}), Field: "topologySpreadConstraints[0].nodeAffinityPolicy"},
 	}
+}
+
+// cozystackMetadata is the metadata Cozystack's worker VMs carry: its
+// application labels, the node role, and the annotation that lets a
+// bridged pod network live-migrate.
+func cozystackMetadata(s *infrav1.KubeVirtMachineSpec) {
+	s.VirtualMachineMetadata.Labels = map[string]string{"node-role.kubernetes.io/worker": ""}
+	s.InstanceMetadata.Labels = map[string]string{
+		"apps.cozystack.io/application.group": "apps.cozystack.io",
+		"apps.cozystack.io/application.kind":  "Kubernetes",
+		"apps.cozystack.io/application.name":  "tenant",
+		"node-role.kubernetes.io/worker":      "",
+	}
+	s.InstanceMetadata.Annotations = map[string]string{kubevirtv1.AllowPodBridgeNetworkLiveMigrationAnnotation: "true"}
+}
+
+func bridgedPodNetwork(s *infrav1.KubeVirtMachineSpec) {
+	s.Networks = []infrav1.Network{{Name: "default", Pod: &infrav1.PodNetwork{}, Binding: infrav1.BridgeBinding}}
+}
+
+func spreadBy(key string, when corev1.UnsatisfiableConstraintAction) corev1.TopologySpreadConstraint {
+	return corev1.TopologySpreadConstraint{MaxSkew: 1, TopologyKey: key, WhenUnsatisfiable: when,
+		LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"cluster.x-k8s.io/cluster-name": "tenant"}}}
 }

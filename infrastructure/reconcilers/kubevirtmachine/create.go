@@ -33,6 +33,7 @@ import (
 	instancetypev1beta1 "kubevirt.io/api/instancetype/v1beta1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -101,15 +102,17 @@ func (r *Reconciler) ensureVirtualMachine(ctx context.Context, s *scope) (*kubev
 		}
 	}
 	objs, errs := vmspec.Render(vmspec.Input{
-		Machine:       kvm,
-		ClusterName:   cluster.Name,
-		Image:         image.source,
-		Datasource:    image.datasource,
-		FailureDomain: machine.Spec.FailureDomain,
-		UserData:      userData,
-		Preference:    preference,
-		Unowned:       infra.Remote,
-		ExtraLabels:   infra.Labels(),
+		Machine:        kvm,
+		ClusterName:    cluster.Name,
+		DeploymentName: machine.Labels[clusterv1.MachineDeploymentNameLabel],
+		ControlPlane:   util.IsControlPlaneMachine(machine),
+		Image:          image.source,
+		Datasource:     image.datasource,
+		FailureDomain:  machine.Spec.FailureDomain,
+		UserData:       userData,
+		Preference:     preference,
+		Unowned:        infra.Remote,
+		ExtraLabels:    infra.Labels(),
 		// Every VM, whatever its spec asks for.
 		ReservedNodeLabels: r.Placement.ReservedNodeLabels,
 	})

@@ -61,6 +61,7 @@ import (
 	"github.com/cozystack/cluster-api-workers/infrastructure/internal/instancetype"
 	"github.com/cozystack/cluster-api-workers/infrastructure/internal/kubevirtconfig"
 	"github.com/cozystack/cluster-api-workers/infrastructure/internal/migration"
+	"github.com/cozystack/cluster-api-workers/infrastructure/vmspec"
 	"github.com/cozystack/cluster-api-workers/internal/redact"
 )
 
@@ -304,6 +305,9 @@ func (r *Reconciler) resolve(ctx context.Context, t *infrav1.KubeVirtMachineTemp
 		if machine.Image == nil {
 			return nil, field.ErrorList{field.Required(machinePath.Child("image"), "a template without a workerClass needs an explicit image")}, nil
 		}
+		if errs := migration.Validate(machine, *machine.Image, machinePath); len(errs) > 0 {
+			return nil, errs, nil
+		}
 		return Classless(machine), nil, nil
 	}
 	selectionPath := machinePath.Child("workerClass")
@@ -383,6 +387,9 @@ func (r *Reconciler) capacity(ctx context.Context, t *infrav1.KubeVirtMachineTem
 	// The webhooks' rule, with what they may not have seen: the
 	// instancetype or preference can have been created or changed since.
 	errs := instancetype.Validate(spec, in.Instancetype, prefSpec, path)
+	// The renderer's rule, for a template written past the webhook: no
+	// machine of it would get a VM.
+	errs = append(errs, vmspec.ValidateMetadataAndSpread(spec, path)...)
 	if in.Instancetype != nil {
 		errs = append(errs, gpuErrors(t, in.Instancetype)...)
 	}

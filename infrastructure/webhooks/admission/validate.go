@@ -32,6 +32,7 @@ import (
 	wcvalidation "github.com/cozystack/cluster-api-workers/exp/workerclass/validation"
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/infrastructure/internal/migration"
+	"github.com/cozystack/cluster-api-workers/infrastructure/vmspec"
 )
 
 // ValidateMachineSpec checks a KubeVirtMachine spec at path.
@@ -63,6 +64,7 @@ func ValidateMachineSpec(spec *infrav1.KubeVirtMachineSpec, path *field.Path) fi
 		}
 	}
 	errs = append(errs, validateNetworks(spec.Networks, path.Child("networks"))...)
+	errs = append(errs, vmspec.ValidateMetadataAndSpread(spec, path)...)
 	for i, g := range spec.GPUs {
 		p := path.Child("gpus").Index(i)
 		errs = append(errs, validateResourceName(g.DeviceName, p.Child("deviceName"))...)
