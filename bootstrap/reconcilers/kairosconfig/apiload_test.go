@@ -58,16 +58,18 @@ func requestsOf(f *fixture, tokenID string) func(requests.Request) bool {
 }
 
 // settled waits until the manager's cache shows what the controller wrote:
-// the config rendered and ready, and the token record as stored (or gone).
+// the config rendered and ready, and the token record holding a live token
+// (recordWanted) or ended.
 func settled(g Gomega, cm *controllerManager, w *worker, recordWanted bool) {
 	g.Eventually(func(g Gomega) {
 		cfg := &bootstrapv1.KairosConfig{}
 		g.Expect(cm.reconciler.Client.Get(suiteCtx, client.ObjectKeyFromObject(w.config), cfg)).To(Succeed())
 		g.Expect(cfg.Status.Initialization.DataSecretCreated).To(Equal(ptr.To(true)))
 		g.Expect(conditions.IsTrue(cfg, bootstrapv1.ReadyCondition)).To(BeTrue())
-		_, found, err := getTokenRecord(suiteCtx, cm.reconciler.SecretCachingClient, cfg)
+		t, found, err := getTokenRecord(suiteCtx, cm.reconciler.SecretCachingClient, cfg)
 		g.Expect(err).NotTo(HaveOccurred())
-		g.Expect(found).To(Equal(recordWanted))
+		g.Expect(found).To(BeTrue())
+		g.Expect(t.ended == "").To(Equal(recordWanted))
 	}, eventually, 50*time.Millisecond).Should(Succeed())
 }
 
