@@ -68,19 +68,7 @@ func TestATenantCannotStallAnother(t *testing.T) {
 	hostileClient := tenantClient(t, hostile.namespace)
 	victimClient := tenantClient(t, victim.namespace)
 
-	joinOnce := func(name string) time.Duration {
-		start := time.Now()
-		w := victim.kubeVirtWorker(victimClient, name)
-		victim.waitForDataWithin(w, 10*time.Minute)
-		took := time.Since(start)
-		tok, found := victim.storedToken(w)
-		g.Expect(found).To(BeTrue())
-		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: w.vmName}, Spec: corev1.NodeSpec{ProviderID: infrav1.ProviderID(w.vmName)}}
-		g.Expect(workload.Client.Create(suiteCtx, node)).To(Succeed())
-		t.Cleanup(func() { _ = workload.Client.Delete(suiteCtx, node) })
-		g.Eventually(func() bool { _, err := workloadToken(tok.ID); return apierrors.IsNotFound(err) }, 10*time.Minute, 100*time.Millisecond).Should(BeTrue(), "the node joined")
-		return took
-	}
+	joinOnce := func(name string) time.Duration { return joinAsTenant(t, victim, victimClient, name) }
 	alone := joinOnce("victim-0")
 
 	for i := range hostileConfigs {
@@ -149,19 +137,7 @@ func TestATenantsFilesCannotStallAnother(t *testing.T) {
 	hostileClient := tenantClient(t, hostile.namespace)
 	victimClient := tenantClient(t, victim.namespace)
 
-	joinOnce := func(name string) time.Duration {
-		start := time.Now()
-		w := victim.kubeVirtWorker(victimClient, name)
-		victim.waitForDataWithin(w, 10*time.Minute)
-		took := time.Since(start)
-		tok, found := victim.storedToken(w)
-		g.Expect(found).To(BeTrue())
-		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: w.vmName}, Spec: corev1.NodeSpec{ProviderID: infrav1.ProviderID(w.vmName)}}
-		g.Expect(workload.Client.Create(suiteCtx, node)).To(Succeed())
-		t.Cleanup(func() { _ = workload.Client.Delete(suiteCtx, node) })
-		g.Eventually(func() bool { _, err := workloadToken(tok.ID); return apierrors.IsNotFound(err) }, 10*time.Minute, 100*time.Millisecond).Should(BeTrue(), "the node joined")
-		return took
-	}
+	joinOnce := func(name string) time.Duration { return joinAsTenant(t, victim, victimClient, name) }
 	alone := joinOnce("victim-0")
 
 	// No cluster-name label: no watch sees these Secrets, only the
@@ -347,4 +323,23 @@ func tenantClient(t *testing.T, namespace string) client.Client {
 	// Another tenant's namespace is not this tenant's.
 	g.Expect(apierrors.IsForbidden(c.List(suiteCtx, &bootstrapv1.KairosConfigList{}, client.InNamespace("default")))).To(BeTrue())
 	return c
+}
+
+// joinAsTenant writes a worker as the tenant's client, waits for its
+// bootstrap data, registers its Node and waits for its token's
+// revocation; it returns how long the data took.
+func joinAsTenant(t *testing.T, f *fixture, tenant client.Client, name string) time.Duration {
+	t.Helper()
+	g := NewWithT(t)
+	start := time.Now()
+	w := f.kubeVirtWorker(tenant, name)
+	f.waitForDataWithin(w, 10*time.Minute)
+	took := time.Since(start)
+	tok, found := f.storedToken(w)
+	g.Expect(found).To(BeTrue())
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: w.vmName}, Spec: corev1.NodeSpec{ProviderID: infrav1.ProviderID(w.vmName)}}
+	g.Expect(workload.Client.Create(suiteCtx, node)).To(Succeed())
+	t.Cleanup(func() { _ = workload.Client.Delete(suiteCtx, node) })
+	g.Eventually(func() bool { _, err := workloadToken(tok.ID); return apierrors.IsNotFound(err) }, 10*time.Minute, 100*time.Millisecond).Should(BeTrue(), "the node joined")
+	return took
 }
