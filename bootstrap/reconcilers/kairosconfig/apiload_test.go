@@ -69,7 +69,11 @@ func settled(g Gomega, cm *controllerManager, w *worker, recordWanted bool) {
 		t, found, err := getTokenRecord(suiteCtx, cm.reconciler.SecretCachingClient, cfg)
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(found).To(BeTrue())
-		g.Expect(t.ended == "").To(Equal(recordWanted))
+		if recordWanted {
+			g.Expect(t.ended).To(BeEmpty(), "the record holds a live token")
+		} else {
+			g.Expect(t.ended).NotTo(BeEmpty(), "the record says the token ended")
+		}
 	}, eventually, 50*time.Millisecond).Should(Succeed())
 }
 
