@@ -173,6 +173,37 @@ func TestAConfigThatJoinedNeverMintsAgain(t *testing.T) {
 	g.Expect(f.tokenEnded(w)).To(Equal(endedJoined))
 }
 
+// TestAJoinedConfigWithoutARecordIsMarkedEnded: a config whose node
+// joined and whose record is gone (restored from a backup without it, or
+// deleted by hand) mints nothing and gets the mark alone, so that a later
+// loss of its Node mints nothing either.
+func TestAJoinedConfigWithoutARecordIsMarkedEnded(t *testing.T) {
+	startController(t, testTokenTTL)
+	f := newFixture(t, readyCluster)
+	g := f.g
+	w := f.newWorker("worker-0", machineOptions{vmName: "restored-vm"})
+	data := f.waitForData(w)
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "restored-vm"}, Spec: corev1.NodeSpec{ProviderID: "kubevirt://restored-vm"}}
+	g.Expect(workload.Client.Create(suiteCtx, node)).To(Succeed())
+	t.Cleanup(func() { _ = workload.Client.Delete(suiteCtx, node) })
+	g.Eventually(f.tokenEnded, eventually, 100*time.Millisecond).WithArguments(w).Should(Equal(endedJoined))
+
+	record := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace, Name: tokenRecordName(w.config.Name)}}
+	g.Expect(mgmt.Client.Delete(suiteCtx, record)).To(Succeed())
+	g.Eventually(f.tokenEnded, eventually, 100*time.Millisecond).WithArguments(w).Should(BeEmpty())
+	// Any change of the Machine reconciles its config.
+	g.Expect(mgmt.Client.Get(suiteCtx, client.ObjectKeyFromObject(w.machine), w.machine)).To(Succeed())
+	w.machine.Annotations = map[string]string{"example.com/touched": "after the record was deleted"}
+	g.Expect(mgmt.Client.Update(suiteCtx, w.machine)).To(Succeed())
+	g.Eventually(f.tokenEnded, eventually, 100*time.Millisecond).WithArguments(w).Should(Equal(endedJoined), "the mark is made again")
+	g.Consistently(func(g Gomega) {
+		g.Expect(workloadTokensFor(g, w)).To(BeEmpty(), "no token is minted")
+		again := &corev1.Secret{}
+		g.Expect(mgmt.Client.Get(suiteCtx, client.ObjectKeyFromObject(data), again)).To(Succeed())
+		g.Expect(again.Data["value"]).To(Equal(data.Data["value"]), "the data is not rendered again")
+	}, 3*time.Second, 200*time.Millisecond).Should(Succeed())
+}
+
 // TestTokenKeepAliveIsBounded: a node that never joins keeps its token
 // alive only for the keep-alive after the mint; then the token ends with
 // its expiry, its record says why, and no new one is minted.
