@@ -202,12 +202,6 @@ func sandbox(ctx context.Context, args []string, out io.Writer) (rerr error) {
 		"KUBERNETES_VERSION":   harness.ControlPlaneKubernetesVersion,
 		"KUBERNETES_MINOR":     kubernetesMinor,
 	}
-	if c.replicas > 3 {
-		vars["WORKER_MAX_COUNT"] = fmt.Sprint(c.replicas)
-	}
-	if c.replicas < 1 {
-		vars["WORKER_MIN_COUNT"] = "0"
-	}
 	for k, v := range c.vars {
 		vars[k] = v
 	}

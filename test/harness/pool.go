@@ -39,7 +39,8 @@ import (
 const PoolLabel = "node.cozystack.io/pool"
 
 // Pool is what a scenario applies and watches: the example Kairos pool
-// template (KairosPoolTemplate) in a workload Cluster. With a Name it is
+// template (KairosPoolTemplate, or ScaleFromZeroPoolTemplate when
+// Autoscaled) in a workload Cluster. With a Name it is
 // that one MachineDeployment, its Machines and the Nodes it labels; without
 // one (the template's default pool) it is every Machine of the Cluster and
 // every Node of its workload cluster, so that Machines a scenario makes
@@ -50,26 +51,42 @@ type Pool struct {
 	// Name is the template's POOL_NAME; empty for the template's default
 	// and the whole Cluster.
 	Name string
+	// Autoscaled makes it the autoscaler's pool: its size is between
+	// WORKER_MIN_COUNT and WORKER_MAX_COUNT and only a scale changes it.
+	Autoscaled bool
 }
 
-// defaultPoolName is the example template's default POOL_NAME.
-const defaultPoolName = "kairos"
+// The templates' default POOL_NAMEs.
+const (
+	defaultPoolName           = "kairos"
+	defaultAutoscaledPoolName = "burst"
+)
+
+// template is the clusterctl template the pool renders.
+func (p Pool) template() string {
+	if p.Autoscaled {
+		return ScaleFromZeroPoolTemplate()
+	}
+	return KairosPoolTemplate()
+}
 
 // Deployment is the key of the pool's MachineDeployment and
 // MachineHealthCheck; its Machines, KubeVirtMachines and VMs are named
 // after it.
 func (p Pool) Deployment() client.ObjectKey {
 	name := p.Name
-	if name == "" {
+	if name == "" && p.Autoscaled {
+		name = defaultAutoscaledPoolName
+	} else if name == "" {
 		name = defaultPoolName
 	}
 	return client.ObjectKey{Namespace: p.Cluster.Namespace, Name: p.Cluster.Name + "-" + name}
 }
 
-// Render renders the example Kairos pool template for the pool: the
-// Cluster's name and namespace and the pool's name, then each of vars in
-// order (a later map overrides an earlier one), so a suite's defaults come
-// first and a scenario's values last.
+// Render renders the pool's template: the Cluster's name and namespace and
+// the pool's name, then each of vars in order (a later map overrides an
+// earlier one), so a suite's defaults come first and a scenario's values
+// last.
 func (p Pool) Render(vars ...map[string]string) ([]unstructured.Unstructured, error) {
 	all := map[string]string{"CLUSTER_NAME": p.Cluster.Name, "NAMESPACE": p.Cluster.Namespace}
 	if p.Name != "" {
@@ -78,7 +95,7 @@ func (p Pool) Render(vars ...map[string]string) ([]unstructured.Unstructured, er
 	for _, v := range vars {
 		maps.Copy(all, v)
 	}
-	return RenderTemplate(KairosPoolTemplate(), all)
+	return RenderTemplate(p.template(), all)
 }
 
 // MustRender is Render for a test: it fails tb when the template does not

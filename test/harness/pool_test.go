@@ -25,8 +25,8 @@ import (
 )
 
 // TestPoolRender: a named pool's objects carry its name and node label, a
-// later map of variables overrides an earlier one, and the default pool is
-// the template's.
+// later map of variables overrides an earlier one, the default pool is the
+// template's, and an autoscaled pool is the scale-from-zero flavor's.
 func TestPoolRender(t *testing.T) {
 	g := NewWithT(t)
 	cluster := client.ObjectKey{Namespace: "tenants", Name: "tenant"}
@@ -50,6 +50,16 @@ func TestPoolRender(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	md = objectOfKind(g, objs, "MachineDeployment")
 	g.Expect(md.GetName()).To(Equal(byDefault.Deployment().Name))
+
+	autoscaled := Pool{Cluster: cluster, Autoscaled: true}
+	g.Expect(autoscaled.Deployment()).To(Equal(client.ObjectKey{Namespace: "tenants", Name: "tenant-burst"}))
+	objs, err = autoscaled.Render(map[string]string{"WORKER_MIN_COUNT": "0", "WORKER_MAX_COUNT": "4"})
+	g.Expect(err).NotTo(HaveOccurred())
+	md = objectOfKind(g, objs, "MachineDeployment")
+	g.Expect(md.GetName()).To(Equal(autoscaled.Deployment().Name))
+	_, hasReplicas, _ := unstructured.NestedFieldNoCopy(md.Object, "spec", "replicas")
+	g.Expect(hasReplicas).To(BeFalse(), "the autoscaler owns the size")
+	g.Expect(md.GetAnnotations()).To(HaveKeyWithValue("cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size", "4"))
 }
 
 func objectOfKind(g Gomega, objs []unstructured.Unstructured, kind string) unstructured.Unstructured {

@@ -29,9 +29,17 @@ import (
 	"github.com/cozystack/cluster-api-workers/test/envtest"
 )
 
-// KairosPoolTemplate is the example Kairos pool the sandbox applies.
+// KairosPoolTemplate is the example Kairos pool the sandbox applies: a pool
+// of fixed size, its replicas set by WORKER_MACHINE_COUNT.
 func KairosPoolTemplate() string {
 	return filepath.Join(envtest.RepoRoot(), "templates", "cluster-template-kairos.yaml")
+}
+
+// ScaleFromZeroPoolTemplate is the autoscaled Kairos pool: the autoscaler's
+// bounds WORKER_MIN_COUNT and WORKER_MAX_COUNT and no replicas, which
+// Cluster API sets to the lower bound when the MachineDeployment is created.
+func ScaleFromZeroPoolTemplate() string {
+	return filepath.Join(envtest.RepoRoot(), "templates", "cluster-template-scale-from-zero.yaml")
 }
 
 // KubeadmPoolTemplate is the scale benchmark's peer pool: the Kairos pool's

@@ -43,8 +43,9 @@ import (
 )
 
 // TestScaleFromZeroFromAClaimThroughVirtLauncher: the QEMU tier's
-// TestScaleFromZero on KubeVirt's real node side. A MachineDeployment at 0
-// replicas, with the cluster autoscaler's min and max annotations, makes no
+// TestScaleFromZero on KubeVirt's real node side. The scale-from-zero
+// flavor's MachineDeployment, with the cluster autoscaler's min and max
+// annotations and no replicas, starts at the lower bound 0 and makes no
 // Machine; its template advertises what the autoscaler reads to scale from
 // zero. Scaled to 1, as the autoscaler would, its Machine's root disk is a
 // DataVolume clone of the template's shared import, which CDI's stand-in
@@ -80,7 +81,8 @@ func TestScaleFromZeroFromAClaimThroughVirtLauncher(t *testing.T) {
 	t.Logf("the worker disk as raw (%d MiB) converted or reused in %s, served at %s", st.Size()>>20, time.Since(t0).Round(time.Second), url)
 
 	p := k.pool("zero")
-	p.apply(ctx, t, map[string]string{"WORKER_MACHINE_COUNT": "0", "WORKER_MIN_COUNT": "0", "WORKER_MAX_COUNT": "2"},
+	p.Autoscaled = true
+	p.apply(ctx, t, map[string]string{"WORKER_MIN_COUNT": "0", "WORKER_MAX_COUNT": "2"},
 		harness.ClasslessImport(url, size.String(), string(infrav1.ConfigDriveDatasource)))
 
 	template := &infrav1.KubeVirtMachineTemplate{}

@@ -190,6 +190,45 @@ func TestTenantTemplatesHoldOnlyNamespacedObjects(t *testing.T) {
 	}
 }
 
+// TestEveryPoolHasOneOwnerOfItsSize checks that each pool of every flavor,
+// a MachineDeployment or a topology's machineDeployments entry, either sets
+// replicas (a pool of fixed size) or the cluster autoscaler's bounds (a pool
+// the autoscaler sizes), never both: with both, every apply of the flavor
+// resets the autoscaler's decision to the file's count.
+func TestEveryPoolHasOneOwnerOfItsSize(t *testing.T) {
+	owners := map[string]string{}
+	for flavor, file := range templateFiles(t, filepath.Join(repoRoot, "templates")) {
+		for _, o := range renderWithDefaults(t, file) {
+			pools := map[string]map[string]any{}
+			switch o.GetKind() {
+			case "MachineDeployment":
+				replicas, _, _ := unstructured.NestedFieldNoCopy(o.Object, "spec", "replicas")
+				pools[o.GetName()] = map[string]any{"replicas": replicas, "annotations": o.GetAnnotations()}
+			case "Cluster":
+				entries, _, _ := unstructured.NestedSlice(o.Object, "spec", "topology", "workers", "machineDeployments")
+				for _, e := range entries {
+					entry := e.(map[string]any)
+					annotations, _, _ := unstructured.NestedStringMap(entry, "metadata", "annotations")
+					pools[fmt.Sprint(entry["name"])] = map[string]any{"replicas": entry["replicas"], "annotations": annotations}
+				}
+			}
+			for name, pool := range pools {
+				annotations, _ := pool["annotations"].(map[string]string)
+				_, hasMin := annotations[clusterv1.AutoscalerMinSizeAnnotation]
+				_, hasMax := annotations[clusterv1.AutoscalerMaxSizeAnnotation]
+				hasReplicas := pool["replicas"] != nil
+				where := fmt.Sprintf("flavor %q, pool %s", flavor, name)
+				NewWithT(t).Expect(hasMin).To(Equal(hasMax), "%s: the autoscaler needs both bounds", where)
+				NewWithT(t).Expect(hasReplicas).NotTo(Equal(hasMin), "%s: replicas or the autoscaler's bounds, exactly one", where)
+				owners[flavor] = map[bool]string{true: "file", false: "autoscaler"}[hasReplicas]
+			}
+		}
+	}
+	// The two Kairos pool flavors are the two owners.
+	NewWithT(t).Expect(owners).To(HaveKeyWithValue("kairos", "file"))
+	NewWithT(t).Expect(owners).To(HaveKeyWithValue("scale-from-zero", "autoscaler"))
+}
+
 // TestHosterWorkerClassOfTheFixedImageFlavor checks the hoster's side of the
 // kairos-fixed-image flavor: templates/workerclass-kairos-fixed-image.yaml
 // renders, from the flavor's own variables, exactly the WorkerClass that the

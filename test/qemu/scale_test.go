@@ -36,8 +36,9 @@ import (
 	cdisim "github.com/cozystack/cluster-api-workers/test/sim/cdi"
 )
 
-// TestScaleFromZero: a MachineDeployment at 0 replicas, with the cluster
-// autoscaler's min and max annotations, makes no Machine; its template
+// TestScaleFromZero: the scale-from-zero flavor's MachineDeployment, with
+// the cluster autoscaler's min and max annotations and no replicas, starts
+// at the lower bound 0 and makes no Machine; its template
 // advertises what the autoscaler reads to scale from zero (capacity and
 // node info in the KubeVirtMachineTemplate's status). Scaled to 1, as the
 // autoscaler would, it joins a real guest whose root disk is a clone of the
@@ -49,8 +50,9 @@ func TestScaleFromZero(t *testing.T) {
 	timings.scenario(t)
 	g := NewWithT(t)
 	p := newPool("zero")
+	p.Autoscaled = true
 	onlyPool(t, p)
-	p.apply(t, map[string]string{"WORKER_MACHINE_COUNT": "0", "WORKER_MIN_COUNT": "0", "WORKER_MAX_COUNT": "2"},
+	p.apply(t, map[string]string{"WORKER_MIN_COUNT": "0", "WORKER_MAX_COUNT": "2"},
 		importFromRunner(string(infrav1.ConfigDriveDatasource)))
 	t.Cleanup(func() { p.remove(t) })
 

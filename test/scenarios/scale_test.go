@@ -31,8 +31,9 @@ import (
 	"github.com/cozystack/cluster-api-workers/test/harness"
 )
 
-// TestScaleFromZero: a MachineDeployment at 0 replicas with the cluster
-// autoscaler's min/max annotations creates no machine; its template
+// TestScaleFromZero: the scale-from-zero flavor's MachineDeployment, with
+// the cluster autoscaler's min/max annotations and no replicas, starts at
+// the lower bound 0 and creates no machine; its template
 // advertises, for the autoscaler's scale from zero, the capacity and node
 // info that the nodes it makes really have; scaling it to 2 (as the
 // autoscaler does) joins 2 nodes.
@@ -42,8 +43,9 @@ func TestScaleFromZero(t *testing.T) {
 	ctx := context.Background()
 	w := newCluster(t, harness.ClusterOptions{})
 	p := poolOf(w)
+	p.Autoscaled = true
 	p.apply(t, map[string]string{
-		"WORKER_MACHINE_COUNT": "0", "WORKER_MIN_COUNT": "0", "WORKER_MAX_COUNT": "3",
+		"WORKER_MIN_COUNT": "0", "WORKER_MAX_COUNT": "3",
 		"WORKER_CPU_CORES": "4", "WORKER_MEMORY": "8Gi",
 	})
 	mdKey := p.Deployment()

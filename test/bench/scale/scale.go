@@ -30,7 +30,6 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -410,7 +409,7 @@ type pool struct {
 func createPool(ctx context.Context, h *harness.Harness, w *harness.WorkloadCluster, cfg Config) (pool, error) {
 	vars := map[string]string{
 		"CLUSTER_NAME": w.Key.Name, "NAMESPACE": w.Key.Namespace,
-		"WORKER_MACHINE_COUNT": "0", "WORKER_MIN_COUNT": "0", "WORKER_MAX_COUNT": strconv.Itoa(cfg.Machines),
+		"WORKER_MACHINE_COUNT": "0",
 	}
 	path, name, template := harness.KairosPoolTemplate(), w.Key.Name+"-kairos", w.Key.Name+"-kairos-r1"
 	if cfg.Bootstrap == harness.BootstrapKubeadm {
