@@ -79,7 +79,7 @@ func loadConfig() config {
 		kubernetesVersion: env("E2E_KUBERNETES_VERSION", "v1.35.0"),
 		tenantNodeImage:   env("E2E_TENANT_NODE_IMAGE", "kindest/node:v1.35.0"),
 		kubevirtVersion:   env("E2E_KUBEVIRT_VERSION", "v1.7.0"),
-		cdiVersion:        env("E2E_CDI_VERSION", "v1.63.1"),
+		cdiVersion:        env("E2E_CDI_VERSION", "v1.65.0"),
 		autoscalerImage:   env("E2E_AUTOSCALER_IMAGE", "registry.k8s.io/autoscaling/cluster-autoscaler:v1.35.0"),
 		keep:              os.Getenv("E2E_SKIP_CLEANUP") == "1",
 	}

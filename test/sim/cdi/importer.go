@@ -38,8 +38,8 @@ import (
 
 // The images of CDI's worker Pods.
 const (
-	importerImage     = "quay.io/kubevirt/cdi-importer:v1.63.1"
-	uploadServerImage = "quay.io/kubevirt/cdi-uploadserver:v1.63.1"
+	importerImage     = "quay.io/kubevirt/cdi-importer:v1.65.0"
+	uploadServerImage = "quay.io/kubevirt/cdi-uploadserver:v1.65.0"
 )
 
 // job is one importer Pod's work across its runs.
