@@ -26,9 +26,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	kubevirtv1 "kubevirt.io/api/core/v1"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -39,8 +41,9 @@ import (
 // left): virt-api denies each eviction and marks the instance for
 // evacuation, our provider deletes the Machine, Cluster API drains the
 // guest's Node and deletes the VM, virt-launcher shuts the guest down and
-// the real kubelet ends the launcher Pod, so the drain ends. Once the node
-// is uncordoned, the MachineSet's replacement joins.
+// the real kubelet ends the launcher Pod, so the drain ends; the Machine
+// and its Node are gone. Once the node is uncordoned, the MachineSet's
+// replacement joins.
 func TestDrainWithExternalEvictionEnds(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 80*time.Minute)
 	defer cancel()
@@ -101,8 +104,31 @@ func TestDrainWithExternalEvictionEnds(t *testing.T) {
 		t.Fatal("virt-api allowed the evictions; want them denied (eviction strategy External)")
 	}
 	t.Logf("the drain ended %s after the cordon; evictions virt-api denied: %d (%s)", time.Since(drained).Round(time.Second), denied, message)
+	// The Machine was deleted, not remediated: Cluster API drained the
+	// guest's Node and deleted it with the Machine.
+	nodeName := r.victim.Status.NodeRef.Name
+	if err := waitFor(ctx, 10*time.Minute, func() (bool, string) {
+		var m clusterv1.Machine
+		if err := c.Get(ctx, client.ObjectKeyFromObject(&r.victim), &m); !apierrors.IsNotFound(err) {
+			return false, fmt.Sprintf("Machine %s: %v, deleting since %v", r.victim.Name, err, m.DeletionTimestamp)
+		}
+		var nd corev1.Node
+		if err := k.workload.API.Client.Get(ctx, client.ObjectKey{Name: nodeName}, &nd); !apierrors.IsNotFound(err) {
+			return false, fmt.Sprintf("Node %s: %v, unschedulable %v", nodeName, err, nd.Spec.Unschedulable)
+		}
+		return true, ""
+	}); err != nil {
+		t.Fatalf("the drained Machine and its Node are not gone: %v", err)
+	}
+	t.Logf("Machine %s and its Node %s were gone %s after the cordon", r.victim.Name, nodeName, time.Since(drained).Round(time.Second))
 	if err := setUnschedulable(ctx, false); err != nil {
 		t.Fatal(err)
 	}
-	k.expectRemediated(ctx, t, namespace, r, "the drain", drained)
+	replacementGuest := newGuest(k)
+	defer replacementGuest.keepConsole("guest-console-replacement.log")
+	replacement := k.waitJoined(ctx, t, r.p, namespace, replacementGuest, &r.victim)
+	created := replacement.CreationTimestamp.Time
+	t.Logf("Machine %s was replaced by %s, created %s after the cordon and Running with its Node Ready %s after it; its guest's timeline from its creation: %s; load average %s",
+		r.victim.Name, replacement.Name, created.Sub(drained).Round(time.Second), time.Since(drained).Round(time.Second),
+		replacementGuest.timeline(created), loadAverage())
 }
