@@ -136,9 +136,10 @@ podLogsDir: /var/log/pods
 volumePluginDir: %[4]s
 resolvConf: ""
 # A cluster's DNS Service and domain, as every cluster's kubelets have them
-# (nothing answers at that address; no test resolves a name). Without them
-# the kubelet gives pods "search .", and virt-launcher's DHCP server then
-# panics: "failed to run DHCP Server: Search domain is not valid: '.'".
+# (CoreDNS answers there once DeployDNS ran, on a node with kube-proxy).
+# Without them the kubelet gives pods "search .", and virt-launcher's DHCP
+# server then panics: "failed to run DHCP Server: Search domain is not
+# valid: '.'".
 clusterDomain: cluster.local
 clusterDNS: [%[5]s]
 registerNode: true

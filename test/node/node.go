@@ -78,15 +78,16 @@ type Options struct {
 	// 10.0.0.1, the first address of envtest's service range.
 	KubernetesServiceIP string
 	// ClusterDNS is the cluster DNS Service's address the kubelet gives
-	// pods (nothing serves it); default 10.0.0.10, in envtest's service
-	// range.
+	// pods (nothing serves it until DeployDNS runs CoreDNS behind it);
+	// default 10.0.0.10, in envtest's service range.
 	ClusterDNS string
 	// KubeProxy, when set, gives the node cluster Services as a cluster's
 	// nodes have them: kube-proxy (hack/tools-bins.sh proxy) runs in the
 	// node in iptables mode, authenticated by this client certificate
 	// (CN=system:kube-proxy, which the apiserver's bootstrap binding
-	// system:node-proxier authorizes; see envtest.Environment.AddUser). Its
-	// host must be Config's. kube-proxy then serves the
+	// system:node-proxier authorizes; see envtest.Environment.AddUser), and
+	// CoreDNS's image (hack/tools-bins.sh coredns) is imported for
+	// DeployDNS. Its host must be Config's. kube-proxy then serves the
 	// `kubernetes` Service too, from the apiserver's EndpointSlice: the node
 	// answers at the address the apiserver advertises (the host's, which the
 	// node's namespace does not reach) through the proxy of ServiceCA, and
@@ -121,6 +122,7 @@ type Node struct {
 
 	opts       Options
 	kubeProxy  string
+	dnsImage   Image
 	unshare    *process.Process
 	initPID    int
 	pidNS      string
@@ -239,6 +241,7 @@ func Start(ctx context.Context, opts Options) (*Node, error) {
 		return nil, err
 	}
 	var kubeProxyBin string
+	var dnsImage Image
 	if opts.KubeProxy != nil {
 		if opts.KubeProxy.Host != opts.Config.Host {
 			return nil, fmt.Errorf("options.KubeProxy's host %q is not the kubelet's %q: the node reaches that apiserver alone", opts.KubeProxy.Host, opts.Config.Host)
@@ -251,6 +254,9 @@ func Start(ctx context.Context, opts Options) (*Node, error) {
 			return nil, fmt.Errorf("building kube-proxy: %w", err)
 		}
 		kubeProxyBin = filepath.Join(dir, "kube-proxy")
+		if dnsImage, err = corednsImage(); err != nil {
+			return nil, err
+		}
 	}
 
 	sweepLeftovers()
@@ -258,7 +264,7 @@ func Start(ctx context.Context, opts Options) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := &Node{Name: opts.Name, Dir: dir, NodeIP: opts.NodeIP, opts: opts, kubeProxy: kubeProxyBin,
+	n := &Node{Name: opts.Name, Dir: dir, NodeIP: opts.NodeIP, opts: opts, kubeProxy: kubeProxyBin, dnsImage: dnsImage,
 		cgroupName: "kvw-node-" + opts.Name + "-" + filepath.Base(dir)[len("kvw-node-"):]}
 	n.before = snapshotHost()
 	if err := n.start(ctx, kubeletBin, containerdDir, apiURL); err != nil {
@@ -322,6 +328,9 @@ func (n *Node) start(ctx context.Context, kubeletBin, containerdDir string, apiU
 		}
 	}
 	images := append([]Image{{Ref: PauseImage, Files: map[string]string{"/pause": n.path("bin", "pause")}, Entrypoint: []string{"/pause"}}}, n.opts.Images...)
+	if n.dnsImage.Ref != "" {
+		images = append(images, n.dnsImage)
+	}
 	var archives []string
 	for i, img := range images {
 		if img.Archive != "" {
