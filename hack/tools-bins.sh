@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
 # Builds the Kubernetes binaries the tests run (kube-apiserver, etcd, kubeadm,
-# kube-controller-manager) and KubeVirt's control plane (virt-api,
-# virt-controller) from their Go modules into a cache outside the checkout. Nothing is downloaded as a prebuilt binary: this machine and CI
+# kube-controller-manager), KubeVirt's control plane (virt-api,
+# virt-controller) and the real node's cluster DNS (CoreDNS) from their Go
+# modules into a cache outside the checkout. Nothing is downloaded as a prebuilt binary: this machine and CI
 # reach only the Go module proxy.
 #
-# Usage: hack/tools-bins.sh [envtest|kubeadm|controller-manager|kubevirt|kubelet|scheduler|all]...
-# (kubelet and scheduler are only for the real guests and the real node, so
-# `all` leaves them out.)
+# Usage: hack/tools-bins.sh [envtest|kubeadm|controller-manager|kubevirt|kubelet|scheduler|proxy|coredns|all]...
+# (kubelet, scheduler, proxy and coredns are only for the real guests and
+# the real node, so `all` leaves them out.)
 # Prints the cache directory on stdout. Reuses binaries already built.
 set -euo pipefail
 
 KUBERNETES_VERSION="${KUBERNETES_VERSION:-v1.36.3}"
 ETCD_VERSION="${ETCD_VERSION:-v3.6.16}"
+COREDNS_VERSION="${COREDNS_VERSION:-v1.13.1}"
 CACHE_ROOT="${KUBEVIRT_WORKERS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kubevirt-workers}"
 BIN_DIR="${CACHE_ROOT}/bin/k8s-${KUBERNETES_VERSION}-etcd-${ETCD_VERSION}"
 # The module that builds KubeVirt's control plane (and its manifests).
@@ -124,6 +126,46 @@ EOF
   rm -rf "${mod}"
 }
 
+# build_coredns builds CoreDNS from github.com/coredns/coredns with the
+# plugins of the real node's Corefile (test/node/dns.go: kubeadm's but
+# forward and loop, and log): a main of its own importing them (what a
+# plugin.cfg listing only those generates) compiles about half the
+# packages of the full command (763 of 1412: no cloud DNS providers' SDKs,
+# no tracing). The module's requirements pick every version, as in
+# CoreDNS's own build. A stamp of the version and the plugins rebuilds it
+# when either changes.
+build_coredns() {
+  local plugins=(cache errors health kubernetes loadbalance log metrics ready reload)
+  local stamp mod p
+  stamp=$(echo "${COREDNS_VERSION} ${plugins[*]} $(go env GOVERSION)" | sha256sum | cut -c1-16)
+  if [[ -x "${BIN_DIR}/coredns" && "$(cat "${BIN_DIR}/coredns.stamp" 2>/dev/null)" == "${stamp}" ]]; then
+    return
+  fi
+  log "building coredns ${COREDNS_VERSION} with ${plugins[*]}"
+  mod=$(mktemp -d)
+  {
+    echo '// Command coredns runs CoreDNS with the plugins of the real node'"'"'s Corefile.'
+    echo 'package main'
+    echo
+    echo 'import ('
+    for p in "${plugins[@]}"; do
+      echo "	_ \"github.com/coredns/coredns/plugin/${p}\""
+    done
+    echo
+    echo '	"github.com/coredns/coredns/coremain"'
+    echo ')'
+    echo
+    echo 'func main() { coremain.Run() }'
+  } >"${mod}/main.go"
+  (cd "${mod}" && go mod init local/coredns >/dev/null 2>&1 &&
+    GOFLAGS=-mod=mod go get "github.com/coredns/coredns@${COREDNS_VERSION}" >/dev/null 2>&1 &&
+    GOFLAGS=-mod=mod go mod tidy >/dev/null 2>&1)
+  GOFLAGS=-mod=readonly CGO_ENABLED=0 go_build "${mod}" coredns . -trimpath -ldflags "-s -w -X github.com/coredns/coredns/coremain.GitCommit=module-proxy" -o "${BIN_DIR}/coredns.tmp"
+  mv "${BIN_DIR}/coredns.tmp" "${BIN_DIR}/coredns"
+  echo "${stamp}" >"${BIN_DIR}/coredns.stamp"
+  rm -rf "${mod}"
+}
+
 # build_kubevirt builds virt-api and virt-controller from kubevirt.io/kubevirt
 # in hack/kubevirt, the module that repeats kubevirt's replace block (its
 # go.mod names both commands as tools), and kubevirt-cloudinit, which writes
@@ -157,6 +199,7 @@ record_versions() {
     echo "etcd ${ETCD_VERSION}"
     echo "go $(go env GOVERSION)"
     [[ -x "${BIN_DIR}/virt-api" ]] && echo "kubevirt $(kubevirt_version "${KUBEVIRT_MODULE}")"
+    [[ -x "${BIN_DIR}/coredns" ]] && echo "coredns ${COREDNS_VERSION}"
     for b in "${BIN_DIR}"/*; do
       [[ -x "$b" ]] && echo "binary $(basename "$b")"
     done
@@ -173,6 +216,8 @@ for t in "${targets[@]}"; do
     kubevirt) build_kubevirt ;;
     kubelet) build_kube kubelet ;;
     scheduler) build_kube kube-scheduler ;;
+    proxy) build_kube kube-proxy ;;
+    coredns) build_coredns ;;
     all) build_etcd; build_kube kube-apiserver; build_kube kubeadm; build_kube kube-controller-manager; build_kubevirt ;;
     *) log "unknown target $t"; exit 2 ;;
   esac

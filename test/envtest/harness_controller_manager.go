@@ -46,6 +46,9 @@ const (
 	// registers its Node with once the Node is Ready (test/node), which
 	// a DaemonSet's Pods do not tolerate.
 	NodeLifecycleController = "node-lifecycle-controller"
+	// EndpointSliceController writes Services' EndpointSlices, which
+	// kube-proxy reads (test/node with Options.KubeProxy).
+	EndpointSliceController = "endpointslice-controller"
 )
 
 // ManagementControllers are the controllers a management cluster needs for

@@ -24,6 +24,12 @@ limitations under the License.
 // function each; Stop checks that nothing is left behind. Pods reach the
 // apiserver at the kubernetes Service's address (ServiceCA).
 //
+// A node started with Options.KubeProxy has cluster Services: kube-proxy
+// (iptables mode) runs beside the kubelet, and DeployDNS runs CoreDNS
+// behind the kube-dns Service, both built from the Go module proxy
+// (hack/tools-bins.sh proxy and coredns); TestServiceNameResolvesOnTheNode
+// resolves a Service's name and reaches it through its ClusterIP.
+//
 // KubeVirt's node side runs on it (TestKubeVirtNodeSide): virt-handler's
 // and virt-launcher's images are built here (BuildKubeVirtImages,
 // hack/node/kubevirt.sh: the binaries with cgo from kubevirt.io/kubevirt, a

@@ -24,9 +24,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -134,9 +136,10 @@ podLogsDir: /var/log/pods
 volumePluginDir: %[4]s
 resolvConf: ""
 # A cluster's DNS Service and domain, as every cluster's kubelets have them
-# (nothing answers at that address; no test resolves a name). Without them
-# the kubelet gives pods "search .", and virt-launcher's DHCP server then
-# panics: "failed to run DHCP Server: Search domain is not valid: '.'".
+# (CoreDNS answers there once DeployDNS ran, on a node with kube-proxy).
+# Without them the kubelet gives pods "search .", and virt-launcher's DHCP
+# server then panics: "failed to run DHCP Server: Search domain is not
+# valid: '.'".
 clusterDomain: cluster.local
 clusterDNS: [%[5]s]
 registerNode: true
@@ -149,6 +152,11 @@ evictionHard:
 `, n.cgroupName, n.path("containerd", "containerd.sock"), n.NodeIP, n.path("volume-plugins"), n.opts.ClusterDNS)
 	if err := os.WriteFile(n.path("kubelet.yaml"), []byte(kubelet), 0o600); err != nil {
 		return err
+	}
+	if n.kubeProxy != "" {
+		if err := n.writeKubeProxyConfig(); err != nil {
+			return err
+		}
 	}
 	return envtest.WriteKubeconfig(n.path("kubelet.kubeconfig"), n.Name, n.opts.Config)
 }
@@ -374,12 +382,17 @@ func snapshotHost() hostState {
 		}
 		s.links = strings.Join(names, " ")
 	}
-	for k := range kernelSettings {
+	for _, k := range append(slices.Collect(maps.Keys(kernelSettings)), hostKernelSettings...) {
 		v, _ := os.ReadFile("/proc/sys/" + k) //nolint:gosec // procfs.
 		s.sysctls[k] = strings.TrimSpace(string(v))
 	}
 	return s
 }
+
+// hostKernelSettings are kernel settings that are the host's whichever
+// namespace writes them, which a node must leave: conntrack's table size,
+// which kube-proxy sets unless told not to.
+var hostKernelSettings = []string{"net/netfilter/nf_conntrack_max"}
 
 func (s hostState) compare(now hostState) []error {
 	var errs []error

@@ -78,9 +78,25 @@ type Options struct {
 	// 10.0.0.1, the first address of envtest's service range.
 	KubernetesServiceIP string
 	// ClusterDNS is the cluster DNS Service's address the kubelet gives
-	// pods (nothing serves it); default 10.0.0.10, in envtest's service
-	// range.
+	// pods (nothing serves it until DeployDNS runs CoreDNS behind it);
+	// default 10.0.0.10, in envtest's service range.
 	ClusterDNS string
+	// KubeProxy, when set, gives the node cluster Services as a cluster's
+	// nodes have them: kube-proxy (hack/tools-bins.sh proxy) runs in the
+	// node in iptables mode, authenticated by this client certificate
+	// (CN=system:kube-proxy, which the apiserver's bootstrap binding
+	// system:node-proxier authorizes; see envtest.Environment.AddUser), and
+	// CoreDNS's image (hack/tools-bins.sh coredns) is imported for
+	// DeployDNS. Its host must be Config's. kube-proxy then serves the
+	// `kubernetes` Service too, from the apiserver's EndpointSlice: the node
+	// answers at the address the apiserver advertises (the host's, which the
+	// node's namespace does not reach) through the proxy of ServiceCA, and
+	// KubernetesServiceIP is no longer an address of the node. The
+	// Services' EndpointSlices come from kube-controller-manager's
+	// endpointslice controller (envtest.EndpointSliceController), which the
+	// caller runs. Nil: no kube-proxy; pods reach the kubernetes Service
+	// alone.
+	KubeProxy *rest.Config
 	// Forwards map an address and port inside the node's network namespace
 	// (on its loopback, which pods' default route leads to) to a host TCP
 	// address: pods, and guests behind virt-launcher's NAT, reach a host
@@ -105,6 +121,8 @@ type Node struct {
 	NodeIP string
 
 	opts       Options
+	kubeProxy  string
+	dnsImage   Image
 	unshare    *process.Process
 	initPID    int
 	pidNS      string
@@ -222,13 +240,31 @@ func Start(ctx context.Context, opts Options) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
+	var kubeProxyBin string
+	var dnsImage Image
+	if opts.KubeProxy != nil {
+		if opts.KubeProxy.Host != opts.Config.Host {
+			return nil, fmt.Errorf("options.KubeProxy's host %q is not the kubelet's %q: the node reaches that apiserver alone", opts.KubeProxy.Host, opts.Config.Host)
+		}
+		if _, err := exec.LookPath("iptables-restore"); err != nil {
+			return nil, fmt.Errorf("%w: iptables-restore on the PATH for kube-proxy (apt-get install iptables)", ErrPrerequisite)
+		}
+		dir, err := envtest.ToolsBinary("proxy")
+		if err != nil {
+			return nil, fmt.Errorf("building kube-proxy: %w", err)
+		}
+		kubeProxyBin = filepath.Join(dir, "kube-proxy")
+		if dnsImage, err = corednsImage(); err != nil {
+			return nil, err
+		}
+	}
 
 	sweepLeftovers()
 	dir, err := os.MkdirTemp("", "kvw-node-")
 	if err != nil {
 		return nil, err
 	}
-	n := &Node{Name: opts.Name, Dir: dir, NodeIP: opts.NodeIP, opts: opts,
+	n := &Node{Name: opts.Name, Dir: dir, NodeIP: opts.NodeIP, opts: opts, kubeProxy: kubeProxyBin, dnsImage: dnsImage,
 		cgroupName: "kvw-node-" + opts.Name + "-" + filepath.Base(dir)[len("kvw-node-"):]}
 	n.before = snapshotHost()
 	if err := n.start(ctx, kubeletBin, containerdDir, apiURL); err != nil {
@@ -292,6 +328,9 @@ func (n *Node) start(ctx context.Context, kubeletBin, containerdDir string, apiU
 		}
 	}
 	images := append([]Image{{Ref: PauseImage, Files: map[string]string{"/pause": n.path("bin", "pause")}, Entrypoint: []string{"/pause"}}}, n.opts.Images...)
+	if n.dnsImage.Ref != "" {
+		images = append(images, n.dnsImage)
+	}
 	var archives []string
 	for i, img := range images {
 		if img.Archive != "" {
@@ -322,6 +361,20 @@ func (n *Node) start(ctx context.Context, kubeletBin, containerdDir string, apiU
 		return err
 	}
 	var forwards []initconfig.Forward
+	serviceListen := net.JoinHostPort(n.opts.KubernetesServiceIP, "443")
+	if n.opts.KubeProxy != nil {
+		// kube-proxy sends the kubernetes Service's connections to the
+		// apiserver's endpoints: the node answers there, and the Service's
+		// address is kube-proxy's alone, as on a cluster's node.
+		endpoints, err := apiserverEndpoints(ctx, n.opts.KubeProxy)
+		if err != nil {
+			return err
+		}
+		serviceListen = ""
+		for _, ep := range endpoints {
+			forwards = append(forwards, initconfig.Forward{Listen: ep, Socket: n.path("service.sock")})
+		}
+	}
 	for _, listen := range slices.Sorted(maps.Keys(n.opts.Forwards)) {
 		if _, _, err := net.SplitHostPort(listen); err != nil {
 			return fmt.Errorf("forward %s: %w", listen, err)
@@ -361,7 +414,7 @@ func (n *Node) start(ctx context.Context, kubeletBin, containerdDir string, apiU
 		NodeIP:           n.NodeIP,
 		APIListen:        apiURL.Host,
 		APISocket:        n.path("api.sock"),
-		ServiceListen:    net.JoinHostPort(n.opts.KubernetesServiceIP, "443"),
+		ServiceListen:    serviceListen,
 		ServiceSocket:    n.path("service.sock"),
 		Forwards:         forwards,
 		Path:             containerdDir + ":/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -370,6 +423,7 @@ func (n *Node) start(ctx context.Context, kubeletBin, containerdDir string, apiU
 		Ctr:              filepath.Join(containerdDir, "ctr"),
 		Images:           archives,
 		Kubelet:          kubeletArgs,
+		KubeProxy:        n.kubeProxyArgs(),
 		LogDir:           n.path("logs"),
 		PhaseFile:        n.path("phase"),
 	}
@@ -623,14 +677,18 @@ func (n *Node) ContainerLogLines(namespace, pod, container string) ([]LogLine, e
 // LogTails returns the end of each log of the node.
 func (n *Node) LogTails() string {
 	var b strings.Builder
-	for _, name := range []string{"nodeinit", "containerd", "kubelet"} {
+	names := []string{"nodeinit", "containerd", "kubelet"}
+	if n.kubeProxy != "" {
+		names = append(names, "kube-proxy")
+	}
+	for _, name := range names {
 		fmt.Fprintf(&b, "--- %s.log\n%s\n", name, process.Tail(n.path("logs", name+".log"), 4<<10))
 	}
 	return b.String()
 }
 
 // LogPath is the file a component of the node (nodeinit, containerd,
-// kubelet) logs to, while the node runs.
+// kubelet, kube-proxy) logs to, while the node runs.
 func (n *Node) LogPath(component string) string { return n.path("logs", component+".log") }
 
 // GoBuild builds a package of this repository, statically (CGO off), with

@@ -23,9 +23,10 @@ limitations under the License.
 // directories of the node, shows the kubelet the kernel settings it wants
 // (so it never writes the host's), gives the node an address and a
 // forwarder to the apiserver on its loopback, starts containerd, imports
-// the images, starts the kubelet, reaps orphans, and on SIGTERM stops the
-// kubelet, then containerd, then exits: the kernel kills whatever is left in
-// the PID namespace, and the mount and network namespaces go with it.
+// the images, starts kube-proxy (when asked) and the kubelet, reaps
+// orphans, and on SIGTERM stops them, then containerd, then exits: the
+// kernel kills whatever is left in the PID namespace, and the mount and
+// network namespaces go with it.
 package main
 
 import (
@@ -86,18 +87,33 @@ func main() {
 		logf("imported %s in %s: %s", filepath.Base(img), time.Since(t0).Round(time.Millisecond), strings.TrimSpace(string(out)))
 	}
 	phase("images")
+	named := map[int]string{containerd: "containerd"}
+	// kube-proxy first, so that Services work before Pods start; it waits
+	// for the Node the kubelet registers, for the node's address.
+	kubeProxy := 0
+	if len(cfg.KubeProxy) > 0 {
+		if kubeProxy, err = start("kube-proxy", cfg.KubeProxy); err != nil {
+			failf("%v", err)
+		}
+		named[kubeProxy] = "kube-proxy"
+		phase("kube-proxy")
+	}
 	kubelet, err := start("kubelet", cfg.Kubelet)
 	if err != nil {
 		failf("%v", err)
 	}
+	named[kubelet] = "kubelet"
 	phase("kubelet")
 
 	for s := range sigs {
 		switch s {
 		case syscall.SIGCHLD:
-			reap(map[int]string{containerd: "containerd", kubelet: "kubelet"})
+			reap(named)
 		default:
-			logf("%s: stopping the kubelet, then containerd", s)
+			logf("%s: stopping kube-proxy and the kubelet, then containerd", s)
+			if kubeProxy != 0 {
+				stop(kubeProxy, "kube-proxy", 15*time.Second)
+			}
 			stop(kubelet, "kubelet", 15*time.Second)
 			stop(containerd, "containerd", 15*time.Second)
 			phase("stopped")

@@ -40,8 +40,11 @@ type Config struct {
 	Ctr              string   `json:"ctr"`
 	Images           []string `json:"images"`
 	Kubelet          []string `json:"kubelet"`
-	LogDir           string   `json:"logDir"`
-	PhaseFile        string   `json:"phaseFile"`
+	// KubeProxy, when set, is kube-proxy's command line: the init starts it
+	// before the kubelet and stops it first.
+	KubeProxy []string `json:"kubeProxy,omitempty"`
+	LogDir    string   `json:"logDir"`
+	PhaseFile string   `json:"phaseFile"`
 	// Forwards are further host services pods reach: the init puts each
 	// Listen address on its loopback and hands each connection to Socket,
 	// where the host passes it on to the service.
