@@ -24,11 +24,13 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	kubevirtv1 "kubevirt.io/api/core/v1"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util/conditions"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -53,13 +55,7 @@ func TestInfrastructureNodeDrainEnds(t *testing.T) {
 	ctx := context.Background()
 	w := newCluster(t, harness.ClusterOptions{})
 	objs := poolOf(w).render(t, map[string]string{"WORKER_MACHINE_COUNT": "2"})
-	harness.EditMachineTemplates(objs, func(_ *unstructured.Unstructured, machine map[string]any) {
-		machine["evictionStrategy"] = "External"
-		machine["tolerations"] = []any{map[string]any{"key": drainNodeLabel, "operator": "Exists", "effect": "NoSchedule"}}
-		machine["affinity"] = map[string]any{"nodeAffinity": map[string]any{"requiredDuringSchedulingIgnoredDuringExecution": map[string]any{
-			"nodeSelectorTerms": []any{map[string]any{"matchExpressions": []any{map[string]any{"key": drainNodeLabel, "operator": "In", "values": []any{"true"}}}}},
-		}}}
-	})
+	harness.EditMachineTemplates(objs, externalOn(drainNode))
 	g.Expect(h.Apply(ctx, objs)).To(Succeed())
 	before := poolOf(w).expectJoined(t, 2)
 
@@ -93,40 +89,11 @@ func TestInfrastructureNodeDrainEnds(t *testing.T) {
 
 	// kubectl drain: cordon, then evict every Pod on the node until none
 	// is left.
-	node := &corev1.Node{}
-	g.Expect(h.Client.Get(ctx, client.ObjectKey{Name: drainNode}, node)).To(Succeed())
-	cordoned := node.DeepCopy()
-	cordoned.Spec.Unschedulable = true
-	g.Expect(h.Client.Patch(ctx, cordoned, client.MergeFrom(node))).To(Succeed())
-	uncordon := func() {
-		n := &corev1.Node{}
-		if err := h.Client.Get(context.Background(), client.ObjectKey{Name: drainNode}, n); err == nil {
-			u := n.DeepCopy()
-			u.Spec.Unschedulable = false
-			_ = h.Client.Patch(context.Background(), u, client.MergeFrom(n))
-		}
-	}
-	t.Cleanup(uncordon)
+	uncordon := cordon(t, g, drainNode)
 	denied := 0
 	launchersLeft := func(g Gomega) []string {
-		pods := &corev1.PodList{}
-		g.Expect(h.Client.List(ctx, pods, client.InNamespace(w.Key.Namespace), client.MatchingLabels{kubevirtv1.AppLabel: "virt-launcher"})).To(Succeed())
-		var left []string
-		for i := range pods.Items {
-			p := &pods.Items[i]
-			if p.Spec.NodeName != drainNode || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
-				continue
-			}
-			// A launcher Pod is controlled by its instance, named after the VM.
-			instance := ""
-			if owner := metav1.GetControllerOf(p); owner != nil {
-				instance = owner.Name
-			}
-			left = append(left, instance)
-			if err := h.Client.SubResource("eviction").Create(ctx, p, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name}}); err != nil {
-				denied++
-			}
-		}
+		left, refused := evictLaunchers(g, w.Key.Namespace, drainNode)
+		denied += refused
 		return left
 	}
 
@@ -166,6 +133,115 @@ func TestInfrastructureNodeDrainEnds(t *testing.T) {
 		}
 	}, timeout, poll).Should(Succeed(), func() string { return describe(w) })
 	after := poolOf(w).expectJoined(t, 2)
+	expectBootsClean(g, after)
+	expectNoOrphans(t, w)
+}
+
+// externalOn edits a machine template for the drain scenarios: eviction
+// strategy External, and placed on the drain node of that name alone
+// (its label's value, its taint tolerated).
+func externalOn(node string) func(*unstructured.Unstructured, map[string]any) {
+	return func(_ *unstructured.Unstructured, machine map[string]any) {
+		machine["evictionStrategy"] = "External"
+		machine["tolerations"] = []any{map[string]any{"key": drainNodeLabel, "operator": "Exists", "effect": "NoSchedule"}}
+		machine["affinity"] = map[string]any{"nodeAffinity": map[string]any{"requiredDuringSchedulingIgnoredDuringExecution": map[string]any{
+			"nodeSelectorTerms": []any{map[string]any{"matchExpressions": []any{map[string]any{"key": drainNodeLabel, "operator": "In", "values": []any{drainNodes[node]}}}}},
+		}}}
+	}
+}
+
+// cordon marks the infrastructure node unschedulable, as kubectl drain
+// does first, and returns how to uncordon it, which also runs when the
+// test ends.
+func cordon(t *testing.T, g Gomega, name string) (uncordon func()) {
+	t.Helper()
+	ctx := context.Background()
+	node := &corev1.Node{}
+	g.Expect(h.Client.Get(ctx, client.ObjectKey{Name: name}, node)).To(Succeed())
+	cordoned := node.DeepCopy()
+	cordoned.Spec.Unschedulable = true
+	g.Expect(h.Client.Patch(ctx, cordoned, client.MergeFrom(node))).To(Succeed())
+	uncordon = func() {
+		n := &corev1.Node{}
+		if err := h.Client.Get(ctx, client.ObjectKey{Name: name}, n); err == nil {
+			u := n.DeepCopy()
+			u.Spec.Unschedulable = false
+			_ = h.Client.Patch(ctx, u, client.MergeFrom(n))
+		}
+	}
+	t.Cleanup(uncordon)
+	return uncordon
+}
+
+// evictLaunchers is one pass of kubectl drain over the namespace's
+// launcher Pods on the node: it asks to evict each one still running and
+// returns their instances (named after their VMs) and how many evictions
+// were refused.
+func evictLaunchers(g Gomega, namespace, node string) (left []string, refused int) {
+	ctx := context.Background()
+	pods := &corev1.PodList{}
+	g.Expect(h.Client.List(ctx, pods, client.InNamespace(namespace), client.MatchingLabels{kubevirtv1.AppLabel: "virt-launcher"})).To(Succeed())
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if p.Spec.NodeName != node || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		// A launcher Pod is controlled by its instance, named after the VM.
+		instance := ""
+		if owner := metav1.GetControllerOf(p); owner != nil {
+			instance = owner.Name
+		}
+		left = append(left, instance)
+		if err := h.Client.SubResource("eviction").Create(ctx, p, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name}}); err != nil {
+			refused++
+		}
+	}
+	return left, refused
+}
+
+// TestInfrastructureNodeDrainEndsForAClaimBackedMachine: the drain of
+// TestInfrastructureNodeDrainEnds for a machine whose root disk is a claim
+// (a DataVolume cloned from its template's shared import) rather than a
+// container disk, on a drain node of its own. The provider hands the
+// Machine to Cluster API all the same; the machine's DataVolume goes with
+// its VM, the shared import stays, and the replacement clones it again and
+// joins.
+func TestInfrastructureNodeDrainEndsForAClaimBackedMachine(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ctx := context.Background()
+	w := newCluster(t, harness.ClusterOptions{})
+	applyImportPool(t, w, map[string]string{"WORKER_MACHINE_COUNT": "1"}, externalOn(drainClaimsNode))
+	before := poolOf(w).expectJoined(t, 1)
+	drained := before[0]
+	machineDisks := func(g Gomega, kubeVirtMachine string) []string {
+		dvs := &cdiv1.DataVolumeList{}
+		g.Expect(h.Client.List(ctx, dvs, client.InNamespace(w.Key.Namespace), client.MatchingLabels{infrav1.MachineNameLabel: kubeVirtMachine})).To(Succeed())
+		var names []string
+		for _, dv := range dvs.Items {
+			names = append(names, dv.Name)
+		}
+		return names
+	}
+	g.Expect(machineDisks(g, drained.Spec.InfrastructureRef.Name)).NotTo(BeEmpty(), "the machine's root disk is a DataVolume")
+
+	uncordon := cordon(t, g, drainClaimsNode)
+	denied := 0
+	g.Eventually(func(g Gomega) {
+		left, refused := evictLaunchers(g, w.Key.Namespace, drainClaimsNode)
+		denied += refused
+		g.Expect(left).To(BeEmpty(), "launcher Pods still on the drained node")
+		got := &clusterv1.Machine{}
+		err := h.Client.Get(ctx, client.ObjectKeyFromObject(&drained), got)
+		g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "Machine %s is deleted for the drain: %v", drained.Name, err)
+		g.Expect(machineDisks(g, drained.Spec.InfrastructureRef.Name)).To(BeEmpty(), "the machine's DataVolume goes with it")
+	}, timeout, 2*time.Second).Should(Succeed(), func() string { return describe(w) })
+	g.Expect(denied).To(BeNumerically(">", 0), "virt-api should have denied the evictions (External)")
+
+	uncordon()
+	after := poolOf(w).expectJoined(t, 1)
+	g.Expect(after[0].UID).NotTo(Equal(drained.UID), "the MachineSet replaced the Machine")
+	g.Expect(machineDisks(g, after[0].Spec.InfrastructureRef.Name)).NotTo(BeEmpty(), "the replacement cloned the shared import again")
 	expectBootsClean(g, after)
 	expectNoOrphans(t, w)
 }

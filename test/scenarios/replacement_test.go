@@ -224,10 +224,14 @@ func TestSlowHealthyImportDoesNotLoop(t *testing.T) {
 // root disk is imported over HTTP by CDI (a Kairos class always boots a
 // container disk): once, into the template's shared import, which each
 // Machine's root disk clones. The node simulator is told, before any
-// machine exists, that the clones boot the imported image.
-func applyImportPool(t *testing.T, w *harness.WorkloadCluster, vars map[string]string) {
+// machine exists, that the clones boot the imported image. Each of edits
+// is applied to the template first.
+func applyImportPool(t *testing.T, w *harness.WorkloadCluster, vars map[string]string, edits ...func(template *unstructured.Unstructured, machine map[string]any)) {
 	t.Helper()
 	objs := poolOf(w).render(t, vars)
+	for _, edit := range edits {
+		harness.EditMachineTemplates(objs, edit)
+	}
 	harness.EditMachineTemplates(objs, func(template *unstructured.Unstructured, machine map[string]any) {
 		delete(machine, "workerClass")
 		labels := template.GetLabels()

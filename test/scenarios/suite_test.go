@@ -57,11 +57,26 @@ const (
 	importedImage = "https://images.example.com/kairos-worker-v1.36.3.raw"
 	// gpuDevice is the GPU the infrastructure node offers.
 	gpuDevice = "nvidia.com/GA102GL_A10"
-	// drainNode is the infrastructure node the drain scenario drains, and
-	// drainNodeLabel its label and taint.
-	drainNode      = "sim-infra-drain"
-	drainNodeLabel = "harness.cozystack.io/drain"
+	// drainNode and drainClaimsNode are the infrastructure nodes the drain
+	// scenarios drain, one each so that they can run in parallel, and
+	// drainNodeLabel their label and taint (values in drainNodes).
+	drainNode       = "sim-infra-drain"
+	drainClaimsNode = "sim-infra-drain-claims"
+	drainNodeLabel  = "harness.cozystack.io/drain"
 )
+
+// drainNodes are the drain nodes' values of drainNodeLabel.
+var drainNodes = map[string]string{drainNode: "true", drainClaimsNode: "claims"}
+
+// drainInfraNode is the infrastructure node of that name the drain
+// scenarios drain: labelled and tainted with drainNodeLabel.
+func drainInfraNode(name string) kubevirtsim.InfraNode {
+	value := drainNodes[name]
+	return kubevirtsim.InfraNode{
+		Name: name, Labels: map[string]string{corev1.LabelTopologyZone: "sim-zone-a", drainNodeLabel: value},
+		Taints: []corev1.Taint{{Key: drainNodeLabel, Value: value, Effect: corev1.TaintEffectNoSchedule}},
+	}
+}
 
 // importedOS is what importedImage boots, and the clones of its shared
 // imports.
@@ -196,12 +211,10 @@ func run(m *testing.M) (code int) {
 					Name: "sim-infra-0", Labels: map[string]string{corev1.LabelTopologyZone: "sim-zone-a"},
 					Allocatable: corev1.ResourceList{gpuDevice: resource.MustParse("8")},
 				},
-				// The node the drain scenario drains; tainted so that only
-				// its pool lands there.
-				{
-					Name: drainNode, Labels: map[string]string{corev1.LabelTopologyZone: "sim-zone-a", drainNodeLabel: "true"},
-					Taints: []corev1.Taint{{Key: drainNodeLabel, Value: "true", Effect: corev1.TaintEffectNoSchedule}},
-				},
+				// The nodes the drain scenarios drain; tainted so that only
+				// their pools land there.
+				drainInfraNode(drainNode),
+				drainInfraNode(drainClaimsNode),
 			}},
 			// CDI takes a moment before a DataVolume's claim exists, as on
 			// a real cluster: virt-controller sees the instance's claim
