@@ -77,6 +77,13 @@ func (c *CDI) reconcileClaim(ctx context.Context, req reconcile.Request) (reconc
 		}
 		return reconcile.Result{}, c.deleteWorkerPodsOf(ctx, pvc)
 	}
+	if pvc.Spec.VolumeName != "" && pvc.Status.Phase != corev1.ClaimBound {
+		// A bind that stopped between the claim's volumeName and its
+		// status (a conflict: real CDI updates the claim's annotations
+		// meanwhile): finish it, or the claim stays Pending for good and
+		// no kubelet mounts it.
+		return reconcile.Result{}, c.bind(ctx, pvc, pvc.Spec.VolumeName)
+	}
 	if pvc.Spec.VolumeName != "" || pvc.Spec.DataSourceRef != nil {
 		return reconcile.Result{}, nil
 	}
