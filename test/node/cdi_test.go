@@ -182,7 +182,8 @@ func serveWorkerDisk(t *testing.T, onNode bool) *workerDisk {
 	}
 	const imagePath = "/worker-disk.img"
 	d := &workerDisk{server: imageserver.New(raw, imagePath), raw: raw, size: st.Size()}
-	listener, err := net.Listen("tcp", "127.0.0.1:0")
+	var lc net.ListenConfig
+	listener, err := lc.Listen(t.Context(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -148,7 +148,7 @@ func writeArchives(imgs ...*Image) (bool, error) {
 		if _, err := os.Stat(img.Archive); err == nil {
 			continue
 		}
-		if err := os.MkdirAll(filepath.Dir(img.Archive), 0o755); err != nil {
+		if err := os.MkdirAll(filepath.Dir(img.Archive), 0o750); err != nil {
 			return wrote, err
 		}
 		tmp := img.Archive + ".tmp"

@@ -70,6 +70,7 @@ func TestScaleFromZeroFromAClaimOnRealCDI(t *testing.T) {
 }
 
 func scaleFromZeroFromAClaim(t *testing.T, namespace string, realCDI bool) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Minute)
 	defer cancel()
 	disk := serveWorkerDisk(t, realCDI)
