@@ -63,9 +63,6 @@ func TestScaleFromZeroFromAClaimThroughVirtLauncher(t *testing.T) {
 // posting to an upload server Pod through its Service, by name: kube-proxy
 // and CoreDNS run on the node) makes the machine's root disk from it.
 func TestScaleFromZeroFromAClaimOnRealCDI(t *testing.T) {
-	if os.Getenv("NODE_REAL_CDI_CLONE") == "" {
-		t.Skip("not yet passed unaided: its one run (2026-12-07) joined only after the claim's bind was finished and the cloner's and upload server's images were imported again by hand; both are fixed since (TestClaimBindFinishesAfterAFailedStatusUpdate, the node's kubelet collects no images). NODE_REAL_CDI_CLONE=1 runs it")
-	}
 	scaleFromZeroFromAClaim(t, "node-real-cdi-zero", true)
 }
 
