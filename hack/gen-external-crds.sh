@@ -34,6 +34,11 @@ CDI_OUT="test/crds/cdi"
 # its caches never sync without them; and the VolumeImportSource a claim
 # names on the populator path (CSI storage classes).
 CDI_CRDS=(cdi.kubevirt.io_datavolumes.yaml cdi.kubevirt.io_datasources.yaml cdi.kubevirt.io_cdis.yaml cdi.kubevirt.io_cdiconfigs.yaml cdi.kubevirt.io_storageprofiles.yaml cdi.kubevirt.io_volumeimportsources.yaml)
+# The rest of CDI's kinds, which only CDI's own cdi-controller needs (it
+# watches each and exits when one is missing): test/cdi installs them when
+# it runs the controller; every other tier goes without.
+CDI_CONTROLLER_OUT="test/crds/cdi-controller"
+CDI_CONTROLLER_CRDS=(cdi.kubevirt.io_dataimportcrons.yaml cdi.kubevirt.io_objecttransfers.yaml cdi.kubevirt.io_volumeclonesources.yaml cdi.kubevirt.io_volumeuploadsources.yaml forklift.cdi.kubevirt.io_openstackvolumepopulators.yaml forklift.cdi.kubevirt.io_ovirtvolumepopulators.yaml)
 
 log() { echo "gen-external-crds: $*" >&2; }
 fail() { log "$*"; exit 1; }
@@ -101,7 +106,7 @@ with_header() {
 
 generate() {
   local out="$1" start=${SECONDS} gen cdi controller_gen controller_gen_version cdi_all
-  mkdir -p "${out}/${KUBEVIRT_OUT}" "${out}/${KUBEVIRT_INSTALL_OUT}" "${out}/${CDI_OUT}"
+  mkdir -p "${out}/${KUBEVIRT_OUT}" "${out}/${KUBEVIRT_INSTALL_OUT}" "${out}/${CDI_OUT}" "${out}/${CDI_CONTROLLER_OUT}"
 
   gen=$(kubevirt_generator)
   "${gen}" -crds "${out}/${KUBEVIRT_OUT}" -install "${out}/${KUBEVIRT_INSTALL_OUT}"
@@ -111,11 +116,16 @@ generate() {
   controller_gen_version=$("${controller_gen}" --version | awk '{ print $NF }')
   cdi=$(cdi_source)
   cdi_all="${out}/cdi-all"
-  (cd "${cdi}" && GOFLAGS=-mod=mod "${controller_gen}" crd:crdVersions=v1 paths=./pkg/apis/core/... "output:crd:artifacts:config=${cdi_all}")
+  (cd "${cdi}" && GOFLAGS=-mod=mod "${controller_gen}" crd:crdVersions=v1 paths=./pkg/apis/core/... paths=./pkg/apis/forklift/... "output:crd:artifacts:config=${cdi_all}")
   for f in "${CDI_CRDS[@]}"; do
     [[ -f "${cdi_all}/${f}" ]] || fail "controller-gen produced no ${f}"
     cp "${cdi_all}/${f}" "${out}/${CDI_OUT}/${f}"
     with_header "${out}/${CDI_OUT}/${f}" "kubevirt.io/containerized-data-importer-api ${CDI_VERSION} (controller-gen ${controller_gen_version})"
+  done
+  for f in "${CDI_CONTROLLER_CRDS[@]}"; do
+    [[ -f "${cdi_all}/${f}" ]] || fail "controller-gen produced no ${f}"
+    cp "${cdi_all}/${f}" "${out}/${CDI_CONTROLLER_OUT}/${f}"
+    with_header "${out}/${CDI_CONTROLLER_OUT}/${f}" "kubevirt.io/containerized-data-importer-api ${CDI_VERSION} (controller-gen ${controller_gen_version})"
   done
   rm -rf "${cdi_all}"
   log "CDI CRDs ready after $((SECONDS - start))s"
@@ -127,7 +137,7 @@ generate "${work}"
 
 if ${verify}; then
   status=0
-  for d in "${KUBEVIRT_OUT}" "${KUBEVIRT_INSTALL_OUT}" "${CDI_OUT}"; do
+  for d in "${KUBEVIRT_OUT}" "${KUBEVIRT_INSTALL_OUT}" "${CDI_OUT}" "${CDI_CONTROLLER_OUT}"; do
     diff -r "${ROOT}/${d}" "${work}/${d}" >&2 || status=1
   done
   [[ ${status} -eq 0 ]] || fail "committed CRDs differ from the upstream sources; run hack/gen-external-crds.sh"
@@ -137,9 +147,9 @@ fi
 
 # Replace whole directories so a removed kind does not linger and a failed
 # run leaves the previous files intact.
-for d in "${KUBEVIRT_OUT}" "${KUBEVIRT_INSTALL_OUT}" "${CDI_OUT}"; do
+for d in "${KUBEVIRT_OUT}" "${KUBEVIRT_INSTALL_OUT}" "${CDI_OUT}" "${CDI_CONTROLLER_OUT}"; do
   rm -rf "${ROOT:?}/${d}"
   mkdir -p "$(dirname "${ROOT}/${d}")"
   mv "${work}/${d}" "${ROOT}/${d}"
 done
-log "wrote ${KUBEVIRT_OUT} and ${KUBEVIRT_INSTALL_OUT} (KubeVirt ${KUBEVIRT_VERSION}) and ${CDI_OUT} (CDI ${CDI_VERSION})"
+log "wrote ${KUBEVIRT_OUT} and ${KUBEVIRT_INSTALL_OUT} (KubeVirt ${KUBEVIRT_VERSION}) and ${CDI_OUT} and ${CDI_CONTROLLER_OUT} (CDI ${CDI_VERSION})"

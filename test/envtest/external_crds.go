@@ -17,3 +17,12 @@ func ExternalCRDPaths() []string {
 		filepath.Join("test", "crds", "cdi"),
 	}
 }
+
+// CDIControllerCRDPath returns the directory, relative to the repository
+// root, of the CDI kinds only CDI's own cdi-controller needs (it watches
+// every CDI kind and exits on one the apiserver does not serve):
+// test/cdi installs them when it runs the controller, and no other tier
+// loads them.
+func CDIControllerCRDPath() string {
+	return filepath.Join("test", "crds", "cdi-controller")
+}

@@ -70,6 +70,7 @@ import (
 	bootstrapv1 "github.com/cozystack/cluster-api-workers/bootstrap/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/infrastructure/placement"
 	infrasetup "github.com/cozystack/cluster-api-workers/infrastructure/setup"
+	"github.com/cozystack/cluster-api-workers/test/cdi"
 	"github.com/cozystack/cluster-api-workers/test/envtest"
 	"github.com/cozystack/cluster-api-workers/test/harness/components"
 	infra "github.com/cozystack/cluster-api-workers/test/infra"
@@ -217,8 +218,11 @@ type Harness struct {
 	// Hosts are the infrastructure nodes: scheduler, kubelets and
 	// virt-handler; nil with Options.Infra.RealNodes.
 	Hosts *kubevirtsim.Hosts
-	// CDI is the CDI stand-in.
+	// CDI is the CDI stand-in (with Options.Infra.RealCDI, its storage
+	// provisioner alone).
 	CDI *cdisim.CDI
+	// RealCDI is CDI's real controller; nil unless Options.Infra.RealCDI.
+	RealCDI *cdi.Controller
 	// Nodes is the node simulator; nil with Options.VMs or
 	// Options.Infra.RealNodes.
 	Nodes *nodesim.Simulator

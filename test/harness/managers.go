@@ -312,7 +312,7 @@ func (h *Harness) setupManagers(ctx context.Context, caches *lazyClusterCache) (
 	if h.infra, err = infra.Start(ctx, h.Management, simMgr, infraOpts); err != nil {
 		return nil, err
 	}
-	h.KubeVirt, h.Hosts, h.CDI = h.infra.KubeVirt, h.infra.Hosts, h.infra.CDI
+	h.KubeVirt, h.Hosts, h.CDI, h.RealCDI = h.infra.KubeVirt, h.infra.Hosts, h.infra.CDI, h.infra.RealCDI
 	managers["simulators"] = simMgr
 	if h.opts.VMs != nil || infraOpts.RealNodes {
 		// Real guests: the backend's, or KubeVirt's on real nodes.

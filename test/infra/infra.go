@@ -29,12 +29,16 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	instancetypev1beta1 "kubevirt.io/api/instancetype/v1beta1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/cozystack/cluster-api-workers/test/cdi"
 	"github.com/cozystack/cluster-api-workers/test/envtest"
 	"github.com/cozystack/cluster-api-workers/test/kubevirt"
 	cdisim "github.com/cozystack/cluster-api-workers/test/sim/cdi"
@@ -50,6 +54,13 @@ type Options struct {
 	Hosts kubevirtsim.Options
 	// CDI configures the CDI stand-in: timings, the importer.
 	CDI cdisim.Options
+	// RealCDI, when set, runs CDI's real cdi-controller (test/cdi) in
+	// place of the stand-in's DataVolume controller and importer, with
+	// these options; the stand-in only provisions the claims (CDI.
+	// StorageOnly, CDI.VolumeDir), and a default StorageClass names its
+	// provisioner. Its worker Pods need a real node with CDI's images:
+	// with RealNodes only.
+	RealCDI *cdi.Options
 	// RealNodes leaves the node side to real nodes (test/node: a kubelet,
 	// kube-scheduler and virt-handler): no stand-in scheduler, kubelets or
 	// virt-handler run, and Hosts is nil.
@@ -62,6 +73,8 @@ type Infra struct {
 	// Hosts is the node-side stand-in; nil with Options.RealNodes.
 	Hosts *kubevirtsim.Hosts
 	CDI   *cdisim.CDI
+	// RealCDI is CDI's real controller; nil unless Options.RealCDI.
+	RealCDI *cdi.Controller
 }
 
 // AddToScheme adds what the stand-ins read and write.
@@ -91,7 +104,26 @@ func Start(ctx context.Context, env *envtest.Environment, mgr ctrl.Manager, opts
 			rerr = errors.Join(rerr, cp.Stop())
 		}
 	}()
+	if opts.RealCDI != nil {
+		if !opts.RealNodes {
+			return nil, errors.New("real CDI runs its worker Pods on real nodes only")
+		}
+		opts.CDI.StorageOnly = true
+	}
 	i := &Infra{KubeVirt: cp, CDI: cdisim.New(opts.CDI)}
+	if opts.RealCDI != nil {
+		if err := installStorageClass(ctx, env.Client); err != nil {
+			return nil, err
+		}
+		if i.RealCDI, err = cdi.Start(ctx, env, *opts.RealCDI); err != nil {
+			return nil, fmt.Errorf("starting CDI's controller: %w", err)
+		}
+		defer func() {
+			if rerr != nil {
+				rerr = errors.Join(rerr, i.RealCDI.Stop())
+			}
+		}()
+	}
 	if !opts.RealNodes {
 		i.Hosts = kubevirtsim.New(opts.Hosts)
 		if err := i.Hosts.SetupWithManager(ctx, mgr); err != nil {
@@ -104,11 +136,46 @@ func Start(ctx context.Context, env *envtest.Environment, mgr ctrl.Manager, opts
 	return i, nil
 }
 
-// Stop stops KubeVirt's control plane; the stand-ins stop with their
-// manager.
+// Stop stops KubeVirt's control plane and CDI's real controller; the
+// stand-ins stop with their manager.
 func (i *Infra) Stop() error {
 	if i == nil || i.KubeVirt == nil {
 		return nil
 	}
-	return i.KubeVirt.Stop()
+	return errors.Join(i.RealCDI.Stop(), i.KubeVirt.Stop())
+}
+
+// StorageClass is the default StorageClass of real CDI's claims, whose
+// provisioner is the stand-in's (it names its volumes so), binding at
+// once.
+const StorageClass = "sim-local"
+
+// installStorageClass creates the default StorageClass and its
+// StorageProfile. Real CDI renders a DataVolume's spec.storage into a
+// claim from the class's StorageProfile: with no class there is no
+// profile and the claim is never made, and CDI knows no access mode or
+// volume mode for a provisioner outside its table (pkg/storagecapabilities),
+// so the profile says them, as a cluster's administrator does. Binding is
+// immediate: a WaitForFirstConsumer class leaves a shared import, which no
+// Pod consumes, pending unless its DataVolume asks for immediate binding.
+func installStorageClass(ctx context.Context, c client.Client) error {
+	class := &storagev1.StorageClass{
+		ObjectMeta:        metav1.ObjectMeta{Name: StorageClass, Annotations: map[string]string{"storageclass.kubernetes.io/is-default-class": "true"}},
+		Provisioner:       cdisim.Provisioner,
+		ReclaimPolicy:     ptr.To(corev1.PersistentVolumeReclaimDelete),
+		VolumeBindingMode: ptr.To(storagev1.VolumeBindingImmediate),
+	}
+	profile := &cdiv1.StorageProfile{
+		ObjectMeta: metav1.ObjectMeta{Name: StorageClass},
+		Spec: cdiv1.StorageProfileSpec{ClaimPropertySets: []cdiv1.ClaimPropertySet{{
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			VolumeMode:  ptr.To(corev1.PersistentVolumeFilesystem),
+		}}},
+	}
+	for _, o := range []client.Object{class, profile} {
+		if err := c.Create(ctx, o); err != nil {
+			return fmt.Errorf("creating %T %s: %w", o, o.GetName(), err)
+		}
+	}
+	return nil
 }

@@ -243,7 +243,7 @@ func (c *ControlPlane) startAPI(ctx context.Context, env *envtest.Environment, b
 		return nil, err
 	}
 	c.apiAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	c.API = startProcess("virt-api", bin, []string{
+	c.API = StartProcess("virt-api", bin, []string{
 		"--kubeconfig", kubeconfig,
 		"--listen", "127.0.0.1", "--port", strconv.Itoa(port),
 		"--console-server-port", "0",
@@ -328,7 +328,7 @@ func (c *ControlPlane) startController(ctx context.Context, env *envtest.Environ
 	if err != nil {
 		return err
 	}
-	c.Controller = startProcess("virt-controller", bin, []string{
+	c.Controller = StartProcess("virt-controller", bin, []string{
 		"--kubeconfig", kubeconfig,
 		"--listen", "127.0.0.1", "--port", strconv.Itoa(port),
 		"--launcher-image", LauncherImage,

@@ -52,8 +52,8 @@ type Process struct {
 	finished chan struct{}
 }
 
-// startProcess starts the component and its supervisor.
-func startProcess(name, bin string, args []string, logPath string, restartDelay time.Duration) *Process {
+// StartProcess starts the component and its supervisor.
+func StartProcess(name, bin string, args []string, logPath string, restartDelay time.Duration) *Process {
 	p := &Process{Name: name, LogPath: logPath, bin: bin, args: args, restartDelay: restartDelay,
 		wake: make(chan struct{}, 1), finished: make(chan struct{})}
 	go p.supervise()

@@ -144,6 +144,12 @@ clusterDomain: cluster.local
 clusterDNS: [%[5]s]
 registerNode: true
 serializeImagePulls: false
+# Every image is imported, none can be pulled: one the image garbage
+# collector removes never comes back. On the shared machine the disk once
+# passed the default 85 %% and the kubelet removed the worker disk's and
+# CDI's cloner and upload server images before a clone needed them.
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
 evictionHard:
   memory.available: 50Mi
   nodefs.available: 1%%

@@ -56,6 +56,9 @@ type Image struct {
 	Capabilities map[string][]string
 	// Entrypoint is the image's entrypoint.
 	Entrypoint []string
+	// User is the user the image runs as when a Pod does not say ("1001"
+	// for CDI's images); root when empty.
+	User string
 	// Archive, when set, is where WriteArchive already wrote this image
 	// (a cache): Start imports it as it is.
 	Archive string
@@ -128,14 +131,19 @@ func (img Image) WriteArchive(file string) (err error) {
 		diffIDs = append(diffIDs, l.digest)
 		layerDescs = append(layerDescs, descriptor{MediaType: mediaTypeLayer, Digest: l.digest, Size: l.size})
 	}
+	runConfig := map[string]any{
+		"Entrypoint": img.Entrypoint,
+		"Env":        []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
+	}
+	// Set only when asked: the images without a user keep their digests.
+	if img.User != "" {
+		runConfig["User"] = img.User
+	}
 	config, err := json.Marshal(map[string]any{
 		"architecture": "amd64",
 		"os":           "linux",
-		"config": map[string]any{
-			"Entrypoint": img.Entrypoint,
-			"Env":        []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
-		},
-		"rootfs": map[string]any{"type": "layers", "diff_ids": diffIDs},
+		"config":       runConfig,
+		"rootfs":       map[string]any{"type": "layers", "diff_ids": diffIDs},
 	})
 	if err != nil {
 		return err

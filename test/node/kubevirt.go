@@ -65,21 +65,13 @@ type ImageStats struct {
 // BuildKubeVirtImages builds (or reuses) KubeVirt's node-side images.
 func BuildKubeVirtImages() (*KubeVirtImages, error) {
 	t0 := time.Now()
-	cmd := exec.Command("bash", filepath.Join(envtest.RepoRoot(), "hack", "node", "kubevirt.sh")) //nolint:gosec,noctx // Our own script; it ends on its own.
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, io.MultiWriter(&stderr, os.Stderr)
-	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("hack/node/kubevirt.sh: %w: %s", err, stderr.String())
-	}
-	out := map[string]string{}
-	for _, line := range strings.Split(strings.TrimSpace(stdout.String()), "\n") {
-		if k, v, ok := strings.Cut(line, "="); ok {
-			out[k] = v
-		}
+	out, err := runNodeScript("kubevirt.sh")
+	if err != nil {
+		return nil, err
 	}
 	bin, rootfs, images := out["bin"], out["rootfs"], out["images"]
 	if bin == "" || rootfs == "" || images == "" {
-		return nil, fmt.Errorf("hack/node/kubevirt.sh printed %q, want bin=, rootfs= and images=", stdout.String())
+		return nil, fmt.Errorf("hack/node/kubevirt.sh printed %v, want bin=, rootfs= and images=", out)
 	}
 	k := &KubeVirtImages{Stats: ImageStats{Parts: time.Since(t0)}}
 	binFiles := func(names ...string) map[string]string {
@@ -109,25 +101,13 @@ func BuildKubeVirtImages() (*KubeVirtImages, error) {
 		Archive:      filepath.Join(images, "virt-launcher.tar"),
 	}
 	t1 := time.Now()
-	wrote := false
-	for _, img := range []*Image{&k.Handler, &k.Launcher} {
-		if _, err := os.Stat(img.Archive); err == nil {
-			continue
-		}
-		tmp := img.Archive + ".tmp"
-		if err := img.WriteArchive(tmp); err != nil {
-			_ = os.Remove(tmp)
-			return nil, err
-		}
-		if err := os.Rename(tmp, img.Archive); err != nil {
-			return nil, err
-		}
-		wrote = true
+	wrote, err := writeArchives(&k.Handler, &k.Launcher)
+	if err != nil {
+		return nil, err
 	}
 	if wrote {
 		k.Stats.Archives = time.Since(t1)
 	}
-	var err error
 	if k.Stats.RootfsBytes, err = diskUsage(rootfs); err != nil {
 		return nil, err
 	}
@@ -139,6 +119,49 @@ func BuildKubeVirtImages() (*KubeVirtImages, error) {
 		*size = fi.Size()
 	}
 	return k, nil
+}
+
+// runNodeScript runs one of hack/node's scripts with args and returns
+// the key=value lines it printed on stdout; its stderr goes to the test's.
+func runNodeScript(script string, args ...string) (map[string]string, error) {
+	cmd := exec.Command("bash", append([]string{filepath.Join(envtest.RepoRoot(), "hack", "node", script)}, args...)...) //nolint:gosec,noctx // Our own script; it ends on its own.
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, io.MultiWriter(&stderr, os.Stderr)
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("hack/node/%s: %w: %s", script, err, stderr.String())
+	}
+	out := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(stdout.String()), "\n") {
+		if k, v, ok := strings.Cut(line, "="); ok {
+			out[k] = v
+		}
+	}
+	return out, nil
+}
+
+// writeArchives writes each image's archive that is not in the cache yet
+// (through a temporary file, so an interrupted write is never reused) and
+// says whether it wrote any.
+func writeArchives(imgs ...*Image) (bool, error) {
+	wrote := false
+	for _, img := range imgs {
+		if _, err := os.Stat(img.Archive); err == nil {
+			continue
+		}
+		if err := os.MkdirAll(filepath.Dir(img.Archive), 0o750); err != nil {
+			return wrote, err
+		}
+		tmp := img.Archive + ".tmp"
+		if err := img.WriteArchive(tmp); err != nil {
+			_ = os.Remove(tmp)
+			return wrote, err
+		}
+		if err := os.Rename(tmp, img.Archive); err != nil {
+			return wrote, err
+		}
+		wrote = true
+	}
+	return wrote, nil
 }
 
 // diskUsage is the space the files under dir take (du -s).
@@ -194,15 +217,8 @@ func BuildWorkerContainerDisk() (*WorkerContainerDisk, error) {
 		Image:     Image{Ref: WorkerImageRepository, ByDigest: true, Rootfs: layer, Archive: filepath.Join(filepath.Dir(layer), "image.tar")},
 		DiskBytes: disk.Size(),
 	}
-	if _, err := os.Stat(w.Image.Archive); err != nil {
-		tmp := w.Image.Archive + ".tmp"
-		if err := w.Image.WriteArchive(tmp); err != nil {
-			_ = os.Remove(tmp)
-			return nil, err
-		}
-		if err := os.Rename(tmp, w.Image.Archive); err != nil {
-			return nil, err
-		}
+	if _, err := writeArchives(&w.Image); err != nil {
+		return nil, err
 	}
 	if w.Image.Ref, err = ArchiveRef(w.Image.Archive); err != nil {
 		return nil, err

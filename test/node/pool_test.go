@@ -22,6 +22,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -37,6 +38,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/rest"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	instancetypev1beta1 "kubevirt.io/api/instancetype/v1beta1"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -44,6 +46,7 @@ import (
 
 	workerclassv1 "github.com/cozystack/cluster-api-workers/exp/workerclass/api/v1alpha1"
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
+	"github.com/cozystack/cluster-api-workers/test/cdi"
 	"github.com/cozystack/cluster-api-workers/test/envtest"
 	"github.com/cozystack/cluster-api-workers/test/harness"
 	"github.com/cozystack/cluster-api-workers/test/infra"
@@ -135,6 +138,21 @@ const kubeVirtNodeName = "kubevirt-node"
 // It skips when the machine lacks a prerequisite.
 func startKubeVirtNode(ctx context.Context, t *testing.T, namespace string) *kubeVirtNode {
 	t.Helper()
+	return startKubeVirtNodeWith(ctx, t, namespace, nodeSetup{})
+}
+
+// nodeSetup is what a scenario adds to startKubeVirtNode's setup.
+type nodeSetup struct {
+	// realCDI runs CDI's real controller (infra.Options.RealCDI) with its
+	// importer image on the node, in place of CDI's stand-in.
+	realCDI bool
+	// forwards are node.Options.Forwards besides the workload apiserver's.
+	forwards map[string]string
+}
+
+// startKubeVirtNodeWith is startKubeVirtNode with what setup adds.
+func startKubeVirtNodeWith(ctx context.Context, t *testing.T, namespace string, setup nodeSetup) *kubeVirtNode {
+	t.Helper()
 	if err := node.Prerequisites(); err != nil {
 		t.Skip(err)
 	}
@@ -155,15 +173,33 @@ func startKubeVirtNode(ctx context.Context, t *testing.T, namespace string) *kub
 		t.Fatal(err)
 	}
 	t.Cleanup(closeLog)
-	// CDI stays a stand-in (its controllers are not on the module proxy);
-	// its importer writes for real, into volume directories the node sees
-	// (none of the node's private directories).
+	// By default CDI is the stand-in, whose importer writes for real, into
+	// volume directories the node sees (none of the node's private
+	// directories); with realCDI, CDI's own controller and importer Pods
+	// fill the stand-in's volumes.
 	opts := harness.Options{Logger: log, WorkerClasses: true, Infra: infra.Options{
 		RealNodes: true,
 		CDI:       cdisim.Options{Importer: cdisim.FileImporter{}, VolumeDir: filepath.Join(t.TempDir(), "volumes")},
 	}}
 	if k.artifacts != "" {
 		opts.Infra.KubeVirt.LogDir = filepath.Join(k.artifacts, "kubevirt")
+	}
+	nodeImages := []node.Image{images.Handler, images.Launcher, k.worker.Image}
+	if setup.realCDI {
+		t0 := time.Now()
+		cdiImages, err := node.BuildCDIImages()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("CDI's images built or reused in %s", time.Since(t0).Round(time.Second))
+		// A clone in the source's namespace needs no token (cdi-apiserver's
+		// webhook, which does not run here, would add one).
+		nodeImages = append(nodeImages, cdiImages.Importer, cdiImages.Cloner, cdiImages.UploadServer)
+		opts.Infra.CDI.Importer = nil
+		opts.Infra.RealCDI = &cdi.Options{}
+		if k.artifacts != "" {
+			opts.Infra.RealCDI.LogDir = filepath.Join(k.artifacts, "cdi")
+		}
 	}
 	if k.h, err = harness.Start(ctx, opts); err != nil {
 		t.Fatal(err)
@@ -174,7 +210,12 @@ func startKubeVirtNode(ctx context.Context, t *testing.T, namespace string) *kub
 		}
 	})
 	c := k.h.Management.Client
-	kcm, err := k.h.Management.StartControllerManager(envtest.DaemonSetController, envtest.NodeLifecycleController)
+	controllers := []string{envtest.DaemonSetController, envtest.NodeLifecycleController}
+	if setup.realCDI {
+		// The upload server's Service, which the cloner posts to.
+		controllers = append(controllers, envtest.EndpointSliceController)
+	}
+	kcm, err := k.h.Management.StartControllerManager(controllers...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,13 +262,25 @@ func startKubeVirtNode(ctx context.Context, t *testing.T, namespace string) *kub
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Real CDI's host-assisted clone has the cloner Pod post to the upload
+	// server's Service by name (cdi-upload-<claim>.<namespace>.svc):
+	// kube-proxy and cluster DNS on the node.
+	var kubeProxy *rest.Config
+	if setup.realCDI {
+		if kubeProxy, err = k.h.Management.AddUser("system:kube-proxy"); err != nil {
+			t.Fatal(err)
+		}
+	}
 	port := strconv.Itoa(k.tenant.Port)
+	forwards := map[string]string{net.JoinHostPort(tenantHost, port): net.JoinHostPort("127.0.0.1", port)}
+	maps.Copy(forwards, setup.forwards)
 	t0 := time.Now()
 	k.node, err = node.Start(ctx, node.Options{
 		Name:         kubeVirtNodeName,
 		Config:       kubelet,
-		Images:       []node.Image{images.Handler, images.Launcher, k.worker.Image},
-		Forwards:     map[string]string{net.JoinHostPort(tenantHost, port): net.JoinHostPort("127.0.0.1", port)},
+		Images:       nodeImages,
+		Forwards:     forwards,
+		KubeProxy:    kubeProxy,
 		ArtifactsDir: k.artifacts,
 		StartTimeout: 15 * time.Minute,
 	})
@@ -242,13 +295,18 @@ func startKubeVirtNode(ctx context.Context, t *testing.T, namespace string) *kub
 			t.Errorf("stopping the node: %v", err)
 		}
 	})
-	t.Logf("node started with the three images imported in %s", time.Since(t0).Round(time.Second))
+	t.Logf("node started with %d images imported in %s", len(nodeImages), time.Since(t0).Round(time.Second))
 	// What the root CA publisher of kube-controller-manager would write.
 	for _, ns := range []string{kubevirt.Namespace, namespace} {
 		if err := c.Create(ctx, &corev1.ConfigMap{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "kube-root-ca.crt"},
 			Data:       map[string]string{"ca.crt": string(k.node.ServiceCA())},
 		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if setup.realCDI {
+		if err := k.node.DeployDNS(ctx, c); err != nil {
 			t.Fatal(err)
 		}
 	}

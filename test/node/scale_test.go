@@ -21,7 +21,6 @@ package node_test
 import (
 	"context"
 	"fmt"
-	"net/http/httptest"
 	"os"
 	"slices"
 	"strings"
@@ -37,9 +36,7 @@ import (
 
 	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/infrastructure/reconcilers/sharedimage"
-	"github.com/cozystack/cluster-api-workers/test/harness"
 	cdisim "github.com/cozystack/cluster-api-workers/test/sim/cdi"
-	"github.com/cozystack/cluster-api-workers/test/sim/imageserver"
 )
 
 // TestScaleFromZeroFromAClaimThroughVirtLauncher: the QEMU tier's
@@ -56,34 +53,32 @@ import (
 // a ConfigDrive seed and joins, and its Node has the capacity the
 // template promised, less what the guest's kernel and file system keep.
 func TestScaleFromZeroFromAClaimThroughVirtLauncher(t *testing.T) {
+	scaleFromZeroFromAClaim(t, "node-scale-from-zero", false)
+}
+
+// TestScaleFromZeroFromAClaimOnRealCDI: TestScaleFromZeroFromAClaimThroughVirtLauncher
+// with CDI's own cdi-controller in place of the stand-in: its importer Pod
+// imports the template's HTTP image (over TLS, with the template's CA;
+// TestRealCDIImportsOverHTTP) and its host-assisted clone (a cloner Pod
+// posting to an upload server Pod through its Service, by name: kube-proxy
+// and CoreDNS run on the node) makes the machine's root disk from it.
+func TestScaleFromZeroFromAClaimOnRealCDI(t *testing.T) {
+	scaleFromZeroFromAClaim(t, "node-real-cdi-zero", true)
+}
+
+func scaleFromZeroFromAClaim(t *testing.T, namespace string, realCDI bool) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Minute)
 	defer cancel()
-	const namespace = "node-scale-from-zero"
-	k := startKubeVirtNode(ctx, t, namespace)
+	disk := serveWorkerDisk(t, realCDI)
+	k := startKubeVirtNodeWith(ctx, t, namespace, nodeSetup{realCDI: realCDI, forwards: disk.forwards})
 	c := k.h.Management.Client
-
-	t0 := time.Now()
-	raw, err := k.worker.RawDisk()
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := os.Stat(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	const imagePath = "/worker-disk.img"
-	server := httptest.NewServer(imageserver.New(raw, imagePath))
-	t.Cleanup(server.Close)
-	url := server.URL + imagePath
-	// The claim holds the raw disk exactly: the stand-in, as CDI, refuses
-	// an image larger than its claim.
-	size := resource.NewQuantity(st.Size(), resource.BinarySI)
-	t.Logf("the worker disk as raw (%d MiB) converted or reused in %s, served at %s", st.Size()>>20, time.Since(t0).Round(time.Second), url)
+	url := disk.url
+	size := resource.NewQuantity(disk.size, resource.BinarySI)
 
 	p := k.pool("zero")
 	p.Autoscaled = true
-	p.apply(ctx, t, map[string]string{"WORKER_MIN_COUNT": "0", "WORKER_MAX_COUNT": "2"},
-		harness.ClasslessImport(url, size.String(), string(infrav1.ConfigDriveDatasource)))
+	p.apply(ctx, t, map[string]string{"WORKER_MIN_COUNT": "0", "WORKER_MAX_COUNT": "2"}, disk.imports()...)
 
 	template := &infrav1.KubeVirtMachineTemplate{}
 	templateKey := client.ObjectKey{Namespace: namespace, Name: p.Deployment().Name + "-r1"}

@@ -124,6 +124,13 @@ type Options struct {
 	// ControllerNamePrefix makes the controller names unique when more than
 	// one stand-in runs in a process.
 	ControllerNamePrefix string
+	// StorageOnly runs the storage provisioner alone, for CDI's real
+	// controller (test/cdi) to fill the volumes: it makes each volume's
+	// directory itself, world-writable as local-path-provisioner makes
+	// its own, since CDI's worker Pods write as user 107 and a kubelet
+	// applies no fsGroup to a hostPath volume. VolumeDir must be a
+	// directory the node's kubelet sees.
+	StorageOnly bool
 }
 
 func (o *Options) defaults() {
@@ -252,6 +259,16 @@ func (c *CDI) SetupWithManager(_ context.Context, mgr ctrl.Manager) error {
 	opts := controller.Options{MaxConcurrentReconciles: 4, SkipNameValidation: ptr.To(true)}
 	name := func(n string) string { return c.opts.ControllerNamePrefix + n }
 	if err := builder.ControllerManagedBy(mgr).
+		Named(name("sim-storage-provisioner")).
+		For(&corev1.PersistentVolumeClaim{}).
+		WithOptions(opts).
+		Complete(reconcile.Func(c.reconcileClaim)); err != nil {
+		return fmt.Errorf("setting up the storage provisioner stand-in: %w", err)
+	}
+	if c.opts.StorageOnly {
+		return nil
+	}
+	if err := builder.ControllerManagedBy(mgr).
 		Named(name("sim-cdi-datavolume")).
 		For(&cdiv1.DataVolume{}).
 		Owns(&corev1.PersistentVolumeClaim{}).
@@ -262,13 +279,6 @@ func (c *CDI) SetupWithManager(_ context.Context, mgr ctrl.Manager) error {
 		WithOptions(opts).
 		Complete(reconcile.Func(c.reconcileDataVolume)); err != nil {
 		return fmt.Errorf("setting up the CDI DataVolume stand-in: %w", err)
-	}
-	if err := builder.ControllerManagedBy(mgr).
-		Named(name("sim-storage-provisioner")).
-		For(&corev1.PersistentVolumeClaim{}).
-		WithOptions(opts).
-		Complete(reconcile.Func(c.reconcileClaim)); err != nil {
-		return fmt.Errorf("setting up the storage provisioner stand-in: %w", err)
 	}
 	if err := builder.ControllerManagedBy(mgr).
 		Named(name("sim-cdi-importer")).

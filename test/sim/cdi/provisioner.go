@@ -31,6 +31,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
 
+// Provisioner is the name the stand-in provisions volumes under (their
+// pv.kubernetes.io/provisioned-by), a StorageClass's provisioner.
+const Provisioner = "sim.cdi.kubevirt.io"
+
 // The annotations the persistent volume controller leaves on what it
 // binds.
 const (
@@ -67,13 +71,24 @@ func (c *CDI) reconcileClaim(ctx context.Context, req reconcile.Request) (reconc
 		return reconcile.Result{}, err
 	}
 	if !pvc.DeletionTimestamp.IsZero() {
+		if c.opts.StorageOnly {
+			// CDI's own controller deletes its worker Pods.
+			return reconcile.Result{}, nil
+		}
 		return reconcile.Result{}, c.deleteWorkerPodsOf(ctx, pvc)
+	}
+	if pvc.Spec.VolumeName != "" && pvc.Status.Phase != corev1.ClaimBound {
+		// A bind that stopped between the claim's volumeName and its
+		// status (a conflict: real CDI updates the claim's annotations
+		// meanwhile): finish it, or the claim stays Pending for good and
+		// no kubelet mounts it.
+		return reconcile.Result{}, c.bind(ctx, pvc, pvc.Spec.VolumeName)
 	}
 	if pvc.Spec.VolumeName != "" || pvc.Spec.DataSourceRef != nil {
 		return reconcile.Result{}, nil
 	}
 	pv := &corev1.PersistentVolume{
-		ObjectMeta: metav1.ObjectMeta{Name: "pvc-" + string(pvc.UID), Annotations: map[string]string{"pv.kubernetes.io/provisioned-by": "sim.cdi.kubevirt.io"}},
+		ObjectMeta: metav1.ObjectMeta{Name: "pvc-" + string(pvc.UID), Annotations: map[string]string{"pv.kubernetes.io/provisioned-by": Provisioner}},
 		Spec: corev1.PersistentVolumeSpec{
 			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: pvc.Spec.Resources.Requests[corev1.ResourceStorage]},
 			AccessModes:                   pvc.Spec.AccessModes,
@@ -85,6 +100,16 @@ func (c *CDI) reconcileClaim(ctx context.Context, req reconcile.Request) (reconc
 				Type: ptr.To(corev1.HostPathDirectoryOrCreate),
 			}},
 		},
+	}
+	if c.opts.StorageOnly {
+		dir := pv.Spec.HostPath.Path
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return reconcile.Result{}, err
+		}
+		// Past the umask: the worker Pods' user writes there.
+		if err := os.Chmod(dir, 0o777); err != nil { //nolint:gosec // A test volume, as local-path-provisioner's.
+			return reconcile.Result{}, err
+		}
 	}
 	if err := c.client.Create(ctx, pv); err != nil && !apierrors.IsAlreadyExists(err) {
 		return reconcile.Result{}, fmt.Errorf("provisioning a volume for claim %s: %w", pvc.Name, err)
