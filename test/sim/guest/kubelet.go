@@ -379,6 +379,11 @@ func (s *Simulator) heartbeats(ctx context.Context) error {
 			if s.kubelets[d.uid] == d.k {
 				delete(s.kubelets, d.uid)
 			}
+			// A new instance's kubelet that started while the mark was
+			// being written may have reported Ready before it: a real
+			// kubelet sees the Node differ from its own status at its
+			// next update and reports again, so this one does too.
+			s.reportAgainLocked(d.k)
 			s.mu.Unlock()
 		}
 	}
@@ -393,6 +398,17 @@ func (s *Simulator) nodeServedLocked(k *kubelet) bool {
 		}
 	}
 	return false
+}
+
+// reportAgainLocked makes every running kubelet that serves the Node of
+// the stopped kubelet k report its status at the next tick. s.mu must be
+// held.
+func (s *Simulator) reportAgainLocked(k *kubelet) {
+	for _, other := range s.kubelets {
+		if other.running && other.cluster == k.cluster && other.node == k.node {
+			other.lastStatusReport = time.Time{}
+		}
+	}
 }
 
 // markUnknown does what the node lifecycle controller does when a kubelet
