@@ -27,9 +27,9 @@
 # to the disk with the command line Kairos's grub would pass (written to
 # `cmdline`, from kairos-init's /etc/cos/bootargs.cfg).
 #
-# Usage: hack/kairos-disk/build.sh [bins|base]
+# Usage: hack/kairos-disk/build.sh [bins|base|root]
 # `bins` only builds the three binaries, `base` only the debootstrap root
-# (they can run at the same time). Otherwise it prints the directory holding
+# (they can run at the same time), `root` stops after kairos-init. Otherwise it prints the directory holding
 # disk.img, vmlinuz, initrd and cmdline. Everything is cached under
 # ${KUBEVIRT_WORKERS_CACHE:-~/.cache/kubevirt-workers}/kairos-disk, keyed by
 # its inputs. Needs root (debootstrap, chroot, file ownership in the images).
@@ -154,64 +154,80 @@ WORKER_FILES=(
   etc/systemd/system/kubelet.service.d/10-kubeadm.conf
   etc/systemd/journald.conf.d/debug-serial.conf
 )
-root_key=$( {
-  echo "${base_key}" "${bins_key}" "${KAIROS_VERSION}"
+# The converted root (the long part: about 40 minutes on two busy cores,
+# three dracut runs) is cached on its own, keyed by the base, the binaries
+# and the version, so that a change to what follows does not redo it.
+root_key=$(echo "${base_key}" "${bins_key}" "${KAIROS_VERSION}" | sha256sum | cut -c1-16)
+root="${CACHE}/root-${root_key}"
+# A run that was killed may have left the chroot's mounts behind: detach
+# them first, and never let rm cross into a mount (/dev is the host's).
+unmount_under() { grep -o " $1/[^ ]*" /proc/mounts | sort -r | xargs -r -n1 umount -l 2>/dev/null || true; }
+if [[ ! -f "${root}/.done" ]]; then
+  unmount_under "${root}"
+  rm -rf --one-file-system "${root}"
+  mkdir -p "${root}"
+  cp -a "${base}/rootfs" "${root}/rootfs"
+  rootfs="${root}/rootfs"
+  # kairos-init runs apt, systemctl, depmod and dracut, which need /proc,
+  # /sys and /dev; they are bind mounts, unmounted however the script ends.
+  mounted=()
+  cleanup() {
+    local m
+    for ((m = ${#mounted[@]} - 1; m >= 0; m--)); do umount -l "${mounted[m]}" 2>/dev/null || true; done
+    mounted=()
+  }
+  trap cleanup EXIT
+  for m in proc sys dev; do
+    mkdir -p "${rootfs}/${m}"
+    mount --rbind "/${m}" "${rootfs}/${m}"
+    mount --make-rslave "${rootfs}/${m}"
+    mounted+=("${rootfs}/${m}")
+  done
+  # /run is a tmpfs of its own, so nothing written there stays in the image.
+  # Once systemd-resolved is installed /etc/resolv.conf points into it, so
+  # the host's resolver is put there too for apt.
+  mount -t tmpfs tmpfs "${rootfs}/run"
+  mounted+=("${rootfs}/run")
+  mkdir -p "${rootfs}/run/systemd/resolve"
+  cp /etc/resolv.conf "${rootfs}/run/systemd/resolve/stub-resolv.conf"
+  cp /etc/resolv.conf "${rootfs}/run/systemd/resolve/resolv.conf"
+  rm -f "${rootfs}/etc/resolv.conf"
+  cp /etc/resolv.conf "${rootfs}/etc/resolv.conf"
+  # Packages' maintainer scripts must not start daemons in the chroot.
+  printf '#!/bin/sh\nexit 101\n' >"${rootfs}/usr/sbin/policy-rc.d"
+  chmod 0755 "${rootfs}/usr/sbin/policy-rc.d"
+  install -m 0755 "${bins}/kairos-init" "${rootfs}/kairos-init"
+  start=${SECONDS}
+  log "kairos-init ${INIT_VERSION} in the chroot: Kairos's packages, the kernel, dracut and the initramfs (log: ${root}/kairos-init.log)"
+  if ! chroot "${rootfs}" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin DEBIAN_FRONTEND=noninteractive \
+    nice -n 19 /kairos-init --version "${KAIROS_VERSION}" >"${root}/kairos-init.log" 2>&1; then
+    tail -40 "${root}/kairos-init.log" >&2
+    log "kairos-init failed after $((SECONDS - start))s"
+    exit 1
+  fi
+  log "kairos-init took $((SECONDS - start))s"
+  rm -f "${rootfs}/kairos-init" "${rootfs}/usr/sbin/policy-rc.d"
+  cleanup
+  touch "${root}/.done"
+fi
+[[ "${1:-}" != root ]] || { echo "${root}"; exit 0; }
+
+disk_key=$( {
+  echo "${root_key}"
   sha256sum "${k8s}/kubelet" "${k8s}/kubeadm" "${HERE}/build.sh" | cut -d' ' -f1
   (cd "${REPO}/hack/worker-disk/rootfs" && sha256sum "${WORKER_FILES[@]}")
 } | sha256sum | cut -c1-16)
-out="${CACHE}/disk-${root_key}"
+out="${CACHE}/disk-${disk_key}"
 if [[ -f "${out}/.done" ]]; then
   echo "${out}"
   exit 0
 fi
-# A run that was killed may have left the chroot's bind mounts behind:
-# detach them first, and never let rm cross into a mount (/dev is the host's).
-grep -o " ${out}/[^ ]*" /proc/mounts | sort -r | xargs -r -n1 umount -l 2>/dev/null || true
+unmount_under "${out}"
 rm -rf --one-file-system "${out}"
 mkdir -p "${out}"
+log "assembling the disk in ${out}"
 rootfs="${out}/rootfs"
-cp -a "${base}/rootfs" "${rootfs}"
-
-# kairos-init runs apt, systemctl, depmod and dracut, which need /proc, /sys
-# and /dev; they are bind mounts, unmounted however the script ends.
-mounted=()
-cleanup() {
-  local m
-  for ((m = ${#mounted[@]} - 1; m >= 0; m--)); do umount -l "${mounted[m]}" 2>/dev/null || true; done
-  mounted=()
-}
-trap cleanup EXIT
-for m in proc sys dev; do
-  mkdir -p "${rootfs}/${m}"
-  mount --rbind "/${m}" "${rootfs}/${m}"
-  mount --make-rslave "${rootfs}/${m}"
-  mounted+=("${rootfs}/${m}")
-done
-# /run is a tmpfs of its own, so nothing written there stays in the image.
-# Once systemd-resolved is installed /etc/resolv.conf points into it, so the
-# host's resolver is put there too for apt.
-mount -t tmpfs tmpfs "${rootfs}/run"
-mounted+=("${rootfs}/run")
-mkdir -p "${rootfs}/run/systemd/resolve"
-cp /etc/resolv.conf "${rootfs}/run/systemd/resolve/stub-resolv.conf"
-cp /etc/resolv.conf "${rootfs}/run/systemd/resolve/resolv.conf"
-rm -f "${rootfs}/etc/resolv.conf"
-cp /etc/resolv.conf "${rootfs}/etc/resolv.conf"
-# Packages' maintainer scripts must not start daemons in the chroot.
-printf '#!/bin/sh\nexit 101\n' >"${rootfs}/usr/sbin/policy-rc.d"
-chmod 0755 "${rootfs}/usr/sbin/policy-rc.d"
-install -m 0755 "${bins}/kairos-init" "${rootfs}/kairos-init"
-start=${SECONDS}
-log "kairos-init ${INIT_VERSION} in the chroot: Kairos's packages, the kernel, dracut and the initramfs (log: ${out}/kairos-init.log)"
-if ! chroot "${rootfs}" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin DEBIAN_FRONTEND=noninteractive \
-  nice -n 19 /kairos-init --version "${KAIROS_VERSION}" >"${out}/kairos-init.log" 2>&1; then
-  tail -40 "${out}/kairos-init.log" >&2
-  log "kairos-init failed after $((SECONDS - start))s"
-  exit 1
-fi
-log "kairos-init took $((SECONDS - start))s"
-rm -f "${rootfs}/kairos-init" "${rootfs}/usr/sbin/policy-rc.d"
-cleanup
+cp -a "${root}/rootfs" "${rootfs}"
 
 # /usr/local is where Kairos mounts COS_PERSISTENT, hiding whatever the image
 # has there: the binaries go to /usr/bin and the units name that path.
@@ -224,12 +240,15 @@ sed -i 's#/usr/local/bin/kubelet#/usr/bin/kubelet#' \
 chroot "${rootfs}" systemctl enable --quiet containerd.service
 # The host's resolver was only for apt: Kairos resolves with systemd-resolved.
 rm -f "${rootfs}/etc/resolv.conf"
-ln -s ../run/systemd/resolve/stub-resolv.conf "${rootfs}/etc/resolv.conf"
+ln -sf ../run/systemd/resolve/stub-resolv.conf "${rootfs}/etc/resolv.conf"
 
 # The kernel and initramfs kairos-init linked as /boot/vmlinuz and built as
 # /boot/initrd (what grub loads from the active image).
-cp -L "${rootfs}/boot/vmlinuz" "${out}/vmlinuz"
-cp -L "${rootfs}/boot/initrd" "${out}/initrd"
+# The link is absolute: resolve it inside the root, not on the host.
+kernel=$(readlink "${rootfs}/boot/vmlinuz" || echo /boot/vmlinuz)
+[[ "${kernel}" == /* ]] || kernel="/boot/${kernel}"
+cp "${rootfs}${kernel}" "${out}/vmlinuz"
+cp "${rootfs}/boot/initrd" "${out}/initrd"
 
 # --- 3. the disk ---------------------------------------------------------------
 # The active image: ext4 labelled COS_ACTIVE, which immucore loop-mounts
@@ -278,5 +297,5 @@ echo "console=tty1 net.ifnames=1 rd.cos.oemlabel=COS_OEM rd.cos.oemtimeout=10 pa
 } >"${out}/VERSIONS"
 touch "${out}/.done"
 # Older disks are superseded; a guest still running keeps its open file.
-find "${CACHE}" -mindepth 1 -maxdepth 1 -name 'disk-*' ! -name "disk-${root_key}" -exec rm -rf --one-file-system {} +
+find "${CACHE}" -mindepth 1 -maxdepth 1 -name 'disk-*' ! -name "disk-${disk_key}" -exec rm -rf --one-file-system {} +
 echo "${out}"
