@@ -253,6 +253,13 @@ cp "${rootfs}/boot/initrd" "${out}/initrd"
 # --- 3. the disk ---------------------------------------------------------------
 # The active image: ext4 labelled COS_ACTIVE, which immucore loop-mounts
 # read-only as the root. The root plus a quarter, in MiB.
+# The mount points kairos-agent's installer creates in the image it writes
+# (CreateDirStructure): the image is read-only at boot, so immucore cannot
+# make /oem itself, and without it COS_OEM, the user data and every layout
+# step after it fail.
+install -d -m 0755 "${rootfs}/run" "${rootfs}/dev" "${rootfs}/boot" "${rootfs}/usr/local" "${rootfs}/oem"
+install -d -m 0555 "${rootfs}/proc" "${rootfs}/sys"
+install -d -m 1777 "${rootfs}/tmp"
 root_mb=$(du -sm "${rootfs}" | cut -f1)
 active_mb=$((root_mb + root_mb / 4 + 128))
 log "active image: ${root_mb} MiB of root in a ${active_mb} MiB ext4 image"
