@@ -29,8 +29,9 @@
 #
 # Usage: hack/kairos-disk/build.sh [bins|base|root]
 # `bins` only builds the three binaries, `base` only the debootstrap root
-# (they can run at the same time), `root` stops after kairos-init. Otherwise it prints the directory holding
-# disk.img, vmlinuz, initrd and cmdline. Everything is cached under
+# (they can run at the same time), `root` stops after kairos-init.
+# Otherwise it prints the directory holding disk.img, vmlinuz, initrd and
+# cmdline. Everything is cached under
 # ${KUBEVIRT_WORKERS_CACHE:-~/.cache/kubevirt-workers}/kairos-disk, keyed by
 # its inputs. Needs root (debootstrap, chroot, file ownership in the images).
 set -euo pipefail
