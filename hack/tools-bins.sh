@@ -21,6 +21,8 @@ KUBEVIRT_MODULE="$(cd "$(dirname "$0")" && pwd)/kubevirt"
 mkdir -p "${BIN_DIR}"
 
 log() { echo "tools-bins: $*" >&2; }
+# shellcheck source=hack/lib/go-build-progress.sh
+source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/lib/go-build-progress.sh"
 
 # go_build DIR WHAT PACKAGES BUILD_FLAGS...: runs go build -v in DIR and,
 # every 30 seconds until it ends, logs how many packages it has compiled of
@@ -29,30 +31,13 @@ log() { echo "tools-bins: $*" >&2; }
 go_build() {
   local dir="$1" what="$2" packages="$3"
   shift 3
-  local total out pid rc=0 start=${SECONDS} i
+  local total out start=${SECONDS}
   # shellcheck disable=SC2086 # a list of package patterns
   total=$(cd "${dir}" && go list -deps ${packages} 2>/dev/null | wc -l)
   out=$(mktemp)
   # shellcheck disable=SC2086
   (cd "${dir}" && go build -v "$@" ${packages}) 2>"${out}" &
-  pid=$!
-  while kill -0 "${pid}" 2>/dev/null; do
-    for ((i = 0; i < 30; i++)); do
-      kill -0 "${pid}" 2>/dev/null || break
-      sleep 1
-    done
-    if kill -0 "${pid}" 2>/dev/null; then
-      log "building ${what}: $(grep -c -v '^#' "${out}") of at most ${total} packages compiled, $((SECONDS - start))s so far"
-    fi
-  done
-  wait "${pid}" || rc=$?
-  if ((rc != 0)); then
-    tail -n 60 "${out}" >&2
-    rm -f "${out}"
-    log "building ${what} failed after $((SECONDS - start))s"
-    return "${rc}"
-  fi
-  rm -f "${out}"
+  wait_for_go_build $! "${out}" "${what}" "${total}" "${start}" || return
   log "built ${what} in $((SECONDS - start))s"
 }
 

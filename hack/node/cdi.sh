@@ -51,6 +51,8 @@ CMDS=(cdi-operator cdi-controller cdi-apiserver cdi-uploadproxy cdi-importer cdi
 TOOLS=(cdi-image-size-detection cdi-containerimage-server cdi-source-update-poller)
 
 log() { echo "cdi: $*" >&2; }
+# shellcheck source=hack/lib/go-build-progress.sh
+source "$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/lib/go-build-progress.sh"
 
 want_bin=false want_rootfs=false
 [[ $# -gt 0 ]] || set -- bin
@@ -71,7 +73,7 @@ version=$(awk '($1 == "kubevirt.io/containerized-data-importer" && $2 ~ /^v/) { 
 # it may need: a cold build takes minutes and a line per half minute keeps
 # CI logs short.
 go_build() {
-  local what="$1" out pid rc=0 start=${SECONDS} total i
+  local what="$1" out start=${SECONDS} total
   shift
   out=$(mktemp)
   # Lists the packages, fetching the modules an empty module cache lacks
@@ -85,24 +87,7 @@ go_build() {
   log "resolved ${total} packages in $((SECONDS - start))s ($(grep -c '^go: downloading' "${out}") modules fetched)"
   (cd "${MODULE}" && GOFLAGS=-mod=readonly CGO_ENABLED=0 nice -n 19 \
     go build -v -trimpath -ldflags "-s -w" -o "${bin}.tmp/" "$@") 2>"${out}" &
-  pid=$!
-  while kill -0 "${pid}" 2>/dev/null; do
-    for ((i = 0; i < 30; i++)); do
-      kill -0 "${pid}" 2>/dev/null || break
-      sleep 1
-    done
-    if kill -0 "${pid}" 2>/dev/null; then
-      log "building ${what}: $(grep -c -v '^#' "${out}") of at most ${total} packages compiled, $((SECONDS - start))s so far"
-    fi
-  done
-  wait "${pid}" || rc=$?
-  if ((rc != 0)); then
-    tail -n 60 "${out}" >&2
-    rm -f "${out}"
-    log "building ${what} failed after $((SECONDS - start))s"
-    return "${rc}"
-  fi
-  rm -f "${out}"
+  wait_for_go_build $! "${out}" "${what}" "${total}" "${start}" || return
 }
 
 # --- the binaries
