@@ -50,6 +50,7 @@ import (
 
 	"github.com/cozystack/cluster-api-workers/test/envtest"
 	"github.com/cozystack/cluster-api-workers/test/kubevirt"
+	"github.com/cozystack/cluster-api-workers/test/process"
 )
 
 // Version is the CDI release hack/cdi pins (and go.mod's API module).
@@ -97,16 +98,8 @@ func Start(ctx context.Context, env *envtest.Environment, opts Options) (_ *Cont
 		return nil, err
 	}
 	c := &Controller{}
-	if opts.LogDir == "" {
-		if c.dir, err = os.MkdirTemp("", "cdi-"); err != nil {
-			return nil, err
-		}
-		c.ownDir = true
-	} else {
-		c.dir = opts.LogDir
-		if err := os.MkdirAll(c.dir, 0o750); err != nil {
-			return nil, err
-		}
+	if c.dir, c.ownDir, err = process.WorkDir(opts.LogDir, "cdi-"); err != nil {
+		return nil, err
 	}
 	defer func() {
 		if rerr != nil {

@@ -56,6 +56,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/cozystack/cluster-api-workers/test/envtest"
+	"github.com/cozystack/cluster-api-workers/test/process"
 )
 
 // Namespace is where KubeVirt is installed, virt-operator's default.
@@ -118,16 +119,8 @@ func Start(ctx context.Context, env *envtest.Environment, opts Options) (_ *Cont
 		return nil, err
 	}
 	c := &ControlPlane{client: env.Client}
-	if opts.LogDir == "" {
-		if c.dir, err = os.MkdirTemp("", "kubevirt-"); err != nil {
-			return nil, err
-		}
-		c.ownDir = true
-	} else {
-		c.dir = opts.LogDir
-		if err := os.MkdirAll(c.dir, 0o750); err != nil {
-			return nil, err
-		}
+	if c.dir, c.ownDir, err = process.WorkDir(opts.LogDir, "kubevirt-"); err != nil {
+		return nil, err
 	}
 	defer func() {
 		if rerr != nil {

@@ -141,3 +141,15 @@ func Tail(path string, limit int) string {
 	}
 	return string(raw)
 }
+
+// WorkDir is where a supervised component keeps its logs and files: the
+// directory given (created if missing, kept afterwards, so a test's
+// artifacts survive) or, when none is, a temporary one that Remove deletes.
+// It reports whether it made a temporary directory.
+func WorkDir(given, tempPrefix string) (dir string, temporary bool, err error) {
+	if given == "" {
+		dir, err = os.MkdirTemp("", tempPrefix)
+		return dir, err == nil, err
+	}
+	return given, false, os.MkdirAll(given, 0o750)
+}

@@ -95,3 +95,21 @@ func TestTailOfAMissingLogSaysWhy(t *testing.T) {
 		t.Errorf("Tail(%s) = %q, want the read error", missing, got)
 	}
 }
+
+// TestWorkDir: a given directory is created and kept; without one, a
+// temporary directory is made and reported as such.
+func TestWorkDir(t *testing.T) {
+	given := filepath.Join(t.TempDir(), "logs", "component")
+	dir, temporary, err := WorkDir(given, "component-")
+	if err != nil || dir != given || temporary {
+		t.Fatalf("WorkDir(%q) = %q, %v, %v; want the directory itself, not temporary", given, dir, temporary, err)
+	}
+	if st, err := os.Stat(given); err != nil || !st.IsDir() {
+		t.Fatalf("the given directory was not created: %v", err)
+	}
+	dir, temporary, err = WorkDir("", "component-")
+	if err != nil || !temporary || !strings.HasPrefix(filepath.Base(dir), "component-") {
+		t.Fatalf(`WorkDir("") = %q, %v, %v; want a temporary component-* directory`, dir, temporary, err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+}
