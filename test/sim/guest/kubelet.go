@@ -296,7 +296,18 @@ func (s *Simulator) reportStatus(ctx context.Context, k *kubelet) error {
 	}
 	// A kubelet whose Node was deleted does not register again until it
 	// restarts: the patch then fails.
-	_, err = k.cluster.admin.CoreV1().Nodes().Patch(ctx, k.node, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
+	nodes := k.cluster.admin.CoreV1().Nodes()
+	node, err := nodes.Patch(ctx, k.node, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
+	if err != nil {
+		return err
+	}
+	// The node lifecycle controller lifts the unreachable taints of a Node
+	// that reports Ready again: a Node marked Unknown while a new instance
+	// already served it would keep them otherwise.
+	if kept := withoutUnreachable(node.Spec.Taints); len(kept) != len(node.Spec.Taints) && nodeReady(node) {
+		node.Spec.Taints = kept
+		_, err = nodes.Update(ctx, node, metav1.UpdateOptions{})
+	}
 	return err
 }
 

@@ -199,6 +199,31 @@ func TestKubeletPostsAChangedStatusAtOnce(t *testing.T) {
 	g.Expect(r.requestCounts()["update nodes/status"]).To(Equal(unknown["update nodes/status"] + 1))
 }
 
+// TestNodeMarkedUnknownUnderARunningKubeletIsReadyAgain: the mark of a
+// stopped instance's Node can land after the new instance's kubelet
+// registered (the race the persistent-disk rejoin meets). That kubelet
+// reports again and the node lifecycle lifts the unreachable taints.
+func TestNodeMarkedUnknownUnderARunningKubeletIsReadyAgain(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	r := runKubelets(t, Options{HeartbeatInterval: testHeartbeatInterval, NodeStatusReportFrequency: time.Hour})
+	r.start(t, "late-mark-0", "late-mark-0-b")
+	stopped := &kubelet{cluster: r.sim.cluster(workload.Endpoint), node: "late-mark-0"}
+	g.Expect(r.sim.markUnknown(context.Background(), stopped)).To(Succeed())
+	n := getNode(g, "late-mark-0")
+	g.Expect(readyStatus(n)).To(Equal(corev1.ConditionUnknown))
+	g.Expect(n.Spec.Taints).To(ContainElement(HaveField("Key", corev1.TaintNodeUnreachable)))
+
+	r.sim.mu.Lock()
+	r.sim.reportAgainLocked(stopped)
+	r.sim.mu.Unlock()
+	g.Eventually(func(g Gomega) {
+		n := getNode(g, "late-mark-0")
+		g.Expect(readyStatus(n)).To(Equal(corev1.ConditionTrue))
+		g.Expect(n.Spec.Taints).NotTo(ContainElement(HaveField("Key", corev1.TaintNodeUnreachable)))
+	}, timeout, poll).Should(Succeed())
+}
+
 // TestNodeOfAKubeletRestartedWithinTheGracePeriodStaysReady: the node
 // lifecycle controller judges a Node by its Lease, which the new
 // instance's kubelet renews, so the stopped kubelet's Node is not marked
