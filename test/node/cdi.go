@@ -25,6 +25,7 @@ import (
 	"strings"
 
 	"github.com/cozystack/cluster-api-workers/test/cdi"
+	"github.com/cozystack/cluster-api-workers/test/ociimage"
 )
 
 // CDIImages are the images CDI's controller starts worker Pods from,
@@ -33,7 +34,7 @@ import (
 // Debian root with qemu-img and nbdkit), written as archives into the
 // cache once, imported into the node, never pulled.
 type CDIImages struct {
-	Importer, Cloner, UploadServer Image
+	Importer, Cloner, UploadServer ociimage.Image
 }
 
 // BuildCDIImages builds (or reuses) CDI's worker images. The three share
@@ -63,15 +64,15 @@ func BuildCDIImages() (*CDIImages, error) {
 		"cdi-image-size-detection", "cdi-containerimage-server", "cdi-source-update-poller"} {
 		files["/usr/bin/"+name] = filepath.Join(bin, name)
 	}
-	image := func(ref, archive string, entrypoint ...string) Image {
-		return Image{Ref: ref, Rootfs: rootfs, Files: files, User: "1001", Entrypoint: entrypoint, Archive: filepath.Join(images, archive)}
+	image := func(ref, archive string, entrypoint ...string) ociimage.Image {
+		return ociimage.Image{Ref: ref, Rootfs: rootfs, Files: files, User: "1001", Entrypoint: entrypoint, Archive: filepath.Join(images, archive)}
 	}
 	c := &CDIImages{
 		Importer:     image(cdi.ImporterImage, "cdi-importer.tar", "/usr/bin/cdi-importer", "-alsologtostderr"),
 		Cloner:       image(cdi.ClonerImage, "cdi-cloner.tar", "/usr/bin/cloner_startup.sh"),
 		UploadServer: image(cdi.UploadServerImage, "cdi-uploadserver.tar", "/usr/bin/cdi-uploadserver", "-alsologtostderr"),
 	}
-	if _, err := writeArchives(&c.Importer, &c.Cloner, &c.UploadServer); err != nil {
+	if _, err := ociimage.WriteMissing(&c.Importer, &c.Cloner, &c.UploadServer); err != nil {
 		return nil, err
 	}
 	return c, nil

@@ -36,6 +36,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/cozystack/cluster-api-workers/test/envtest"
+	"github.com/cozystack/cluster-api-workers/test/ociimage"
 )
 
 // DNSLabels select CoreDNS's Pod, as kubeadm labels it.
@@ -43,23 +44,23 @@ var DNSLabels = map[string]string{"k8s-app": "kube-dns"}
 
 // corednsImage builds CoreDNS (hack/tools-bins.sh coredns, cached) and
 // makes its image: the static binary alone, tagged with its version.
-func corednsImage() (Image, error) {
+func corednsImage() (ociimage.Image, error) {
 	dir, err := envtest.ToolsBinary("coredns")
 	if err != nil {
-		return Image{}, fmt.Errorf("building CoreDNS: %w", err)
+		return ociimage.Image{}, fmt.Errorf("building CoreDNS: %w", err)
 	}
 	bin := filepath.Join(dir, "coredns")
 	// "CoreDNS-1.13.1\nlinux/amd64, go1.26.8, module-proxy"
 	out, err := exec.Command(bin, "-version").Output() //nolint:gosec,noctx // The binary just built; it ends on its own.
 	if err != nil {
-		return Image{}, fmt.Errorf("%s -version: %w", bin, err)
+		return ociimage.Image{}, fmt.Errorf("%s -version: %w", bin, err)
 	}
 	version, _, _ := strings.Cut(string(out), "\n")
 	version, ok := strings.CutPrefix(strings.TrimSpace(version), "CoreDNS-")
 	if !ok || version == "" {
-		return Image{}, fmt.Errorf("%s -version printed %q", bin, out)
+		return ociimage.Image{}, fmt.Errorf("%s -version printed %q", bin, out)
 	}
-	return Image{Ref: "kvw.local/coredns:v" + version, Files: map[string]string{"/coredns": bin}, Entrypoint: []string{"/coredns"}}, nil
+	return ociimage.Image{Ref: "kvw.local/coredns:v" + version, Files: map[string]string{"/coredns": bin}, Entrypoint: []string{"/coredns"}}, nil
 }
 
 // corefile is kubeadm's Corefile for the cluster's names, with log (each

@@ -38,6 +38,7 @@ import (
 
 	"github.com/cozystack/cluster-api-workers/test/envtest"
 	"github.com/cozystack/cluster-api-workers/test/node"
+	"github.com/cozystack/cluster-api-workers/test/ociimage"
 )
 
 // probeImage runs cmd/svcprobe: an HTTP server, or a client that resolves
@@ -123,7 +124,7 @@ func TestServiceNameResolvesOnTheNode(t *testing.T) {
 		Name:         name,
 		Config:       kubelet,
 		KubeProxy:    kubeProxy,
-		Images:       []node.Image{{Ref: probeImage, Files: map[string]string{"/svcprobe": probe}, Entrypoint: []string{"/svcprobe"}}},
+		Images:       []ociimage.Image{{Ref: probeImage, Files: map[string]string{"/svcprobe": probe}, Entrypoint: []string{"/svcprobe"}}},
 		ArtifactsDir: os.Getenv("NODE_ARTIFACTS"),
 	})
 	if errors.Is(err, node.ErrPrerequisite) {

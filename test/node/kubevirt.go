@@ -32,6 +32,7 @@ import (
 
 	"github.com/cozystack/cluster-api-workers/test/envtest"
 	"github.com/cozystack/cluster-api-workers/test/kubevirt"
+	"github.com/cozystack/cluster-api-workers/test/ociimage"
 )
 
 // The images of KubeVirt's node side, named as virt-operator names them
@@ -47,7 +48,7 @@ const (
 // a Debian root with libvirt and QEMU) and written as archives into the
 // cache once; Stats says what that took.
 type KubeVirtImages struct {
-	Handler, Launcher Image
+	Handler, Launcher ociimage.Image
 	Stats             ImageStats
 }
 
@@ -84,14 +85,14 @@ func BuildKubeVirtImages() (*KubeVirtImages, error) {
 	// As KubeVirt's images are (cmd/virt-handler and cmd/virt-launcher's
 	// BUILD.bazel): both over the same Debian root here, where upstream's
 	// handler base has fewer packages than its launcher base.
-	k.Handler = Image{
+	k.Handler = ociimage.Image{
 		Ref:        HandlerImage,
 		Rootfs:     rootfs,
 		Files:      binFiles("virt-handler", "virt-chroot", "container-disk"),
 		Entrypoint: []string{"/usr/bin/virt-handler"},
 		Archive:    filepath.Join(images, "virt-handler.tar"),
 	}
-	k.Launcher = Image{
+	k.Launcher = ociimage.Image{
 		Ref:    LauncherImage,
 		Rootfs: rootfs,
 		Files:  binFiles("virt-launcher", "virt-launcher-monitor", "virt-probe", "virt-tail", "virt-freezer", "container-disk"),
@@ -101,7 +102,7 @@ func BuildKubeVirtImages() (*KubeVirtImages, error) {
 		Archive:      filepath.Join(images, "virt-launcher.tar"),
 	}
 	t1 := time.Now()
-	wrote, err := writeArchives(&k.Handler, &k.Launcher)
+	wrote, err := ociimage.WriteMissing(&k.Handler, &k.Launcher)
 	if err != nil {
 		return nil, err
 	}
@@ -111,7 +112,7 @@ func BuildKubeVirtImages() (*KubeVirtImages, error) {
 	if k.Stats.RootfsBytes, err = diskUsage(rootfs); err != nil {
 		return nil, err
 	}
-	for img, size := range map[*Image]*int64{&k.Handler: &k.Stats.HandlerBytes, &k.Launcher: &k.Stats.LauncherBytes} {
+	for img, size := range map[*ociimage.Image]*int64{&k.Handler: &k.Stats.HandlerBytes, &k.Launcher: &k.Stats.LauncherBytes} {
 		fi, err := os.Stat(img.Archive)
 		if err != nil {
 			return nil, err
@@ -139,31 +140,6 @@ func runNodeScript(script string, args ...string) (map[string]string, error) {
 	return out, nil
 }
 
-// writeArchives writes each image's archive that is not in the cache yet
-// (through a temporary file, so an interrupted write is never reused) and
-// says whether it wrote any.
-func writeArchives(imgs ...*Image) (bool, error) {
-	wrote := false
-	for _, img := range imgs {
-		if _, err := os.Stat(img.Archive); err == nil {
-			continue
-		}
-		if err := os.MkdirAll(filepath.Dir(img.Archive), 0o750); err != nil {
-			return wrote, err
-		}
-		tmp := img.Archive + ".tmp"
-		if err := img.WriteArchive(tmp); err != nil {
-			_ = os.Remove(tmp)
-			return wrote, err
-		}
-		if err := os.Rename(tmp, img.Archive); err != nil {
-			return wrote, err
-		}
-		wrote = true
-	}
-	return wrote, nil
-}
-
 // diskUsage is the space the files under dir take (du -s).
 func diskUsage(dir string) (int64, error) {
 	out, err := exec.Command("du", "-s", "-B1", dir).Output() //nolint:gosec,noctx // A directory of the cache.
@@ -188,7 +164,7 @@ const WorkerImageRepository = "kvw.local/kairos-worker"
 // qcow2 under /disk/, owned by the qemu user), written as an archive into
 // the cache once, named <WorkerImageRepository>@sha256:<manifest digest>.
 type WorkerContainerDisk struct {
-	Image Image
+	Image ociimage.Image
 	// Build is how long the script and the archive took (about 0 s when
 	// cached); DiskBytes is the qcow2's size, ArchiveBytes the archive's.
 	Build                   time.Duration
@@ -214,13 +190,13 @@ func BuildWorkerContainerDisk() (*WorkerContainerDisk, error) {
 		return nil, err
 	}
 	w := &WorkerContainerDisk{
-		Image:     Image{Ref: WorkerImageRepository, ByDigest: true, Rootfs: layer, Archive: filepath.Join(filepath.Dir(layer), "image.tar")},
+		Image:     ociimage.Image{Ref: WorkerImageRepository, ByDigest: true, Rootfs: layer, Archive: filepath.Join(filepath.Dir(layer), "image.tar")},
 		DiskBytes: disk.Size(),
 	}
-	if _, err := writeArchives(&w.Image); err != nil {
+	if _, err := ociimage.WriteMissing(&w.Image); err != nil {
 		return nil, err
 	}
-	if w.Image.Ref, err = ArchiveRef(w.Image.Archive); err != nil {
+	if w.Image.Ref, err = ociimage.ArchiveRef(w.Image.Archive); err != nil {
 		return nil, err
 	}
 	fi, err := os.Stat(w.Image.Archive)

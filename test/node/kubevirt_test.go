@@ -40,6 +40,7 @@ import (
 	"github.com/cozystack/cluster-api-workers/test/envtest"
 	"github.com/cozystack/cluster-api-workers/test/kubevirt"
 	"github.com/cozystack/cluster-api-workers/test/node"
+	"github.com/cozystack/cluster-api-workers/test/ociimage"
 )
 
 // TestKubeVirtNodeSide runs KubeVirt's node side on a real node: the
@@ -132,7 +133,7 @@ func TestKubeVirtNodeSide(t *testing.T) {
 	n, err := node.Start(ctx, node.Options{
 		Name:         name,
 		Config:       kubelet,
-		Images:       []node.Image{images.Handler, images.Launcher},
+		Images:       []ociimage.Image{images.Handler, images.Launcher},
 		ArtifactsDir: os.Getenv("NODE_ARTIFACTS"),
 		StartTimeout: 10 * time.Minute,
 	})

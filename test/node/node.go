@@ -44,6 +44,7 @@ import (
 
 	"github.com/cozystack/cluster-api-workers/test/envtest"
 	"github.com/cozystack/cluster-api-workers/test/node/internal/initconfig"
+	"github.com/cozystack/cluster-api-workers/test/ociimage"
 	"github.com/cozystack/cluster-api-workers/test/process"
 )
 
@@ -64,7 +65,7 @@ type Options struct {
 	// envtest.Environment.AddUser). Its host must be a loopback address.
 	Config *rest.Config
 	// Images are imported into containerd besides the pause image.
-	Images []Image
+	Images []ociimage.Image
 	// Labels are the Node's labels (the kubelet's --node-labels).
 	Labels map[string]string
 	// NodeIP is the node's address inside its network namespace (on its
@@ -122,7 +123,7 @@ type Node struct {
 
 	opts       Options
 	kubeProxy  string
-	dnsImage   Image
+	dnsImage   ociimage.Image
 	unshare    *process.Process
 	initPID    int
 	pidNS      string
@@ -241,7 +242,7 @@ func Start(ctx context.Context, opts Options) (*Node, error) {
 		return nil, err
 	}
 	var kubeProxyBin string
-	var dnsImage Image
+	var dnsImage ociimage.Image
 	if opts.KubeProxy != nil {
 		if opts.KubeProxy.Host != opts.Config.Host {
 			return nil, fmt.Errorf("options.KubeProxy's host %q is not the kubelet's %q: the node reaches that apiserver alone", opts.KubeProxy.Host, opts.Config.Host)
@@ -327,7 +328,7 @@ func (n *Node) start(ctx context.Context, kubeletBin, containerdDir string, apiU
 			return err
 		}
 	}
-	images := append([]Image{{Ref: PauseImage, Files: map[string]string{"/pause": n.path("bin", "pause")}, Entrypoint: []string{"/pause"}}}, n.opts.Images...)
+	images := append([]ociimage.Image{{Ref: PauseImage, Files: map[string]string{"/pause": n.path("bin", "pause")}, Entrypoint: []string{"/pause"}}}, n.opts.Images...)
 	if n.dnsImage.Ref != "" {
 		images = append(images, n.dnsImage)
 	}

@@ -36,6 +36,7 @@ import (
 
 	"github.com/cozystack/cluster-api-workers/test/envtest"
 	"github.com/cozystack/cluster-api-workers/test/node"
+	"github.com/cozystack/cluster-api-workers/test/ociimage"
 )
 
 // TestNodeRunsAPod starts an apiserver and a real node registered with it,
@@ -89,7 +90,7 @@ func TestNodeRunsAPod(t *testing.T) {
 	n, err := node.Start(ctx, node.Options{
 		Name:         name,
 		Config:       kubelet,
-		Images:       []node.Image{{Ref: "kvw.local/hello:v1", Files: map[string]string{"/hello": hello}, Entrypoint: []string{"/hello"}}},
+		Images:       []ociimage.Image{{Ref: "kvw.local/hello:v1", Files: map[string]string{"/hello": hello}, Entrypoint: []string{"/hello"}}},
 		ArtifactsDir: os.Getenv("NODE_ARTIFACTS"),
 	})
 	if errors.Is(err, node.ErrPrerequisite) {

@@ -52,6 +52,7 @@ import (
 	"github.com/cozystack/cluster-api-workers/test/infra"
 	"github.com/cozystack/cluster-api-workers/test/kubevirt"
 	"github.com/cozystack/cluster-api-workers/test/node"
+	"github.com/cozystack/cluster-api-workers/test/ociimage"
 	"github.com/cozystack/cluster-api-workers/test/qemu"
 	cdisim "github.com/cozystack/cluster-api-workers/test/sim/cdi"
 )
@@ -184,7 +185,7 @@ func startKubeVirtNodeWith(ctx context.Context, t *testing.T, namespace string, 
 	if k.artifacts != "" {
 		opts.Infra.KubeVirt.LogDir = filepath.Join(k.artifacts, "kubevirt")
 	}
-	nodeImages := []node.Image{images.Handler, images.Launcher, k.worker.Image}
+	nodeImages := []ociimage.Image{images.Handler, images.Launcher, k.worker.Image}
 	if setup.realCDI {
 		t0 := time.Now()
 		cdiImages, err := node.BuildCDIImages()

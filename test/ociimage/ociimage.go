@@ -1,5 +1,3 @@
-//go:build node
-
 /*
 Copyright 2026 The Cozystack Authors.
 
@@ -16,7 +14,10 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package node
+// Package ociimage writes container images made of local files (static
+// binaries, or a debootstrapped root) as OCI image layout archives, which
+// containerd imports: nothing here is ever pulled from a registry.
+package ociimage
 
 import (
 	"archive/tar"
@@ -456,4 +457,29 @@ func digestHex(b []byte) string {
 
 func blobDescriptor(mediaType string, b []byte, annotations map[string]string) descriptor {
 	return descriptor{MediaType: mediaType, Digest: "sha256:" + digestHex(b), Size: int64(len(b)), Annotations: annotations}
+}
+
+// WriteMissing writes each image's archive that is not in the cache yet
+// (through a temporary file, so an interrupted write is never reused) and
+// says whether it wrote any.
+func WriteMissing(imgs ...*Image) (bool, error) {
+	wrote := false
+	for _, img := range imgs {
+		if _, err := os.Stat(img.Archive); err == nil {
+			continue
+		}
+		if err := os.MkdirAll(filepath.Dir(img.Archive), 0o750); err != nil {
+			return wrote, err
+		}
+		tmp := img.Archive + ".tmp"
+		if err := img.WriteArchive(tmp); err != nil {
+			_ = os.Remove(tmp)
+			return wrote, err
+		}
+		if err := os.Rename(tmp, img.Archive); err != nil {
+			return wrote, err
+		}
+		wrote = true
+	}
+	return wrote, nil
 }
