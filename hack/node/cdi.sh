@@ -127,13 +127,8 @@ if ! command -v debootstrap >/dev/null; then
     { apt-get update -q >&2 && apt-get install -y -q --no-install-recommends debootstrap >&2; }
 fi
 
-# in_chroot runs a command in a root with /proc mounted in a private mount
-# namespace (gone with the command).
-in_chroot() {
-  local root="$1"
-  shift
-  unshare --mount --fork sh -c 'mount -t proc proc "$1/proc" && shift && exec chroot "$@"' sh "${root}" "${root}" "$@"
-}
+# shellcheck source=hack/lib/chroot.sh
+source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/../lib/chroot.sh"
 
 # --- the root file system, keyed by what goes into it (not by the CDI
 # version: the binaries are a separate layer).
