@@ -112,15 +112,15 @@ EOF
 }
 
 # build_coredns builds CoreDNS from github.com/coredns/coredns with the
-# plugins of the real node's Corefile (test/node/dns.go: kubeadm's but
-# forward and loop, and log): a main of its own importing them (what a
-# plugin.cfg listing only those generates) compiles about half the
-# packages of the full command (763 of 1412: no cloud DNS providers' SDKs,
-# no tracing). The module's requirements pick every version, as in
+# plugins of kubeadm's Corefile (which the kind nodes of hack/kind run
+# unchanged) and log (the real node's Corefile, test/node/dns.go): a main
+# of its own importing them (what a plugin.cfg listing only those
+# generates) compiles about half the packages of the full command (no
+# cloud DNS providers' SDKs, no tracing). The module's requirements pick every version, as in
 # CoreDNS's own build. A stamp of the version and the plugins rebuilds it
 # when either changes.
 build_coredns() {
-  local plugins=(cache errors health kubernetes loadbalance log metrics ready reload)
+  local plugins=(cache errors forward health kubernetes loadbalance log loop metrics ready reload)
   local stamp mod p
   stamp=$(echo "${COREDNS_VERSION} ${plugins[*]} $(go env GOVERSION)" | sha256sum | cut -c1-16)
   if [[ -x "${BIN_DIR}/coredns" && "$(cat "${BIN_DIR}/coredns.stamp" 2>/dev/null)" == "${stamp}" ]]; then
@@ -129,7 +129,7 @@ build_coredns() {
   log "building coredns ${COREDNS_VERSION} with ${plugins[*]}"
   mod=$(mktemp -d)
   {
-    echo '// Command coredns runs CoreDNS with the plugins of the real node'"'"'s Corefile.'
+    echo '// Command coredns runs CoreDNS with the plugins of kubeadm'"'"'s Corefile and log.'
     echo 'package main'
     echo
     echo 'import ('
