@@ -68,14 +68,16 @@ tools-bins: ## Build every binary the tests use (apiserver, etcd, kubeadm, contr
 	hack/tools-bins.sh all
 
 .PHONY: lint
-lint: ## Run go vet and golangci-lint with Cluster API's linters (.golangci.yml), also on test/qemu's qemu-tagged and test/node's node-tagged files.
+lint: ## Run go vet and golangci-lint with Cluster API's linters (.golangci.yml), also on test/qemu's qemu-tagged, test/node's node-tagged and test/kindnode's kind-tagged files.
 	go vet ./...
 	go vet -tags qemu ./test/qemu/
 	go vet -tags node ./test/node/...
+	go vet -tags kind ./test/kindnode/...
 	golangci_lint=$$(hack/tool.sh golangci-lint); \
 		$$golangci_lint run ./... && \
 		$$golangci_lint run --build-tags qemu ./test/qemu/... && \
-		$$golangci_lint run --build-tags node ./test/node/...
+		$$golangci_lint run --build-tags node ./test/node/... && \
+		$$golangci_lint run --build-tags kind ./test/kindnode/...
 
 ##@ Sandbox
 

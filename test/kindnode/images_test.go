@@ -30,6 +30,7 @@ import (
 )
 
 func testSources(t *testing.T) Sources {
+	t.Helper()
 	return Sources{
 		Bin: "/bin", Pause: "/pause", IptablesRoot: "/root", Out: t.TempDir(),
 		Kubernetes: "v1.36.3", Etcd: "v3.6.16", CoreDNS: "v1.13.1",
