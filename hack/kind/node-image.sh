@@ -48,20 +48,15 @@ PACKAGES=(systemd conntrack iptables nftables iproute2 ethtool util-linux mount 
   e2fsprogs bash ca-certificates curl jq procps runc containernetworking-plugins)
 
 log() { echo "kind-node: $*" >&2; }
-# shellcheck source=hack/lib/chroot.sh
-source "${HERE}/../lib/chroot.sh"
+# shellcheck source=hack/lib/debian.sh
+source "${HERE}/../lib/debian.sh"
 
 [[ $(id -u) -eq 0 ]] || { log "must run as root (debootstrap, chroot, podman)"; exit 1; }
 need=()
 command -v debootstrap >/dev/null || need+=(debootstrap)
 command -v podman >/dev/null || need+=(podman)
 command -v jq >/dev/null || need+=(jq)
-if [[ ${#need[@]} -gt 0 ]]; then
-  log "installing ${need[*]}"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get install -y -q --no-install-recommends "${need[@]}" >&2 ||
-    { apt-get update -q >&2 && apt-get install -y -q --no-install-recommends "${need[@]}" >&2; }
-fi
+[[ ${#need[@]} -eq 0 ]] || apt_install "${need[@]}"
 mkdir -p "${CACHE}"
 
 # --- kind itself, from its pinned module.
@@ -98,12 +93,7 @@ if [[ ! -f "${root}/.done" ]]; then
   r="${root}.build/rootfs"
   logfile="${root}.build/debootstrap.log"
   log "debootstrap ${SUITE} (2 to 8 minutes)"
-  nice -n 19 debootstrap --variant=minbase "${SUITE}" "${r}" "${MIRROR}" >"${logfile}" 2>&1 ||
-    { tail -30 "${logfile}" >&2; exit 1; }
-  log "debootstrap done in $((SECONDS - start))s; installing ${PACKAGES[*]}"
-  in_chroot "${r}" nice -n 19 env DEBIAN_FRONTEND=noninteractive \
-    apt-get install -y -q --no-install-recommends "${PACKAGES[@]}" >>"${logfile}" 2>&1 ||
-    { tail -30 "${logfile}" >&2; exit 1; }
+  debootstrap_root "${r}" "${SUITE}" "${MIRROR}" "${logfile}" "${PACKAGES[@]}"
   # kind's base files with the modes its Dockerfile gives them.
   base="${kind_src}/images/base/files"
   install -D -m 0755 -t "${r}/usr/local/bin" "${base}"/usr/local/bin/*

@@ -20,6 +20,8 @@ BIN_DIR="${CACHE_ROOT}/bin/containerd-${CONTAINERD_VERSION}"
 BINARIES=(containerd containerd-shim-runc-v2 ctr)
 
 log() { echo "node-bins: $*" >&2; }
+# shellcheck source=hack/lib/debian.sh
+source "$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/lib/debian.sh"
 
 # Debian's runc and CNI plugins, installed when missing and when this runs
 # as root (a fresh machine has neither; test/node skips with the reason
@@ -28,10 +30,7 @@ need=()
 [[ -x /usr/sbin/runc ]] || need+=(runc)
 [[ -x /usr/lib/cni/bridge ]] || need+=(containernetworking-plugins)
 if [[ ${#need[@]} -gt 0 && $(id -u) -eq 0 ]]; then
-  log "installing ${need[*]}"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get install -y -q --no-install-recommends "${need[@]}" >&2 ||
-    { apt-get update -q >&2 && apt-get install -y -q --no-install-recommends "${need[@]}" >&2; }
+  apt_install "${need[@]}"
 fi
 
 have_all() {

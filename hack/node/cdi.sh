@@ -53,6 +53,8 @@ TOOLS=(cdi-image-size-detection cdi-containerimage-server cdi-source-update-poll
 log() { echo "cdi: $*" >&2; }
 # shellcheck source=hack/lib/go-build-progress.sh
 source "$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/lib/go-build-progress.sh"
+# shellcheck source=hack/lib/debian.sh
+source "$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/lib/debian.sh"
 
 want_bin=false want_rootfs=false
 [[ $# -gt 0 ]] || set -- bin
@@ -120,15 +122,8 @@ fi
 ${want_rootfs} || exit 0
 
 [[ $(id -u) -eq 0 ]] || { log "the root file system needs root (debootstrap, chroot)"; exit 1; }
-if ! command -v debootstrap >/dev/null; then
-  log "installing debootstrap"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get install -y -q --no-install-recommends debootstrap >&2 ||
-    { apt-get update -q >&2 && apt-get install -y -q --no-install-recommends debootstrap >&2; }
-fi
+command -v debootstrap >/dev/null || apt_install debootstrap
 
-# shellcheck source=hack/lib/chroot.sh
-source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/../lib/chroot.sh"
 
 # --- the root file system, keyed by what goes into it (not by the CDI
 # version: the binaries are a separate layer).
@@ -141,14 +136,7 @@ if [[ ! -f "${rootfs}/.done" ]]; then
   r="${rootfs}.build/rootfs"
   logfile="${rootfs}.build/debootstrap.log"
   log "debootstrap ${SUITE} with qemu-utils and nbdkit (1.5 to 4 minutes)"
-  # Packages go in with apt-get after a minbase debootstrap: bookworm's
-  # debootstrap cannot --include trixie's dependencies (see kubevirt.sh).
-  nice -n 19 debootstrap --variant=minbase "${SUITE}" "${r}" "${MIRROR}" >"${logfile}" 2>&1 ||
-    { tail -30 "${logfile}" >&2; exit 1; }
-  log "debootstrap done in $((SECONDS - start))s; installing ${PACKAGES[*]}"
-  in_chroot "${r}" nice -n 19 env DEBIAN_FRONTEND=noninteractive \
-    apt-get install -y -q --no-install-recommends "${PACKAGES[@]}" >>"${logfile}" 2>&1 ||
-    { tail -30 "${logfile}" >&2; exit 1; }
+  debootstrap_root "${r}" "${SUITE}" "${MIRROR}" "${logfile}" "${PACKAGES[@]}"
   # What the importer runs must be there: a missing tool, plugin or filter
   # only shows at the first import otherwise. nbdkit loads the curl plugin
   # with every filter CDI names (pkg/image/nbdkit.go) and fails on one it

@@ -30,6 +30,8 @@ CACHE_ROOT="${KUBEVIRT_WORKERS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kubevirt-w
 BOOT_SIZE_MIB=64
 
 log() { echo "worker-containerdisk: $*" >&2; }
+# shellcheck source=hack/lib/debian.sh
+source "$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/lib/debian.sh"
 
 need=()
 command -v syslinux >/dev/null || need+=(syslinux)
@@ -39,12 +41,7 @@ command -v mkfs.vfat >/dev/null || need+=(dosfstools)
 command -v sfdisk >/dev/null || need+=(fdisk)
 command -v debugfs >/dev/null || need+=(e2fsprogs)
 command -v qemu-img >/dev/null || need+=(qemu-utils)
-if [[ ${#need[@]} -gt 0 ]]; then
-  log "installing ${need[*]}"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get install -y -q --no-install-recommends "${need[@]}" >&2 ||
-    { apt-get update -q >&2 && apt-get install -y -q --no-install-recommends "${need[@]}" >&2; }
-fi
+[[ ${#need[@]} -eq 0 ]] || apt_install "${need[@]}"
 
 disk=$("${REPO}/hack/worker-disk/build.sh")
 key=$( (basename "${disk}"; cat "${BASH_SOURCE[0]}") | sha256sum | cut -c1-16)

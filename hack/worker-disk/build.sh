@@ -28,6 +28,8 @@ PACKAGES=(
 )
 
 log() { echo "worker-disk: $*" >&2; }
+# shellcheck source=hack/lib/debian.sh
+source "$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/lib/debian.sh"
 
 [[ $(id -u) -eq 0 ]] || { log "must run as root (debootstrap and image file ownership)"; exit 1; }
 
@@ -39,12 +41,7 @@ command -v debootstrap >/dev/null || need+=(debootstrap)
 command -v mke2fs >/dev/null || need+=(e2fsprogs)
 command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86)
 command -v xorriso >/dev/null || need+=(xorriso)
-if [[ ${#need[@]} -gt 0 ]]; then
-  log "installing ${need[*]}"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get install -y -q --no-install-recommends "${need[@]}" >&2 ||
-    { apt-get update -q >&2 && apt-get install -y -q --no-install-recommends "${need[@]}" >&2; }
-fi
+[[ ${#need[@]} -eq 0 ]] || apt_install "${need[@]}"
 
 # The base root file system depends only on the suite and the package list.
 base_key=$(printf '%s\n' "${SUITE}" "${MIRROR}" "${PACKAGES[@]}" | sha256sum | cut -c1-16)
