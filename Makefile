@@ -71,12 +71,12 @@ tools-bins: ## Build every binary the tests use (apiserver, etcd, kubeadm, contr
 lint: ## Run go vet and golangci-lint with Cluster API's linters (.golangci.yml), also on test/qemu's qemu-tagged, test/node's node-tagged and test/kindnode's kind-tagged files.
 	go vet ./...
 	go vet -tags qemu ./test/qemu/
-	go vet -tags node ./test/node/...
+	go vet -tags node ./test/node/... ./test/kindnode/...
 	go vet -tags kind ./test/kindnode/...
 	golangci_lint=$$(hack/tool.sh golangci-lint); \
 		$$golangci_lint run ./... && \
 		$$golangci_lint run --build-tags qemu ./test/qemu/... && \
-		$$golangci_lint run --build-tags node ./test/node/... && \
+		$$golangci_lint run --build-tags node ./test/node/... ./test/kindnode/... && \
 		$$golangci_lint run --build-tags kind ./test/kindnode/...
 
 ##@ Sandbox
@@ -143,7 +143,7 @@ test-qemu: ## Real-guest scenarios under QEMU in the harness: join, replacement,
 	go test -tags qemu ./test/qemu/ -v -count=1 -timeout 45m
 
 .PHONY: test-kind
-test-kind: ## A kind cluster with kind's podman provider (root), from kind v0.33.0 and a node image built here (hack/kind/node-image.sh: kind's base files on a Debian root, containerd v2, the control-plane images from binaries built here); a Pod on it resolves and reaches the API server's Service (docs/testing.md, "kind with podman here").
+test-kind: ## A kind cluster with kind's podman provider (root), from kind v0.33.0 and a node image built here (hack/kind/node-image.sh: kind's base files on a Debian root, containerd v2, the control-plane images from binaries built here); a Pod on it resolves and reaches the API server's Service; KubeVirt v1.7.0 installed by virt-operator from images built here becomes Available (docs/testing.md, "kind with podman here").
 	go test -tags kind ./test/kindnode/ -v -count=1 -timeout 30m
 
 .PHONY: test-node

@@ -5,9 +5,10 @@
 # modules into a cache outside the checkout. Nothing is downloaded as a prebuilt binary: this machine and CI
 # reach only the Go module proxy.
 #
-# Usage: hack/tools-bins.sh [envtest|kubeadm|controller-manager|kubevirt|kubelet|scheduler|proxy|coredns|all]...
+# Usage: hack/tools-bins.sh [envtest|kubeadm|controller-manager|kubevirt|kubevirt-operator|kubelet|scheduler|proxy|coredns|all]...
 # (kubelet, scheduler, proxy and coredns are only for the real guests and
-# the real node, so `all` leaves them out.)
+# the real node, kubevirt-operator for the kind clusters, so `all` leaves
+# them out.)
 # Prints the cache directory on stdout. Reuses binaries already built.
 set -euo pipefail
 
@@ -174,6 +175,21 @@ build_kubevirt() {
   echo "${stamp}" >"${BIN_DIR}/kubevirt.stamp"
 }
 
+# build_kubevirt_operator builds virt-operator from the same module, for the
+# kind clusters of hack/kind (the other tiers run virt-api and
+# virt-controller without it).
+build_kubevirt_operator() {
+  local mod="${KUBEVIRT_MODULE}" stamp
+  stamp=$(cat "${mod}/go.mod" "${mod}/go.sum" <(go env GOVERSION) | sha256sum | cut -c1-16)
+  if [[ -x "${BIN_DIR}/virt-operator" && "$(cat "${BIN_DIR}/kubevirt-operator.stamp" 2>/dev/null)" == "${stamp}" ]]; then
+    return
+  fi
+  GOFLAGS=-mod=readonly CGO_ENABLED=0 go_build "${mod}" virt-operator kubevirt.io/kubevirt/cmd/virt-operator \
+    -trimpath -ldflags "-s -w" -o "${BIN_DIR}/virt-operator.tmp"
+  mv "${BIN_DIR}/virt-operator.tmp" "${BIN_DIR}/virt-operator"
+  echo "${stamp}" >"${BIN_DIR}/kubevirt-operator.stamp"
+}
+
 kubevirt_version() {
   awk '($1 == "kubevirt.io/kubevirt" && $2 ~ /^v/) { print $2; exit }' "$1/go.mod"
 }
@@ -186,7 +202,7 @@ record_versions() {
     [[ -x "${BIN_DIR}/virt-api" ]] && echo "kubevirt $(kubevirt_version "${KUBEVIRT_MODULE}")"
     [[ -x "${BIN_DIR}/coredns" ]] && echo "coredns ${COREDNS_VERSION}"
     for b in "${BIN_DIR}"/*; do
-      [[ -x "$b" ]] && echo "binary $(basename "$b")"
+      if [[ -x "$b" ]]; then echo "binary $(basename "$b")"; fi
     done
   } >"${BIN_DIR}/VERSIONS"
 }
@@ -199,6 +215,7 @@ for t in "${targets[@]}"; do
     kubeadm) build_kube kubeadm ;;
     controller-manager) build_kube kube-controller-manager ;;
     kubevirt) build_kubevirt ;;
+    kubevirt-operator) build_kubevirt_operator ;;
     kubelet) build_kube kubelet ;;
     scheduler) build_kube kube-scheduler ;;
     proxy) build_kube kube-proxy ;;

@@ -42,31 +42,33 @@ import (
 // default.
 const kubernetesVersion = "v1.36.3"
 
-// clusterScript runs hack/kind/cluster.sh, its log on the test's output.
-func clusterScript(t *testing.T, args ...string) error {
+// kindScript runs one of hack/kind's scripts, its log on the test's output.
+func kindScript(t *testing.T, script string, args ...string) error {
 	t.Helper()
-	cmd := exec.Command("bash", append([]string{filepath.Join(envtest.RepoRoot(), "hack", "kind", "cluster.sh")}, args...)...) //nolint:gosec,noctx // Our own script; it ends on its own.
+	cmd := exec.Command("bash", append([]string{filepath.Join(envtest.RepoRoot(), "hack", "kind", script)}, args...)...) //nolint:gosec,noctx // Our own script; it ends on its own.
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	return cmd.Run()
 }
 
-// TestKindClusterOnPodmanServesPods: a kind cluster of the node image built
-// here comes up with kind's podman provider, and a Pod on it resolves the
-// API server's Service through CoreDNS and reaches it through its
-// ClusterIP (kube-proxy) over the node's bridge network: what every
-// workload of test/e2e needs before KubeVirt is installed.
-func TestKindClusterOnPodmanServesPods(t *testing.T) {
+// TestKindClusterOnPodman: a kind cluster of the node image built here
+// comes up with kind's podman provider; a Pod on it resolves the API
+// server's Service through CoreDNS and reaches it through its ClusterIP
+// (kube-proxy) over the node's bridge network; and KubeVirt installed as
+// its release installs it (virt-operator, then a KubeVirt CR), from
+// images built here, becomes Available: what test/e2e needs before our
+// providers go in.
+func TestKindClusterOnPodman(t *testing.T) {
 	if os.Getuid() != 0 {
 		t.Skip("kind's podman provider runs rootful here: run as root")
 	}
 	name := fmt.Sprintf("kvw-kindnode-%d", time.Now().Unix()%100000)
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
 	start := time.Now()
-	if err := clusterScript(t, "create", name, kubeconfig); err != nil {
+	if err := kindScript(t, "cluster.sh", "create", name, kubeconfig); err != nil {
 		t.Fatalf("creating the cluster: %v", err)
 	}
 	t.Cleanup(func() {
-		if err := clusterScript(t, "delete", name); err != nil {
+		if err := kindScript(t, "cluster.sh", "delete", name); err != nil {
 			t.Errorf("deleting the cluster: %v", err)
 		}
 	})
@@ -80,12 +82,34 @@ func TestKindClusterOnPodmanServesPods(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Run("pods reach the API server's Service by name", func(t *testing.T) { podsReachServices(t, cs) })
+	t.Run("KubeVirt becomes Available", func(t *testing.T) {
+		start := time.Now()
+		// The script waits for the KubeVirt CR's Available condition.
+		if err := kindScript(t, "kubevirt.sh", name, kubeconfig); err != nil {
+			t.Fatalf("installing KubeVirt: %v", err)
+		}
+		t.Logf("KubeVirt installed and Available in %s", time.Since(start).Round(time.Second))
+		ds, err := cs.AppsV1().DaemonSets("kubevirt").Get(context.Background(), "virt-handler", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ds.Status.NumberReady != 1 {
+			t.Errorf("virt-handler Pods ready: %d, want the node's", ds.Status.NumberReady)
+		}
+	})
+}
+
+// podsReachServices runs a Pod that resolves the API server's Service
+// through CoreDNS and reaches /livez through its ClusterIP.
+func podsReachServices(t *testing.T, cs kubernetes.Interface) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 
 	// CoreDNS (kubeadm's Deployment, our image) is ready some seconds
 	// after the node: kind waits for the node alone.
-	err = wait.PollUntilContextCancel(ctx, 2*time.Second, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextCancel(ctx, 2*time.Second, true, func(ctx context.Context) (bool, error) {
 		d, err := cs.AppsV1().Deployments(metav1.NamespaceSystem).Get(ctx, "coredns", metav1.GetOptions{})
 		if err != nil {
 			return false, nil //nolint:nilerr // Not created yet, or the API server briefly busy.

@@ -126,3 +126,27 @@ containerdConfigPatches:
     restrict_oom_score_adj = true
 `, nil
 }
+
+// KubeVirtImages are virt-operator's, virt-api's and virt-controller's
+// images from the binaries in bin (hack/tools-bins.sh kubevirt and
+// kubevirt-operator), named as virt-operator names them for the
+// quay.io/kubevirt registry at version and laid out as KubeVirt's own are
+// (the binary in /usr/bin, user 1001: their Pods run as non-root; a
+// /tmp), written
+// to out. virt-handler's and virt-launcher's come from the real node's
+// build (test/node).
+func KubeVirtImages(bin, version, out string) []ociimage.Image {
+	names := []string{"virt-operator", "virt-api", "virt-controller"}
+	images := make([]ociimage.Image, 0, len(names))
+	for _, name := range names {
+		images = append(images, ociimage.Image{
+			Ref:        "quay.io/kubevirt/" + name + ":" + version,
+			Files:      map[string]string{"/usr/bin/" + name: filepath.Join(bin, name)},
+			Entrypoint: []string{"/usr/bin/" + name},
+			User:       "1001",
+			Tmp:        true,
+			Archive:    filepath.Join(out, name+"-"+version+".tar"),
+		})
+	}
+	return images
+}

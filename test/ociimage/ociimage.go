@@ -55,6 +55,10 @@ type Image struct {
 	// (permitted and effective, as setcap's "=ep"), such as
 	// "cap_net_bind_service".
 	Capabilities map[string][]string
+	// Tmp adds /tmp (mode 1777) to the files' layer: programs that write
+	// temporary files need it, and an image of static binaries alone has
+	// none (virt-api stats it at start).
+	Tmp bool
 	// Entrypoint is the image's entrypoint.
 	Entrypoint []string
 	// User is the user the image runs as when a Pod does not say ("1001"
@@ -303,6 +307,11 @@ func (img Image) tarFiles(tw *tar.Writer) error {
 		}
 	}
 	sort.Strings(paths)
+	if img.Tmp {
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: "tmp/", Mode: 0o1777, ModTime: time.Unix(0, 0)}); err != nil {
+			return err
+		}
+	}
 	dirs := map[string]bool{}
 	for _, p := range paths {
 		var parents []string

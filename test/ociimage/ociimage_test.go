@@ -29,6 +29,28 @@ import (
 	"testing"
 )
 
+// layerModes reads a layer's entries and their modes.
+func layerModes(t *testing.T, file string) map[string]int64 {
+	t.Helper()
+	f, err := os.Open(file) //nolint:gosec // The test's own layer.
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = f.Close() }()
+	modes := map[string]int64{}
+	tr := tar.NewReader(f)
+	for {
+		hdr, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return modes
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		modes[hdr.Name] = hdr.Mode
+	}
+}
+
 // archiveEntries reads every regular file of an archive.
 func archiveEntries(t *testing.T, file string) map[string][]byte {
 	t.Helper()
@@ -64,7 +86,7 @@ func TestArchiveIsAnOCILayoutWhoseBlobsMatchTheirDigests(t *testing.T) {
 	if err := os.WriteFile(bin, []byte("#!/bin/sh\necho hello\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	img := Image{Ref: "kvw.local/hello:v1", Files: map[string]string{"/hello": bin}, Entrypoint: []string{"/hello"}, User: "1001"}
+	img := Image{Ref: "kvw.local/hello:v1", Files: map[string]string{"/hello": bin}, Entrypoint: []string{"/hello"}, User: "1001", Tmp: true}
 	archive := filepath.Join(dir, "hello.tar")
 	if err := img.WriteArchive(archive); err != nil {
 		t.Fatal(err)
@@ -100,6 +122,14 @@ func TestArchiveIsAnOCILayoutWhoseBlobsMatchTheirDigests(t *testing.T) {
 	}
 	if len(manifest.Layers) != 1 {
 		t.Fatalf("layers: %+v", manifest.Layers)
+	}
+	layer := filepath.Join(dir, "layer.tar")
+	if err := os.WriteFile(layer, entries["blobs/sha256/"+strings.TrimPrefix(manifest.Layers[0].Digest, "sha256:")], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	modes := layerModes(t, layer)
+	if modes["tmp/"] != 0o1777 || modes["hello"] != 0o755 {
+		t.Errorf("layer entries and modes: %v", modes)
 	}
 	var config struct {
 		Config struct {

@@ -10,7 +10,11 @@
 //     PriorityClass, and the common cluster instancetypes and preferences;
 //     and virt-handler's DaemonSet (virt-handler.yaml), for the real node of
 //     test/node, with the images named as virt-operator names them for the
-//     quay.io/kubevirt registry at this version.
+//     quay.io/kubevirt registry at this version;
+//   - -operator: virt-operator's own manifest, what KubeVirt's release
+//     kubevirt-operator.yaml holds (its namespace, the KubeVirt CRD, the
+//     PriorityClass, the operator's RBAC and Deployment, for the
+//     quay.io/kubevirt registry at this version), which hack/kind applies.
 //
 // It lives in its own module because kubevirt.io/kubevirt pins older k8s.io
 // modules through replace directives that the main module cannot share; the
@@ -27,12 +31,15 @@ import (
 	"runtime/debug"
 	"sort"
 
+	corev1 "k8s.io/api/core/v1"
 	extv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	v1 "kubevirt.io/api/core/v1"
 	"kubevirt.io/kubevirt/pkg/virt-operator/resource/generate/components"
 	"kubevirt.io/kubevirt/pkg/virt-operator/resource/generate/install"
+	"kubevirt.io/kubevirt/pkg/virt-operator/resource/generate/rbac"
 	operatorutil "kubevirt.io/kubevirt/pkg/virt-operator/util"
 	"sigs.k8s.io/yaml"
 )
@@ -46,9 +53,17 @@ const (
 func main() {
 	crds := flag.String("crds", "", "directory to write the CRD files into")
 	installDir := flag.String("install", "", "directory to write the control plane's install manifests into")
+	operator := flag.String("operator", "", "file to write virt-operator's manifest into (alone)")
 	flag.Parse()
+	if *operator != "" {
+		if err := writeOperator(*operator); err != nil {
+			fmt.Fprintf(os.Stderr, "kubevirt-manifests: %v\n", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *crds == "" || *installDir == "" {
-		fmt.Fprintln(os.Stderr, "kubevirt-manifests: -crds and -install are required")
+		fmt.Fprintln(os.Stderr, "kubevirt-manifests: -crds and -install, or -operator, are required")
 		os.Exit(2)
 	}
 	if err := run(*crds, *installDir); err != nil {
@@ -157,6 +172,35 @@ func run(crdDir, installDir string) error {
 	return nil
 }
 
+// writeOperator writes virt-operator's manifest as KubeVirt's release
+// templates it (manifests/release/kubevirt-operator.yaml.in): the namespace
+// privileged for virt-handler, the KubeVirt CRD, the PriorityClass, the
+// operator's RBAC, and its Deployment naming the quay.io/kubevirt images of
+// this version, from which virt-operator names every other image.
+func writeOperator(file string) error {
+	version, err := sourceVersion()
+	if err != nil {
+		return err
+	}
+	kubevirtCRD, err := components.NewKubeVirtCrd()
+	if err != nil {
+		return err
+	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace, Labels: map[string]string{
+		"kubevirt.io":                        "",
+		"pod-security.kubernetes.io/enforce": "privileged",
+	}}}
+	objs := []any{
+		withKind(ns, schema.GroupVersionKind{Version: "v1", Kind: "Namespace"}),
+		withKind(kubevirtCRD, extv1.SchemeGroupVersion.WithKind("CustomResourceDefinition")),
+		withKind(components.NewKubeVirtPriorityClassCR(), schema.GroupVersionKind{Group: "scheduling.k8s.io", Version: "v1", Kind: "PriorityClass"}),
+	}
+	objs = append(objs, rbac.GetAllOperator(namespace)...)
+	objs = append(objs, components.NewOperatorDeployment(namespace, "quay.io/kubevirt", "", version, "2",
+		"", "", "", "", "", "", "", "", "", "", "", "", "", corev1.PullIfNotPresent))
+	return write(file, version, "virt-operator's release manifest", objs)
+}
+
 func rbacKind(kind string) schema.GroupVersionKind {
 	return schema.GroupVersionKind{Group: "rbac.authorization.k8s.io", Version: "v1", Kind: kind}
 }
@@ -227,5 +271,9 @@ func sortKey(obj map[string]any) string {
 	ns, _ := meta["namespace"].(string)
 	name, _ := meta["name"].(string)
 	kind, _ := obj["kind"].(string)
+	if kind == "Namespace" {
+		// First, so that what is in it can be applied after it.
+		kind = " " + kind
+	}
 	return kind + "/" + ns + "/" + name
 }
