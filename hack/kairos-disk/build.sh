@@ -30,8 +30,8 @@
 # Usage: hack/kairos-disk/build.sh [bins|base|root]
 # `bins` only builds the three binaries, `base` only the debootstrap root
 # (they can run at the same time), `root` stops after kairos-init.
-# Otherwise it prints the directory holding disk.img, vmlinuz, initrd and
-# cmdline. Everything is cached under
+# Otherwise it prints the directory holding disk.img, vmlinuz, initrd.img
+# and cmdline (the names test/qemu's Disk reads). Everything is cached under
 # ${KUBEVIRT_WORKERS_CACHE:-~/.cache/kubevirt-workers}/kairos-disk, keyed by
 # its inputs. Needs root (debootstrap, chroot, file ownership in the images).
 set -euo pipefail
@@ -143,14 +143,14 @@ fi
 # --- 2. kairos-init on the Debian root, then the worker's binaries ---------
 k8s=$("${REPO}/hack/tools-bins.sh" kubelet kubeadm)
 # Files of the Debian test disk the worker needs as well: containerd with
-# systemd cgroups, the bridge CNI configuration, br_netfilter, overlay and
-# ip_forward (the Kairos core image sets none of them), the kubelet unit and
-# kubeadm's drop-in, and the journal on the second serial port.
+# systemd cgroups, the bridge CNI configuration, the kubelet unit and
+# kubeadm's drop-in, and the journal on the second serial port. Not its
+# modules-load.d and sysctl.d files: the Kairos core image loads neither
+# br_netfilter nor overlay and leaves ip_forward off, and it is the
+# bootstrap provider's rendering that must set them, as on a real image.
 WORKER_FILES=(
   etc/containerd/config.toml
   etc/cni/net.d/10-bridge.conflist
-  etc/modules-load.d/kubernetes.conf
-  etc/sysctl.d/90-kubernetes.conf
   etc/systemd/system/kubelet.service
   etc/systemd/system/kubelet.service.d/10-kubeadm.conf
   etc/systemd/journald.conf.d/debug-serial.conf
@@ -233,6 +233,10 @@ cp -a "${root}/rootfs" "${rootfs}"
 # /usr/local is where Kairos mounts COS_PERSISTENT, hiding whatever the image
 # has there: the binaries go to /usr/bin and the units name that path.
 install -m 0755 "${k8s}/kubelet" "${k8s}/kubeadm" "${rootfs}/usr/bin/"
+# A converted root cached by this script before it was cached apart
+# (b9e9345) also holds the worker files of that time, among them the
+# modules-load.d and sysctl.d files the disk must not have (see above).
+rm -f "${rootfs}/etc/modules-load.d/kubernetes.conf" "${rootfs}/etc/sysctl.d/90-kubernetes.conf"
 for f in "${WORKER_FILES[@]}"; do
   install -D -o root -g root -m 0644 "${REPO}/hack/worker-disk/rootfs/${f}" "${rootfs}/${f}"
 done
@@ -249,7 +253,7 @@ ln -sf ../run/systemd/resolve/stub-resolv.conf "${rootfs}/etc/resolv.conf"
 kernel=$(readlink "${rootfs}/boot/vmlinuz" || echo /boot/vmlinuz)
 [[ "${kernel}" == /* ]] || kernel="/boot/${kernel}"
 cp "${rootfs}${kernel}" "${out}/vmlinuz"
-cp "${rootfs}/boot/initrd" "${out}/initrd"
+cp "${rootfs}/boot/initrd" "${out}/initrd.img"
 
 # --- 3. the disk ---------------------------------------------------------------
 # The active image: ext4 labelled COS_ACTIVE, which immucore loop-mounts
