@@ -140,6 +140,14 @@ worker-disk: ## Build the Debian worker test disk (debootstrap, kubelet/kubeadm/
 test-qemu: ## Real-guest scenarios under QEMU in the harness: join, replacement, scale from zero, failed joins (14m39s on 2026-12-03; QEMU_ARTIFACTS=<dir> keeps guest logs; docs/real-guests.md).
 	go test -tags qemu ./test/qemu/ -v -count=1 -timeout 45m
 
+.PHONY: kairos-disk
+kairos-disk: ## Build the Kairos worker disk from Kairos's components (kairos-init, kairos-agent, immucore from Go modules; Debian packages) into the cache; over an hour the first time (docs/real-guests.md).
+	hack/kairos-disk/build.sh
+
+.PHONY: test-qemu-kairos
+test-qemu-kairos: ## The QEMU tier's Kairos scenario alone: a pool machine boots the Kairos disk and joins with the Stages rendering (QEMU_KAIROS_DISK=1; builds the disk first; docs/real-guests.md).
+	QEMU_KAIROS_DISK=1 go test -tags qemu ./test/qemu/ -v -count=1 -timeout 45m -run 'TestKairosDiskJoins'
+
 .PHONY: test-node
 test-node: ## A real node on this machine (root): containerd v2 (built from the Go module proxy), Debian's runc and CNI plugins and the kubelet register with an envtest apiserver and run a Pod from an image built here; a node with kube-proxy and CoreDNS resolves a Service's name and reaches it through its ClusterIP; then KubeVirt's node side on it (virt-handler, virt-launcher, libvirt and QEMU images built by hack/node/kubevirt.sh); then a Kairos pool machine joins through virt-launcher from the worker disk as a container disk (hack/node/worker-containerdisk.sh), with a NoCloud and a ConfigDrive seed, a VM whose preference asks for SCSI disks boots from sda, a machine whose QEMU or launcher Pod is killed is remediated by the MachineHealthCheck, a pool scaled from zero boots from a claim the CDI stand-in imported into a local volume, and so does one on real CDI (cdi-controller v1.65.0 built by hack/node/cdi.sh, its importer, upload server and cloner Pods on the node; a first HTTP import over TLS alone too), and a drain under eviction strategy External ends and the machine is replaced; Stop leaves nothing (NODE_RUN=<regexp> picks scenarios; NODE_ARTIFACTS=<dir> keeps the logs; docs/testing.md).
 	hack/node/bins.sh >/dev/null
