@@ -155,9 +155,10 @@ WORKER_FILES=(
   etc/systemd/system/kubelet.service.d/10-kubeadm.conf
   etc/systemd/journald.conf.d/debug-serial.conf
 )
-# The converted root (the long part: about 40 minutes on two busy cores,
-# three dracut runs) is cached on its own, keyed by the base, the binaries
-# and the version, so that a change to what follows does not redo it.
+# The converted root (the long part: about a quarter of an hour on two
+# busy cores, most of it the base packages and kairos-init's dracut run)
+# is cached on its own, keyed by the base, the binaries and the version,
+# so that a change to what follows does not redo it.
 root_key=$(echo "${base_key}" "${bins_key}" "${KAIROS_VERSION}" | sha256sum | cut -c1-16)
 root="${CACHE}/root-${root_key}"
 # A run that was killed may have left the chroot's mounts behind: detach
@@ -200,8 +201,23 @@ if [[ ! -f "${root}/.done" ]]; then
   install -m 0755 "${bins}/kairos-init" "${rootfs}/kairos-init"
   start=${SECONDS}
   log "kairos-init ${INIT_VERSION} in the chroot: Kairos's packages, the kernel, dracut and the initramfs (log: ${root}/kairos-init.log)"
-  if ! chroot "${rootfs}" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin DEBIAN_FRONTEND=noninteractive \
-    nice -n 19 /kairos-init --version "${KAIROS_VERSION}" >"${root}/kairos-init.log" 2>&1; then
+  # INITRD=No makes Debian's kernel hook (/etc/kernel/postinst.d/dracut)
+  # skip the initramfs it builds for each kernel install and update; that
+  # one is thrown away anyway (kairos-init removes every initrd, then
+  # builds /boot/initrd with immucore's module).
+  chroot "${rootfs}" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin DEBIAN_FRONTEND=noninteractive INITRD=No \
+    nice -n 19 /kairos-init --version "${KAIROS_VERSION}" >"${root}/kairos-init.log" 2>&1 &
+  init_pid=$!
+  # A progress line a minute: the stage kairos-init is in and the last
+  # step it started (its log colours stripped).
+  while kill -0 "${init_pid}" 2>/dev/null; do
+    sleep 60
+    kill -0 "${init_pid}" 2>/dev/null || break
+    stage=$(sed 's/\x1b\[[0-9;]*m//g' "${root}/kairos-init.log" | grep -o 'Running stage: [^ ]*' | tail -1 || true)
+    step=$(sed 's/\x1b\[[0-9;]*m//g' "${root}/kairos-init.log" | grep -o "Processing stage step '[^']*'" | tail -1 || true)
+    log "kairos-init: $((SECONDS - start))s, ${stage:-starting}${step:+, ${step}}"
+  done
+  if ! wait "${init_pid}"; then
     tail -40 "${root}/kairos-init.log" >&2
     log "kairos-init failed after $((SECONDS - start))s"
     exit 1
