@@ -142,6 +142,14 @@ worker-disk: ## Build the Debian worker test disk (debootstrap, kubelet/kubeadm/
 test-qemu: ## Real-guest scenarios under QEMU in the harness: join, replacement, scale from zero, failed joins (14m39s on 2026-12-03; QEMU_ARTIFACTS=<dir> keeps guest logs; docs/real-guests.md).
 	go test -tags qemu ./test/qemu/ -v -count=1 -timeout 45m
 
+.PHONY: kairos-disk
+kairos-disk: ## Build the Kairos worker disk from Kairos's components (kairos-init, kairos-agent, immucore from Go modules; Debian packages) into the cache; over an hour the first time (docs/real-guests.md).
+	hack/kairos-disk/build.sh
+
+.PHONY: test-qemu-kairos
+test-qemu-kairos: ## The QEMU tier's Kairos scenario alone: a pool machine boots the Kairos disk and joins with the Stages rendering (QEMU_KAIROS_DISK=1; builds the disk first; docs/real-guests.md).
+	QEMU_KAIROS_DISK=1 go test -tags qemu ./test/qemu/ -v -count=1 -timeout 45m -run 'TestKairosDiskJoins'
+
 .PHONY: test-kind
 test-kind: ## A kind cluster with kind's podman provider (root), from kind v0.33.0 and a node image built here (hack/kind/node-image.sh: kind's base files on a Debian root, containerd v2, the control-plane images from binaries built here); a Pod on it resolves and reaches the API server's Service; KubeVirt v1.7.0 installed by virt-operator from images built here becomes Available (docs/testing.md, "kind with podman here").
 	go test -tags kind ./test/kindnode/ -v -count=1 -timeout 30m

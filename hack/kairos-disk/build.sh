@@ -30,8 +30,8 @@
 # Usage: hack/kairos-disk/build.sh [bins|base|root]
 # `bins` only builds the three binaries, `base` only the debootstrap root
 # (they can run at the same time), `root` stops after kairos-init.
-# Otherwise it prints the directory holding disk.img, vmlinuz, initrd and
-# cmdline. Everything is cached under
+# Otherwise it prints the directory holding disk.img, vmlinuz, initrd.img
+# and cmdline (the names test/qemu's Disk reads). Everything is cached under
 # ${KUBEVIRT_WORKERS_CACHE:-~/.cache/kubevirt-workers}/kairos-disk, keyed by
 # its inputs. Needs root (debootstrap, chroot, file ownership in the images).
 set -euo pipefail
@@ -143,21 +143,22 @@ fi
 # --- 2. kairos-init on the Debian root, then the worker's binaries ---------
 k8s=$("${REPO}/hack/tools-bins.sh" kubelet kubeadm)
 # Files of the Debian test disk the worker needs as well: containerd with
-# systemd cgroups, the bridge CNI configuration, br_netfilter, overlay and
-# ip_forward (the Kairos core image sets none of them), the kubelet unit and
-# kubeadm's drop-in, and the journal on the second serial port.
+# systemd cgroups, the bridge CNI configuration, the kubelet unit and
+# kubeadm's drop-in, and the journal on the second serial port. Not its
+# modules-load.d and sysctl.d files: the Kairos core image loads neither
+# br_netfilter nor overlay and leaves ip_forward off, and it is the
+# bootstrap provider's rendering that must set them, as on a real image.
 WORKER_FILES=(
   etc/containerd/config.toml
   etc/cni/net.d/10-bridge.conflist
-  etc/modules-load.d/kubernetes.conf
-  etc/sysctl.d/90-kubernetes.conf
   etc/systemd/system/kubelet.service
   etc/systemd/system/kubelet.service.d/10-kubeadm.conf
   etc/systemd/journald.conf.d/debug-serial.conf
 )
-# The converted root (the long part: about 40 minutes on two busy cores,
-# three dracut runs) is cached on its own, keyed by the base, the binaries
-# and the version, so that a change to what follows does not redo it.
+# The converted root (the long part: about a quarter of an hour on two
+# busy cores, most of it the base packages and kairos-init's dracut run)
+# is cached on its own, keyed by the base, the binaries and the version,
+# so that a change to what follows does not redo it.
 root_key=$(echo "${base_key}" "${bins_key}" "${KAIROS_VERSION}" | sha256sum | cut -c1-16)
 root="${CACHE}/root-${root_key}"
 # A run that was killed may have left the chroot's mounts behind: detach
@@ -200,8 +201,23 @@ if [[ ! -f "${root}/.done" ]]; then
   install -m 0755 "${bins}/kairos-init" "${rootfs}/kairos-init"
   start=${SECONDS}
   log "kairos-init ${INIT_VERSION} in the chroot: Kairos's packages, the kernel, dracut and the initramfs (log: ${root}/kairos-init.log)"
-  if ! chroot "${rootfs}" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin DEBIAN_FRONTEND=noninteractive \
-    nice -n 19 /kairos-init --version "${KAIROS_VERSION}" >"${root}/kairos-init.log" 2>&1; then
+  # INITRD=No makes Debian's kernel hook (/etc/kernel/postinst.d/dracut)
+  # skip the initramfs it builds for each kernel install and update; that
+  # one is thrown away anyway (kairos-init removes every initrd, then
+  # builds /boot/initrd with immucore's module).
+  chroot "${rootfs}" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin DEBIAN_FRONTEND=noninteractive INITRD=No \
+    nice -n 19 /kairos-init --version "${KAIROS_VERSION}" >"${root}/kairos-init.log" 2>&1 &
+  init_pid=$!
+  # A progress line a minute: the stage kairos-init is in and the last
+  # step it started (its log colours stripped).
+  while kill -0 "${init_pid}" 2>/dev/null; do
+    sleep 60
+    kill -0 "${init_pid}" 2>/dev/null || break
+    stage=$(sed 's/\x1b\[[0-9;]*m//g' "${root}/kairos-init.log" | grep -o 'Running stage: [^ ]*' | tail -1 || true)
+    step=$(sed 's/\x1b\[[0-9;]*m//g' "${root}/kairos-init.log" | grep -o "Processing stage step '[^']*'" | tail -1 || true)
+    log "kairos-init: $((SECONDS - start))s, ${stage:-starting}${step:+, ${step}}"
+  done
+  if ! wait "${init_pid}"; then
     tail -40 "${root}/kairos-init.log" >&2
     log "kairos-init failed after $((SECONDS - start))s"
     exit 1
@@ -233,6 +249,10 @@ cp -a "${root}/rootfs" "${rootfs}"
 # /usr/local is where Kairos mounts COS_PERSISTENT, hiding whatever the image
 # has there: the binaries go to /usr/bin and the units name that path.
 install -m 0755 "${k8s}/kubelet" "${k8s}/kubeadm" "${rootfs}/usr/bin/"
+# A converted root cached by this script before it was cached apart
+# (b9e9345) also holds the worker files of that time, among them the
+# modules-load.d and sysctl.d files the disk must not have (see above).
+rm -f "${rootfs}/etc/modules-load.d/kubernetes.conf" "${rootfs}/etc/sysctl.d/90-kubernetes.conf"
 for f in "${WORKER_FILES[@]}"; do
   install -D -o root -g root -m 0644 "${REPO}/hack/worker-disk/rootfs/${f}" "${rootfs}/${f}"
 done
@@ -249,7 +269,7 @@ ln -sf ../run/systemd/resolve/stub-resolv.conf "${rootfs}/etc/resolv.conf"
 kernel=$(readlink "${rootfs}/boot/vmlinuz" || echo /boot/vmlinuz)
 [[ "${kernel}" == /* ]] || kernel="/boot/${kernel}"
 cp "${rootfs}${kernel}" "${out}/vmlinuz"
-cp "${rootfs}/boot/initrd" "${out}/initrd"
+cp "${rootfs}/boot/initrd" "${out}/initrd.img"
 
 # --- 3. the disk ---------------------------------------------------------------
 # The active image: ext4 labelled COS_ACTIVE, which immucore loop-mounts

@@ -210,13 +210,19 @@ func recordJoins(t *testing.T, scenario string, ms []clusterv1.Machine) {
 			}
 		}
 		j := guestJoin{
-			scenario: scenario, vm: guest.VM.Name, seed: guest.Seed, imported: guest.RootImage != disk.Image(),
+			scenario: scenario, vm: guest.VM.Name, seed: guest.Seed, imported: !containerDiskImage(guest.RootImage),
 			registered: node.CreationTimestamp.Sub(guest.Started), ready: ready.Sub(guest.Started),
 		}
 		timings.addJoin(j)
 		t.Logf("timing: guest %s (%s) registered its Node %s and was Ready %s after QEMU started",
 			j.vm, j.source(), j.registered.Round(time.Second), j.ready.Round(time.Second))
 	}
+}
+
+// containerDiskImage reports whether a guest's root image is one of the
+// suite's container disks rather than an imported volume.
+func containerDiskImage(path string) bool {
+	return path == disk.Image() || (kairosDisk != nil && path == kairosDisk.Image())
 }
 
 // describe summarizes the pool for failure messages: Machines with the

@@ -143,7 +143,7 @@ func StartVM(ctx context.Context, opts VMOptions) (*VM, error) {
 		"-nodefaults", "-display", "none", "-no-reboot",
 		"-kernel", opts.Disk.Kernel(),
 		"-initrd", opts.Disk.Initrd(),
-		"-append", strings.Join(append([]string{"root=" + rootDevice, "rw", "console=ttyS0", "panic=-1"}, opts.KernelArgs...), " "),
+		"-append", strings.Join(kernelArgs(opts, rootDevice), " "),
 	}, rootArgs, []string{
 		// The seed's file system is found by its label, on any bus.
 		"-drive", "file=" + seed + ",format=raw,if=virtio,readonly=on",
@@ -178,6 +178,20 @@ func (vm *VM) Journal() string { return process.Tail(vm.DebugLog, 16<<10) }
 
 // Console returns the end of the guest's console (first serial port).
 func (vm *VM) Console() string { return process.Tail(vm.ConsoleLog, 8<<10) }
+
+// kernelArgs is the guest's kernel command line: the root device, or the
+// disk's own command line (a Kairos disk finds its partitions by label),
+// then the serial console, panic=-1 (after the disk's own panic=, so that
+// a panicking guest reboots at once, which ends QEMU: -no-reboot) and the
+// scenario's arguments.
+func kernelArgs(opts VMOptions, rootDevice string) []string {
+	args := []string{"root=" + rootDevice, "rw"}
+	if len(opts.Disk.Cmdline) > 0 {
+		args = slices.Clone(opts.Disk.Cmdline)
+	}
+	args = append(args, "console=ttyS0", "panic=-1")
+	return append(args, opts.KernelArgs...)
+}
 
 // rootDiskArgs attaches the root drive on a KubeVirt disk bus and returns
 // the guest's device for it: the first disk of its kind, since the seed is

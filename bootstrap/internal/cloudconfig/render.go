@@ -65,11 +65,26 @@ const (
 	UninitializedTaintKey = "node.cluster.x-k8s.io/uninitialized"
 )
 
+// What a Kubernetes node needs from the kernel and a Kairos core image does
+// not set (Kairos's kubeadm provider sets them itself): the container
+// runtime's overlay file system, bridged traffic through iptables, and IPv4
+// forwarding, which kubeadm's preflight checks.
+var (
+	nodeKernelModules = []string{"overlay", "br_netfilter"}
+	nodeSysctls       = map[string]string{
+		"net.ipv4.ip_forward":                 "1",
+		"net.bridge.bridge-nf-call-iptables":  "1",
+		"net.bridge.bridge-nf-call-ip6tables": "1",
+	}
+)
+
 // Stage names, stable so that tests and operators can find them.
 const (
 	StageSetHostname       = "Set the hostname to the machine name"
 	StageAuthorizeSSHKey   = "Authorize the SSH key for the kairos user"
 	StageWriteFiles        = "Write the extra files"
+	StageLoadModules       = "Load the kernel modules the node needs"
+	StageSetSysctls        = "Set the sysctls the node needs"
 	StageWriteJoinConfig   = "Write the kubeadm join configuration"
 	StageJoin              = "Join the cluster with kubeadm"
 	StageReportSuccess     = "Report bootstrap success"
@@ -168,6 +183,12 @@ func Render(in Input) ([]byte, error) {
 		}
 		notJoined := fmt.Sprintf("[ ! -f %s ]", KubeletKubeconfigPath)
 		doc.Stages["network"] = []stage{
+			// On every boot, before the join: a joined node's kubelet and
+			// pods need them as much as kubeadm does. Two steps because yip
+			// applies a step's sysctls before its modules, and the bridge
+			// sysctls exist only once br_netfilter is loaded.
+			{Name: StageLoadModules, Modules: nodeKernelModules},
+			{Name: StageSetSysctls, Sysctl: nodeSysctls},
 			{
 				Name:  StageWriteJoinConfig,
 				If:    notJoined,
@@ -468,13 +489,15 @@ type providerConfig struct {
 
 // stage mirrors the subset of yip's stage schema that is rendered.
 type stage struct {
-	Name      string          `yaml:"name"`
-	If        string          `yaml:"if,omitempty"`
-	Hostname  string          `yaml:"hostname,omitempty"`
-	Users     map[string]user `yaml:"users,omitempty"`
-	Files     []file          `yaml:"files,omitempty"`
-	Systemctl *systemctl      `yaml:"systemctl,omitempty"`
-	Commands  []string        `yaml:"commands,omitempty"`
+	Name      string            `yaml:"name"`
+	If        string            `yaml:"if,omitempty"`
+	Hostname  string            `yaml:"hostname,omitempty"`
+	Users     map[string]user   `yaml:"users,omitempty"`
+	Files     []file            `yaml:"files,omitempty"`
+	Modules   []string          `yaml:"modules,omitempty"`
+	Sysctl    map[string]string `yaml:"sysctl,omitempty"`
+	Systemctl *systemctl        `yaml:"systemctl,omitempty"`
+	Commands  []string          `yaml:"commands,omitempty"`
 }
 
 type user struct {

@@ -18,6 +18,7 @@ package cloudconfig
 
 import (
 	"bytes"
+	"fmt"
 	"reflect"
 	"sort"
 	"strings"
@@ -58,7 +59,7 @@ func checkStructure(t *testing.T, in Input, out []byte) {
 		want["network.after"] = []string{StageReportSuccess}
 		want["reconcile"] = []string{StageReportSuccess}
 	} else {
-		want["network"] = []string{StageWriteJoinConfig, StageJoin, StageReportSuccess}
+		want["network"] = []string{StageLoadModules, StageSetSysctls, StageWriteJoinConfig, StageJoin, StageReportSuccess}
 	}
 	if got := p.stageNames(); !reflect.DeepEqual(got, want) {
 		t.Fatalf("stages = %v, want %v", got, want)
@@ -168,6 +169,52 @@ func TestRenderStructure(t *testing.T) {
 			}
 			checkStructure(t, in, out)
 		})
+	}
+}
+
+// TestStagesJoinPreparesTheKernel checks that a Stages join loads overlay
+// and br_netfilter and turns on forwarding and bridged iptables, on every
+// boot and before kubeadm runs: a Kairos core image sets none of them (the
+// Debian test disk shipped them, which hid their absence), and kubeadm's
+// preflight fails without IPv4 forwarding.
+func TestStagesJoinPreparesTheKernel(t *testing.T) {
+	out, err := Render(minimalInput())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := parse(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	index := map[string]int{}
+	for i, name := range p.stageNames()["network"] {
+		index[name] = i
+	}
+	for _, name := range []string{StageLoadModules, StageSetSysctls, StageJoin} {
+		if _, ok := index[name]; !ok {
+			t.Fatalf("no step %q in the network stage:\n%s", name, out)
+		}
+	}
+	if index[StageLoadModules] >= index[StageSetSysctls] || index[StageSetSysctls] >= index[StageJoin] {
+		t.Errorf("network steps in order %v; the modules must load before the sysctls are set, both before the join", p.stageNames()["network"])
+	}
+	for _, name := range []string{StageLoadModules, StageSetSysctls} {
+		if cond, ok := p.step("network", name)["if"]; ok {
+			t.Errorf("step %q runs only if %v; it must run on every boot", name, cond)
+		}
+	}
+	modules, _ := p.step("network", StageLoadModules)["modules"].([]any)
+	if got := fmt.Sprint(modules); got != "[overlay br_netfilter]" {
+		t.Errorf("modules = %s, want [overlay br_netfilter]", got)
+	}
+	sysctls, _ := p.step("network", StageSetSysctls)["sysctl"].(map[string]any)
+	want := map[string]any{
+		"net.ipv4.ip_forward":                 "1",
+		"net.bridge.bridge-nf-call-iptables":  "1",
+		"net.bridge.bridge-nf-call-ip6tables": "1",
+	}
+	if !reflect.DeepEqual(sysctls, want) {
+		t.Errorf("sysctl = %v, want %v", sysctls, want)
 	}
 }
 
