@@ -53,7 +53,9 @@ import (
 // and creates it once more (attempt 2), and after the second failure
 // leaves it for an operator. Throughout, each Machine waits for its
 // template's import: its KubeVirtMachine reports ImageImportFailed with
-// CDI's words, Unknown and never False (a new Machine would wait for the
+// CDI's words (kept on the DataVolume: CDI has them only while its
+// importer is down), one message however often CDI restarts the
+// importer, Unknown and never False (a new Machine would wait for the
 // same import), so the MachineHealthCheck, whose infrastructure failure
 // timeout is short here and which may remediate the whole pool, never
 // marks it unhealthy and the Machine is never replaced. No Machine
@@ -153,7 +155,9 @@ func TestFailingImportOnRealCDI(t *testing.T) {
 			t.Fatalf("pool %s: Machine %s (%s) replaced, deleted or marked for remediation while it waited for a failing import: %+v", s.p.Name, m.Name, m.UID, m.Status.Conditions)
 		}
 		dv := &cdiv1.DataVolume{}
+		kept := ""
 		if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: s.shared}, dv); err == nil {
+			kept = dv.Annotations[vmspec.ImportFailureAnnotation]
 			if _, seen := s.attempts[dv.UID]; !seen {
 				s.attempts[dv.UID] = dv.Annotations[vmspec.ImportAttemptAnnotation]
 			}
@@ -179,6 +183,14 @@ func TestFailingImportOnRealCDI(t *testing.T) {
 		}
 		if s.failed == 0 {
 			s.failed = time.Since(t0)
+		}
+		// CDI's words, kept on the DataVolume once seen, stay in the
+		// message while CDI's importer keeps restarting.
+		if kept == "" || !strings.Contains(cond.Message, ": "+kept+"; ") {
+			return false, fmt.Sprintf("pool %s: KubeVirtMachine %s says %q; CDI's words kept on the shared import: %q", s.p.Name, kvm.Name, cond.Message, kept)
+		}
+		if s.message != "" && cond.Message != s.message {
+			t.Errorf("pool %s: the failed import's message changed from %q to %q", s.p.Name, s.message, cond.Message)
 		}
 		s.message = cond.Message
 		infra := conditions.Get(&m, clusterv1.MachineInfrastructureReadyCondition)
