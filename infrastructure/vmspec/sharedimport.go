@@ -42,6 +42,11 @@ const (
 	// ImportAttemptAnnotation counts the shared import's attempts: a
 	// failed first attempt is imported once more.
 	ImportAttemptAnnotation = "infrastructure.cozystack.io/import-attempt"
+	// ImportFailureAnnotation keeps CDI's words on a shared import's last
+	// failure. Real CDI restarts a failing importer for good and has them
+	// in the DataVolume's Running condition only while the importer is
+	// down, not while it runs again: the machines read them from here then.
+	ImportFailureAnnotation = "infrastructure.cozystack.io/import-failure"
 	// CloneSourceFinalizer keeps a shared import that garbage collection
 	// or a user deletes while machines' clones of it are in progress.
 	CloneSourceFinalizer = "infrastructure.cozystack.io/clone-source"

@@ -38,6 +38,10 @@ const (
 	GarbageCollectorController = "garbage-collector-controller"
 	NamespaceController        = "namespace-controller"
 	ClaimProtectionController  = "persistentvolumeclaim-protection-controller"
+	// VolumeProtectionController removes the apiserver's
+	// kubernetes.io/pv-protection finalizer from a deleted volume once it
+	// is no longer Bound.
+	VolumeProtectionController = "persistentvolume-protection-controller"
 	BootstrapSignerController  = "bootstrap-signer-controller"
 	TokenCleanerController     = "token-cleaner-controller"
 	// DaemonSetController creates a DaemonSet's Pods (test/node: virt-handler).
@@ -53,9 +57,9 @@ const (
 
 // ManagementControllers are the controllers a management cluster needs for
 // Cluster API's owner-reference chains to be collected, test namespaces to
-// be emptied on deletion, and claims (which the apiserver protects with a
-// finalizer) to be released once deleted.
-var ManagementControllers = []string{GarbageCollectorController, NamespaceController, ClaimProtectionController}
+// be emptied on deletion, and claims and volumes (which the apiserver
+// protects with a finalizer each) to be released once deleted.
+var ManagementControllers = []string{GarbageCollectorController, NamespaceController, ClaimProtectionController, VolumeProtectionController}
 
 // WorkloadControllers are the controllers a workload cluster needs for joins:
 // cluster-info is signed for every signing bootstrap token and expired

@@ -39,8 +39,8 @@ import (
 // current Machine: KairosConfigs, KubeVirtMachines, VirtualMachines,
 // instances, DataVolumes, claims, Secrets and ConfigMaps in the Cluster's
 // namespace, of the management and the infrastructure cluster (a current
-// template's shared import is its template's), and Nodes in its workload
-// cluster. Empty is the "nothing left behind" half of every scenario.
+// template's shared import is its template's), the volumes of that
+// namespace's claims, and Nodes in its workload cluster. Empty is the "nothing left behind" half of every scenario.
 func (h *Harness) Leftovers(ctx context.Context, key client.ObjectKey) ([]string, error) {
 	s, err := h.State(ctx, key)
 	if err != nil {
@@ -128,6 +128,16 @@ func (h *Harness) Leftovers(ctx context.Context, key client.ObjectKey) ([]string
 			if err := check(cl, c.kind, c.list, c.owned); err != nil {
 				return nil, err
 			}
+		}
+	}
+	// Volumes are cluster-scoped: those of the namespace's claims.
+	volumes := &corev1.PersistentVolumeList{}
+	if err := h.infrastructure().Client.List(ctx, volumes); err != nil {
+		return nil, err
+	}
+	for _, pv := range volumes.Items {
+		if ref := pv.Spec.ClaimRef; ref != nil && ref.Namespace == key.Namespace && !isRootDisk(ref.Name) {
+			left = append(left, "PersistentVolume "+pv.Name+" of claim "+ref.Name)
 		}
 	}
 	for _, n := range s.Nodes {

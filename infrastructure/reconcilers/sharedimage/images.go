@@ -200,6 +200,9 @@ func (i *Images) stateOf(dv *cdiv1.DataVolume, resolved *infrav1.ResolvedMachine
 			fmt.Sprintf("Shared import DataVolume %s is being deleted; it is imported again once gone", name)}}
 	}
 	running := runningDetail(dv)
+	if running == "" && dv.Annotations[vmspec.ImportFailureAnnotation] != "" {
+		running = ": " + redact.URLCredentials(dv.Annotations[vmspec.ImportFailureAnnotation])
+	}
 	failure := ""
 	switch {
 	case dv.Status.Phase == cdiv1.Succeeded:
@@ -207,7 +210,9 @@ func (i *Images) stateOf(dv *cdiv1.DataVolume, resolved *infrav1.ResolvedMachine
 	case dv.Status.Phase == cdiv1.Failed:
 		failure = "failed" + running
 	case i.failureRestarts > 0 && dv.Status.RestartCount >= i.failureRestarts:
-		failure = fmt.Sprintf("its importer pod restarted %d times%s", dv.Status.RestartCount, running)
+		// The count that failed it, not CDI's, which keeps growing: the
+		// message stays the same while the importer keeps restarting.
+		failure = fmt.Sprintf("its importer pod restarted %d times%s", i.failureRestarts, running)
 	}
 	if failure != "" {
 		next := "importing it once more"
@@ -231,9 +236,17 @@ func (i *Images) stateOf(dv *cdiv1.DataVolume, resolved *infrav1.ResolvedMachine
 // runningDetail is CDI's word on a failing import, from the DataVolume's
 // Running condition.
 func runningDetail(dv *cdiv1.DataVolume) string {
+	if m := runningMessage(dv); m != "" {
+		return ": " + redact.URLCredentials(m)
+	}
+	return ""
+}
+
+// runningMessage is the DataVolume's Running condition message.
+func runningMessage(dv *cdiv1.DataVolume) string {
 	for _, c := range dv.Status.Conditions {
 		if c.Type == cdiv1.DataVolumeRunning && c.Message != "" {
-			return ": " + redact.URLCredentials(c.Message)
+			return c.Message
 		}
 	}
 	return ""

@@ -61,6 +61,16 @@ func TestStateOf(t *testing.T) {
 			dv.Status.Phase, dv.Status.RestartCount = cdiv1.ImportInProgress, 3
 		}, failed: true, want: &Wait{infrav1.ImageImportFailedReason,
 			"Shared import DataVolume " + name + ", attempt 2 of 2: its importer pod restarted 3 times; delete it to import again"}},
+		// Real CDI restarts a failing importer for good: the message
+		// names the count that failed it, not CDI's growing one, and CDI's
+		// words kept from when the importer was down, not the Running
+		// condition's silence while it runs again.
+		{name: "an importer that keeps restarting keeps its message", attempt: 2, mutate: func(dv *cdiv1.DataVolume) {
+			dv.Status.Phase, dv.Status.RestartCount = cdiv1.ImportInProgress, 7
+			dv.Status.Conditions = []cdiv1.DataVolumeCondition{{Type: cdiv1.DataVolumeRunning, Status: corev1.ConditionTrue, Reason: "Pod is running"}}
+			dv.Annotations[vmspec.ImportFailureAnnotation] = "Unable to connect to http data source: expected status code 200, got 404. Status: 404 Not Found"
+		}, failed: true, want: &Wait{infrav1.ImageImportFailedReason,
+			"Shared import DataVolume " + name + ", attempt 2 of 2: its importer pod restarted 3 times: Unable to connect to http data source: expected status code 200, got 404. Status: 404 Not Found; delete it to import again"}},
 		{name: "being deleted", mutate: func(dv *cdiv1.DataVolume) {
 			dv.Status.Phase, dv.DeletionTimestamp = cdiv1.Succeeded, ptr.To(metav1.Now())
 		}, want: &Wait{infrav1.WaitingForImageImportReason, "Shared import DataVolume " + name + " is being deleted; it is imported again once gone"}},

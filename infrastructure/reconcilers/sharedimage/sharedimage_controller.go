@@ -210,11 +210,36 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		log.Info("The shared import failed; deleting it to import once more", "attempt", st.attempt, "reason", st.wait.Message)
 		return ctrl.Result{}, nil
 	}
+	if st.failed {
+		if err := r.keepFailure(ctx, dv); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
 	if dv.Status.Phase != cdiv1.Succeeded && resolved.Image.HTTPImport.CABundle != "" {
 		// The importer waits for its CA bundle: bring it back if lost.
 		return ctrl.Result{}, r.ensureCA(ctx, dv, resolved, rootDisk)
 	}
 	return ctrl.Result{}, nil
+}
+
+// keepFailure records CDI's words on the failed import, when it has
+// some, in the DataVolume's ImportFailureAnnotation: the machines read
+// them from there while CDI's restarted importer runs and the Running
+// condition has none.
+func (r *Reconciler) keepFailure(ctx context.Context, dv *cdiv1.DataVolume) error {
+	words := runningMessage(dv)
+	if words == "" || dv.Annotations[vmspec.ImportFailureAnnotation] == words {
+		return nil
+	}
+	patched := dv.DeepCopy()
+	if patched.Annotations == nil {
+		patched.Annotations = map[string]string{}
+	}
+	patched.Annotations[vmspec.ImportFailureAnnotation] = words
+	if err := r.Client.Patch(ctx, patched, client.MergeFrom(dv)); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	return nil
 }
 
 // templates returns the owner references of the templates resolving to

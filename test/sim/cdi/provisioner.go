@@ -186,8 +186,13 @@ func (c *CDI) rebind(ctx context.Context, prime, pvc *corev1.PersistentVolumeCla
 	return client.IgnoreNotFound(c.client.Delete(ctx, prime))
 }
 
-// releaseVolumes deletes the volumes still bound to a claim that is gone,
-// and their directories.
+// releaseVolumes releases the volumes still bound to a claim that is gone
+// and deletes them and their directories, as the persistent volume
+// controller and a provisioner do for reclaim policy Delete. The
+// apiserver protects every volume with the kubernetes.io/pv-protection
+// finalizer, which kube-controller-manager's PV protection controller
+// removes only from a volume that is not Bound: a volume deleted while
+// still Bound would stay Terminating for good.
 func (c *CDI) releaseVolumes(ctx context.Context, claim client.ObjectKey) error {
 	pvs := &corev1.PersistentVolumeList{}
 	if err := c.client.List(ctx, pvs); err != nil {
@@ -198,6 +203,12 @@ func (c *CDI) releaseVolumes(ctx context.Context, claim client.ObjectKey) error 
 		ref := pv.Spec.ClaimRef
 		if ref == nil || ref.Namespace != claim.Namespace || ref.Name != claim.Name {
 			continue
+		}
+		if pv.Status.Phase == corev1.VolumeBound {
+			pv.Status.Phase = corev1.VolumeReleased
+			if err := c.client.Status().Update(ctx, pv); err != nil {
+				return client.IgnoreNotFound(err)
+			}
 		}
 		if err := client.IgnoreNotFound(c.client.Delete(ctx, pv)); err != nil {
 			return err

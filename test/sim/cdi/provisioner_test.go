@@ -18,6 +18,8 @@ package cdi
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"testing"
 
 	. "github.com/onsi/gomega"
@@ -82,4 +84,40 @@ func TestClaimBindFinishesAfterAFailedStatusUpdate(t *testing.T) {
 	g.Expect(cl.Get(ctx, client.ObjectKey{Name: got.Spec.VolumeName}, pv)).To(Succeed())
 	g.Expect(pv.Status.Phase).To(Equal(corev1.VolumeBound))
 	g.Expect(pv.Spec.ClaimRef.Name).To(Equal(pvc.Name))
+}
+
+// TestAVolumeIsReleasedBeforeItIsDeleted: when a claim is gone, its
+// volume is marked Released before it is deleted. The apiserver gives
+// every volume the kubernetes.io/pv-protection finalizer, and
+// kube-controller-manager's PV protection controller removes it only from
+// a volume that is not Bound: the stand-in deleted volumes still Bound,
+// and real CDI's make test-node scenario found the shared import's volume
+// Terminating for good after its claim was gone.
+func TestAVolumeIsReleasedBeforeItIsDeleted(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	scheme := runtime.NewScheme()
+	g.Expect(corev1.AddToScheme(scheme)).To(Succeed())
+	dir := t.TempDir()
+	pv := &corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: "pvc-claim-uid", Finalizers: []string{"kubernetes.io/pv-protection"}},
+		Spec: corev1.PersistentVolumeSpec{
+			ClaimRef:                      &corev1.ObjectReference{Kind: "PersistentVolumeClaim", Namespace: "ns", Name: "disk", UID: "claim-uid"},
+			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimDelete,
+			PersistentVolumeSource:        corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: filepath.Join(dir, "ns-disk-claim-uid")}},
+		},
+		Status: corev1.PersistentVolumeStatus{Phase: corev1.VolumeBound},
+	}
+	g.Expect(os.MkdirAll(pv.Spec.HostPath.Path, 0o750)).To(Succeed())
+	cl := fake.NewClientBuilder().WithScheme(scheme).WithObjects(pv).WithStatusSubresource(&corev1.PersistentVolume{}).Build()
+	c := New(Options{VolumeDir: dir})
+	c.client = cl
+
+	_, err := c.reconcileClaim(ctx, reconcile.Request{NamespacedName: client.ObjectKey{Namespace: "ns", Name: "disk"}})
+	g.Expect(err).NotTo(HaveOccurred())
+	got := &corev1.PersistentVolume{}
+	g.Expect(cl.Get(ctx, client.ObjectKeyFromObject(pv), got)).To(Succeed(), "the finalizer keeps the deleted volume")
+	g.Expect(got.DeletionTimestamp.IsZero()).To(BeFalse(), "the volume is deleted")
+	g.Expect(got.Status.Phase).To(Equal(corev1.VolumeReleased), "the PV protection controller frees a volume that is not Bound")
+	g.Expect(pv.Spec.HostPath.Path).NotTo(BeADirectory())
 }
