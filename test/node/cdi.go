@@ -72,7 +72,7 @@ func BuildCDIImages() (*CDIImages, error) {
 		Cloner:       image(cdi.ClonerImage, "cdi-cloner.tar", "/usr/bin/cloner_startup.sh"),
 		UploadServer: image(cdi.UploadServerImage, "cdi-uploadserver.tar", "/usr/bin/cdi-uploadserver", "-alsologtostderr"),
 	}
-	if _, err := ociimage.WriteMissing(&c.Importer, &c.Cloner, &c.UploadServer); err != nil {
+	if _, err := ociimage.WriteMissing(c.Importer, c.Cloner, c.UploadServer); err != nil {
 		return nil, err
 	}
 	return c, nil

@@ -102,7 +102,7 @@ func BuildKubeVirtImages() (*KubeVirtImages, error) {
 		Archive:      filepath.Join(images, "virt-launcher.tar"),
 	}
 	t1 := time.Now()
-	wrote, err := ociimage.WriteMissing(&k.Handler, &k.Launcher)
+	wrote, err := ociimage.WriteMissing(k.Handler, k.Launcher)
 	if err != nil {
 		return nil, err
 	}
@@ -193,7 +193,7 @@ func BuildWorkerContainerDisk() (*WorkerContainerDisk, error) {
 		Image:     ociimage.Image{Ref: WorkerImageRepository, ByDigest: true, Rootfs: layer, Archive: filepath.Join(filepath.Dir(layer), "image.tar")},
 		DiskBytes: disk.Size(),
 	}
-	if _, err := ociimage.WriteMissing(&w.Image); err != nil {
+	if _, err := ociimage.WriteMissing(w.Image); err != nil {
 		return nil, err
 	}
 	if w.Image.Ref, err = ociimage.ArchiveRef(w.Image.Archive); err != nil {

@@ -471,7 +471,7 @@ func blobDescriptor(mediaType string, b []byte, annotations map[string]string) d
 // WriteMissing writes each image's archive that is not in the cache yet
 // (through a temporary file, so an interrupted write is never reused) and
 // says whether it wrote any.
-func WriteMissing(imgs ...*Image) (bool, error) {
+func WriteMissing(imgs ...Image) (bool, error) {
 	wrote := false
 	for _, img := range imgs {
 		if _, err := os.Stat(img.Archive); err == nil {

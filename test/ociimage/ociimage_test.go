@@ -191,10 +191,10 @@ func TestWriteMissingKeepsWhatTheCacheHas(t *testing.T) {
 		t.Fatal(err)
 	}
 	img := Image{Ref: "kvw.local/hello:v1", Files: map[string]string{"/hello": bin}, Archive: filepath.Join(dir, "cache", "hello.tar")}
-	if wrote, err := WriteMissing(&img); err != nil || !wrote {
+	if wrote, err := WriteMissing(img); err != nil || !wrote {
 		t.Fatalf("first write: wrote %v, %v", wrote, err)
 	}
-	if wrote, err := WriteMissing(&img); err != nil || wrote {
+	if wrote, err := WriteMissing(img); err != nil || wrote {
 		t.Fatalf("second write: wrote %v, %v", wrote, err)
 	}
 	if _, err := os.Stat(img.Archive + ".tmp"); !os.IsNotExist(err) {

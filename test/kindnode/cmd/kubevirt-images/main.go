@@ -50,11 +50,7 @@ func run(bin, out string) error {
 		return fmt.Errorf("-bin and -out are required")
 	}
 	images := kindnode.KubeVirtImages(bin, kubevirt.Version, out)
-	ptrs := make([]*ociimage.Image, len(images))
-	for i := range images {
-		ptrs[i] = &images[i]
-	}
-	if _, err := ociimage.WriteMissing(ptrs...); err != nil {
+	if _, err := ociimage.WriteMissing(images...); err != nil {
 		return err
 	}
 	nodeImages, err := node.BuildKubeVirtImages()

@@ -60,11 +60,7 @@ func run(s kindnode.Sources, nodeImage string) error {
 	if err != nil {
 		return err
 	}
-	ptrs := make([]*ociimage.Image, len(images))
-	for i := range images {
-		ptrs[i] = &images[i]
-	}
-	if _, err := ociimage.WriteMissing(ptrs...); err != nil {
+	if _, err := ociimage.WriteMissing(images...); err != nil {
 		return err
 	}
 	for _, img := range images {
