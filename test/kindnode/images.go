@@ -62,9 +62,13 @@ func (s Sources) EtcdTag() string { return strings.TrimPrefix(s.Etcd, "v") + "-0
 // and CoreDNS Deployment, and containerd's sandboxes run, named as kubeadm
 // names them under Repository.
 func (s Sources) Images() ([]ociimage.Image, error) {
-	for name, v := range map[string]string{"Bin": s.Bin, "Pause": s.Pause, "IptablesRoot": s.IptablesRoot, "Kubernetes": s.Kubernetes, "Etcd": s.Etcd, "CoreDNS": s.CoreDNS, "Out": s.Out} {
-		if v == "" {
-			return nil, fmt.Errorf("sources: %s is empty", name)
+	// In a fixed order, so the error names the same field every time.
+	for _, f := range []struct{ name, value string }{
+		{"Bin", s.Bin}, {"Pause", s.Pause}, {"IptablesRoot", s.IptablesRoot},
+		{"Kubernetes", s.Kubernetes}, {"Etcd", s.Etcd}, {"CoreDNS", s.CoreDNS}, {"Out", s.Out},
+	} {
+		if f.value == "" {
+			return nil, fmt.Errorf("sources: %s is empty", f.name)
 		}
 	}
 	bin := func(name string) map[string]string {

@@ -119,6 +119,13 @@ func TestMissingSourcesAreNamed(t *testing.T) {
 		t.Errorf("Images without a root: %v", err)
 	}
 	s = testSources(t)
+	s.Bin, s.Out = "", ""
+	for range 20 {
+		if _, err := s.Images(); err == nil || err.Error() != "sources: Bin is empty" {
+			t.Fatalf("Images without Bin and Out: %v, want the first empty field named", err)
+		}
+	}
+	s = testSources(t)
 	s.CoreDNS = ""
 	if _, err := s.ClusterConfig("localhost/kindest/node:v1"); err == nil || !strings.Contains(err.Error(), "CoreDNS") {
 		t.Errorf("ClusterConfig without CoreDNS: %v", err)
