@@ -26,10 +26,8 @@ name="$1"
 export KUBECONFIG="$2"
 [[ $(id -u) -eq 0 ]] || { log "must run as root (podman)"; exit 1; }
 
-kind=$("${HERE}/node-image.sh" kind | sed -n 's/^kind=//p')
 kubectl=$("${REPO}/hack/tool.sh" kubectl)
 bin=$("${REPO}/hack/tools-bins.sh" kubevirt kubevirt-operator)
-export CONTAINERS_CONF="${CACHE}/containers.conf" KIND_EXPERIMENTAL_PROVIDER=podman
 
 # --- the images.
 start=${SECONDS}
@@ -37,10 +35,8 @@ images="${CACHE}/kubevirt-images-$( (cd "${bin}" && sha256sum virt-operator virt
 mkdir -p "${images}"
 list=$(cd "${REPO}" && go run -tags node ./test/kindnode/cmd/kubevirt-images -bin "${bin}" -out "${images}")
 find "${CACHE}" -maxdepth 1 -name 'kubevirt-images-*' ! -path "${images}" -exec rm -rf {} +
-while read -r archive ref; do
-  log "loading ${ref}"
-  "${kind}" load image-archive "${archive}" --name "${name}" >&2
-done <<<"${list}"
+mapfile -t archives < <(cut -d' ' -f1 <<<"${list}")
+"${HERE}/load.sh" "${name}" "${archives[@]}"
 log "images ready and loaded in $((SECONDS - start))s"
 
 # --- virt-operator's manifest, by KubeVirt's generator.
