@@ -72,12 +72,12 @@ lint: ## Run go vet and golangci-lint with Cluster API's linters (.golangci.yml)
 	go vet ./...
 	go vet -tags qemu ./test/qemu/
 	go vet -tags node ./test/node/... ./test/kindnode/...
-	go vet -tags kind ./test/kindnode/...
+	go vet -tags kind,node ./test/kindnode/...
 	golangci_lint=$$(hack/tool.sh golangci-lint); \
 		$$golangci_lint run ./... && \
 		$$golangci_lint run --build-tags qemu ./test/qemu/... && \
 		$$golangci_lint run --build-tags node ./test/node/... ./test/kindnode/... && \
-		$$golangci_lint run --build-tags kind ./test/kindnode/...
+		$$golangci_lint run --build-tags kind,node ./test/kindnode/...
 
 ##@ Sandbox
 
@@ -151,8 +151,8 @@ test-qemu-kairos: ## The QEMU tier's Kairos scenario alone: a pool machine boots
 	QEMU_KAIROS_DISK=1 go test -tags qemu ./test/qemu/ -v -count=1 -timeout 45m -run 'TestKairosDiskJoins'
 
 .PHONY: test-kind
-test-kind: ## A kind cluster with kind's podman provider (root), from kind v0.33.0 and a node image built here (hack/kind/node-image.sh: kind's base files on a Debian root, containerd v2, the control-plane images from binaries built here); a Pod on it resolves and reaches the API server's Service; KubeVirt v1.7.0 installed by virt-operator from images built here becomes Available (docs/testing.md, "kind with podman here").
-	go test -tags kind ./test/kindnode/ -v -count=1 -timeout 30m
+test-kind: ## A kind cluster with kind's podman provider (root), from kind v0.33.0 and a node image built here (hack/kind/node-image.sh: kind's base files on a Debian root, containerd v2, the control-plane images from binaries built here); a Pod on it resolves and reaches the API server's Service; KubeVirt v1.7.0 installed by virt-operator from images built here becomes Available; the real node's worker container disk, loaded by digest, boots as a VM and runs its cloud-config (docs/testing.md, "kind with podman here").
+	go test -tags kind,node ./test/kindnode/ -v -count=1 -timeout 30m
 
 .PHONY: test-node
 test-node: ## A real node on this machine (root): containerd v2 (built from the Go module proxy), Debian's runc and CNI plugins and the kubelet register with an envtest apiserver and run a Pod from an image built here; a node with kube-proxy and CoreDNS resolves a Service's name and reaches it through its ClusterIP; then KubeVirt's node side on it (virt-handler, virt-launcher, libvirt and QEMU images built by hack/node/kubevirt.sh); then a Kairos pool machine joins through virt-launcher from the worker disk as a container disk (hack/node/worker-containerdisk.sh), with a NoCloud and a ConfigDrive seed, a VM whose preference asks for SCSI disks boots from sda, a machine whose QEMU or launcher Pod is killed is remediated by the MachineHealthCheck, a pool scaled from zero boots from a claim the CDI stand-in imported into a local volume, and so does one on real CDI (cdi-controller v1.65.0 built by hack/node/cdi.sh, its importer, upload server and cloner Pods on the node; a first HTTP import over TLS alone too), and a drain under eviction strategy External ends and the machine is replaced; Stop leaves nothing (NODE_RUN=<regexp> picks scenarios; NODE_ARTIFACTS=<dir> keeps the logs; docs/testing.md).

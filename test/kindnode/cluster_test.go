@@ -1,4 +1,4 @@
-//go:build kind
+//go:build kind && node
 
 /*
 Copyright 2026 The Cozystack Authors.
@@ -83,7 +83,7 @@ func TestKindClusterOnPodman(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Run("pods reach the API server's Service by name", func(t *testing.T) { podsReachServices(t, cs) })
-	t.Run("KubeVirt becomes Available", func(t *testing.T) {
+	if !t.Run("KubeVirt becomes Available", func(t *testing.T) {
 		start := time.Now()
 		// The script waits for the KubeVirt CR's Available condition.
 		if err := kindScript(t, "kubevirt.sh", name, kubeconfig); err != nil {
@@ -97,7 +97,10 @@ func TestKindClusterOnPodman(t *testing.T) {
 		if ds.Status.NumberReady != 1 {
 			t.Errorf("virt-handler Pods ready: %d, want the node's", ds.Status.NumberReady)
 		}
-	})
+	}) {
+		return
+	}
+	t.Run("a VM boots from the worker container disk", func(t *testing.T) { vmBoots(t, name, config, cs) })
 }
 
 // podsReachServices runs a Pod that resolves the API server's Service
