@@ -79,6 +79,11 @@ const (
 	// KubernetesVersionMismatchReason: the image's Kubernetes version does not
 	// match Machine.spec.version; nothing is rendered.
 	KubernetesVersionMismatchReason = "KubernetesVersionMismatch"
+	// KubernetesVersionRequiredReason: the config's joinMode is
+	// ClusterProvider and its Machine has no spec.version, which Kairos's
+	// kubeadm provider needs to choose kubeadm's configuration API;
+	// nothing is rendered.
+	KubernetesVersionRequiredReason = "KubernetesVersionRequired"
 	// FileSourceNotAvailableReason: a file's contentFrom Secret or key is
 	// missing; asked again after 10 s, then twice as long each time, at
 	// most every 5 minutes.

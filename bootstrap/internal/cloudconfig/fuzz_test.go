@@ -43,6 +43,7 @@ func FuzzRender(f *testing.F) {
 		if provider {
 			in.Mode = bootstrapv1.JoinModeClusterProvider
 			in.ClusterToken = "0123456789abcdef"
+			in.KubernetesVersion = "v1.35.6"
 		}
 		if labelKey != "" {
 			in.NodeLabels = map[string]string{labelKey: labelValue}

@@ -79,6 +79,7 @@ func goldenCases() map[string]Input {
 	fixed := minimalInput()
 	fixed.Mode = bootstrapv1.JoinModeClusterProvider
 	fixed.ClusterToken = "7f1c2c1e-43a1-4d4b-9a43-5a7c2d7d3c11"
+	fixed.KubernetesVersion = "v1.35.6"
 	fixed.SSHAuthorizedKey = testSSHKey
 	fixed.NodeLabels = map[string]string{"example.com/image": "kairos-v1-35-6"}
 	fixed.Timeouts = Timeouts{Discovery: 5 * time.Minute, TLSBootstrap: 2 * time.Minute}

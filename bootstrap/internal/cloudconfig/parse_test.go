@@ -133,17 +133,41 @@ func (p *parsed) files(stage, name string) ([]decodedFile, error) {
 	return out, nil
 }
 
+// providerOptions is the cluster block's config as Kairos's kubeadm
+// provider reads it (YAML into kubeadm's configuration types), with
+// nothing else in it.
+type providerOptions struct {
+	ClusterConfiguration struct {
+		KubernetesVersion string `json:"kubernetesVersion"`
+	} `json:"clusterConfiguration"`
+	JoinConfiguration map[string]any `json:"joinConfiguration"`
+}
+
+func (p *parsed) providerOptions() (providerOptions, error) {
+	cluster, ok := p.raw["cluster"].(map[string]any)
+	if !ok {
+		return providerOptions{}, fmt.Errorf("no cluster block")
+	}
+	return decodeProviderOptions(cluster)
+}
+
+func decodeProviderOptions(cluster map[string]any) (providerOptions, error) {
+	config, _ := cluster["config"].(string)
+	var wrapper providerOptions
+	if err := sigsyaml.UnmarshalStrict([]byte(config), &wrapper); err != nil {
+		return wrapper, fmt.Errorf("cluster.config: %w", err)
+	}
+	return wrapper, nil
+}
+
 // joinConfiguration returns the rendered JoinConfiguration as a
 // standalone kubeadm document (apiVersion and kind included), whichever
 // mode rendered it.
 func (p *parsed) joinConfiguration() ([]byte, error) {
 	if cluster, ok := p.raw["cluster"].(map[string]any); ok {
-		config, _ := cluster["config"].(string)
-		var wrapper struct {
-			JoinConfiguration map[string]any `json:"joinConfiguration"`
-		}
-		if err := sigsyaml.UnmarshalStrict([]byte(config), &wrapper); err != nil {
-			return nil, fmt.Errorf("cluster.config: %w", err)
+		wrapper, err := decodeProviderOptions(cluster)
+		if err != nil {
+			return nil, err
 		}
 		doc := wrapper.JoinConfiguration
 		doc["apiVersion"] = kubeadmv1beta4.GroupVersion.String()

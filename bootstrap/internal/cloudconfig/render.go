@@ -39,6 +39,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/apimachinery/pkg/util/version"
 	kubeadmv1beta4 "sigs.k8s.io/cluster-api/bootstrap/kubeadm/pkg/types/upstreamv1beta4"
 
 	bootstrapv1 "github.com/cozystack/cluster-api-workers/bootstrap/api/v1alpha1"
@@ -111,6 +112,10 @@ type Input struct {
 	// ClusterToken is the correlation value ClusterProvider mode puts in
 	// cluster.cluster_token (at least 16 characters, never key material).
 	ClusterToken string
+	// KubernetesVersion is the Machine's version; ClusterProvider mode puts
+	// it in the provider's clusterConfiguration, where Kairos's kubeadm
+	// provider reads it to choose kubeadm's configuration API.
+	KubernetesVersion string
 	// SSHAuthorizedKey is an optional public key for SSHUser.
 	SSHAuthorizedKey string
 	// NodeLabels are registered by the kubelet.
@@ -160,7 +165,10 @@ func Render(in Input) ([]byte, error) {
 
 	switch mode(in) {
 	case bootstrapv1.JoinModeClusterProvider:
-		config, err := kubeadmYAML(providerConfig{JoinConfiguration: join})
+		config, err := kubeadmYAML(providerConfig{
+			ClusterConfiguration: providerClusterConfiguration{KubernetesVersion: in.KubernetesVersion},
+			JoinConfiguration:    join,
+		})
 		if err != nil {
 			return nil, fmt.Errorf("serializing the provider join configuration: %w", err)
 		}
@@ -170,9 +178,10 @@ func Render(in Input) ([]byte, error) {
 			Role:             ClusterRoleWorker,
 			Config:           string(config),
 		}
-		// The provider joins in its own network.after stage; the order of
-		// stages from different sources is not defined, so success is also
-		// reported by the periodic reconcile stage.
+		// The provider joins in its own boot.before stage, which may wait
+		// for the network; the order of stages from different sources is
+		// not defined, so success is also reported by the periodic
+		// reconcile stage.
 		doc.Stages["network.after"] = []stage{reportSuccessStage()}
 		doc.Stages["reconcile"] = []stage{reportSuccessStage()}
 	default:
@@ -262,6 +271,11 @@ func validate(in Input) field.ErrorList {
 	case bootstrapv1.JoinModeClusterProvider:
 		if len(in.ClusterToken) < minClusterTokenLength {
 			errs = append(errs, field.Invalid(root.Child("clusterToken"), len(in.ClusterToken), "must be at least 16 characters"))
+		}
+		// Parsed as the provider parses it (a semantic version, "v"
+		// optional): with anything else it stops before joining.
+		if _, err := version.ParseSemantic(in.KubernetesVersion); err != nil {
+			errs = append(errs, field.Invalid(root.Child("kubernetesVersion"), in.KubernetesVersion, "must be a semantic version such as v1.35.6: Kairos's kubeadm provider reads it to choose kubeadm's configuration API"))
 		}
 	default:
 		errs = append(errs, field.NotSupported(root.Child("mode"), in.Mode, []bootstrapv1.JoinMode{bootstrapv1.JoinModeStages, bootstrapv1.JoinModeClusterProvider}))
@@ -484,7 +498,16 @@ type clusterBlock struct {
 }
 
 type providerConfig struct {
-	JoinConfiguration *kubeadmv1beta4.JoinConfiguration `json:"joinConfiguration"`
+	ClusterConfiguration providerClusterConfiguration      `json:"clusterConfiguration"`
+	JoinConfiguration    *kubeadmv1beta4.JoinConfiguration `json:"joinConfiguration"`
+}
+
+// providerClusterConfiguration is the one field of kubeadm's
+// ClusterConfiguration a worker's join gives Kairos's kubeadm provider:
+// the provider parses kubernetesVersion to choose between kubeadm's
+// v1beta3 and v1beta4 types and stops without a version it can parse.
+type providerClusterConfiguration struct {
+	KubernetesVersion string `json:"kubernetesVersion"`
 }
 
 // stage mirrors the subset of yip's stage schema that is rendered.

@@ -76,6 +76,13 @@ func checkStructure(t *testing.T, in Input, out []byte) {
 		if cluster["role"] != ClusterRoleWorker || cluster["control_plane_host"] != in.APIServerEndpoint || cluster["cluster_token"] != in.ClusterToken {
 			t.Errorf("cluster block = %v", cluster)
 		}
+		options, err := p.providerOptions()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := options.ClusterConfiguration.KubernetesVersion; got != in.KubernetesVersion {
+			t.Errorf("cluster.config's clusterConfiguration.kubernetesVersion = %q, want the Machine's %q", got, in.KubernetesVersion)
+		}
 	} else {
 		files, err := p.files("network", StageWriteJoinConfig)
 		if err != nil {
@@ -271,6 +278,15 @@ func TestRenderRejectsIncompleteInput(t *testing.T) {
 			in.Mode = bootstrapv1.JoinModeClusterProvider
 			in.ClusterToken = "short"
 		}, "input.clusterToken"},
+		{"ClusterProvider without the Machine's version, which the provider needs", func(in *Input) {
+			in.Mode = bootstrapv1.JoinModeClusterProvider
+			in.ClusterToken = "0123456789abcdef"
+		}, "input.kubernetesVersion"},
+		{"a version the provider cannot parse", func(in *Input) {
+			in.Mode = bootstrapv1.JoinModeClusterProvider
+			in.ClusterToken = "0123456789abcdef"
+			in.KubernetesVersion = "v1.35"
+		}, "input.kubernetesVersion"},
 		{"unknown mode", func(in *Input) { in.Mode = "Both" }, "input.mode"},
 	}
 	for _, tt := range tests {

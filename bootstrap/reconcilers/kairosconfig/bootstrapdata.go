@@ -137,6 +137,9 @@ func (r *Reconciler) joinInputs(ctx context.Context, s *scope) (joinInputs, *blo
 		return joinInputs{}, &blocked{reason: bootstrapv1.WaitingForControlPlaneEndpointReason, message: "Waiting for Cluster spec.controlPlaneEndpoint to be set"}, nil
 	case machine.Spec.InfrastructureRef.Name == "":
 		return joinInputs{}, &blocked{reason: bootstrapv1.WaitingForInfrastructureNameReason, message: "Waiting for Machine spec.infrastructureRef.name, which names the VM, its hostname and providerID"}, nil
+	case joinMode(s.config) == bootstrapv1.JoinModeClusterProvider && machine.Spec.Version == "":
+		// A Machine's version is not set later: no watch or retry ends this.
+		return joinInputs{}, &blocked{reason: bootstrapv1.KubernetesVersionRequiredReason, message: "Machine spec.version is required with joinMode ClusterProvider: Kairos's kubeadm provider reads the Kubernetes version to choose kubeadm's configuration API"}, nil
 	}
 
 	hashes, err := r.clusterCAHashes(ctx, cluster)
@@ -221,6 +224,7 @@ func renderInput(s *scope, t token, join joinInputs) cloudconfig.Input {
 		CACertHashes:      join.caHashes,
 		Token:             t.String(),
 		ClusterToken:      string(s.cluster.UID),
+		KubernetesVersion: s.machine.Spec.Version,
 		NodeLabels:        nodeLabels(join.templateLabels, spec.NodeLabels),
 		Files:             join.files,
 		Timeouts: cloudconfig.Timeouts{

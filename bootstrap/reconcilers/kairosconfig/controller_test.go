@@ -487,14 +487,24 @@ func TestFilesFromSecretsAndClusterProviderMode(t *testing.T) {
 	startController(t, testTokenTTL)
 	f := newFixture(t, readyCluster)
 	g := f.g
-	w := f.newWorker("worker-0", machineOptions{vmName: "files-vm", spec: bootstrapv1.KairosConfigSpec{
+	// Kairos's kubeadm provider stops without the Kubernetes version: a
+	// Machine without one gets nothing, and no token.
+	unversioned := f.newWorker("worker-unversioned", machineOptions{unversioned: true, vmName: "unversioned-vm", spec: bootstrapv1.KairosConfigSpec{
+		JoinMode: bootstrapv1.JoinModeClusterProvider,
+	}})
+	cond := f.waitForReason(unversioned, bootstrapv1.KubernetesVersionRequiredReason)
+	g.Expect(cond.Message).To(ContainSubstring("Machine spec.version is required with joinMode ClusterProvider"))
+	_, found := f.storedToken(unversioned)
+	g.Expect(found).To(BeFalse(), "no token for a config that cannot be rendered")
+
+	w := f.newWorker("worker-0", machineOptions{version: "v1.35.6", vmName: "files-vm", spec: bootstrapv1.KairosConfigSpec{
 		JoinMode: bootstrapv1.JoinModeClusterProvider,
 		Files: []bootstrapv1.File{{
 			Path:        "/etc/app/credentials",
 			ContentFrom: bootstrapv1.FileSource{Secret: bootstrapv1.SecretKeySource{Name: "app", Key: "credentials"}},
 		}},
 	}})
-	cond := f.waitForReason(w, bootstrapv1.FileSourceNotAvailableReason)
+	cond = f.waitForReason(w, bootstrapv1.FileSourceNotAvailableReason)
 	g.Expect(cond.Message).To(ContainSubstring("spec.files[0].contentFrom.secret"))
 
 	g.Expect(mgmt.Client.Create(suiteCtx, &corev1.Secret{
@@ -507,6 +517,7 @@ func TestFilesFromSecretsAndClusterProviderMode(t *testing.T) {
 	value := string(data.Data["value"])
 	g.Expect(value).To(ContainSubstring("control_plane_host: " + workload.Endpoint))
 	g.Expect(value).To(ContainSubstring("role: worker"))
+	g.Expect(value).To(ContainSubstring(`"kubernetesVersion": "v1.35.6"`), "the Machine's version, for the provider")
 	g.Expect(value).To(ContainSubstring(`user: {{ "{{" }} not a template }}`))
 	g.Expect(value).To(ContainSubstring("permissions: 384 # 0600"))
 	g.Expect(strings.Count(value, "kubeadm join")).To(BeZero(), "the provider joins; the stages must not join a second time")

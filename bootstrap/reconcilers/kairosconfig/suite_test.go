@@ -355,7 +355,10 @@ func (f *fixture) setClusterStatus(state clusterState) {
 
 // machineOptions shape one worker.
 type machineOptions struct {
-	version string
+	// version is the Machine's spec.version, testVersion when empty
+	// unless unversioned.
+	version     string
+	unversioned bool
 	// vmName is the infrastructure machine's name; empty leaves
 	// spec.infrastructureRef.name empty.
 	vmName string
@@ -380,7 +383,7 @@ type worker struct {
 
 func (f *fixture) newWorker(name string, o machineOptions) *worker {
 	g, c := f.g, mgmt.Client
-	if o.version == "" {
+	if o.version == "" && !o.unversioned {
 		o.version = testVersion
 	}
 	w := &worker{vmName: o.vmName}
