@@ -32,10 +32,11 @@ const (
 	// Kairos disk that ships kubeadm, kubelet and a container runtime.
 	JoinModeStages JoinMode = "Stages"
 
-	// JoinModeClusterProvider renders the `cluster:` block that a Kairos
-	// kubeadm provider (provider-kubernetes) reads: worker role, the control
-	// plane endpoint and the join configuration. It serves disks built with
-	// such a provider, which then runs kubeadm itself.
+	// JoinModeClusterProvider renders the `cluster:` block that Kairos's
+	// kubeadm provider (kairos-io/provider-kubeadm) reads: worker role, the
+	// control plane endpoint, the Machine's Kubernetes version and the join
+	// configuration. It serves disks built with such a provider, which then
+	// runs kubeadm itself.
 	JoinModeClusterProvider JoinMode = "ClusterProvider"
 )
 

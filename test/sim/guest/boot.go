@@ -24,6 +24,7 @@ import (
 	"path"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	kubeadmv1beta4 "sigs.k8s.io/cluster-api/bootstrap/kubeadm/pkg/types/upstreamv1beta4"
@@ -482,7 +483,12 @@ func (g *guest) kubeadmJoin(ctx context.Context, args []string) error {
 
 // providerJoin is what the Kairos kubeadm provider does with a `cluster:`
 // block: a worker joins with the JoinConfiguration from `config`, dialling
-// control_plane_host (it ignores apiServerEndpoint).
+// control_plane_host (it ignores apiServerEndpoint). The provider (read at
+// kairos-io/provider-kubeadm da12c04) parses `config`'s
+// clusterConfiguration.kubernetesVersion first and exits without one it
+// can parse; from v1.31 it reads kubeadm's v1beta4 types, as this does.
+// Where it differs: the provider runs kubeadm through its own scripts and
+// reconfigures the kubelet afterwards; this joins as kubeadm does.
 func (g *guest) providerJoin(ctx context.Context, c *clusterBlock) error {
 	if g.fs.exists(KubeletKubeconfigPath) {
 		return nil
@@ -501,10 +507,16 @@ func (g *guest) providerJoin(ctx context.Context, c *clusterBlock) error {
 		endpoint = net.JoinHostPort(endpoint, "6443")
 	}
 	var config struct {
+		ClusterConfiguration struct {
+			KubernetesVersion string `json:"kubernetesVersion"`
+		} `json:"clusterConfiguration"`
 		JoinConfiguration *kubeadmv1beta4.JoinConfiguration `json:"joinConfiguration"`
 	}
 	if err := sigsyaml.Unmarshal([]byte(c.Config), &config); err != nil {
 		return refuse("provider: cluster.config is not valid YAML: %v", err)
+	}
+	if _, err := version.ParseSemantic(config.ClusterConfiguration.KubernetesVersion); err != nil {
+		return refuse("provider: failed to check if kubeadm version is greater than 131: failed to parse kubernetes version %q: %v", config.ClusterConfiguration.KubernetesVersion, err)
 	}
 	if config.JoinConfiguration == nil {
 		return refuse("provider: cluster.config has no joinConfiguration")

@@ -53,7 +53,7 @@ type cloudConfig struct {
 	Hostname string             `yaml:"hostname"`
 }
 
-// clusterBlock is what a Kairos kubeadm provider (provider-kubernetes)
+// clusterBlock is what a Kairos kubeadm provider (kairos-io/provider-kubeadm)
 // reads.
 type clusterBlock struct {
 	ClusterToken     string `yaml:"cluster_token"`

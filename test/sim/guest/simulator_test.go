@@ -249,8 +249,19 @@ func stagesConfig(t *testing.T, hostname string, join *kubeadmv1beta4.JoinConfig
 // providerConfig renders the ClusterProvider join mode.
 func providerConfig(t *testing.T, hostname, role string, join *kubeadmv1beta4.JoinConfiguration) []byte {
 	t.Helper()
+	return providerConfigOfVersion(t, hostname, role, "v1.35.6", join)
+}
+
+// providerConfigOfVersion renders the ClusterProvider join mode with the
+// given clusterConfiguration.kubernetesVersion, none when empty.
+func providerConfigOfVersion(t *testing.T, hostname, role, kubernetesVersion string, join *kubeadmv1beta4.JoinConfiguration) []byte {
+	t.Helper()
 	join.TypeMeta = metav1.TypeMeta{}
-	data, err := sigsyaml.Marshal(map[string]any{"joinConfiguration": join})
+	options := map[string]any{"joinConfiguration": join}
+	if kubernetesVersion != "" {
+		options["clusterConfiguration"] = map[string]any{"kubernetesVersion": kubernetesVersion}
+	}
+	data, err := sigsyaml.Marshal(options)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -465,6 +476,11 @@ func TestRefusesWhatARealNodeRefuses(t *testing.T) {
 			name: "provider-role-init", root: image,
 			data:   func(n string) []byte { return providerConfig(t, n, "init", valid(n)) },
 			reason: `cluster.role is "init"`,
+		},
+		{
+			name: "provider-without-version", root: image,
+			data:   func(n string) []byte { return providerConfigOfVersion(t, n, "worker", "", valid(n)) },
+			reason: "failed to check if kubeadm version is greater than 131",
 		},
 		{
 			name: "unknown-image", root: "registry.example.com/other@sha256:" + strings.Repeat("3", 64),
