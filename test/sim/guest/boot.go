@@ -45,6 +45,11 @@ type guest struct {
 	kubeletStarted bool
 	warnings       []string
 	sshKeys        map[string][]string
+	// ipForward is /proc/sys/net/ipv4/ip_forward in this boot: a Kairos
+	// core image leaves IPv4 forwarding off (its kernel settings are not
+	// persisted, so every boot starts so) until a stage's sysctl turns it
+	// on; a cloud-init image of image-builder's sets it in /etc/sysctl.d.
+	ipForward bool
 }
 
 // bootDisk boots a disk with the user data: a Kairos image reads a
@@ -53,7 +58,7 @@ type guest struct {
 // phase the boot ended in, or an error that is retried while the join may
 // still succeed.
 func (s *Simulator) bootDisk(ctx context.Context, image Image, data []byte, md instanceMetadata, fs *filesystem) (*guest, Phase, string, error) {
-	g := &guest{sim: s, fs: fs, hostname: md.hostname, kubeletVersion: image.KubernetesVersion, sshKeys: map[string][]string{}}
+	g := &guest{sim: s, fs: fs, hostname: md.hostname, kubeletVersion: image.KubernetesVersion, sshKeys: map[string][]string{}, ipForward: image.CloudInit}
 	if image.CloudInit {
 		cfg, err := parseCloudInit(data, md)
 		if errors.Is(err, errNotCloudInitConfig) {
@@ -146,15 +151,15 @@ func (g *guest) cloudInitBoot(ctx context.Context, cfg *cloudInitConfig, md inst
 }
 
 // boot runs the configuration's stages in Kairos's boot order, with the
-// Kairos kubeadm provider's join in network.after when a cluster block is
-// present.
+// Kairos kubeadm provider's join in boot.before, where the provider puts
+// its stages, when a cluster block is present.
 func (g *guest) boot(ctx context.Context, cfg *cloudConfig) error {
 	if cfg.Hostname != "" {
 		g.hostname = cfg.Hostname
 	}
 	for _, base := range bootStages {
 		for _, name := range []string{base + ".before", base, base + ".after"} {
-			if name == "network.after" && cfg.Cluster != nil {
+			if name == "boot.before" && cfg.Cluster != nil {
 				if err := g.providerJoin(ctx, cfg.Cluster); err != nil {
 					return err
 				}
@@ -180,6 +185,11 @@ func (g *guest) runStage(ctx context.Context, st stage) error {
 	}
 	if st.Hostname != "" {
 		g.hostname = st.Hostname
+	}
+	// yip applies a step's sysctls before its modules; only the one
+	// kubeadm's preflight reads is kept.
+	if v, ok := st.Sysctl[ipForwardSysctl]; ok {
+		g.ipForward = strings.TrimSpace(v) == "1"
 	}
 	for name, u := range st.Users {
 		if u.Name != "" {
@@ -478,6 +488,11 @@ func (g *guest) kubeadmJoin(ctx context.Context, args []string) error {
 	if c.Discovery.BootstrapToken == nil {
 		return refuse("kubeadm join: %s has no bootstrap token discovery", configPath)
 	}
+	// kubeadm's preflight (v1.36) errors on IPv4 forwarding off: measured
+	// on the Kairos disk built here.
+	if !g.ipForward {
+		return refuse("kubeadm join: [preflight] Some fatal errors occurred: [ERROR FileContent--proc-sys-net-ipv4-ip_forward]: /proc/sys/net/ipv4/ip_forward contents are not set to 1")
+	}
 	return g.runJoin(ctx, c, c.Discovery.BootstrapToken.APIServerEndpoint, nil)
 }
 
@@ -521,6 +536,11 @@ func (g *guest) providerJoin(ctx context.Context, c *clusterBlock) error {
 	if config.JoinConfiguration == nil {
 		return refuse("provider: cluster.config has no joinConfiguration")
 	}
+	// The provider's pre-kubeadm script loads overlay and br_netfilter and
+	// applies the disk's sysctl.d files, and a disk built with the
+	// provider ships net.ipv4.ip_forward=1 in /etc/sysctl.d/k8s.conf (its
+	// Dockerfile and Earthfile).
+	g.ipForward = true
 	// The provider writes the document kubeadm reads.
 	config.JoinConfiguration.APIVersion = kubeadmv1beta4.GroupVersion.String()
 	config.JoinConfiguration.Kind = "JoinConfiguration"

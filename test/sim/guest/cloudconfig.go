@@ -64,14 +64,19 @@ type clusterBlock struct {
 }
 
 type stage struct {
-	Name      string          `yaml:"name"`
-	If        string          `yaml:"if"`
-	Hostname  string          `yaml:"hostname"`
-	Users     map[string]user `yaml:"users"`
-	Files     []file          `yaml:"files"`
-	Commands  []string        `yaml:"commands"`
-	Systemctl *systemctl      `yaml:"systemctl"`
+	Name      string            `yaml:"name"`
+	If        string            `yaml:"if"`
+	Hostname  string            `yaml:"hostname"`
+	Users     map[string]user   `yaml:"users"`
+	Files     []file            `yaml:"files"`
+	Commands  []string          `yaml:"commands"`
+	Systemctl *systemctl        `yaml:"systemctl"`
+	Sysctl    map[string]string `yaml:"sysctl"`
+	Modules   []string          `yaml:"modules"`
 }
+
+// ipForwardSysctl is the kernel setting kubeadm join's preflight checks.
+const ipForwardSysctl = "net.ipv4.ip_forward"
 
 type user struct {
 	Name              string   `yaml:"name"`

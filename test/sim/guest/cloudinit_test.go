@@ -388,7 +388,7 @@ runcmd:
 `)
 	cfg, err := parseCloudInit(data, noCloud)
 	g.Expect(err).NotTo(HaveOccurred())
-	vm := &guest{sim: New(Options{}), fs: newFilesystem(), hostname: noCloud.hostname, sshKeys: map[string][]string{}}
+	vm := &guest{sim: New(Options{}), fs: newFilesystem(), hostname: noCloud.hostname, sshKeys: map[string][]string{}, ipForward: true}
 	err = vm.cloudInitBoot(context.Background(), cfg, noCloud)
 	g.Expect(err).To(MatchError(ContainSubstring("cloud-init runcmd[1]: kubeadm join: the configuration file /run/kubeadm/missing.yaml does not exist")))
 	g.Expect(IsRefusal(err)).To(BeTrue())
@@ -428,7 +428,7 @@ func TestCloudInitRecordsUsersKeysAndHostname(t *testing.T) {
 	})
 	cfg, err := parseCloudInit(data, noCloud)
 	g.Expect(err).NotTo(HaveOccurred())
-	vm := &guest{sim: New(Options{}), fs: newFilesystem(), hostname: noCloud.hostname, sshKeys: map[string][]string{}}
+	vm := &guest{sim: New(Options{}), fs: newFilesystem(), hostname: noCloud.hostname, sshKeys: map[string][]string{}, ipForward: true}
 	vm.fs.write("/etc/hosts", 0o644, "root:root", []byte("127.0.0.1 localhost\n"))
 	// No cluster answers: the join line fails at discovery and is retried.
 	err = vm.cloudInitBoot(context.Background(), cfg, noCloud)
@@ -469,7 +469,7 @@ func FuzzCloudInitParser(f *testing.F) {
 			if err != nil {
 				continue
 			}
-			vm := &guest{sim: New(Options{}), fs: newFilesystem(), hostname: md.hostname, sshKeys: map[string][]string{}}
+			vm := &guest{sim: New(Options{}), fs: newFilesystem(), hostname: md.hostname, sshKeys: map[string][]string{}, ipForward: true}
 			_ = vm.cloudInitBoot(context.Background(), cfg, md)
 		}
 	})

@@ -226,9 +226,17 @@ func joinConfiguration(name, token, pin string) *kubeadmv1beta4.JoinConfiguratio
 	}
 }
 
-// stagesConfig renders the Stages join mode: the JoinConfiguration written
-// by one stage, `kubeadm join --config` run by the next, the sentinel last.
+// stagesConfig renders the Stages join mode: IPv4 forwarding turned on,
+// the JoinConfiguration written by one stage, `kubeadm join --config` run
+// by the next, the sentinel last.
 func stagesConfig(t *testing.T, hostname string, join *kubeadmv1beta4.JoinConfiguration) []byte {
+	t.Helper()
+	return stagesConfigWithKernel(t, hostname, map[string]string{ipForwardSysctl: "1"}, join)
+}
+
+// stagesConfigWithKernel is stagesConfig with the given sysctls set
+// before the join.
+func stagesConfigWithKernel(t *testing.T, hostname string, sysctls map[string]string, join *kubeadmv1beta4.JoinConfiguration) []byte {
 	t.Helper()
 	data, err := sigsyaml.Marshal(join)
 	if err != nil {
@@ -239,6 +247,7 @@ func stagesConfig(t *testing.T, hostname string, join *kubeadmv1beta4.JoinConfig
 	return document(t, cloudConfig{Stages: map[string][]stage{
 		"initramfs": {{Name: "hostname", Hostname: hostname}},
 		"network": {
+			{Name: "kernel", Sysctl: sysctls},
 			{Name: "write", If: notJoined, Files: []file{{Path: joinPath, Permissions: 0o600, Content: string(data)}}},
 			{Name: "join", If: notJoined, Commands: []string{"kubeadm join --config " + joinPath, "rm -f " + joinPath}},
 			successStage(),
@@ -476,6 +485,11 @@ func TestRefusesWhatARealNodeRefuses(t *testing.T) {
 			name: "provider-role-init", root: image,
 			data:   func(n string) []byte { return providerConfig(t, n, "init", valid(n)) },
 			reason: `cluster.role is "init"`,
+		},
+		{
+			name: "ip-forwarding-off", root: image,
+			data:   func(n string) []byte { return stagesConfigWithKernel(t, n, nil, valid(n)) },
+			reason: "[ERROR FileContent--proc-sys-net-ipv4-ip_forward]",
 		},
 		{
 			name: "provider-without-version", root: image,
