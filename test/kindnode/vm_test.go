@@ -26,17 +26,16 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/utils/ptr"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/cozystack/cluster-api-workers/test/node"
+	"github.com/cozystack/cluster-api-workers/test/vmfixture"
 )
 
 // consoleMarker is what the guest's cloud-config writes to its serial
@@ -49,11 +48,12 @@ const (
 
 // vmBoots: the real node's worker container disk (pinned by digest, as a
 // WorkerPlatform pins a Kairos image), loaded as hack/kind/load.sh loads
-// it, boots as a VirtualMachineInstance through virt-launcher under
-// emulation, on the pod network behind KubeVirt's masquerade binding (the
-// binding our renderer writes by default), and runs the cloud-config of
-// its NoCloud seed: the marker reaches the serial console, which
-// KubeVirt's guest-console-log container of the launcher Pod tails.
+// it, boots as a VirtualMachine of the other tiers' shape
+// (test/vmfixture) through virt-launcher under emulation, on the pod
+// network behind KubeVirt's masquerade binding (the binding our renderer
+// writes by default), and runs the cloud-config of its NoCloud seed: the
+// marker reaches the serial console, which KubeVirt's guest-console-log
+// container of the launcher Pod tails.
 func vmBoots(t *testing.T, cluster string, config *rest.Config, cs kubernetes.Interface) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
@@ -77,43 +77,25 @@ func vmBoots(t *testing.T, cluster string, config *rest.Config, cs kubernetes.In
 	if err != nil {
 		t.Fatal(err)
 	}
-	vmi := &kubevirtv1.VirtualMachineInstance{
-		ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceDefault, Name: "worker-disk"},
-		Spec: kubevirtv1.VirtualMachineInstanceSpec{
-			Domain: kubevirtv1.DomainSpec{
-				CPU:    &kubevirtv1.CPU{Cores: 1},
-				Memory: &kubevirtv1.Memory{Guest: ptr.To(resource.MustParse("1Gi"))},
-				Devices: kubevirtv1.Devices{
-					Disks: []kubevirtv1.Disk{
-						{Name: "root", DiskDevice: kubevirtv1.DiskDevice{Disk: &kubevirtv1.DiskTarget{Bus: kubevirtv1.DiskBusVirtio}}},
-						{Name: "seed", DiskDevice: kubevirtv1.DiskDevice{Disk: &kubevirtv1.DiskTarget{Bus: kubevirtv1.DiskBusVirtio}}},
-					},
-					Interfaces: []kubevirtv1.Interface{{
-						Name:                   "default",
-						InterfaceBindingMethod: kubevirtv1.InterfaceBindingMethod{Masquerade: &kubevirtv1.InterfaceMasquerade{}},
-					}},
-				},
-			},
-			Networks: []kubevirtv1.Network{*kubevirtv1.DefaultPodNetwork()},
-			Volumes: []kubevirtv1.Volume{
-				{Name: "root", VolumeSource: kubevirtv1.VolumeSource{ContainerDisk: &kubevirtv1.ContainerDiskSource{
-					Image: disk.Image.Ref, ImagePullPolicy: corev1.PullNever,
-				}}},
-				{Name: "seed", VolumeSource: kubevirtv1.VolumeSource{CloudInitNoCloud: &kubevirtv1.CloudInitNoCloudSource{
-					UserData: "#cloud-config\nstages:\n  network:\n  - name: console-marker\n    commands:\n    - '" + consoleCommand + "'\n",
-				}}},
-			},
-		},
-	}
+	// The shape the other tiers boot (test/vmfixture), with the cloud-config
+	// of this test as its user data.
+	vm := vmfixture.New(metav1.NamespaceDefault, "worker-disk", kubevirtv1.VolumeSource{ContainerDisk: &kubevirtv1.ContainerDiskSource{
+		Image: disk.Image.Ref, ImagePullPolicy: corev1.PullNever,
+	}})
+	userData := "#cloud-config\nstages:\n  network:\n  - name: console-marker\n    commands:\n    - '" + consoleCommand + "'\n"
 	start = time.Now()
-	if err := c.Create(ctx, vmi); err != nil {
-		t.Fatalf("creating the instance: %v", err)
+	if _, err := cs.CoreV1().Secrets(vm.Namespace).Create(ctx, vmfixture.UserData(vm.Namespace, vm.Name, []byte(userData)), metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating the user data: %v", err)
+	}
+	if err := c.Create(ctx, vm); err != nil {
+		t.Fatalf("creating the VM: %v", err)
 	}
 
 	var console string
+	vmi := &kubevirtv1.VirtualMachineInstance{}
 	err = wait.PollUntilContextCancel(ctx, 5*time.Second, true, func(ctx context.Context) (bool, error) {
-		if err := c.Get(ctx, client.ObjectKeyFromObject(vmi), vmi); err != nil {
-			return false, nil //nolint:nilerr // The API server may be briefly busy; poll again.
+		if err := c.Get(ctx, client.ObjectKeyFromObject(vm), vmi); err != nil {
+			return false, nil //nolint:nilerr // Not created yet, or the API server briefly busy.
 		}
 		if vmi.Status.Phase == kubevirtv1.Failed {
 			return false, errInstanceFailed
@@ -142,11 +124,11 @@ func vmBoots(t *testing.T, cluster string, config *rest.Config, cs kubernetes.In
 	if vmi.Status.Phase != kubevirtv1.Running {
 		t.Errorf("instance phase %s while its guest runs, want Running", vmi.Status.Phase)
 	}
-	t.Logf("the guest ran its cloud-config %s after the instance's creation", time.Since(start).Round(time.Second))
+	t.Logf("the guest ran its cloud-config %s after the VM's creation", time.Since(start).Round(time.Second))
 }
 
-// errInstanceFailed ends the wait: KubeVirt does not restart a failed
-// instance.
+// errInstanceFailed ends the wait: a failed instance is a failed boot,
+// even though the VM's run strategy would start another.
 var errInstanceFailed = errors.New("the instance is Failed")
 
 // tail is the last n lines of s.
