@@ -29,8 +29,11 @@ import (
 
 // New returns a VirtualMachine, not yet created, that boots root from its
 // first disk and reads its cloud-init user data through NoCloud from the
-// Secret UserData makes for it (<name>-userdata): 2 cores and 4 GiB, one
-// pod network interface with masquerade, its hostname its name, and its
+// Secret UserData makes for it (<name>-userdata): 2 cores and 4 GiB, both
+// disks on virtio as the provider renders them (KubeVirt v1.7.0's virt-api
+// puts a disk without a bus on SATA on amd64, which the worker disk's
+// initramfs cannot find its root on), one pod network interface with
+// masquerade, its hostname its name, and its
 // instances labelled machine=<name>, so that a scenario can pick one out.
 // A scenario changes what it needs on the result.
 func New(namespace, name string, root kubevirtv1.VolumeSource) *kubevirtv1.VirtualMachine {
@@ -46,8 +49,8 @@ func New(namespace, name string, root kubevirtv1.VolumeSource) *kubevirtv1.Virtu
 						Memory: &kubevirtv1.Memory{Guest: ptr.To(resource.MustParse("4Gi"))},
 						Devices: kubevirtv1.Devices{
 							Disks: []kubevirtv1.Disk{
-								{Name: "root", BootOrder: ptr.To[uint](1), DiskDevice: kubevirtv1.DiskDevice{Disk: &kubevirtv1.DiskTarget{}}},
-								{Name: "cloudinit", DiskDevice: kubevirtv1.DiskDevice{Disk: &kubevirtv1.DiskTarget{}}},
+								{Name: "root", BootOrder: ptr.To[uint](1), DiskDevice: kubevirtv1.DiskDevice{Disk: &kubevirtv1.DiskTarget{Bus: kubevirtv1.DiskBusVirtio}}},
+								{Name: "cloudinit", DiskDevice: kubevirtv1.DiskDevice{Disk: &kubevirtv1.DiskTarget{Bus: kubevirtv1.DiskBusVirtio}}},
 							},
 							Interfaces: []kubevirtv1.Interface{{Name: "default", InterfaceBindingMethod: kubevirtv1.InterfaceBindingMethod{Masquerade: &kubevirtv1.InterfaceMasquerade{}}}},
 						},
