@@ -71,12 +71,12 @@ tools-bins: ## Build every binary the tests use (apiserver, etcd, kubeadm, contr
 lint: ## Run go vet and golangci-lint with Cluster API's linters (.golangci.yml), also on test/qemu's qemu-tagged, test/node's node-tagged and test/kindnode's kind-tagged files.
 	go vet ./...
 	go vet -tags qemu ./test/qemu/
-	go vet -tags node ./test/node/... ./test/kindnode/...
+	go vet -tags node ./test/node/... ./test/cdi/... ./test/kindnode/...
 	go vet -tags kind ./test/kindnode/...
 	golangci_lint=$$(hack/tool.sh golangci-lint); \
 		$$golangci_lint run ./... && \
 		$$golangci_lint run --build-tags qemu ./test/qemu/... && \
-		$$golangci_lint run --build-tags node ./test/node/... ./test/kindnode/... && \
+		$$golangci_lint run --build-tags node ./test/node/... ./test/cdi/... ./test/kindnode/... && \
 		$$golangci_lint run --build-tags kind ./test/kindnode/...
 
 ##@ Sandbox
@@ -159,4 +159,4 @@ test-node: ## A real node on this machine (root): containerd v2 (built from the 
 	hack/node/bins.sh >/dev/null
 	hack/node/kubevirt.sh >/dev/null
 	hack/node/worker-containerdisk.sh >/dev/null
-	go test -tags node ./test/node/ -v -count=1 -timeout 90m $(if $(NODE_RUN),-run '$(NODE_RUN)')
+	go test -p 1 -tags node ./test/node/ ./test/cdi/ -v -count=1 -timeout 90m $(if $(NODE_RUN),-run '$(NODE_RUN)')
