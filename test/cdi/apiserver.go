@@ -19,6 +19,7 @@ package cdi
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"net"
 	"os"
@@ -104,17 +105,23 @@ exec "$1" --kubeconfig="$2" -v=2
 		"INSTALLER_VERSION_LABEL=" + Version,
 		"sh", "-c", script, "sh", filepath.Join(bin, "cdi-apiserver"), kubeconfig,
 	}, filepath.Join(c.dir, "cdi-apiserver.log"), time.Second)
+	// Ready once it serves with the certificate of this start: the
+	// address is fixed, and another process there would take the
+	// webhooks' requests.
+	roots := x509.NewCertPool()
+	roots.AddCert(chain[1])
 	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		return serving(ctx, apiServerAddr), nil
+		return serving(ctx, apiServerAddr, roots), nil
 	}); err != nil {
 		return fmt.Errorf("waiting for cdi-apiserver to serve on %s: %w; its log: %s", apiServerAddr, err, c.APIServer.Tail())
 	}
 	return registerWebhooks(ctx, env.Client, caPEM)
 }
 
-// serving reports whether addr completes a TLS handshake.
-func serving(ctx context.Context, addr string) bool {
-	d := &tls.Dialer{NetDialer: &net.Dialer{Timeout: time.Second}, Config: &tls.Config{InsecureSkipVerify: true}} //nolint:gosec // a liveness probe; the webhooks verify the CA.
+// serving reports whether addr completes a TLS handshake with a
+// certificate roots verify.
+func serving(ctx context.Context, addr string, roots *x509.CertPool) bool {
+	d := &tls.Dialer{NetDialer: &net.Dialer{Timeout: time.Second}, Config: &tls.Config{RootCAs: roots, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12}}
 	conn, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return false
