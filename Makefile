@@ -71,12 +71,12 @@ tools-bins: ## Build every binary the tests use (apiserver, etcd, kubeadm, contr
 lint: ## Run go vet and golangci-lint with Cluster API's linters (.golangci.yml), also on test/qemu's qemu-tagged, test/node's node-tagged and test/kindnode's kind-tagged files.
 	go vet ./...
 	go vet -tags qemu ./test/qemu/
-	go vet -tags node ./test/node/... ./test/kindnode/...
+	go vet -tags node ./test/node/... ./test/cdi/... ./test/kindnode/...
 	go vet -tags kind,node ./test/kindnode/...
 	golangci_lint=$$(hack/tool.sh golangci-lint); \
 		$$golangci_lint run ./... && \
 		$$golangci_lint run --build-tags qemu ./test/qemu/... && \
-		$$golangci_lint run --build-tags node ./test/node/... ./test/kindnode/... && \
+		$$golangci_lint run --build-tags node ./test/node/... ./test/cdi/... ./test/kindnode/... && \
 		$$golangci_lint run --build-tags kind,node ./test/kindnode/...
 
 ##@ Sandbox
@@ -155,8 +155,8 @@ test-kind: ## A kind cluster with kind's podman provider (root), from kind v0.33
 	go test -tags kind,node ./test/kindnode/ -v -count=1 -timeout 30m
 
 .PHONY: test-node
-test-node: ## A real node on this machine (root): containerd v2 (built from the Go module proxy), Debian's runc and CNI plugins and the kubelet register with an envtest apiserver and run a Pod from an image built here; a node with kube-proxy and CoreDNS resolves a Service's name and reaches it through its ClusterIP; then KubeVirt's node side on it (virt-handler, virt-launcher, libvirt and QEMU images built by hack/node/kubevirt.sh); then a Kairos pool machine joins through virt-launcher from the worker disk as a container disk (hack/node/worker-containerdisk.sh), with a NoCloud and a ConfigDrive seed, a VM whose preference asks for SCSI disks boots from sda, a machine whose QEMU or launcher Pod is killed is remediated by the MachineHealthCheck, a pool scaled from zero boots from a claim the CDI stand-in imported into a local volume, and so does one on real CDI (cdi-controller v1.65.0 built by hack/node/cdi.sh, its importer, upload server and cloner Pods on the node; a first HTTP import over TLS alone too), and a drain under eviction strategy External ends and the machine is replaced; Stop leaves nothing (NODE_RUN=<regexp> picks scenarios; NODE_ARTIFACTS=<dir> keeps the logs; docs/testing.md).
+test-node: ## A real node on this machine (root): containerd v2 (built from the Go module proxy), Debian's runc and CNI plugins and the kubelet register with an envtest apiserver and run a Pod from an image built here; a node with kube-proxy and CoreDNS resolves a Service's name and reaches it through its ClusterIP; then KubeVirt's node side on it (virt-handler, virt-launcher, libvirt and QEMU images built by hack/node/kubevirt.sh); then a Kairos pool machine joins through virt-launcher from the worker disk as a container disk (hack/node/worker-containerdisk.sh), with a NoCloud and a ConfigDrive seed, a VM whose preference asks for SCSI disks boots from sda, a machine whose QEMU or launcher Pod is killed is remediated by the MachineHealthCheck, a pool scaled from zero boots from a claim the CDI stand-in imported into a local volume, and so does one on real CDI (cdi-controller v1.65.0 built by hack/node/cdi.sh, its importer, upload server and cloner Pods on the node; a first HTTP import over TLS alone too; clones from another namespace authorized as the tenant with cdi-apiserver's webhooks, and refused), and a drain under eviction strategy External ends and the machine is replaced; Stop leaves nothing (NODE_RUN=<regexp> picks scenarios; NODE_ARTIFACTS=<dir> keeps the logs; docs/testing.md).
 	hack/node/bins.sh >/dev/null
 	hack/node/kubevirt.sh >/dev/null
 	hack/node/worker-containerdisk.sh >/dev/null
-	go test -tags node ./test/node/ -v -count=1 -timeout 90m $(if $(NODE_RUN),-run '$(NODE_RUN)')
+	go test -p 1 -tags node ./test/node/ ./test/cdi/ -v -count=1 -timeout 90m $(if $(NODE_RUN),-run '$(NODE_RUN)')

@@ -32,6 +32,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -50,6 +52,7 @@ import (
 
 	"github.com/cozystack/cluster-api-workers/test/envtest"
 	"github.com/cozystack/cluster-api-workers/test/kubevirt"
+	"github.com/cozystack/cluster-api-workers/test/netns"
 	"github.com/cozystack/cluster-api-workers/test/process"
 )
 
@@ -75,16 +78,24 @@ const ControllerUser = "system:serviceaccount:" + Namespace + ":cdi-sa"
 
 // Options configure cdi-controller.
 type Options struct {
-	// LogDir keeps cdi-controller.log; a temporary directory removed by
-	// Stop otherwise.
+	// LogDir keeps cdi-controller.log (and cdi-apiserver.log); a
+	// temporary directory removed by Stop otherwise.
 	LogDir string
+	// APIServer runs cdi-apiserver too, with its admission webhooks
+	// registered: what a clone from another namespace needs (its
+	// DataVolume mutating webhook authorizes the clone and signs the token
+	// cdi-controller checks), and what validates every DataVolume.
+	APIServer bool
 }
 
 // Controller is a running cdi-controller.
 type Controller struct {
 	Process *kubevirt.Process
-	dir     string
-	ownDir  bool
+	// APIServer is cdi-apiserver; nil unless Options.APIServer.
+	APIServer *kubevirt.Process
+	dir       string
+	ownDir    bool
+	net       *netns.Namespace
 }
 
 // Start installs what CDI's operator would (the namespace, the CDI CR,
@@ -132,11 +143,28 @@ func Start(ctx context.Context, env *envtest.Environment, opts Options) (_ *Cont
 	if err := writeUploadSigners(ctx, env.Client, certs); err != nil {
 		return nil, err
 	}
+	if opts.APIServer {
+		if err := c.startAPIServer(ctx, env, bin, keys); err != nil {
+			return nil, err
+		}
+	}
+	// cdi-controller binds :8443 for its metrics, as cdi-apiserver binds
+	// it for its webhooks, neither with a flag to move it: cdi-controller,
+	// which nothing connects to, runs in a network namespace of its own
+	// whose only way out is a forward to the apiserver at the address
+	// its kubeconfig names. That is a namespace and a listener of this
+	// process, rather than cdi-apiserver as a Pod on the node, whose
+	// address the apiserver on the host could not reach for its webhooks.
+	if c.net, err = netns.New(); err != nil {
+		return nil, err
+	}
+	if err := c.net.ForwardOut(listenAddr(cfg.Host), hostPort(cfg.Host)); err != nil {
+		return nil, err
+	}
 	// cdi-controller reads its clone token keys from a fixed path
 	// (/var/run/cdi/token/keys, where the operator mounts their Secret)
 	// and writes /tmp/ready: it runs in a mount namespace of its own with
-	// a fresh /run and /tmp, so neither touches the host's. It binds
-	// :8443 for its metrics (fixed too), in the host's network namespace.
+	// a fresh /run and /tmp, so neither touches the host's.
 	script := `set -e
 mount -t tmpfs -o mode=0755 cdi-run /run
 mkdir -p /run/cdi/token/keys /run/cdi-controller
@@ -146,7 +174,7 @@ cp -r "$4" /run/cdi-controller/certs
 mount -t tmpfs -o mode=1777 cdi-tmp /tmp
 exec "$3" --kubeconfig=/run/cdi-controller/kubeconfig -v=2
 `
-	args := []string{"--mount", "--fork", "--kill-child", "--", "env",
+	args := []string{"--net=" + c.net.Path, "unshare", "--mount", "--fork", "--kill-child", "--", "env",
 		"IMPORTER_IMAGE=" + ImporterImage,
 		"CLONER_IMAGE=" + ClonerImage,
 		"UPLOADSERVER_IMAGE=" + UploadServerImage,
@@ -162,7 +190,7 @@ exec "$3" --kubeconfig=/run/cdi-controller/kubeconfig -v=2
 		"UPLOAD_CLIENT_KEY_FILE=/run/cdi-controller/certs/" + uploadClientSigner + "/tls.key",
 		"UPLOAD_CLIENT_CERT_FILE=/run/cdi-controller/certs/" + uploadClientSigner + "/tls.crt",
 		"sh", "-c", script, "sh", keys, kubeconfig, filepath.Join(bin, "cdi-controller"), certs}
-	c.Process = kubevirt.StartProcess("cdi-controller", "unshare", args, filepath.Join(c.dir, "cdi-controller.log"), time.Second)
+	c.Process = kubevirt.StartProcess("cdi-controller", "nsenter", args, filepath.Join(c.dir, "cdi-controller.log"), time.Second)
 	return c, nil
 }
 
@@ -175,10 +203,35 @@ func (c *Controller) Stop() error {
 	if c.Process != nil {
 		err = c.Process.Stop()
 	}
+	if c.APIServer != nil {
+		err = errors.Join(err, c.APIServer.Stop())
+	}
+	if c.net != nil {
+		err = errors.Join(err, c.net.Close())
+	}
 	if c.ownDir {
 		err = errors.Join(err, os.RemoveAll(c.dir))
 	}
 	return err
+}
+
+// hostPort is the host and port of an apiserver URL.
+func hostPort(apiURL string) string {
+	u, err := url.Parse(apiURL)
+	if err != nil || u.Host == "" {
+		return apiURL
+	}
+	return u.Host
+}
+
+// listenAddr is where a forward to the apiserver at apiURL listens in a
+// network namespace: its address, or the loopback's for localhost.
+func listenAddr(apiURL string) string {
+	addr := hostPort(apiURL)
+	if host, port, err := net.SplitHostPort(addr); err == nil && host == "localhost" {
+		return net.JoinHostPort("127.0.0.1", port)
+	}
+	return addr
 }
 
 // binDir builds (or finds in the cache) CDI's binaries.

@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/cluster-api/cmd/clusterctl/client/yamlprocessor"
 	utilyaml "sigs.k8s.io/cluster-api/util/yaml"
 
+	infrav1 "github.com/cozystack/cluster-api-workers/infrastructure/api/v1alpha1"
 	"github.com/cozystack/cluster-api-workers/test/envtest"
 )
 
@@ -103,6 +104,21 @@ func ClasslessImport(url, size, datasource string) func(template *unstructured.U
 		machine["image"] = map[string]any{"httpImport": map[string]any{"url": url}}
 		machine["rootDisk"] = map[string]any{"size": size}
 		machine["cloudInitDatasource"] = datasource
+	}
+}
+
+// ClasslessClone is ClasslessImport for a root disk of size cloned from
+// source (a DataSource or a PersistentVolumeClaim, in namespace, the
+// machine's when empty): no shared import, each machine's DataVolume
+// clones the source.
+func ClasslessClone(source infrav1.CloneSource, size, datasource string) func(template *unstructured.Unstructured, machine map[string]any) {
+	return func(template *unstructured.Unstructured, machine map[string]any) {
+		ClasslessImport("", size, datasource)(template, machine)
+		clone := map[string]any{"kind": string(source.Kind), "name": source.Name}
+		if source.Namespace != "" {
+			clone["namespace"] = source.Namespace
+		}
+		machine["image"] = map[string]any{"clone": clone}
 	}
 }
 

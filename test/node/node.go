@@ -43,6 +43,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/cozystack/cluster-api-workers/test/envtest"
+	"github.com/cozystack/cluster-api-workers/test/netns"
 	"github.com/cozystack/cluster-api-workers/test/node/internal/initconfig"
 	"github.com/cozystack/cluster-api-workers/test/ociimage"
 	"github.com/cozystack/cluster-api-workers/test/process"
@@ -357,7 +358,7 @@ func (n *Node) start(ctx context.Context, kubeletBin, containerdDir string, apiU
 	}
 	n.listener = l
 	upstream := apiURL.Host
-	go serveForwarder(l, upstream)
+	go netns.Forward(l, upstream)
 	if err := n.serveKubernetesService(ctx, apiURL); err != nil {
 		return err
 	}
@@ -386,7 +387,7 @@ func (n *Node) start(ctx context.Context, kubeletBin, containerdDir string, apiU
 			return err
 		}
 		n.forwards = append(n.forwards, l)
-		go serveForwarder(l, n.opts.Forwards[listen])
+		go netns.Forward(l, n.opts.Forwards[listen])
 		forwards = append(forwards, initconfig.Forward{Listen: listen, Socket: socket})
 	}
 
@@ -503,27 +504,6 @@ func (n *Node) findInit() error {
 		}
 	}
 	return errors.New("could not find the node's init process under unshare")
-}
-
-func serveForwarder(l net.Listener, upstream string) {
-	for {
-		c, err := l.Accept()
-		if err != nil {
-			return
-		}
-		go func() {
-			defer func() { _ = c.Close() }()
-			up, err := (&net.Dialer{Timeout: 10 * time.Second}).DialContext(context.Background(), "tcp", upstream)
-			if err != nil {
-				return
-			}
-			defer func() { _ = up.Close() }()
-			done := make(chan struct{}, 2)
-			go func() { _, _ = io.Copy(up, c); done <- struct{}{} }()
-			go func() { _, _ = io.Copy(c, up); done <- struct{}{} }()
-			<-done
-		}()
-	}
 }
 
 // Stop stops the kubelet, then containerd (SIGTERM, through nodeinit), and

@@ -147,6 +147,9 @@ type nodeSetup struct {
 	// realCDI runs CDI's real controller (infra.Options.RealCDI) with its
 	// importer image on the node, in place of CDI's stand-in.
 	realCDI bool
+	// cdiAPIServer runs cdi-apiserver beside it, its webhooks registered
+	// (cdi.Options.APIServer): clones from another namespace need it.
+	cdiAPIServer bool
 	// forwards are node.Options.Forwards besides the workload apiserver's.
 	forwards map[string]string
 }
@@ -194,10 +197,10 @@ func startKubeVirtNodeWith(ctx context.Context, t *testing.T, namespace string, 
 		}
 		t.Logf("CDI's images built or reused in %s", time.Since(t0).Round(time.Second))
 		// A clone in the source's namespace needs no token (cdi-apiserver's
-		// webhook, which does not run here, would add one).
+		// webhook would add one), a clone from another does.
 		nodeImages = append(nodeImages, cdiImages.Importer, cdiImages.Cloner, cdiImages.UploadServer)
 		opts.Infra.CDI.Importer = nil
-		opts.Infra.RealCDI = &cdi.Options{}
+		opts.Infra.RealCDI = &cdi.Options{APIServer: setup.cdiAPIServer}
 		if k.artifacts != "" {
 			opts.Infra.RealCDI.LogDir = filepath.Join(k.artifacts, "cdi")
 		}

@@ -19,6 +19,7 @@ package kubevirtmachine
 import (
 	"fmt"
 	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -66,8 +67,16 @@ func bootDiskCondition(o *observation) metav1.Condition {
 			fmt.Sprintf("DataVolume %s failed%s", name, detail(running)))
 	}
 	if o.importFailureRestarts > 0 && dv.Status.RestartCount >= o.importFailureRestarts {
-		return condition(t, metav1.ConditionFalse, infrav1.ImportFailedReason,
-			fmt.Sprintf("DataVolume %s: its importer pod restarted %d times%s", name, dv.Status.RestartCount, detail(running)))
+		// The count that failed it, not CDI's, which keeps growing; and
+		// CDI's words, which its Running condition has only while the
+		// importer is down, kept from the condition as last written while
+		// the restarted importer runs: the message stays the same.
+		failed := fmt.Sprintf("DataVolume %s: its importer pod restarted %d times", name, o.importFailureRestarts)
+		words := detail(running)
+		if kept := o.bootDisk; words == "" && kept != nil && kept.Reason == infrav1.ImportFailedReason && strings.HasPrefix(kept.Message, failed+": ") {
+			return condition(t, metav1.ConditionFalse, infrav1.ImportFailedReason, kept.Message)
+		}
+		return condition(t, metav1.ConditionFalse, infrav1.ImportFailedReason, failed+words)
 	}
 	progress := ""
 	if p := string(dv.Status.Progress); p != "" && p != "N/A" {

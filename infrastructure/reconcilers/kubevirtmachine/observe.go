@@ -28,6 +28,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
@@ -73,6 +74,9 @@ type observation struct {
 	// importFailureRestarts is how many importer pod restarts count as a
 	// failed import.
 	importFailureRestarts int32
+	// bootDisk is the BootDiskReady condition as last written: a failed
+	// import keeps CDI's words from it while CDI's restarted importer runs.
+	bootDisk *metav1.Condition
 	// clusterEvictionStrategy is the KubeVirt CR's cluster-wide eviction
 	// strategy, read only for an evacuating instance that names none.
 	clusterEvictionStrategy *kubevirtv1.EvictionStrategy
@@ -206,6 +210,7 @@ func (r *Reconciler) observe(ctx context.Context, s *scope, vm *kubevirtv1.Virtu
 		replaceable:            controlledByMachineSet(machine),
 		vm:                     vm,
 		importFailureRestarts:  r.ImportFailureRestarts,
+		bootDisk:               apimeta.FindStatusCondition(kvm.Status.Conditions, infrav1.BootDiskReadyCondition),
 	}
 	if vm != nil {
 		kvm.Spec.ProviderID = infrav1.ProviderID(kvm.Name)
