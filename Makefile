@@ -147,8 +147,8 @@ kairos-disk: ## Build the Kairos worker disk from Kairos's components (kairos-in
 	hack/kairos-disk/build.sh
 
 .PHONY: test-qemu-kairos
-test-qemu-kairos: ## The QEMU tier's Kairos scenario alone: a pool machine boots the Kairos disk and joins with the Stages rendering (QEMU_KAIROS_DISK=1; builds the disk first; docs/real-guests.md).
-	QEMU_KAIROS_DISK=1 go test -tags qemu ./test/qemu/ -v -count=1 -timeout 45m -run 'TestKairosDiskJoins'
+test-qemu-kairos: ## The QEMU tier's Kairos scenarios alone: a pool machine boots the Kairos disk and joins with the Stages rendering; one with its own kernel settings reboots, with its seed and without (QEMU_KAIROS_DISK=1; builds the disk first; QEMU_RUN=<regexp> picks one; docs/real-guests.md).
+	QEMU_KAIROS_DISK=1 go test -tags qemu ./test/qemu/ -v -count=1 -timeout 60m -run '$(or $(QEMU_RUN),TestKairosDisk)'
 
 .PHONY: test-kind
 test-kind: ## A kind cluster with kind's podman provider (root), from kind v0.33.0 and a node image built here (hack/kind/node-image.sh: kind's base files on a Debian root, containerd v2, the control-plane images from binaries built here); a Pod on it resolves and reaches the API server's Service; KubeVirt v1.7.0 installed by virt-operator from images built here becomes Available; the real node's worker container disk, loaded by digest, boots as a VM and runs its cloud-config (docs/testing.md, "kind with podman here").

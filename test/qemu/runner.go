@@ -250,19 +250,50 @@ func (r *Runner) Tamper(f func(vm client.ObjectKey, userData []byte) []byte) {
 // as when QEMU crashes: virt-handler reports the instance Failed and
 // virt-controller's run strategy decides whether another starts.
 func (r *Runner) Kill(vm client.ObjectKey) error {
+	running, err := r.running(vm)
+	if err != nil {
+		return err
+	}
+	running.Kill("the QEMU process of the guest was killed")
+	return nil
+}
+
+// Reboot reboots a VirtualMachine's running guest from inside (VM.Reboot)
+// and returns once QEMU has reset it. Nothing in the cluster sees it but
+// the Node: the instance, its launcher Pod and its QEMU stay, as under
+// KubeVirt, and so do the writes to its root disk.
+func (r *Runner) Reboot(ctx context.Context, vm client.ObjectKey) error {
+	running, err := r.running(vm)
+	if err != nil {
+		return err
+	}
+	return running.vm.Reboot(ctx)
+}
+
+// DetachSeed unplugs the cloud-init disk of a VirtualMachine's running
+// guest (VM.DetachSeed), so that its next boot has no seed to read.
+func (r *Runner) DetachSeed(ctx context.Context, vm client.ObjectKey) error {
+	running, err := r.running(vm)
+	if err != nil {
+		return err
+	}
+	return running.vm.DetachSeed(ctx)
+}
+
+// running is the VirtualMachine's running guest.
+func (r *Runner) running(vm client.ObjectKey) (*qemuGuest, error) {
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	var running *qemuGuest
 	for _, g := range r.guests {
 		if g.record.VM == vm && !g.exited() {
 			running = g
 		}
 	}
-	r.mu.Unlock()
 	if running == nil {
-		return fmt.Errorf("VirtualMachine %s has no running guest", vm)
+		return nil, fmt.Errorf("VirtualMachine %s has no running guest", vm)
 	}
-	running.Kill("the QEMU process of the guest was killed")
-	return nil
+	return running, nil
 }
 
 // Guests returns every guest started so far, in start order.

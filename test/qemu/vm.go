@@ -18,6 +18,7 @@ package qemu
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -81,7 +82,14 @@ type VM struct {
 	// second (the guest's journal).
 	ConsoleLog, DebugLog string
 	qemu                 *process.Process
+	// monitor is QEMU's QMP socket, in a directory of its own (a socket's
+	// path is limited to 107 bytes, which a guest's directory may pass),
+	// removed when QEMU exits; empty for a guest that is not QEMU.
+	monitor string
 }
+
+// seedDevice is the QEMU id of the seed's disk, which DetachSeed unplugs.
+const seedDevice = "seed"
 
 // Accelerator is QEMU's accelerator: QEMU_ACCEL when set, otherwise TCG.
 // Nested KVM hangs on the machines this runs on, so KVM is opt-in.
@@ -119,10 +127,15 @@ func StartVM(ctx context.Context, opts VMOptions) (*VM, error) {
 	if err := WriteSeed(ctx, seed, instance, opts.UserData); err != nil {
 		return nil, err
 	}
+	monitorDir, err := os.MkdirTemp("", "qmp-")
+	if err != nil {
+		return nil, err
+	}
 	vm := &VM{
 		Name:       opts.Name,
 		ConsoleLog: filepath.Join(opts.Dir, opts.Name+"-console.log"),
 		DebugLog:   filepath.Join(opts.Dir, opts.Name+"-journal.log"),
+		monitor:    filepath.Join(monitorDir, "qmp.sock"),
 	}
 	// The disk is shared by every guest: writes go to a temporary overlay
 	// that disappears with QEMU, like a containerDisk.
@@ -132,6 +145,7 @@ func StartVM(ctx context.Context, opts VMOptions) (*VM, error) {
 	}
 	rootArgs, rootDevice, err := rootDiskArgs(opts.RootBus, root)
 	if err != nil {
+		_ = os.RemoveAll(monitorDir)
 		return nil, err
 	}
 	args := slices.Concat([]string{
@@ -145,12 +159,17 @@ func StartVM(ctx context.Context, opts VMOptions) (*VM, error) {
 		"-initrd", opts.Disk.Initrd(),
 		"-append", strings.Join(kernelArgs(opts, rootDevice), " "),
 	}, rootArgs, []string{
-		// The seed's file system is found by its label, on any bus.
-		"-drive", "file=" + seed + ",format=raw,if=virtio,readonly=on",
+		// The seed's file system is found by its label, on any bus. It
+		// sits behind a PCIe root port, as every KubeVirt disk does, where
+		// it can be unplugged (DetachSeed): q35's root bus has no hotplug.
+		"-device", "pcie-root-port,id=seed-port,chassis=1",
+		"-drive", "file=" + seed + ",format=raw,if=none,id=seed-drive,readonly=on",
+		"-device", "virtio-blk-pci,drive=seed-drive,id=" + seedDevice + ",bus=seed-port",
 		"-netdev", "user,id=net0",
 		"-device", "virtio-net-pci,netdev=net0",
 		"-serial", "file:" + vm.ConsoleLog,
 		"-serial", "file:" + vm.DebugLog,
+		"-qmp", "unix:" + vm.monitor + ",server=on,wait=off",
 	})
 	//nolint:gosec,noctx // QEMU from PATH, with the guest's arguments; the guest runs until Kill, not until a context ends.
 	cmd := exec.Command(qemu, args...)
@@ -159,9 +178,79 @@ func StartVM(ctx context.Context, opts VMOptions) (*VM, error) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	vm.Started = time.Now()
 	if vm.qemu, err = process.Start("QEMU for "+opts.Name, filepath.Join(opts.Dir, opts.Name+"-qemu.log"), cmd); err != nil {
+		_ = os.RemoveAll(monitorDir)
 		return nil, err
 	}
+	go func() {
+		<-vm.qemu.Done()
+		_ = os.RemoveAll(monitorDir)
+	}()
 	return vm, nil
+}
+
+// Reboot reboots the guest in place and returns once QEMU has reset the
+// machine, as a reboot inside a KubeVirt guest does: the same QEMU process
+// and instance, so a container disk's writes stay. The guest is asked as
+// Ctrl-Alt-Del at its keyboard asks (systemd's ctrl-alt-del.target, a
+// clean reboot). QEMU starts with -no-reboot, so that a panicking guest
+// ends it; from here on it resets instead, at every reboot, as KubeVirt's
+// QEMU does. Restoring -no-reboot at the first reset is too early: a guest
+// rebooted that way ended QEMU before its kernel printed a line, a second
+// reset on the way up (the firmware's, it seems).
+func (vm *VM) Reboot(ctx context.Context) error {
+	q, err := vm.dialMonitor(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = q.Close() }()
+	if err := q.execute(ctx, "set-action", map[string]any{"reboot": "reset"}); err != nil {
+		return err
+	}
+	keys := []map[string]any{}
+	for _, k := range []string{"ctrl", "alt", "delete"} {
+		keys = append(keys, map[string]any{"type": "qcode", "data": k})
+	}
+	if err := q.execute(ctx, "send-key", map[string]any{"keys": keys}); err != nil {
+		return err
+	}
+	if _, err := q.waitEvent(ctx, "RESET", nil); err != nil {
+		return fmt.Errorf("guest %s did not reboot: %w", vm.Name, err)
+	}
+	return nil
+}
+
+// DetachSeed unplugs the guest's seed disk and returns once QEMU has
+// removed it (the guest releases the device first), so that the guest's
+// next boot finds no seed.
+func (vm *VM) DetachSeed(ctx context.Context) error {
+	q, err := vm.dialMonitor(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = q.Close() }()
+	if err := q.execute(ctx, "device_del", map[string]any{"id": seedDevice}); err != nil {
+		return err
+	}
+	_, err = q.waitEvent(ctx, "DEVICE_DELETED", func(data json.RawMessage) bool {
+		var d struct {
+			Device string `json:"device"`
+		}
+		return json.Unmarshal(data, &d) == nil && d.Device == seedDevice
+	})
+	if err != nil {
+		return fmt.Errorf("the seed of guest %s was not unplugged: %w", vm.Name, err)
+	}
+	return nil
+}
+
+func (vm *VM) dialMonitor(ctx context.Context) (*qmp, error) {
+	if vm.monitor == "" {
+		return nil, fmt.Errorf("guest %s has no QEMU monitor", vm.Name)
+	}
+	if exited, _ := vm.Exited(); exited {
+		return nil, fmt.Errorf("the QEMU of guest %s has exited", vm.Name)
+	}
+	return dialQMP(ctx, vm.monitor)
 }
 
 // Exited reports whether QEMU has exited, and how.
