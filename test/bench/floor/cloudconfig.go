@@ -38,10 +38,11 @@ type cloudConfigDoc struct {
 }
 
 type yipStage struct {
-	Name     string    `json:"name"`
-	If       string    `json:"if,omitempty"`
-	Files    []yipFile `json:"files,omitempty"`
-	Commands []string  `json:"commands,omitempty"`
+	Name     string            `json:"name"`
+	If       string            `json:"if,omitempty"`
+	Sysctl   map[string]string `json:"sysctl,omitempty"`
+	Files    []yipFile         `json:"files,omitempty"`
+	Commands []string          `json:"commands,omitempty"`
 }
 
 type yipFile struct {
@@ -51,8 +52,11 @@ type yipFile struct {
 }
 
 // cloudConfig renders the least a Kairos disk needs to join as node name
-// with providerID: kubeadm's JoinConfiguration (token discovery with the
-// CA pinned) and `kubeadm join`, skipped once the node has joined.
+// with providerID: IPv4 forwarding on (a Kairos core image leaves it off
+// and kubeadm's preflight refuses to join without it; yip applies a
+// step's sysctls after its commands, hence a step of its own), kubeadm's
+// JoinConfiguration (token discovery with the CA pinned) and `kubeadm
+// join`, skipped once the node has joined.
 func cloudConfig(name, providerID, endpoint, token string, caHashes []string) ([]byte, error) {
 	join := kubeadmv1beta4.JoinConfiguration{
 		TypeMeta: metav1.TypeMeta{APIVersion: kubeadmv1beta4.GroupVersion.String(), Kind: "JoinConfiguration"},
@@ -70,6 +74,9 @@ func cloudConfig(name, providerID, endpoint, token string, caHashes []string) ([
 	}
 	doc, err := sigsyaml.Marshal(cloudConfigDoc{Stages: map[string][]yipStage{
 		"network": {{
+			Name:   "Turn on IPv4 forwarding",
+			Sysctl: map[string]string{"net.ipv4.ip_forward": "1"},
+		}, {
 			Name:     "Join the cluster with kubeadm",
 			If:       "[ ! -f /etc/kubernetes/kubelet.conf ]",
 			Files:    []yipFile{{Path: joinConfigPath, Permissions: 0o600, Content: string(joinJSON)}},

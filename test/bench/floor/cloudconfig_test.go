@@ -26,10 +26,11 @@ import (
 )
 
 // TestCloudConfigJoinsAsTheMachine reads the floor's cloud-config back as
-// Kairos and kubeadm would: a #cloud-config whose one stage writes a
-// private JoinConfiguration (token discovery, CA pinned, the node named
-// after the VM with its providerID) and runs kubeadm join on it, only on a
-// node that has not joined.
+// Kairos and kubeadm would: a #cloud-config whose network stage turns on
+// IPv4 forwarding in one step, then writes a private JoinConfiguration
+// (token discovery, CA pinned, the node named after the VM with its
+// providerID) and runs kubeadm join on it, only on a node that has not
+// joined.
 func TestCloudConfigJoinsAsTheMachine(t *testing.T) {
 	g := NewWithT(t)
 	hash := "sha256:" + strings.Repeat("ab", 32)
@@ -40,8 +41,11 @@ func TestCloudConfigJoinsAsTheMachine(t *testing.T) {
 	doc := cloudConfigDoc{}
 	g.Expect(sigsyaml.UnmarshalStrict(data, &doc)).To(Succeed())
 	g.Expect(doc.Stages).To(HaveKey("network"))
-	g.Expect(doc.Stages["network"]).To(HaveLen(1))
-	st := doc.Stages["network"][0]
+	g.Expect(doc.Stages["network"]).To(HaveLen(2))
+	kernel := doc.Stages["network"][0]
+	g.Expect(kernel.Sysctl).To(Equal(map[string]string{"net.ipv4.ip_forward": "1"}))
+	g.Expect(kernel.Commands).To(BeEmpty())
+	st := doc.Stages["network"][1]
 	g.Expect(st.If).To(Equal("[ ! -f /etc/kubernetes/kubelet.conf ]"))
 	g.Expect(st.Commands).To(Equal([]string{"kubeadm join --config " + joinConfigPath}))
 	g.Expect(st.Files).To(HaveLen(1))

@@ -186,11 +186,6 @@ func (g *guest) runStage(ctx context.Context, st stage) error {
 	if st.Hostname != "" {
 		g.hostname = st.Hostname
 	}
-	// yip applies a step's sysctls before its modules; only the one
-	// kubeadm's preflight reads is kept.
-	if v, ok := st.Sysctl[ipForwardSysctl]; ok {
-		g.ipForward = strings.TrimSpace(v) == "1"
-	}
 	for name, u := range st.Users {
 		if u.Name != "" {
 			name = u.Name
@@ -219,6 +214,12 @@ func (g *guest) runStage(ctx context.Context, st stage) error {
 		if err := g.runCommand(ctx, c); err != nil {
 			return err
 		}
+	}
+	// yip applies a step's sysctls after its commands (its executor's
+	// plugin order, v1.25.1), so a join needs them from an earlier step;
+	// only the one kubeadm's preflight reads is kept.
+	if v, ok := st.Sysctl[ipForwardSysctl]; ok {
+		g.ipForward = strings.TrimSpace(v) == "1"
 	}
 	if st.Systemctl != nil {
 		for _, unit := range st.Systemctl.Enable {
