@@ -35,6 +35,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/cozystack/cluster-api-workers/test/node"
+	"github.com/cozystack/cluster-api-workers/test/process"
 	"github.com/cozystack/cluster-api-workers/test/vmfixture"
 )
 
@@ -119,7 +120,7 @@ func vmBoots(t *testing.T, cluster string, config *rest.Config, cs kubernetes.In
 				t.Logf("event %s/%s %s: %s", e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Reason, e.Message)
 			}
 		}
-		t.Fatalf("the guest's console never showed %q: %v; console's end:\n%s", consoleMarker, err, tail(console, 30))
+		t.Fatalf("the guest's console never showed %q: %v; console's end:\n%s", consoleMarker, err, process.TailOf(console, 4<<10))
 	}
 	if vmi.Status.Phase != kubevirtv1.Running {
 		t.Errorf("instance phase %s while its guest runs, want Running", vmi.Status.Phase)
@@ -130,12 +131,3 @@ func vmBoots(t *testing.T, cluster string, config *rest.Config, cs kubernetes.In
 // errInstanceFailed ends the wait: a failed instance is a failed boot,
 // even though the VM's run strategy would start another.
 var errInstanceFailed = errors.New("the instance is Failed")
-
-// tail is the last n lines of s.
-func tail(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}

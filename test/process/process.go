@@ -136,10 +136,16 @@ func Tail(path string, limit int) string {
 	if err != nil {
 		return err.Error()
 	}
-	if len(raw) > limit {
-		raw = raw[len(raw)-limit:]
+	return TailOf(string(raw), limit)
+}
+
+// TailOf returns the last limit bytes of s: the end of a log or console
+// read some other way, for an error message.
+func TailOf(s string, limit int) string {
+	if len(s) > limit {
+		return s[len(s)-limit:]
 	}
-	return string(raw)
+	return s
 }
 
 // WorkDir is where a supervised component keeps its logs and files: the

@@ -36,6 +36,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/cozystack/cluster-api-workers/test/harness"
+	"github.com/cozystack/cluster-api-workers/test/process"
 )
 
 // bootKairosDisk makes the pool's KubeVirtMachineTemplate classless with
@@ -171,7 +172,9 @@ func TestKairosDiskReboots(t *testing.T) {
 			g.Expect(workload.API.Client.Get(suiteCtx, client.ObjectKey{Name: nodeName}, after)).To(Succeed())
 			g.Expect(after.Status.NodeInfo.BootID).NotTo(Equal(before.Status.NodeInfo.BootID), "the kubelet of the rebooted guest has not reported yet")
 			g.Expect(nodeReady(after)).To(BeTrue(), "Node %s is not Ready", nodeName)
-		}, joinTimeout, poll).Should(Succeed(), func() string { return describe(p) + "\njournal since the reboot:\n" + tail(journal(from), 8<<10) })
+		}, joinTimeout, poll).Should(Succeed(), func() string {
+			return describe(p) + "\njournal since the reboot:\n" + process.TailOf(journal(from), 8<<10)
+		})
 		t.Logf("timing: %s: QEMU reset the guest %s after the reboot was asked, and Node %s was Ready again with a new boot ID %s after it",
 			step, reset.Round(time.Second), nodeName, time.Since(started).Round(time.Second))
 		g.Expect(after.UID).To(Equal(before.UID), "Node %s was registered anew", nodeName)
@@ -207,14 +210,6 @@ func nodeReady(n *corev1.Node) bool {
 		}
 	}
 	return false
-}
-
-// tail is the end of s, at most limit bytes.
-func tail(s string, limit int) string {
-	if len(s) > limit {
-		return s[len(s)-limit:]
-	}
-	return s
 }
 
 // watchPoolTokens watches the workload cluster's bootstrap token Secrets
