@@ -441,8 +441,7 @@ func TestMachineFailureConditions(t *testing.T) {
 			g.Expect(c.Get(ctx, client.ObjectKeyFromObject(kvm), kvm)).To(Succeed())
 			expectCondition(g, kvm, infrav1.ReadyCondition, metav1.ConditionUnknown, infrav1.ImportingReason)
 		}).Should(Succeed(), func() string { return describe(tc.namespace) })
-		expectReady(t, kvm, metav1.ConditionFalse, infrav1.ImportFailedReason)
-		g.Expect(conditionOf(kvm, infrav1.ReadyCondition).Message).To(ContainSubstring(cdisim.ImportFailureMessage))
+		expectReadySaying(t, kvm, metav1.ConditionFalse, infrav1.ImportFailedReason, cdisim.ImportFailureMessage)
 	})
 
 	t.Run("an unschedulable VM", func(t *testing.T) {

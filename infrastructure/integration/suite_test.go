@@ -467,9 +467,18 @@ func waitForVM(t *testing.T, kvm *infrav1.KubeVirtMachine) *kubevirtv1.VirtualMa
 // lists what KubeVirt and CDI hold in the machine's namespace.
 func expectReady(t *testing.T, kvm *infrav1.KubeVirtMachine, status metav1.ConditionStatus, reason string) {
 	t.Helper()
+	expectReadySaying(t, kvm, status, reason, "")
+}
+
+// expectReadySaying is expectReady whose message must also contain words:
+// CDI's words about a failed import reach the machine only while the
+// importer's container is down, so they may follow the reason.
+func expectReadySaying(t *testing.T, kvm *infrav1.KubeVirtMachine, status metav1.ConditionStatus, reason, words string) {
+	t.Helper()
 	NewWithT(t).Eventually(func(g Gomega) {
 		g.Expect(c.Get(context.Background(), client.ObjectKeyFromObject(kvm), kvm)).To(Succeed())
 		expectCondition(g, kvm, infrav1.ReadyCondition, status, reason)
+		g.Expect(conditionOf(kvm, infrav1.ReadyCondition).Message).To(ContainSubstring(words))
 	}).Should(Succeed(), func() string { return describe(kvm.Namespace) })
 }
 

@@ -31,9 +31,13 @@ limitations under the License.
 //     the claim and the DataVolume is ImportScheduled (CloneScheduled);
 //     when the Pod runs, ImportInProgress (CloneInProgress) with the
 //     importer's progress; then Succeeded at 100% and the Pod is deleted;
-//   - an importer that fails exits and restarts (restartPolicy OnFailure):
-//     the DataVolume stays in progress, counts the restarts and carries the
-//     importer's error on its Running condition;
+//   - an importer that fails exits and restarts (restartPolicy OnFailure)
+//     after the kubelet's back-off, doubling each time: the DataVolume stays
+//     in progress and counts the restarts as the kubelet counts them (when
+//     the container runs again); its Running condition carries the
+//     importer's error only while the container is down, and is True again
+//     while the restarted importer runs (cdi-controller v1.65 copies the
+//     terminated container's message and clears it for a running one);
 //   - a blank DataVolume succeeds once its claim is bound;
 //   - a claim whose storage class is served by a CSI driver (a CSIDriver
 //     object named as the class's provisioner) takes the populator path:
@@ -72,6 +76,10 @@ import (
 	"github.com/cozystack/cluster-api-workers/test/sim/fault"
 )
 
+// MaxImporterBackOff caps a failed importer's back-off, as the kubelet's
+// MaxContainerBackOff does.
+const MaxImporterBackOff = 5 * time.Minute
+
 // ImportFailureMessage is the Running condition message of a failing
 // simulated import, as CDI reports an HTTP source that answers 404.
 const ImportFailureMessage = "Unable to connect to http data source: expected status code 200, got 404. Status: 404 Not Found"
@@ -109,9 +117,12 @@ type Options struct {
 	// ProgressSteps is how many progress updates a simulated import
 	// reports.
 	ProgressSteps int
-	// ImporterRestartInterval is how long a failed importer Pod waits
-	// before it runs again.
-	ImporterRestartInterval time.Duration
+	// ImporterBackOff is how long a failed importer's container stays down
+	// before its first restart; each later restart waits twice as long, up
+	// to MaxImporterBackOff, as the kubelet's CrashLoopBackOff does (from
+	// 10 s there). The default is shorter, for tests, and long enough for
+	// a controller watching the DataVolume to see the importer's error.
+	ImporterBackOff time.Duration
 	// ClaimDelay is how long after a DataVolume's creation CDI creates its
 	// claim: cdi-controller reads the storage profile and defaults the
 	// claim first, and on a busy cluster virt-controller can look for the
@@ -140,8 +151,8 @@ func (o *Options) defaults() {
 	if o.ProgressSteps == 0 {
 		o.ProgressSteps = 4
 	}
-	if o.ImporterRestartInterval == 0 {
-		o.ImporterRestartInterval = 500 * time.Millisecond
+	if o.ImporterBackOff == 0 {
+		o.ImporterBackOff = 2 * time.Second
 	}
 	if o.VolumeDir == "" {
 		o.VolumeDir = "/var/lib/sim-cdi/volumes"
@@ -165,6 +176,9 @@ type CDI struct {
 	podEvents chan event.GenericEvent
 	dvEvents  chan event.GenericEvent
 	stopped   chan struct{}
+	// after is time.After; a test steps the importers' back-off with its
+	// own.
+	after func(time.Duration) <-chan time.Time
 	// ctx is the manager's run context, the parent of the importer jobs.
 	ctx context.Context //nolint:containedctx // The jobs outlive the reconcile that starts them.
 }
@@ -187,6 +201,7 @@ func New(opts Options) *CDI {
 		fates:     map[types.UID]fate{},
 		podEvents: make(chan event.GenericEvent),
 		dvEvents:  make(chan event.GenericEvent),
+		after:     time.After,
 		stopped:   make(chan struct{}),
 	}
 	if c.opts.Importer == nil {

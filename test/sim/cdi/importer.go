@@ -55,11 +55,15 @@ type job struct {
 	written, total int64
 	restarts       int32
 	lastError      string
-	success        bool
+	// down is true from a failed run until its restart: the kubelet's
+	// back-off, when CDI reports the importer's error.
+	down    bool
+	success bool
 }
 
 // snapshot returns the job's progress as CDI reports it, its restarts, the
-// last run's error and whether it completed. It is safe on a nil job.
+// failed run's error while the container is down (empty while it runs) and
+// whether it completed. It is safe on a nil job.
 func (j *job) snapshot() (cdiv1.DataVolumeProgress, int32, string, bool) {
 	if j == nil {
 		return "N/A", 0, "", false
@@ -68,7 +72,11 @@ func (j *job) snapshot() (cdiv1.DataVolumeProgress, int32, string, bool) {
 	if j.total > 0 && j.written > 0 {
 		progress = cdiv1.DataVolumeProgress(fmt.Sprintf("%.2f%%", float64(j.written)*100/float64(j.total)))
 	}
-	return progress, j.restarts, j.lastError, j.success
+	failure := ""
+	if j.down {
+		failure = j.lastError
+	}
+	return progress, j.restarts, failure, j.success
 }
 
 func (j *job) succeeded() bool { return j != nil && j.success }
@@ -81,7 +89,7 @@ func (c *CDI) jobOf(pod types.UID) *job {
 	if !ok {
 		return nil
 	}
-	out := &job{written: j.written, total: j.total, restarts: j.restarts, lastError: j.lastError, success: j.success}
+	out := &job{written: j.written, total: j.total, restarts: j.restarts, lastError: j.lastError, down: j.down, success: j.success}
 	return out
 }
 
@@ -221,11 +229,11 @@ func (c *CDI) reconcileImporterPod(ctx context.Context, req reconcile.Request) (
 		j.done = make(chan struct{})
 		go c.run(jctx, ctrl.LoggerFrom(ctx), j)
 	}
-	var success bool
+	var success, down bool
 	var restarts int32
 	var lastError string
 	if ok {
-		success, restarts, lastError = j.success, j.restarts, j.lastError
+		success, down, restarts, lastError = j.success, j.down, j.restarts, j.lastError
 	}
 	c.mu.Unlock()
 	if !ok {
@@ -234,16 +242,18 @@ func (c *CDI) reconcileImporterPod(ctx context.Context, req reconcile.Request) (
 		return reconcile.Result{RequeueAfter: 100 * time.Millisecond}, nil
 	}
 	updated := pod.DeepCopy()
-	workerStatus(updated, success, restarts, lastError)
+	workerStatus(updated, success, down, restarts, lastError)
 	if equality.Semantic.DeepEqual(pod.Status, updated.Status) {
 		return reconcile.Result{}, nil
 	}
 	return reconcile.Result{}, client.IgnoreNotFound(c.client.Status().Patch(ctx, updated, client.MergeFrom(pod)))
 }
 
-// workerStatus is the worker Pod's status: running (with its restarts and
-// the last run's exit), or succeeded.
-func workerStatus(p *corev1.Pod, success bool, restarts int32, lastError string) {
+// workerStatus is the worker Pod's status as the kubelet reports it:
+// running (with its restarts and the last run's exit), down in its
+// back-off after a failed run (waiting in CrashLoopBackOff, the Pod still
+// Running), or succeeded.
+func workerStatus(p *corev1.Pod, success, down bool, restarts int32, lastError string) {
 	now := metav1.Now()
 	if p.Status.StartTime == nil {
 		p.Status.StartTime = &now
@@ -259,11 +269,17 @@ func workerStatus(p *corev1.Pod, success bool, restarts int32, lastError string)
 	if lastError != "" {
 		cs.LastTerminationState = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Reason: "Error", Message: lastError}}
 	}
-	if success {
+	switch {
+	case success:
 		p.Status.Phase = corev1.PodSucceeded
 		cs.Ready, cs.Started = false, ptr.To(false)
 		cs.State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed", FinishedAt: now}}
-	} else {
+	case down:
+		p.Status.Phase = corev1.PodRunning
+		cs.Ready, cs.Started = false, ptr.To(false)
+		cs.State = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{
+			Reason: "CrashLoopBackOff", Message: fmt.Sprintf("back-off restarting failed container %s in pod %s", name, p.Name)}}
+	default:
 		p.Status.Phase = corev1.PodRunning
 		if cs.State.Running == nil {
 			cs.State = corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}}
@@ -274,10 +290,11 @@ func workerStatus(p *corev1.Pod, success bool, restarts int32, lastError string)
 }
 
 // run runs an importer Pod's job until it succeeds or is cancelled,
-// pausing ImporterRestartInterval after each failure as the Pod's restart
-// does.
+// keeping the container down after each failure for the kubelet's
+// doubling back-off and counting the restart when it runs again.
 func (c *CDI) run(ctx context.Context, log interface{ Info(string, ...any) }, j *job) {
 	defer close(j.done)
+	backOff := c.opts.ImporterBackOff
 	changed := func() {
 		c.notify(c.podEvents, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: j.pod.Namespace, Name: j.pod.Name}})
 		c.notify(c.dvEvents, &cdiv1.DataVolume{ObjectMeta: metav1.ObjectMeta{Namespace: j.dv.Namespace, Name: j.dv.Name}})
@@ -304,8 +321,7 @@ func (c *CDI) run(ctx context.Context, log interface{ Info(string, ...any) }, j 
 		if err == nil {
 			j.success = true
 		} else {
-			j.restarts++
-			j.lastError = err.Error()
+			j.lastError, j.down = err.Error(), true
 			j.written = 0
 		}
 		c.mu.Unlock()
@@ -314,12 +330,18 @@ func (c *CDI) run(ctx context.Context, log interface{ Info(string, ...any) }, j 
 			log.Info("CDI stand-in populated a volume", "DataVolume", j.dv.String())
 			return
 		}
-		log.Info("CDI stand-in's importer failed; the Pod restarts", "DataVolume", j.dv.String(), "restarts", j.restarts, "reason", err.Error())
+		log.Info("CDI stand-in's importer failed; the Pod restarts after its back-off", "DataVolume", j.dv.String(), "backOff", backOff, "reason", err.Error())
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(c.opts.ImporterRestartInterval):
+		case <-c.after(backOff):
 		}
+		backOff = min(2*backOff, MaxImporterBackOff)
+		c.mu.Lock()
+		j.restarts++
+		j.down = false
+		c.mu.Unlock()
+		changed()
 	}
 }
 
