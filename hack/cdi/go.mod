@@ -17,6 +17,13 @@ module github.com/cozystack/cluster-api-workers/hack/cdi
 go 1.26.0
 
 require (
+	k8s.io/api v0.31.5
+	kubevirt.io/containerized-data-importer v1.65.0
+	sigs.k8s.io/controller-runtime v0.19.5
+	sigs.k8s.io/yaml v1.4.0
+)
+
+require (
 	cloud.google.com/go v0.112.1 // indirect
 	cloud.google.com/go/compute/metadata v0.3.0 // indirect
 	cloud.google.com/go/iam v1.1.6 // indirect
@@ -138,7 +145,6 @@ require (
 	gopkg.in/inf.v0 v0.9.1 // indirect
 	gopkg.in/yaml.v2 v2.4.0 // indirect
 	gopkg.in/yaml.v3 v3.0.1 // indirect
-	k8s.io/api v0.31.5 // indirect
 	k8s.io/apiextensions-apiserver v0.31.5 // indirect
 	k8s.io/apimachinery v0.31.5 // indirect
 	k8s.io/apiserver v0.31.5 // indirect
@@ -149,15 +155,12 @@ require (
 	k8s.io/kube-aggregator v0.31.5 // indirect
 	k8s.io/kube-openapi v0.0.0-20240228011516-70dd3763d340 // indirect
 	k8s.io/utils v0.0.0-20240921022957-49e7df575cb6 // indirect
-	kubevirt.io/containerized-data-importer v1.65.0 // indirect
 	kubevirt.io/containerized-data-importer-api v1.65.0 // indirect
 	kubevirt.io/controller-lifecycle-operator-sdk v0.2.7 // indirect
 	kubevirt.io/controller-lifecycle-operator-sdk/api v0.0.0-20220329064328-f3cc58c6ed90 // indirect
 	libguestfs.org/libnbd v1.11.5 // indirect
-	sigs.k8s.io/controller-runtime v0.19.5 // indirect
 	sigs.k8s.io/json v0.0.0-20221116044647-bc3834ca7abd // indirect
 	sigs.k8s.io/structured-merge-diff/v4 v4.4.1 // indirect
-	sigs.k8s.io/yaml v1.4.0 // indirect
 )
 
 replace (

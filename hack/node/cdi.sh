@@ -11,7 +11,10 @@
 #     cdi-uploadserver, and the helpers CDI's controller runs from the
 #     importer image (cdi-image-size-detection for host-assisted clones,
 #     cdi-containerimage-server for registry imports by node pull,
-#     cdi-source-update-poller for DataImportCron). None needs cgo:
+#     cdi-source-update-poller for DataImportCron), and operator-rbac.yaml:
+#     the roles and bindings CDI's operator gives cdi-controller and
+#     cdi-apiserver, written by its own code (hack/cdi/operator-rbac). None
+#     needs cgo:
 #     libguestfs.org/libnbd, for VMware VDDK imports only, is not on the Go
 #     module proxy and hack/cdi replaces it with a stand-in whose every
 #     operation fails; the other cgo parts fall back without it:
@@ -49,6 +52,9 @@ MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 PACKAGES=(qemu-utils nbdkit ca-certificates)
 CMDS=(cdi-operator cdi-controller cdi-apiserver cdi-uploadproxy cdi-importer cdi-cloner cdi-uploadserver)
 TOOLS=(cdi-image-size-detection cdi-containerimage-server cdi-source-update-poller)
+# The namespace test/cdi runs CDI in (its Namespace), as the operator's
+# default install does; named in the roles written below.
+CDI_NAMESPACE=cdi
 
 log() { echo "cdi: $*" >&2; }
 # shellcheck source=hack/lib/go-build-progress.sh
@@ -95,14 +101,17 @@ go_build() {
 # --- the binaries
 bin="${CACHE_ROOT}/bin/cdi-${version}"
 if ${want_bin}; then
-  bin_stamp=$( (cat "${MODULE}/go.mod" "${MODULE}/go.sum" "${MODULE}"/libnbd/*; go env GOVERSION; echo "${CMDS[*]} ${TOOLS[*]}") | sha256sum | cut -c1-16)
+  bin_stamp=$( (cat "${MODULE}/go.mod" "${MODULE}/go.sum" "${MODULE}"/libnbd/* "${MODULE}"/operator-rbac/*; go env GOVERSION; echo "${CMDS[*]} ${TOOLS[*]} ${CDI_NAMESPACE}") | sha256sum | cut -c1-16)
   if [[ "$(cat "${bin}/stamp" 2>/dev/null)" != "${bin_stamp}" ]]; then
     log "building CDI ${version}: ${CMDS[*]} ${TOOLS[*]} (static; about 15 minutes on two busy cores cold, under a minute with a warm Go build cache)"
     start=${SECONDS}
     rm -rf "${bin}.tmp"
     mkdir -p "${bin}.tmp"
     go_build "CDI ${version}" "${CMDS[@]/#/kubevirt.io/containerized-data-importer/cmd/}" \
-      "${TOOLS[@]/#/kubevirt.io/containerized-data-importer/tools/}"
+      "${TOOLS[@]/#/kubevirt.io/containerized-data-importer/tools/}" ./operator-rbac
+    # The roles and bindings the operator gives cdi-controller and
+    # cdi-apiserver, written by its own resource factories.
+    "${bin}.tmp/operator-rbac" "${CDI_NAMESPACE}" >"${bin}.tmp/operator-rbac.yaml"
     # The cloner image's entry point, which measures the source and runs
     # cdi-cloner; read from the module as the image build does.
     src=$(cd "${MODULE}" && go list -m -f '{{.Dir}}' kubevirt.io/containerized-data-importer)

@@ -28,7 +28,6 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	certutil "k8s.io/client-go/util/cert"
@@ -130,12 +129,11 @@ func serving(ctx context.Context, addr string, roots *x509.CertPool) bool {
 	return true
 }
 
-// installAPIServer binds cdi-apiserver's identity and writes the clone
-// token key pair into the Secret it signs with: the operator's Secret,
-// whose key cdi-controller's token keys mirror. Without it cdi-apiserver
-// would make a key of its own that cdi-controller does not know. As for
-// cdi-controller, cluster-admin stands in for the operator's narrower
-// cluster role (pkg/operator/resources/cluster/apiserver.go).
+// installAPIServer writes the clone token key pair into the Secret
+// cdi-apiserver signs with: the operator's Secret, whose key
+// cdi-controller's token keys mirror. Without it cdi-apiserver would make
+// a key of its own that cdi-controller does not know. Its roles are the
+// operator's, granted with cdi-controller's (install).
 func installAPIServer(ctx context.Context, c client.Client, keys string) error {
 	private, err := os.ReadFile(filepath.Join(keys, "id_rsa")) //nolint:gosec // The test's own key.
 	if err != nil {
@@ -146,11 +144,6 @@ func installAPIServer(ctx context.Context, c client.Client, keys string) error {
 		return err
 	}
 	objs := []client.Object{
-		&rbacv1.ClusterRoleBinding{
-			ObjectMeta: metav1.ObjectMeta{Name: "cdi-apiserver"},
-			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
-			Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: APIServerUser}},
-		},
 		&corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: signingKeySecret, Labels: map[string]string{"cdi.kubevirt.io": "keystore"}},
 			Type:       corev1.SecretTypeOpaque,

@@ -41,7 +41,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	certutil "k8s.io/client-go/util/cert"
@@ -124,7 +123,7 @@ func Start(ctx context.Context, env *envtest.Environment, opts Options) (_ *Cont
 	}); err != nil {
 		return nil, fmt.Errorf("installing the CRDs cdi-controller watches: %w", err)
 	}
-	if err := install(ctx, env.Client); err != nil {
+	if err := install(ctx, env, bin); err != nil {
 		return nil, err
 	}
 	cfg, err := env.AddUser(ControllerUser)
@@ -249,25 +248,20 @@ func binDir() (string, error) {
 	return bin, nil
 }
 
-// install creates CDI's namespace, the CDI CR reported deployed (the
-// import controller reads the workloads' node placement from it and
-// creates no importer Pod without one), and cdi-controller's binding.
-// The operator grants its service account a narrower cluster role
-// (pkg/operator/resources/cluster/controller.go); cluster-admin stands in
-// for it until that role is reproduced here.
-func install(ctx context.Context, c client.Client) error {
-	objs := []client.Object{
-		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}},
-		&rbacv1.ClusterRoleBinding{
-			ObjectMeta: metav1.ObjectMeta{Name: "cdi-controller"},
-			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
-			Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: ControllerUser}},
-		},
+// install creates CDI's namespace, the roles and bindings CDI's operator
+// gives cdi-controller and cdi-apiserver (written by the operator's own
+// code into bin by hack/node/cdi.sh, for the service accounts whose names
+// ControllerUser and APIServerUser carry), and the CDI CR reported
+// deployed (the import controller reads the workloads' node placement from
+// it and creates no importer Pod without one).
+func install(ctx context.Context, env *envtest.Environment, bin string) error {
+	c := env.Client
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}}
+	if err := c.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating namespace %s: %w", Namespace, err)
 	}
-	for _, o := range objs {
-		if err := c.Create(ctx, o); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("creating %T %s: %w", o, o.GetName(), err)
-		}
+	if err := env.CreateManifests(ctx, []string{filepath.Join(bin, "operator-rbac.yaml")}); err != nil {
+		return fmt.Errorf("granting CDI's operator roles: %w", err)
 	}
 	// The CRD has no status subresource: the status goes in with the
 	// object.
