@@ -60,7 +60,7 @@ func TestCloneFromAnotherNamespaceIsAdmittedAsItsCreator(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = env.Stop() })
-	c, err := Start(ctx, env, Options{APIServer: true, LogDir: t.TempDir()})
+	c, err := Start(ctx, env, Options{LogDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

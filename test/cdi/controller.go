@@ -80,17 +80,15 @@ type Options struct {
 	// LogDir keeps cdi-controller.log (and cdi-apiserver.log); a
 	// temporary directory removed by Stop otherwise.
 	LogDir string
-	// APIServer runs cdi-apiserver too, with its admission webhooks
-	// registered: what a clone from another namespace needs (its
-	// DataVolume mutating webhook authorizes the clone and signs the token
-	// cdi-controller checks), and what validates every DataVolume.
-	APIServer bool
 }
 
 // Controller is a running cdi-controller.
 type Controller struct {
 	Process *kubevirt.Process
-	// APIServer is cdi-apiserver; nil unless Options.APIServer.
+	// APIServer is cdi-apiserver, which every CDI install runs beside the
+	// controller: its admission webhooks validate every DataVolume, and
+	// its DataVolume mutating webhook authorizes a clone from another
+	// namespace and signs the token cdi-controller checks.
 	APIServer *kubevirt.Process
 	dir       string
 	ownDir    bool
@@ -142,10 +140,8 @@ func Start(ctx context.Context, env *envtest.Environment, opts Options) (_ *Cont
 	if err := writeUploadSigners(ctx, env.Client, certs); err != nil {
 		return nil, err
 	}
-	if opts.APIServer {
-		if err := c.startAPIServer(ctx, env, bin, keys); err != nil {
-			return nil, err
-		}
+	if err := c.startAPIServer(ctx, env, bin, keys); err != nil {
+		return nil, err
 	}
 	// cdi-controller binds :8443 for its metrics, as cdi-apiserver binds
 	// it for its webhooks, neither with a flag to move it: cdi-controller,

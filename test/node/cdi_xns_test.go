@@ -65,7 +65,7 @@ func TestCrossNamespaceClonesOnRealCDI(t *testing.T) {
 		diskName  = "disk"
 		diskSize  = 64 << 20
 	)
-	k := startKubeVirtNodeWith(ctx, t, namespace, nodeSetup{realCDI: true, cdiAPIServer: true})
+	k := startKubeVirtNodeWith(ctx, t, namespace, nodeSetup{realCDI: true})
 	c := k.h.Management.Client
 	cdiLog := func() string {
 		return tail(k.h.RealCDI.Process.Tail(), 30) + "\ncdi-apiserver:\n" + tail(k.h.RealCDI.APIServer.Tail(), 20)

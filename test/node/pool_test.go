@@ -147,9 +147,6 @@ type nodeSetup struct {
 	// realCDI runs CDI's real controller (infra.Options.RealCDI) with its
 	// importer image on the node, in place of CDI's stand-in.
 	realCDI bool
-	// cdiAPIServer runs cdi-apiserver beside it, its webhooks registered
-	// (cdi.Options.APIServer): clones from another namespace need it.
-	cdiAPIServer bool
 	// forwards are node.Options.Forwards besides the workload apiserver's.
 	forwards map[string]string
 }
@@ -196,11 +193,9 @@ func startKubeVirtNodeWith(ctx context.Context, t *testing.T, namespace string, 
 			t.Fatal(err)
 		}
 		t.Logf("CDI's images built or reused in %s", time.Since(t0).Round(time.Second))
-		// A clone in the source's namespace needs no token (cdi-apiserver's
-		// webhook would add one), a clone from another does.
 		nodeImages = append(nodeImages, cdiImages.Importer, cdiImages.Cloner, cdiImages.UploadServer)
 		opts.Infra.CDI.Importer = nil
-		opts.Infra.RealCDI = &cdi.Options{APIServer: setup.cdiAPIServer}
+		opts.Infra.RealCDI = &cdi.Options{}
 		if k.artifacts != "" {
 			opts.Infra.RealCDI.LogDir = filepath.Join(k.artifacts, "cdi")
 		}
