@@ -122,7 +122,7 @@ var durationSubjects = []struct {
 	figures []string
 }{
 	{"make test-qemu", regexp.MustCompile(`test-qemu`), []string{"14m39s", "45 minutes", "45m"}},
-	{"CI", regexp.MustCompile(`\.ci/run|\bCI\b`), []string{"28m32s", "90-minute", "90 minutes", "30m41s", "61m22s", "2-3 minutes"}},
+	{"CI", regexp.MustCompile(`\.ci/run|\bCI\b`), []string{"47m07s", "80-minute", "80 minutes", "30m41s", "61m22s", "2-3 minutes"}},
 	{"the first build", regexp.MustCompile(`(?i)\bfirst build\b|\bfirst run builds\b|make tools-bins`), []string{"9 minutes"}},
 }
 
