@@ -37,16 +37,17 @@ import (
 
 	"github.com/cozystack/cluster-api-workers/test/envtest"
 	"github.com/cozystack/cluster-api-workers/test/kubevirt"
+	"github.com/cozystack/cluster-api-workers/test/netns"
 )
 
 // APIServerUser is the identity cdi-apiserver acts as: its service
 // account's, as the operator deploys it.
 const APIServerUser = "system:serviceaccount:" + Namespace + ":cdi-apiserver"
 
-// apiServerAddr is where cdi-apiserver listens: it binds 0.0.0.0:8443, a
-// port it takes no flag for, so cdi-controller (whose metrics bind :8443
-// too) runs in a network namespace of its own.
-const apiServerAddr = "127.0.0.1:8443"
+// apiServerListens is where cdi-apiserver listens in its network
+// namespace: it binds 0.0.0.0:8443, a port it takes no flag for, as
+// cdi-controller's metrics bind :8443 on the host.
+const apiServerListens = "127.0.0.1:8443"
 
 // signingKeySecret is the Secret in which cdi-apiserver finds the key it
 // signs clone tokens with; cdi-controller checks them with its public
@@ -98,23 +99,37 @@ func (c *Controller) startAPIServer(ctx context.Context, env *envtest.Environmen
 mount -t tmpfs -o mode=0755 cdi-run /run
 exec "$1" --kubeconfig="$2" -v=2
 `
-	c.APIServer = kubevirt.StartProcess("cdi-apiserver", "unshare", []string{"--mount", "--fork", "--kill-child", "--", "env",
+	// cdi-apiserver binds :8443, as cdi-controller does for its metrics,
+	// neither with a flag to move it: cdi-apiserver, which the apiserver
+	// calls and which calls only the apiserver, runs in a network
+	// namespace of its own, with a forward out to the apiserver at the
+	// address its kubeconfig names and one in from a host port for the
+	// webhooks. Not a Pod on the node: the apiserver on the host reaches
+	// no Service address for its webhooks.
+	if c.apiServerNet, err = netns.New(); err != nil {
+		return err
+	}
+	if err := c.apiServerNet.ForwardOut(listenAddr(cfg.Host), hostPort(cfg.Host)); err != nil {
+		return err
+	}
+	if c.apiServerAddr, err = c.apiServerNet.ForwardIn("127.0.0.1:0", apiServerListens); err != nil {
+		return err
+	}
+	c.APIServer = kubevirt.StartProcess("cdi-apiserver", "nsenter", []string{"--net=" + c.apiServerNet.Path, "unshare", "--mount", "--fork", "--kill-child", "--", "env",
 		"CERT_FILE=" + certFile, "KEY_FILE=" + keyFile,
 		"INSTALLER_PART_OF_LABEL=cluster-api-workers-test",
 		"INSTALLER_VERSION_LABEL=" + Version,
 		"sh", "-c", script, "sh", filepath.Join(bin, "cdi-apiserver"), kubeconfig,
 	}, filepath.Join(c.dir, "cdi-apiserver.log"), time.Second)
-	// Ready once it serves with the certificate of this start: the
-	// address is fixed, and another process there would take the
-	// webhooks' requests.
+	// Ready once it serves with the certificate of this start.
 	roots := x509.NewCertPool()
 	roots.AddCert(chain[1])
 	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		return serving(ctx, apiServerAddr, roots), nil
+		return serving(ctx, c.apiServerAddr, roots), nil
 	}); err != nil {
-		return fmt.Errorf("waiting for cdi-apiserver to serve on %s: %w; its log: %s", apiServerAddr, err, c.APIServer.Tail())
+		return fmt.Errorf("waiting for cdi-apiserver to serve on %s (forwarded to %s in its network namespace): %w; its log: %s", c.apiServerAddr, apiServerListens, err, c.APIServer.Tail())
 	}
-	return registerWebhooks(ctx, env.Client, caPEM)
+	return registerWebhooks(ctx, env.Client, c.apiServerAddr, caPEM)
 }
 
 // serving reports whether addr completes a TLS handshake with a
@@ -193,7 +208,7 @@ var (
 // node's network namespace routes; here each names the process's URL.
 // The operator registers no PVC mutating webhook unless its feature gate
 // is on, and neither does this.
-func registerWebhooks(ctx context.Context, c client.Client, caPEM []byte) error {
+func registerWebhooks(ctx context.Context, c client.Client, addr string, caPEM []byte) error {
 	for _, w := range webhooks {
 		rules := []admissionregistrationv1.RuleWithOperations{{
 			Operations: w.operations,
@@ -202,7 +217,7 @@ func registerWebhooks(ctx context.Context, c client.Client, caPEM []byte) error 
 				Resources: w.resources, Scope: ptr.To(admissionregistrationv1.AllScopes),
 			},
 		}}
-		clientConfig := admissionregistrationv1.WebhookClientConfig{URL: ptr.To("https://" + apiServerAddr + w.path), CABundle: caPEM}
+		clientConfig := admissionregistrationv1.WebhookClientConfig{URL: ptr.To("https://" + addr + w.path), CABundle: caPEM}
 		meta := metav1.ObjectMeta{Name: w.configuration, Labels: map[string]string{"cdi.kubevirt.io": "cdi-api"}}
 		var obj client.Object
 		if w.mutating {

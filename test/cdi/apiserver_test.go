@@ -41,10 +41,10 @@ import (
 // DataVolume that clones a claim of another namespace as the user who
 // creates it: a user granted create on datavolumes/source there gets
 // the clone token cdi-controller requires; one without is refused in
-// CDI's words. cdi-controller runs beside it in a network namespace of its
-// own (both bind :8443) and reaches the apiserver through its forward. No
-// node is needed; root is (namespaces), and CDI's binaries
-// (hack/node/cdi.sh).
+// CDI's words. cdi-apiserver runs in a network namespace of its own
+// (it binds :8443, as cdi-controller does on the host) and talks with the
+// apiserver through its forwards. No node is needed; root is
+// (namespaces), and CDI's binaries (hack/node/cdi.sh).
 func TestCloneFromAnotherNamespaceIsAdmittedAsItsCreator(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("cdi-controller runs in namespaces of its own: root only")
@@ -70,8 +70,7 @@ func TestCloneFromAnotherNamespaceIsAdmittedAsItsCreator(t *testing.T) {
 		}
 	})
 
-	// cdi-controller, in its network namespace, reaches the apiserver
-	// through its forward: it makes the CDIConfig.
+	// cdi-controller runs: it makes the CDIConfig.
 	if err := wait.PollUntilContextTimeout(ctx, time.Second, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
 		return env.Client.Get(ctx, client.ObjectKey{Name: "config"}, &cdiv1.CDIConfig{}) == nil, nil
 	}); err != nil {

@@ -52,6 +52,7 @@ import (
 	"github.com/cozystack/cluster-api-workers/test/envtest"
 	"github.com/cozystack/cluster-api-workers/test/kubevirt"
 	"github.com/cozystack/cluster-api-workers/test/netns"
+
 	"github.com/cozystack/cluster-api-workers/test/process"
 )
 
@@ -92,7 +93,10 @@ type Controller struct {
 	APIServer *kubevirt.Process
 	dir       string
 	ownDir    bool
-	net       *netns.Namespace
+	// apiServerNet is cdi-apiserver's network namespace and
+	// apiServerAddr the host's forward to it, the webhooks' address.
+	apiServerNet  *netns.Namespace
+	apiServerAddr string
 }
 
 // Start installs what CDI's operator would (the namespace, the CDI CR,
@@ -143,19 +147,6 @@ func Start(ctx context.Context, env *envtest.Environment, opts Options) (_ *Cont
 	if err := c.startAPIServer(ctx, env, bin, keys); err != nil {
 		return nil, err
 	}
-	// cdi-controller binds :8443 for its metrics, as cdi-apiserver binds
-	// it for its webhooks, neither with a flag to move it: cdi-controller,
-	// which nothing connects to, runs in a network namespace of its own
-	// whose only way out is a forward to the apiserver at the address
-	// its kubeconfig names. That is a namespace and a listener of this
-	// process, rather than cdi-apiserver as a Pod on the node, whose
-	// address the apiserver on the host could not reach for its webhooks.
-	if c.net, err = netns.New(); err != nil {
-		return nil, err
-	}
-	if err := c.net.ForwardOut(listenAddr(cfg.Host), hostPort(cfg.Host)); err != nil {
-		return nil, err
-	}
 	// cdi-controller reads its clone token keys from a fixed path
 	// (/var/run/cdi/token/keys, where the operator mounts their Secret)
 	// and writes /tmp/ready: it runs in a mount namespace of its own with
@@ -169,7 +160,9 @@ cp -r "$4" /run/cdi-controller/certs
 mount -t tmpfs -o mode=1777 cdi-tmp /tmp
 exec "$3" --kubeconfig=/run/cdi-controller/kubeconfig -v=2
 `
-	args := []string{"--net=" + c.net.Path, "unshare", "--mount", "--fork", "--kill-child", "--", "env",
+	// On the host's network, as a Pod on the pod network: it polls each
+	// importer Pod's progress at the Pod's address.
+	args := []string{"--mount", "--fork", "--kill-child", "--", "env",
 		"IMPORTER_IMAGE=" + ImporterImage,
 		"CLONER_IMAGE=" + ClonerImage,
 		"UPLOADSERVER_IMAGE=" + UploadServerImage,
@@ -185,7 +178,7 @@ exec "$3" --kubeconfig=/run/cdi-controller/kubeconfig -v=2
 		"UPLOAD_CLIENT_KEY_FILE=/run/cdi-controller/certs/" + uploadClientSigner + "/tls.key",
 		"UPLOAD_CLIENT_CERT_FILE=/run/cdi-controller/certs/" + uploadClientSigner + "/tls.crt",
 		"sh", "-c", script, "sh", keys, kubeconfig, filepath.Join(bin, "cdi-controller"), certs}
-	c.Process = kubevirt.StartProcess("cdi-controller", "nsenter", args, filepath.Join(c.dir, "cdi-controller.log"), time.Second)
+	c.Process = kubevirt.StartProcess("cdi-controller", "unshare", args, filepath.Join(c.dir, "cdi-controller.log"), time.Second)
 	return c, nil
 }
 
@@ -201,8 +194,8 @@ func (c *Controller) Stop() error {
 	if c.APIServer != nil {
 		err = errors.Join(err, c.APIServer.Stop())
 	}
-	if c.net != nil {
-		err = errors.Join(err, c.net.Close())
+	if c.apiServerNet != nil {
+		err = errors.Join(err, c.apiServerNet.Close())
 	}
 	if c.ownDir {
 		err = errors.Join(err, os.RemoveAll(c.dir))

@@ -41,8 +41,10 @@ type Namespace struct {
 	// Path names the namespace while it lives (for nsenter --net).
 	Path string
 
-	// listen asks the holding thread for a listener in the namespace.
+	// listen asks the holding thread for a listener in the namespace,
+	// dial for a connection made from it.
 	listen chan listenRequest
+	dial   chan dialRequest
 	done   chan struct{}
 	once   sync.Once
 	mu     sync.Mutex
@@ -59,9 +61,19 @@ type listenReply struct {
 	err error
 }
 
+type dialRequest struct {
+	addr  string
+	reply chan dialReply
+}
+
+type dialReply struct {
+	c   net.Conn
+	err error
+}
+
 // New creates a namespace.
 func New() (*Namespace, error) {
-	ns := &Namespace{listen: make(chan listenRequest), done: make(chan struct{})}
+	ns := &Namespace{listen: make(chan listenRequest), dial: make(chan dialRequest), done: make(chan struct{})}
 	started := make(chan error, 1)
 	go func() {
 		// Never unlocked: the thread, in the namespace, must run nothing
@@ -84,6 +96,10 @@ func New() (*Namespace, error) {
 				// thread accepts on it later.
 				l, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", req.addr)
 				req.reply <- listenReply{l: l, err: err}
+			case req := <-ns.dial:
+				// Only the namespace's loopback is dialled: at once.
+				c, err := (&net.Dialer{Timeout: 10 * time.Second}).DialContext(context.Background(), "tcp", req.addr)
+				req.reply <- dialReply{c: c, err: err}
 			case <-ns.done:
 				return
 			}
@@ -134,8 +150,35 @@ func (ns *Namespace) ForwardOut(addr, upstream string) error {
 	ns.mu.Lock()
 	ns.ls = append(ns.ls, r.l)
 	ns.mu.Unlock()
-	go Forward(r.l, upstream)
+	go forward(r.l, func() (net.Conn, error) { return dialTCP(upstream) })
 	return nil
+}
+
+// ForwardIn listens at hostAddr on the host (port 0 picks one) and
+// forwards each connection to addr inside the namespace: a host process
+// reaches a server in the namespace. It returns the host address.
+func (ns *Namespace) ForwardIn(hostAddr, addr string) (string, error) {
+	l, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", hostAddr)
+	if err != nil {
+		return "", fmt.Errorf("listening at %s for the network namespace: %w", hostAddr, err)
+	}
+	ns.mu.Lock()
+	ns.ls = append(ns.ls, l)
+	ns.mu.Unlock()
+	go forward(l, func() (net.Conn, error) { return ns.dialIn(addr) })
+	return l.Addr().String(), nil
+}
+
+// dialIn connects to addr from inside the namespace.
+func (ns *Namespace) dialIn(addr string) (net.Conn, error) {
+	reply := make(chan dialReply, 1)
+	select {
+	case ns.dial <- dialRequest{addr: addr, reply: reply}:
+	case <-ns.done:
+		return nil, errors.New("the network namespace is closed")
+	}
+	r := <-reply
+	return r.c, r.err
 }
 
 // Close stops the forwards and lets the namespace go once no process is
@@ -155,6 +198,16 @@ func (ns *Namespace) Close() error {
 // Forward copies each connection accepted on l to and from a new one to
 // upstream (a TCP address) until l is closed.
 func Forward(l net.Listener, upstream string) {
+	forward(l, func() (net.Conn, error) { return dialTCP(upstream) })
+}
+
+func dialTCP(addr string) (net.Conn, error) {
+	return (&net.Dialer{Timeout: 10 * time.Second}).DialContext(context.Background(), "tcp", addr)
+}
+
+// forward copies each connection accepted on l to and from a new one
+// dial makes, until l is closed.
+func forward(l net.Listener, dial func() (net.Conn, error)) {
 	for {
 		c, err := l.Accept()
 		if err != nil {
@@ -162,7 +215,7 @@ func Forward(l net.Listener, upstream string) {
 		}
 		go func() {
 			defer func() { _ = c.Close() }()
-			up, err := (&net.Dialer{Timeout: 10 * time.Second}).DialContext(context.Background(), "tcp", upstream)
+			up, err := dial()
 			if err != nil {
 				return
 			}

@@ -17,7 +17,9 @@ limitations under the License.
 package netns
 
 import (
+	"bufio"
 	"context"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -76,5 +78,69 @@ func TestAProcessInTheNamespaceReachesAHostServiceThroughItsForward(t *testing.T
 	}
 	if err := ns.ForwardOut("127.0.0.1:0", l.Addr().String()); err == nil {
 		t.Error("a closed namespace took a forward")
+	}
+}
+
+// TestAHostClientReachesAServerInTheNamespaceThroughItsForward: a server
+// in the namespace on its loopback (started there with nsenter) is not on
+// the host's, and a host client reaches it through ForwardIn.
+func TestAHostClientReachesAServerInTheNamespaceThroughItsForward(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("network namespaces need root")
+	}
+	for _, tool := range []string{"nsenter", "python3"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skip(err)
+		}
+	}
+	ns, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = ns.Close() }()
+	// A free port on the host's loopback, which the namespace's own
+	// loopback also has free.
+	probe, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	inside := probe.Addr().String()
+	_ = probe.Close()
+	_, port, _ := net.SplitHostPort(inside)
+	server := exec.CommandContext(t.Context(), "nsenter", "--net="+ns.Path, "python3", "-c", //nolint:gosec // The test's own command.
+		`import socket,sys
+s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(1)
+print("listening", flush=True)
+while True:
+    c,_=s.accept(); c.sendall(b"from the namespace\n"); c.close()`, port)
+	stdout, err := server.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := server.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = server.Process.Kill(); _ = server.Wait() }()
+	if line, err := bufio.NewReader(stdout).ReadString('\n'); err != nil || line != "listening\n" {
+		t.Fatalf("the server in the namespace: %q, %v", line, err)
+	}
+	read := func(addr string) (string, error) {
+		c, err := (&net.Dialer{}).DialContext(t.Context(), "tcp", addr)
+		if err != nil {
+			return "", err
+		}
+		defer func() { _ = c.Close() }()
+		out, err := io.ReadAll(c)
+		return string(out), err
+	}
+	if out, err := read(inside); err == nil && out != "" {
+		t.Fatalf("the namespace's server answers on the host's loopback without a forward: %q", out)
+	}
+	host, err := ns.ForwardIn("127.0.0.1:0", inside)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := read(host); err != nil || strings.TrimSpace(out) != "from the namespace" {
+		t.Fatalf("through the forward at %s: %q, %v", host, out, err)
 	}
 }
