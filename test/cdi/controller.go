@@ -52,7 +52,6 @@ import (
 	"github.com/cozystack/cluster-api-workers/test/envtest"
 	"github.com/cozystack/cluster-api-workers/test/kubevirt"
 	"github.com/cozystack/cluster-api-workers/test/netns"
-
 	"github.com/cozystack/cluster-api-workers/test/process"
 )
 

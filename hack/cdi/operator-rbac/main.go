@@ -21,7 +21,7 @@ limitations under the License.
 // those, not cluster-admin. Only RBAC objects are written; the operator's
 // Deployments and Services are not how the tier runs CDI.
 //
-// Usage: operator-rbac NAMESPACE
+// Usage: operator-rbac NAMESPACE.
 package main
 
 import (
@@ -29,11 +29,10 @@ import (
 	"os"
 
 	rbacv1 "k8s.io/api/rbac/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
-
 	"kubevirt.io/containerized-data-importer/pkg/operator/resources/cluster"
 	"kubevirt.io/containerized-data-importer/pkg/operator/resources/namespaced"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 )
 
 // groups are the operator's resource groups of the two components the
