@@ -151,7 +151,7 @@ test-qemu-kairos: ## The QEMU tier's Kairos scenarios alone: a pool machine boot
 	QEMU_KAIROS_DISK=1 go test -tags qemu ./test/qemu/ -v -count=1 -timeout 60m -run '$(or $(QEMU_RUN),TestKairosDisk)'
 
 .PHONY: test-kind
-test-kind: ## A kind cluster with kind's podman provider (root), from kind v0.33.0 and a node image built here (hack/kind/node-image.sh: kind's base files on a Debian root, containerd v2, the control-plane images from binaries built here); a Pod on it resolves and reaches the API server's Service; KubeVirt v1.7.0 installed by virt-operator from images built here becomes Available; the real node's worker container disk, loaded by digest, boots as a VM and runs its cloud-config (docs/testing.md, "kind with podman here").
+test-kind: ## A kind cluster with kind's podman provider (root), from kind v0.33.0 and a node image built here (hack/kind/node-image.sh: kind's base files on a Debian root, containerd v2, the control-plane images from binaries built here); a Pod on it resolves and reaches the API server's Service; cert-manager v1.21.2's controller and cainjector (built from its module, hack/certmanager; the chart's objects rendered by Helm's engine) issue a CA and a serving certificate and inject the CA into a webhook configuration; KubeVirt v1.7.0 installed by virt-operator from images built here becomes Available; the real node's worker container disk, loaded by digest, boots as a VM and runs its cloud-config (docs/testing.md, "kind with podman here").
 	go test -tags kind,node ./test/kindnode/ -v -count=1 -timeout 30m
 
 .PHONY: test-node

@@ -5,10 +5,10 @@
 # modules into a cache outside the checkout. Nothing is downloaded as a prebuilt binary: this machine and CI
 # reach only the Go module proxy.
 #
-# Usage: hack/tools-bins.sh [envtest|kubeadm|controller-manager|kubevirt|kubevirt-operator|kubelet|scheduler|proxy|coredns|all]...
+# Usage: hack/tools-bins.sh [envtest|kubeadm|controller-manager|kubevirt|kubevirt-operator|cert-manager|kubelet|scheduler|proxy|coredns|all]...
 # (kubelet, scheduler, proxy and coredns are only for the real guests and
-# the real node, kubevirt-operator for the kind clusters, so `all` leaves
-# them out.)
+# the real node, kubevirt-operator and cert-manager for the kind clusters,
+# so `all` leaves them out.)
 # Prints the cache directory on stdout. Reuses binaries already built.
 set -euo pipefail
 
@@ -19,6 +19,8 @@ CACHE_ROOT="${KUBEVIRT_WORKERS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kubevirt-w
 BIN_DIR="${CACHE_ROOT}/bin/k8s-${KUBERNETES_VERSION}-etcd-${ETCD_VERSION}"
 # The module that builds KubeVirt's control plane (and its manifests).
 KUBEVIRT_MODULE="$(cd "$(dirname "$0")" && pwd)/kubevirt"
+# The module that builds cert-manager's controller and cainjector.
+CERTMANAGER_MODULE="$(cd "$(dirname "$0")" && pwd)/certmanager"
 mkdir -p "${BIN_DIR}"
 
 log() { echo "tools-bins: $*" >&2; }
@@ -190,6 +192,33 @@ build_kubevirt_operator() {
   echo "${stamp}" >"${BIN_DIR}/kubevirt-operator.stamp"
 }
 
+# build_certmanager builds cert-manager's controller and cainjector for the
+# kind clusters of hack/kind (hack/kind/certmanager.sh) in hack/certmanager,
+# a module under cert-manager's own path so that its mains may import
+# cert-manager's internal packages as upstream's commands do. CGO is off,
+# as in cert-manager's release builds. A stamp of that module's go.mod,
+# go.sum and mains rebuilds them when it changes.
+build_certmanager() {
+  local mod="${CERTMANAGER_MODULE}" stamp version
+  stamp=$(cat "${mod}/go.mod" "${mod}/go.sum" "${mod}/cainjector/main.go" "${mod}/controller/main.go" <(go env GOVERSION) | sha256sum | cut -c1-16)
+  if [[ -x "${BIN_DIR}/cert-manager-controller" && -x "${BIN_DIR}/cert-manager-cainjector" &&
+    "$(cat "${BIN_DIR}/cert-manager.stamp" 2>/dev/null)" == "${stamp}" ]]; then
+    return
+  fi
+  version=$(certmanager_version "${mod}")
+  log "building cert-manager's controller and cainjector ${version} (about 10 minutes on two cores the first time)"
+  GOFLAGS=-mod=readonly CGO_ENABLED=0 go_build "${mod}" "cert-manager's controller and cainjector" "./controller ./cainjector" \
+    -trimpath -ldflags "-s -w -X github.com/cert-manager/cert-manager/pkg/util.AppVersion=${version}" -o "${BIN_DIR}/cert-manager.tmp/"
+  mv "${BIN_DIR}/cert-manager.tmp/controller" "${BIN_DIR}/cert-manager-controller"
+  mv "${BIN_DIR}/cert-manager.tmp/cainjector" "${BIN_DIR}/cert-manager-cainjector"
+  rmdir "${BIN_DIR}/cert-manager.tmp"
+  echo "${stamp}" >"${BIN_DIR}/cert-manager.stamp"
+}
+
+certmanager_version() {
+  awk '($1 == "github.com/cert-manager/cert-manager" && $2 ~ /^v/) { print $2; exit }' "$1/go.mod"
+}
+
 kubevirt_version() {
   awk '($1 == "kubevirt.io/kubevirt" && $2 ~ /^v/) { print $2; exit }' "$1/go.mod"
 }
@@ -201,6 +230,7 @@ record_versions() {
     echo "go $(go env GOVERSION)"
     [[ -x "${BIN_DIR}/virt-api" ]] && echo "kubevirt $(kubevirt_version "${KUBEVIRT_MODULE}")"
     [[ -x "${BIN_DIR}/coredns" ]] && echo "coredns ${COREDNS_VERSION}"
+    [[ -x "${BIN_DIR}/cert-manager-controller" ]] && echo "cert-manager $(certmanager_version "${CERTMANAGER_MODULE}")"
     for b in "${BIN_DIR}"/*; do
       if [[ -x "$b" ]]; then echo "binary $(basename "$b")"; fi
     done
@@ -216,6 +246,7 @@ for t in "${targets[@]}"; do
     controller-manager) build_kube kube-controller-manager ;;
     kubevirt) build_kubevirt ;;
     kubevirt-operator) build_kubevirt_operator ;;
+    cert-manager) build_certmanager ;;
     kubelet) build_kube kubelet ;;
     scheduler) build_kube kube-scheduler ;;
     proxy) build_kube kube-proxy ;;

@@ -53,7 +53,9 @@ func kindScript(t *testing.T, script string, args ...string) error {
 // TestKindClusterOnPodman: a kind cluster of the node image built here
 // comes up with kind's podman provider; a Pod on it resolves the API
 // server's Service through CoreDNS and reaches it through its ClusterIP
-// (kube-proxy) over the node's bridge network; and KubeVirt installed as
+// (kube-proxy) over the node's bridge network; cert-manager, installed
+// as its Helm chart installs it from images built here, issues
+// certificates and injects CA bundles; and KubeVirt installed as
 // its release installs it (virt-operator, then a KubeVirt CR), from
 // images built here, becomes Available: what test/e2e needs before our
 // providers go in.
@@ -83,6 +85,9 @@ func TestKindClusterOnPodman(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Run("pods reach the API server's Service by name", func(t *testing.T) { podsReachServices(t, cs) })
+	t.Run("cert-manager issues certificates and injects CA bundles", func(t *testing.T) {
+		certManagerIssues(t, name, kubeconfig, config, cs)
+	})
 	if !t.Run("KubeVirt becomes Available", func(t *testing.T) {
 		start := time.Now()
 		// The script waits for the KubeVirt CR's Available condition.

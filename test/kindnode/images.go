@@ -154,3 +154,27 @@ func KubeVirtImages(bin, version, out string) []ociimage.Image {
 	}
 	return images
 }
+
+// CertManagerImages are cert-manager's controller's and cainjector's
+// images from the binaries in bin (hack/tools-bins.sh cert-manager),
+// named as cert-manager's Helm chart names them for the registry
+// Repository (its imageRegistry value; imageNamespace jetstack) at
+// version, with each binary where cert-manager's Containerfiles put it
+// (/app/cmd/<name>/<name>), written to out. They run as a numeric
+// non-root user: the chart's Pods set runAsNonRoot, which the kubelet
+// cannot check against a user name.
+func CertManagerImages(bin, version, out string) []ociimage.Image {
+	names := []string{"controller", "cainjector"}
+	images := make([]ociimage.Image, 0, len(names))
+	for _, name := range names {
+		file := "/app/cmd/" + name + "/" + name
+		images = append(images, ociimage.Image{
+			Ref:        Repository + "/jetstack/cert-manager-" + name + ":" + version,
+			Files:      map[string]string{file: filepath.Join(bin, "cert-manager-"+name)},
+			Entrypoint: []string{file},
+			User:       "65532",
+			Archive:    filepath.Join(out, "cert-manager-"+name+"-"+version+".tar"),
+		})
+	}
+	return images
+}
