@@ -295,7 +295,9 @@ kernel=$(readlink "${rootfs}/boot/vmlinuz" || echo /boot/vmlinuz)
 [[ "${kernel}" == /* ]] || kernel="/boot/${kernel}"
 kernel_version=$(file -bL "${rootfs}${kernel}" | sed -n 's/.*version \([^ ]*\).*/\1/p')
 
-# --- 4. grub, from the image's own grub-pc-bin -------------------------------
+# --- 4. grub, from the image's own grub-pc-bin: its files first, since
+# COS_STATE is made with them (step 3), then core.img and boot.img onto the
+# disk once it is laid out.
 # What grub-install puts on COS_STATE (its --boot-directory): the modules
 # and their lists, the font grub.cfg loads, and kairos-init's grub.cfg.
 grub_lib="${rootfs}/usr/lib/grub/i386-pc"
@@ -367,8 +369,9 @@ for p in oem:${oem_start} state:${state_start} persistent:${persistent_start}; d
   rm -f "${out}/${p%%:*}.part"
 done
 
-# grub into the MBR and the BIOS boot partition, as grub-bios-setup writes
-# them (util/setup.c) when it embeds core.img in that partition:
+# --- 4, continued: grub onto the disk --------------------------------------
+# boot.img and core.img into the MBR and the BIOS boot partition, as
+# grub-bios-setup writes them (util/setup.c) when it embeds core.img there:
 #  - core.img's first sector (diskboot.img) ends with a block list of the
 #    sectors that follow it: grub-mkimage writes their count and start 2
 #    (core.img right after the MBR); the start becomes the sector after
