@@ -17,21 +17,44 @@
 #     a chroot: it installs Kairos's package set, the kernel and dracut,
 #     writes immucore's dracut module and builds the initramfs with it; then
 #     kubelet and kubeadm from hack/tools-bins.sh, as the Debian disk has them;
-#  3. the disk laid out as Kairos installs it: COS_OEM, COS_STATE holding the
-#     active image /cOS/active.img (an ext4 image of the root, label
-#     COS_ACTIVE) and COS_PERSISTENT, each partition made with `mke2fs -d`
-#     and written into a GPT disk at its offset (this machine's kernel has no
-#     device-mapper, so no loop devices or kpartx).
+#  3. the disk laid out as Kairos's installer (kairos-agent's InstallAction)
+#     lays it out for BIOS on GPT: a BIOS boot partition, COS_OEM, COS_STATE
+#     holding the active image /cOS/active.img (an ext4 image of the root,
+#     label COS_ACTIVE) and COS_PERSISTENT, each partition made with
+#     `mke2fs -d` and written into a GPT disk at its offset (this machine's
+#     kernel has no device-mapper, so no loop devices or kpartx);
+#  4. grub2 for BIOS, from the image's own Debian packages (grub-pc-bin,
+#     which kairos-init installs), as the installer's `grub-install
+#     --target=i386-pc --boot-directory=<COS_STATE>` puts it: boot.img in the
+#     protective MBR, core.img in the BIOS boot partition, the i386-pc modules
+#     and the unicode font under COS_STATE's /grub, and kairos-init's
+#     /etc/cos/grub.cfg copied to /grub/grub.cfg. Its first entry
+#     loopback-mounts /cOS/active.img from COS_STATE, sources the image's
+#     /etc/cos/bootargs.cfg for the command line and boots the image's
+#     /boot/vmlinuz and /boot/initrd. SeaBIOS (QEMU's and KubeVirt's default
+#     firmware) boots it.
 #
-# There is no boot loader yet: QEMU boots the kernel and initramfs copied next
-# to the disk with the command line Kairos's grub would pass (written to
-# `cmdline`, from kairos-init's /etc/cos/bootargs.cfg).
+# Where it differs from Kairos's installer:
+#  - grub-install is not run (it needs a block device): the same steps are
+#    done on the image file. core.img is made with grub-mkimage in a chroot
+#    of the root, and written with its block list and boot.img's kernel
+#    sector set as grub-bios-setup sets them. Its embedded configuration
+#    finds COS_STATE by label, where grub-install embeds the file system's
+#    UUID; either finds the same partition.
+#  - No recovery partition (COS_RECOVERY and its image): the recovery, reset
+#    and remote recovery entries of grub.cfg have nothing to boot, and
+#    grub's fallback to them is never reached while the active image boots.
+#    No EFI system partition either: KubeVirt boots container disks through
+#    SeaBIOS unless a VM asks for EFI.
+#  - The installer adds the terminal it runs on to the command line; there
+#    is none here, so the guest gets bootargs.cfg's alone (console=ttyS0
+#    console=tty1: systemd's messages go to tty1, the kernel's to both).
 #
 # Usage: hack/kairos-disk/build.sh [bins|base|root]
 # `bins` only builds the three binaries, `base` only the debootstrap root
 # (they can run at the same time), `root` stops after kairos-init.
-# Otherwise it prints the directory holding disk.img, vmlinuz, initrd.img
-# and cmdline (the names test/qemu's Disk reads). Everything is cached under
+# Otherwise it prints the directory holding disk.img, the bootable disk
+# (the name test/qemu's Disk reads), and VERSIONS. Everything is cached under
 # ${KUBEVIRT_WORKERS_CACHE:-~/.cache/kubevirt-workers}/kairos-disk, keyed by
 # its inputs. Needs root (debootstrap, chroot, file ownership in the images).
 set -euo pipefail
@@ -53,6 +76,8 @@ PACKAGES=(
 KAIROS_VERSION="${KAIROS_DISK_VERSION:-v0.0.1}"
 # Partition sizes (MiB). The state partition holds the active image and room
 # for the passive one an upgrade would write; neither grows here.
+# The BIOS boot partition holds core.img, 1 MiB as the installer makes it.
+BIOS_MB=1
 OEM_MB=64
 PERSISTENT_MB=1024
 
@@ -263,13 +288,40 @@ chroot "${rootfs}" systemctl enable --quiet containerd.service
 rm -f "${rootfs}/etc/resolv.conf"
 ln -sf ../run/systemd/resolve/stub-resolv.conf "${rootfs}/etc/resolv.conf"
 
-# The kernel and initramfs kairos-init linked as /boot/vmlinuz and built as
-# /boot/initrd (what grub loads from the active image).
+# The kernel kairos-init linked as /boot/vmlinuz (grub loads it and
+# /boot/initrd from the active image), for VERSIONS.
 # The link is absolute: resolve it inside the root, not on the host.
 kernel=$(readlink "${rootfs}/boot/vmlinuz" || echo /boot/vmlinuz)
 [[ "${kernel}" == /* ]] || kernel="/boot/${kernel}"
-cp "${rootfs}${kernel}" "${out}/vmlinuz"
-cp "${rootfs}/boot/initrd" "${out}/initrd.img"
+kernel_version=$(file -bL "${rootfs}${kernel}" | sed -n 's/.*version \([^ ]*\).*/\1/p')
+
+# --- 4. grub, from the image's own grub-pc-bin: its files first, since
+# COS_STATE is made with them (step 3), then core.img and boot.img onto the
+# disk once it is laid out.
+# What grub-install puts on COS_STATE (its --boot-directory): the modules
+# and their lists, the font grub.cfg loads, and kairos-init's grub.cfg.
+grub_lib="${rootfs}/usr/lib/grub/i386-pc"
+[[ -f "${grub_lib}/boot.img" && -f "${rootfs}/etc/cos/grub.cfg" && -f "${rootfs}/etc/cos/bootargs.cfg" ]] ||
+  { log "the root has no grub-pc-bin or no /etc/cos/grub.cfg and bootargs.cfg (kairos-init installs them)"; exit 1; }
+mkdir -p "${out}/state/grub/i386-pc" "${out}/state/grub/fonts"
+cp "${grub_lib}"/*.mod "${grub_lib}"/*.lst "${out}/state/grub/i386-pc/"
+cp "${rootfs}/usr/share/grub/unicode.pf2" "${out}/state/grub/fonts/"
+install -m 0644 "${rootfs}/etc/cos/grub.cfg" "${out}/state/grub/grub.cfg"
+cp "${grub_lib}/boot.img" "${out}/boot.img"
+# core.img: the modules that reach COS_STATE (BIOS disks, GPT, ext4, the
+# search command), and a configuration that finds it by its label and
+# loads the rest from /grub there. Made by the image's grub-mkimage, in
+# its /tmp, which is emptied before the active image is made.
+cat >"${rootfs}/tmp/early.cfg" <<'EOF'
+search --no-floppy --label --set=root COS_STATE
+set prefix=($root)/grub
+EOF
+chroot "${rootfs}" grub-mkimage -O i386-pc -d /usr/lib/grub/i386-pc -p /grub -c /tmp/early.cfg \
+  -o /tmp/core.img biosdisk part_gpt ext2 search
+mv "${rootfs}/tmp/core.img" "${out}/core.img"
+grub_version=$(chroot "${rootfs}" grub-mkimage --version | awk '{print $NF}')
+rm -f "${rootfs}/tmp/early.cfg"
+log "grub: core.img of $(stat -c %s "${out}/core.img") bytes, $(find "${out}/state/grub/i386-pc" -name '*.mod' | wc -l) modules"
 
 # --- 3. the disk ---------------------------------------------------------------
 # The active image: ext4 labelled COS_ACTIVE, which immucore loop-mounts
@@ -295,16 +347,19 @@ mke2fs -q -t ext4 -L COS_STATE -d "${out}/state" "${out}/state.part" "${state_mb
 rm -rf "${out}/state"
 mke2fs -q -t ext4 -L COS_OEM "${out}/oem.part" "${OEM_MB}M" >&2
 mke2fs -q -t ext4 -L COS_PERSISTENT "${out}/persistent.part" "${PERSISTENT_MB}M" >&2
-# GPT, 1 MiB aligned, in Kairos's order (oem, state, persistent). Nothing is
+# GPT, 1 MiB aligned, in Kairos's order (bios, oem, state, persistent; the
+# installer's recovery partition would come before state). Nothing is
 # mounted or attached to a loop device: each partition is written at its
 # offset.
-oem_start=1
+bios_start=1
+oem_start=$((bios_start + BIOS_MB))
 state_start=$((oem_start + OEM_MB))
 persistent_start=$((state_start + state_mb))
 disk_mb=$((persistent_start + PERSISTENT_MB + 1))
 rm -f "${out}/disk.img"
 truncate -s "${disk_mb}M" "${out}/disk.img"
 printf '%s\n' \
+  "start=${bios_start}MiB, size=${BIOS_MB}MiB, type=21686148-6449-6E6F-744E-656564454649, name=bios" \
   "start=${oem_start}MiB, size=${OEM_MB}MiB, type=linux, name=oem" \
   "start=${state_start}MiB, size=${state_mb}MiB, type=linux, name=state" \
   "start=${persistent_start}MiB, size=${PERSISTENT_MB}MiB, type=linux, name=persistent" |
@@ -313,15 +368,42 @@ for p in oem:${oem_start} state:${state_start} persistent:${persistent_start}; d
   dd if="${out}/${p%%:*}.part" of="${out}/disk.img" bs=1M seek="${p##*:}" conv=notrunc,sparse status=none
   rm -f "${out}/${p%%:*}.part"
 done
-# What Kairos's grub passes for the active entry (kairos-init's
-# /etc/cos/bootargs.cfg with label COS_ACTIVE and img /cOS/active.img), the
-# serial console last so that it is /dev/console under QEMU.
-echo "console=tty1 net.ifnames=1 rd.cos.oemlabel=COS_OEM rd.cos.oemtimeout=10 panic=5 rd.emergency=reboot rd.shell=0 systemd.crash_reboot=yes root=LABEL=COS_ACTIVE cos-img/filename=/cOS/active.img selinux=0 console=ttyS0" >"${out}/cmdline"
+
+# --- 4, continued: grub onto the disk --------------------------------------
+# boot.img and core.img into the MBR and the BIOS boot partition, as
+# grub-bios-setup writes them (util/setup.c) when it embeds core.img there:
+#  - core.img's first sector (diskboot.img) ends with a block list of the
+#    sectors that follow it: grub-mkimage writes their count and start 2
+#    (core.img right after the MBR); the start becomes the sector after
+#    core.img's first;
+#  - boot.img's first 440 bytes replace the protective MBR's code (the disk
+#    identifier and partition table after them stay), with the sector of
+#    core.img at 0x5c, the boot drive 0xff at 0x64 (the one the BIOS passes)
+#    and the check at 0x66 for BIOSes that pass a wrong drive made no-ops,
+#    as for any hard disk.
+# le64 N: N as eight little-endian bytes, in printf %b escapes.
+le64() { local i; for ((i = 0; i < 8; i++)); do printf '\\x%02x' $(($1 >> (8 * i) & 255)); done; }
+# le OFFSET COUNT FILE: the COUNT little-endian bytes of FILE at OFFSET.
+le() { od -An -j "$1" -N "$2" -t "u$2" "$3" | tr -d ' '; }
+core_sector=$((bios_start * 2048))
+core_bytes=$(stat -c %s "${out}/core.img")
+((core_bytes <= BIOS_MB * 1024 * 1024)) ||
+  { log "core.img (${core_bytes} bytes) does not fit the ${BIOS_MB} MiB BIOS boot partition"; exit 1; }
+[[ $(le 500 8 "${out}/core.img") == 2 && $(le 508 2 "${out}/core.img") == $(((core_bytes - 1) / 512)) ]] ||
+  { log "core.img's block list is not grub-mkimage's (start 2, $(((core_bytes - 1) / 512)) sectors): not grub 2.06's layout"; exit 1; }
+dd if="${out}/core.img" of="${out}/disk.img" bs=512 seek="${core_sector}" conv=notrunc status=none
+printf '%b' "$(le64 $((core_sector + 1)))" | dd of="${out}/disk.img" bs=1 seek=$((core_sector * 512 + 500)) conv=notrunc status=none
+dd if="${out}/boot.img" of="${out}/disk.img" bs=440 count=1 conv=notrunc status=none
+printf '%b' "$(le64 "${core_sector}")" | dd of="${out}/disk.img" bs=1 seek=$((0x5c)) conv=notrunc status=none
+printf '\xff' | dd of="${out}/disk.img" bs=1 seek=$((0x64)) conv=notrunc status=none
+printf '\x90\x90' | dd of="${out}/disk.img" bs=1 seek=$((0x66)) conv=notrunc status=none
+rm -f "${out}/core.img" "${out}/boot.img"
 {
   echo "suite ${SUITE}"
   cat "${bins}/VERSIONS"
   cat "${k8s}/VERSIONS"
-  echo "kernel $(file -bL "${out}/vmlinuz" | sed -n 's/.*version \([^ ]*\).*/\1/p')"
+  echo "kernel ${kernel_version}"
+  echo "grub ${grub_version}"
 } >"${out}/VERSIONS"
 touch "${out}/.done"
 # Older disks are superseded; a guest still running keeps its open file.

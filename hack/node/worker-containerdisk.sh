@@ -18,10 +18,14 @@
 #     file), the file layout KubeVirt's container-disk contract takes: one
 #     disk image under /disk/, readable by the qemu user (107).
 #
-# Usage: hack/node/worker-containerdisk.sh
+# With `kairos`, it packs the Kairos disk of hack/kairos-disk/build.sh
+# instead: that one is bootable as it is (GPT, grub in its BIOS boot
+# partition, as Kairos installs it), so it is only converted and laid out.
+#
+# Usage: hack/node/worker-containerdisk.sh [kairos]
 # Prints the directory whose tree is the image's layer (disk/worker.qcow2),
 # cached under ${KUBEVIRT_WORKERS_CACHE:-~/.cache/kubevirt-workers}/kubevirt-node
-# by the worker disk and this script. Needs root (the worker disk's build).
+# by the disk and this script. Needs root (the disks' builds).
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -31,7 +35,9 @@ BOOT_SIZE_MIB=64
 
 log() { echo "worker-containerdisk: $*" >&2; }
 # shellcheck source=hack/lib/debian.sh
-source "$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/lib/debian.sh"
+source "${REPO}/hack/lib/debian.sh"
+# shellcheck source=hack/lib/containerdisk.sh
+source "${REPO}/hack/lib/containerdisk.sh"
 
 need=()
 command -v syslinux >/dev/null || need+=(syslinux)
@@ -43,8 +49,29 @@ command -v debugfs >/dev/null || need+=(e2fsprogs)
 command -v qemu-img >/dev/null || need+=(qemu-utils)
 [[ ${#need[@]} -eq 0 ]] || apt_install "${need[@]}"
 
+if [[ "${1:-}" == kairos ]]; then
+  disk=$("${REPO}/hack/kairos-disk/build.sh")
+  key=$( (basename "${disk}"; cat "${BASH_SOURCE[0]}" "${REPO}/hack/lib/containerdisk.sh") | sha256sum | cut -c1-16)
+  out="${CACHE_ROOT}/kubevirt-node/kairos-containerdisk-${key}"
+  if [[ ! -f "${out}/.done" ]]; then
+    start=${SECONDS}
+    log "packing the Kairos disk ${disk}"
+    rm -rf "${out}"
+    mkdir -p "${out}/work" "${out}/layer/disk"
+    cp --sparse=always "${disk}/disk.img" "${out}/work/disk.raw"
+    pack_containerdisk "${out}/work/disk.raw" "${out}/layer/disk/worker.qcow2"
+    rm -rf "${out}/work"
+    cp "${disk}/VERSIONS" "${out}/VERSIONS"
+    touch "${out}/.done"
+    log "made $(du -h "${out}/layer/disk/worker.qcow2" | cut -f1) in $((SECONDS - start))s"
+    find "${CACHE_ROOT}/kubevirt-node" -mindepth 1 -maxdepth 1 -name 'kairos-containerdisk-*' ! -name "kairos-containerdisk-${key}" -exec rm -rf {} +
+  fi
+  echo "${out}/layer"
+  exit 0
+fi
+
 disk=$("${REPO}/hack/worker-disk/build.sh")
-key=$( (basename "${disk}"; cat "${BASH_SOURCE[0]}") | sha256sum | cut -c1-16)
+key=$( (basename "${disk}"; cat "${BASH_SOURCE[0]}" "${REPO}/hack/lib/containerdisk.sh") | sha256sum | cut -c1-16)
 out="${CACHE_ROOT}/kubevirt-node/worker-containerdisk-${key}"
 if [[ -f "${out}/.done" ]]; then
   echo "${out}/layer"
@@ -101,28 +128,7 @@ EOF
 dd if=/usr/lib/syslinux/mbr/mbr.bin of="${w}/disk.raw" bs=440 count=1 conv=notrunc status=none
 dd if="${w}/boot.img" of="${w}/disk.raw" bs=1M seek=1 conv=notrunc,sparse status=none
 dd if="${w}/root.img" of="${w}/disk.raw" bs=1M seek=$((1 + BOOT_SIZE_MIB)) conv=notrunc,sparse status=none
-# KubeVirt v1.7.0's virt-handler writes the CRC-32 of a container disk's
-# file into the instance's status (volumeStatus[].containerDiskVolume.checksum,
-# a uint32), which the VirtualMachineInstance CRD declares int32 and
-# kube-apiserver v1.36 range-checks: for a file whose CRC-32 is 2^31 or more
-# every status update of the instance is refused and it stays Scheduled
-# (docs/testing.md). The MBR's disk identifier (bytes 440-443, random from
-# sfdisk; nothing reads it, the partitions are found by label) is counted up
-# until the qcow2 file's CRC-32, read from gzip's trailer, is below 2^31:
-# about two tries.
-crc32() { gzip -1 -c "$1" | tail -c 8 | head -c 4 | od -An -tu4 | tr -d ' '; }
-for ((id = 0; ; id++)); do
-  printf "$(printf '\\x%02x\\x%02x\\x%02x\\x%02x' $((id & 255)) $((id >> 8 & 255)) $((id >> 16 & 255)) $((id >> 24 & 255)))" |
-    dd of="${w}/disk.raw" bs=1 seek=440 count=4 conv=notrunc status=none
-  qemu-img convert -f raw -O qcow2 "${w}/disk.raw" "${out}/layer/disk/worker.qcow2"
-  crc=$(crc32 "${out}/layer/disk/worker.qcow2")
-  ((crc < 2147483648)) && break
-  ((id < 64)) || { log "no disk identifier up to ${id} gave a CRC-32 below 2^31"; exit 1; }
-done
-log "disk identifier 0x$(printf %08x "${id}"), CRC-32 ${crc}"
-chown 107:107 "${out}/layer/disk" "${out}/layer/disk/worker.qcow2"
-chmod 0555 "${out}/layer/disk"
-chmod 0444 "${out}/layer/disk/worker.qcow2"
+pack_containerdisk "${w}/disk.raw" "${out}/layer/disk/worker.qcow2"
 rm -rf "${w}"
 cp "${disk}/VERSIONS" "${out}/VERSIONS"
 touch "${out}/.done"

@@ -171,14 +171,33 @@ type WorkerContainerDisk struct {
 	DiskBytes, ArchiveBytes int64
 }
 
+// KairosImageRepository is the repository of the Kairos container disk.
+const KairosImageRepository = "kvw.local/kairos-disk"
+
 // BuildWorkerContainerDisk builds (or reuses) the worker container disk.
 func BuildWorkerContainerDisk() (*WorkerContainerDisk, error) {
+	return buildContainerDisk(WorkerImageRepository)
+}
+
+// BuildKairosContainerDisk builds (or reuses) the Kairos disk of
+// hack/kairos-disk (grub on it, as Kairos installs it) as a container
+// disk, laid out as the worker container disk is and named
+// <KairosImageRepository>@sha256:<manifest digest>. The disk's first
+// build takes more than an hour (docs/real-guests.md).
+func BuildKairosContainerDisk() (*WorkerContainerDisk, error) {
+	return buildContainerDisk(KairosImageRepository, "kairos")
+}
+
+// buildContainerDisk runs hack/node/worker-containerdisk.sh with args and
+// writes the layer it prints as an image of repository.
+func buildContainerDisk(repository string, args ...string) (*WorkerContainerDisk, error) {
 	t0 := time.Now()
-	cmd := exec.Command("bash", filepath.Join(envtest.RepoRoot(), "hack", "node", "worker-containerdisk.sh")) //nolint:gosec,noctx // Our own script; it ends on its own.
+	script := filepath.Join(envtest.RepoRoot(), "hack", "node", "worker-containerdisk.sh")
+	cmd := exec.Command("bash", append([]string{script}, args...)...) //nolint:gosec,noctx // Our own script; it ends on its own.
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, io.MultiWriter(&stderr, os.Stderr)
 	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("hack/node/worker-containerdisk.sh: %w: %s", err, stderr.String())
+		return nil, fmt.Errorf("hack/node/worker-containerdisk.sh %s: %w: %s", strings.Join(args, " "), err, stderr.String())
 	}
 	layer := strings.TrimSpace(stdout.String())
 	diskPath := filepath.Join(layer, "disk", "worker.qcow2")
@@ -190,7 +209,7 @@ func BuildWorkerContainerDisk() (*WorkerContainerDisk, error) {
 		return nil, err
 	}
 	w := &WorkerContainerDisk{
-		Image:     ociimage.Image{Ref: WorkerImageRepository, ByDigest: true, Rootfs: layer, Archive: filepath.Join(filepath.Dir(layer), "image.tar")},
+		Image:     ociimage.Image{Ref: repository, ByDigest: true, Rootfs: layer, Archive: filepath.Join(filepath.Dir(layer), "image.tar")},
 		DiskBytes: disk.Size(),
 	}
 	if _, err := ociimage.WriteMissing(w.Image); err != nil {

@@ -149,6 +149,10 @@ type nodeSetup struct {
 	realCDI bool
 	// forwards are node.Options.Forwards besides the workload apiserver's.
 	forwards map[string]string
+	// kairosDisk makes the WorkerPlatform's Kairos image the Kairos disk
+	// of hack/kairos-disk as a container disk (BuildKairosContainerDisk),
+	// in place of the worker disk.
+	kairosDisk bool
 }
 
 // startKubeVirtNodeWith is startKubeVirtNode with what setup adds.
@@ -163,7 +167,12 @@ func startKubeVirtNodeWith(ctx context.Context, t *testing.T, namespace string, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	if k.worker, err = node.BuildWorkerContainerDisk(); err != nil {
+	if setup.kairosDisk {
+		k.worker, err = node.BuildKairosContainerDisk()
+	} else {
+		k.worker, err = node.BuildWorkerContainerDisk()
+	}
+	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("worker container disk %s: built or reused in %s, qcow2 %d MB, archive %d MB",
@@ -341,6 +350,11 @@ type milestone struct {
 // (vd*: virtio, sd*: SCSI or SATA).
 const rootMounted = "the root file system is mounted"
 
+// grubBooted is the milestone of a Kairos disk's kernel starting: the
+// command line grub gave it names the kernel it loaded from the loopback
+// mounted active image.
+const grubBooted = "grub loads the kernel from the active image"
+
 // seedRead is the milestone of the seed runner finding its cloud-init
 // disk: it names the disk's label (cidata: NoCloud, config-2:
 // ConfigDrive).
@@ -353,6 +367,7 @@ var qemuNames = []string{"qemu-kvm", "qemu-system-x86_64"}
 func newGuest(k *kubeVirtNode) *guest {
 	return &guest{k: k, milestones: []milestone{
 		{name: "SYSLINUX loads the kernel", re: regexp.MustCompile(`SYSLINUX`)},
+		{name: grubBooted, re: regexp.MustCompile(`Command line: (BOOT_IMAGE=\(loop0\)\S*)`)},
 		{name: "the kernel runs /init", re: regexp.MustCompile(`Run /init as init process`)},
 		{name: rootMounted, re: regexp.MustCompile(`EXT4-fs \(([a-z]+[0-9]*)\): mounted filesystem`)},
 		{name: "systemd starts", re: regexp.MustCompile(`systemd\[1\]: `)},

@@ -28,52 +28,55 @@ import (
 )
 
 // Disk is a worker disk: the Debian test disk of hack/worker-disk/build.sh
-// (a raw ext4 root file system) or the Kairos disk of
-// hack/kairos-disk/build.sh (a GPT disk laid out as Kairos installs it),
-// and the kernel and initramfs it boots with.
+// (a raw ext4 root file system, booted with its kernel and initramfs) or
+// the Kairos disk of hack/kairos-disk/build.sh (a GPT disk laid out as
+// Kairos installs it, with grub on it).
 type Disk struct {
-	// Dir holds disk.img, vmlinuz, initrd.img and VERSIONS.
+	// Dir holds disk.img and VERSIONS; vmlinuz and initrd.img too unless
+	// the disk is Bootable.
 	Dir string
-	// Cmdline, when set, is the disk's own kernel command line (what a
-	// boot loader would pass), which replaces the runner's root= and rw;
-	// the console and the scenario's arguments are still appended.
-	Cmdline []string
+	// Bootable is a disk with its own boot loader: QEMU starts it through
+	// its firmware (SeaBIOS), as KubeVirt does, and the boot loader picks
+	// the kernel and its command line.
+	Bootable bool
 }
 
-// Image is the root file system image; guests boot it copy-on-write.
+// Image is the disk image; guests boot it copy-on-write.
 func (d Disk) Image() string { return filepath.Join(d.Dir, "disk.img") }
 
-// Kernel is the disk's own kernel (Debian's cloud kernel).
+// Kernel is the disk's own kernel (Debian's cloud kernel), which QEMU
+// loads for a disk that is not Bootable.
 func (d Disk) Kernel() string { return filepath.Join(d.Dir, "vmlinuz") }
 
 // Initrd is the disk's own initramfs (virtio and ext4 are modules there).
 func (d Disk) Initrd() string { return filepath.Join(d.Dir, "initrd.img") }
 
+// KairosBootLine is the kernel's line of its command line when Kairos's
+// grub booted the active image of a Kairos disk: grub names the kernel it
+// loaded from the loopback-mounted /cOS/active.img (BOOT_IMAGE, which
+// QEMU's -kernel does not set), then the command line the image's
+// /etc/cos/bootargs.cfg (kairos-init's) builds for label COS_ACTIVE, the
+// serial console first. The kernel prints it on every console.
+const KairosBootLine = "Command line: BOOT_IMAGE=(loop0)/boot/vmlinuz console=ttyS0 console=tty1 net.ifnames=1 " +
+	"rd.cos.oemlabel=COS_OEM rd.cos.oemtimeout=10 panic=5 rd.emergency=reboot rd.shell=0 systemd.crash_reboot=yes " +
+	"root=LABEL=COS_ACTIVE cos-img/filename=/cOS/active.img selinux=0"
+
 // BuildDisk runs hack/worker-disk/build.sh, which returns at once when the
 // cached disk is current. The first build takes minutes (debootstrap and
 // the kubelet build) and needs root.
 func BuildDisk(ctx context.Context) (Disk, error) {
-	return buildDisk(ctx, "worker-disk")
+	return buildDisk(ctx, "worker-disk", false)
 }
 
 // BuildKairosDisk runs hack/kairos-disk/build.sh: a Kairos disk built from
-// Kairos's components, booted with the command line its grub would pass
-// (the disk has no boot loader). It needs root; from its cached converted
-// root it takes minutes, from nothing more than an hour (docs/real-guests.md).
+// Kairos's components, which boots through its grub. It needs root; from
+// its cached converted root it takes minutes, from nothing more than an
+// hour (docs/real-guests.md).
 func BuildKairosDisk(ctx context.Context) (Disk, error) {
-	d, err := buildDisk(ctx, "kairos-disk")
-	if err != nil {
-		return Disk{}, err
-	}
-	cmdline, err := os.ReadFile(filepath.Join(d.Dir, "cmdline"))
-	if err != nil {
-		return Disk{}, fmt.Errorf("the Kairos disk is incomplete: %w", err)
-	}
-	d.Cmdline = strings.Fields(string(cmdline))
-	return d, nil
+	return buildDisk(ctx, "kairos-disk", true)
 }
 
-func buildDisk(ctx context.Context, dir string) (Disk, error) {
+func buildDisk(ctx context.Context, dir string, bootable bool) (Disk, error) {
 	script := filepath.Join(envtest.RepoRoot(), "hack", dir, "build.sh")
 	cmd := exec.CommandContext(ctx, "bash", script) //nolint:gosec // The repository's own build script.
 	var stderr strings.Builder
@@ -82,8 +85,12 @@ func buildDisk(ctx context.Context, dir string) (Disk, error) {
 	if err != nil {
 		return Disk{}, fmt.Errorf("hack/%s/build.sh: %w: %s", dir, err, stderr.String())
 	}
-	d := Disk{Dir: strings.TrimSpace(string(out))}
-	for _, f := range []string{d.Image(), d.Kernel(), d.Initrd()} {
+	d := Disk{Dir: strings.TrimSpace(string(out)), Bootable: bootable}
+	files := []string{d.Image()}
+	if !bootable {
+		files = append(files, d.Kernel(), d.Initrd())
+	}
+	for _, f := range files {
 		if _, err := os.Stat(f); err != nil {
 			return Disk{}, fmt.Errorf("the disk of hack/%s is incomplete: %w", dir, err)
 		}

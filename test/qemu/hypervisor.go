@@ -161,7 +161,7 @@ func (r *Runner) planBoot(ctx context.Context, c client.Reader, vmi *kubevirtv1.
 		return plan, fmt.Errorf("volume %s: the QEMU runner boots containerDisk, dataVolume and persistentVolumeClaim root disks only", root.Name)
 	}
 	plan.rootBus = diskBus(vmi, root.Name)
-	if _, _, err := rootDiskArgs(plan.rootBus, ""); err != nil || plan.rootBus == "" {
+	if _, _, err := rootDiskArgs(plan.rootBus, "", false); err != nil || plan.rootBus == "" {
 		return plan, fmt.Errorf("disk %s: bus %q: QEMU guests here boot virtio, sata and scsi disks", root.Name, plan.rootBus)
 	}
 	if cloudInit == nil {

@@ -53,12 +53,22 @@ func bootKairosDisk(o *unstructured.Unstructured) {
 	spec["image"] = map[string]any{"containerDisk": map[string]any{"reference": kairosDiskRef}}
 }
 
+// bootedThroughGrub checks that a console log holds the kernel's command
+// line as Kairos's grub passes it.
+func bootedThroughGrub(g Gomega, console string, from int) {
+	b, err := os.ReadFile(console) //nolint:gosec // The guest's console log, in the runner's directory.
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(string(b[from:])).To(ContainSubstring(KairosBootLine), "the guest did not boot through Kairos's grub:\n%s", process.TailOf(string(b[from:]), 4<<10))
+}
+
 // TestKairosDiskJoins boots the Kairos disk of hack/kairos-disk (Kairos's
 // immucore and kairos-agent, no Debian test scripts) with the bootstrap
 // provider's Stages rendering as its NoCloud seed: Kairos's datasource
 // caches it in COS_OEM, the agent runs its stages, and the guest joins
-// with kubeadm. Opt-in (QEMU_KAIROS_DISK=1), since the disk's first build
-// takes more than an hour.
+// with kubeadm. The guest boots from the disk: SeaBIOS, then the grub
+// Kairos installs, which loads the kernel and initramfs from the active
+// image with Kairos's command line. Opt-in (QEMU_KAIROS_DISK=1), since the
+// disk's first build takes more than an hour.
 func TestKairosDiskJoins(t *testing.T) {
 	if kairosDisk == nil {
 		t.Skip("QEMU_KAIROS_DISK=1 builds and boots the Kairos disk (docs/real-guests.md)")
@@ -76,6 +86,7 @@ func TestKairosDiskJoins(t *testing.T) {
 	g.Expect(vmi.Status.NodeName).To(Equal(GuestNode))
 	guest := guestOf(g, vmKey(ms[0]))
 	g.Expect(guest.RootImage).To(Equal(kairosDisk.Image()), "guest %s does not boot the Kairos disk", guest.VM.Name)
+	bootedThroughGrub(g, guest.ConsoleLog, 0)
 	for _, n := range p.nodes(g) {
 		g.Expect(n.Labels).To(HaveKeyWithValue(harness.PoolLabel, p.Name))
 	}
@@ -124,7 +135,8 @@ func tenantKernelSettings(o *unstructured.Unstructured) {
 // tenant's settings hold again (the module is loaded at boot, and the
 // hardened kubelet, which checks the sysctls, runs). Kairos reads the seed
 // once and caches it in COS_OEM; later boots run the cached user data, so
-// the seed's absence changes nothing. Opt-in with TestKairosDiskJoins.
+// the seed's absence changes nothing. Each reboot goes through the firmware
+// and Kairos's grub again. Opt-in with TestKairosDiskJoins.
 func TestKairosDiskReboots(t *testing.T) {
 	if kairosDisk == nil {
 		t.Skip("QEMU_KAIROS_DISK=1 builds and boots the Kairos disk (docs/real-guests.md)")
@@ -162,6 +174,7 @@ func TestKairosDiskReboots(t *testing.T) {
 		before := &corev1.Node{}
 		g.Expect(workload.API.Client.Get(suiteCtx, client.ObjectKey{Name: nodeName}, before)).To(Succeed())
 		from := len(journal(0))
+		consoleFrom := consoleSize(g, guest.ConsoleLog)
 		started := time.Now()
 		ctx, cancel := context.WithTimeout(suiteCtx, 5*time.Minute)
 		defer cancel()
@@ -179,6 +192,8 @@ func TestKairosDiskReboots(t *testing.T) {
 			step, reset.Round(time.Second), nodeName, time.Since(started).Round(time.Second))
 		g.Expect(after.UID).To(Equal(before.UID), "Node %s was registered anew", nodeName)
 		g.Expect(journal(from)).To(ContainSubstring(loaded), "%s: the tenant's module was not loaded at boot", step)
+		// The reset went through the firmware and grub again.
+		bootedThroughGrub(g, guest.ConsoleLog, consoleFrom)
 		// The same Machine, instance and QEMU: nothing was replaced.
 		now := p.machines(g)
 		g.Expect(now).To(HaveLen(1))
@@ -200,6 +215,13 @@ func TestKairosDiskReboots(t *testing.T) {
 	defer cancel()
 	g.Expect(runner.DetachSeed(ctx, vm)).To(Succeed())
 	reboot("reboot without the seed")
+}
+
+// consoleSize is how much a console log holds so far.
+func consoleSize(g Gomega, console string) int {
+	st, err := os.Stat(console)
+	g.Expect(err).NotTo(HaveOccurred())
+	return int(st.Size())
 }
 
 // nodeReady reports whether the Node's Ready condition is True.

@@ -143,7 +143,12 @@ func StartVM(ctx context.Context, opts VMOptions) (*VM, error) {
 	if opts.RootImage != "" {
 		root = "file=" + opts.RootImage + ",format=raw"
 	}
-	rootArgs, rootDevice, err := rootDiskArgs(opts.RootBus, root)
+	rootArgs, rootDevice, err := rootDiskArgs(opts.RootBus, root, opts.Disk.Bootable)
+	if err != nil {
+		_ = os.RemoveAll(monitorDir)
+		return nil, err
+	}
+	boot, err := bootArgs(opts, rootDevice)
 	if err != nil {
 		_ = os.RemoveAll(monitorDir)
 		return nil, err
@@ -155,10 +160,7 @@ func StartVM(ctx context.Context, opts VMOptions) (*VM, error) {
 		"-smp", strconv.Itoa(opts.CPUs),
 		"-m", strconv.Itoa(opts.MemoryMiB),
 		"-nodefaults", "-display", "none", "-no-reboot",
-		"-kernel", opts.Disk.Kernel(),
-		"-initrd", opts.Disk.Initrd(),
-		"-append", strings.Join(kernelArgs(opts, rootDevice), " "),
-	}, rootArgs, []string{
+	}, boot, rootArgs, []string{
 		// The seed's file system is found by its label, on any bus. It
 		// sits behind a PCIe root port, as every KubeVirt disk does, where
 		// it can be unplugged (DetachSeed): q35's root bus has no hotplug.
@@ -268,33 +270,54 @@ func (vm *VM) Journal() string { return process.Tail(vm.DebugLog, 16<<10) }
 // Console returns the end of the guest's console (first serial port).
 func (vm *VM) Console() string { return process.Tail(vm.ConsoleLog, 8<<10) }
 
-// kernelArgs is the guest's kernel command line: the root device, or the
-// disk's own command line (a Kairos disk finds its partitions by label),
-// then the serial console, panic=-1 (after the disk's own panic=, so that
-// a panicking guest reboots at once, which ends QEMU: -no-reboot) and the
-// scenario's arguments.
-func kernelArgs(opts VMOptions, rootDevice string) []string {
-	args := []string{"root=" + rootDevice, "rw"}
-	if len(opts.Disk.Cmdline) > 0 {
-		args = slices.Clone(opts.Disk.Cmdline)
+// bootArgs is how QEMU boots the guest: a Bootable disk through the
+// firmware and the disk's boot loader, which picks the kernel and its
+// command line, so a scenario cannot add to it; any other disk with its
+// kernel and initramfs loaded by QEMU.
+func bootArgs(opts VMOptions, rootDevice string) ([]string, error) {
+	if opts.Disk.Bootable {
+		if len(opts.KernelArgs) > 0 {
+			return nil, fmt.Errorf("guest %s: the disk in %s boots through its own boot loader, which takes no kernel arguments (%q)",
+				opts.Name, opts.Disk.Dir, opts.KernelArgs)
+		}
+		return nil, nil
 	}
-	args = append(args, "console=ttyS0", "panic=-1")
-	return append(args, opts.KernelArgs...)
+	return []string{
+		"-kernel", opts.Disk.Kernel(),
+		"-initrd", opts.Disk.Initrd(),
+		"-append", strings.Join(kernelArgs(opts, rootDevice), " "),
+	}, nil
+}
+
+// kernelArgs is the command line of a guest QEMU loads the kernel of: the
+// root device, the serial console, panic=-1 (a panicking guest reboots at
+// once, which ends QEMU: -no-reboot) and the scenario's arguments.
+func kernelArgs(opts VMOptions, rootDevice string) []string {
+	return append([]string{"root=" + rootDevice, "rw", "console=ttyS0", "panic=-1"}, opts.KernelArgs...)
 }
 
 // rootDiskArgs attaches the root drive on a KubeVirt disk bus and returns
 // the guest's device for it: the first disk of its kind, since the seed is
-// always on virtio after it.
-func rootDiskArgs(bus, drive string) (args []string, device string, err error) {
+// always on virtio after it. A bootable root is the firmware's first boot
+// device (bootindex), as KubeVirt's boot order 1 makes it, so that SeaBIOS
+// does not try the seed.
+func rootDiskArgs(bus, drive string, bootable bool) (args []string, device string, err error) {
+	index := ""
+	if bootable {
+		index = ",bootindex=1"
+	}
 	switch bus {
 	case "", "virtio":
+		if bootable {
+			return []string{"-drive", drive + ",if=none,id=root", "-device", "virtio-blk-pci,drive=root" + index}, "/dev/vda", nil
+		}
 		return []string{"-drive", drive + ",if=virtio"}, "/dev/vda", nil
 	case "sata":
 		// q35's ICH9 AHCI controller, where KubeVirt puts SATA disks.
-		return []string{"-drive", drive + ",if=none,id=root", "-device", "ide-hd,drive=root,bus=ide.0"}, "/dev/sda", nil
+		return []string{"-drive", drive + ",if=none,id=root", "-device", "ide-hd,drive=root,bus=ide.0" + index}, "/dev/sda", nil
 	case "scsi":
 		return []string{"-device", "virtio-scsi-pci,id=scsi0",
-			"-drive", drive + ",if=none,id=root", "-device", "scsi-hd,drive=root,bus=scsi0.0"}, "/dev/sda", nil
+			"-drive", drive + ",if=none,id=root", "-device", "scsi-hd,drive=root,bus=scsi0.0" + index}, "/dev/sda", nil
 	}
 	return nil, "", fmt.Errorf("root disk bus %q: QEMU guests here boot virtio, sata and scsi disks", bus)
 }

@@ -21,41 +21,51 @@ import (
 	"testing"
 )
 
-// TestKernelArgs checks the guest's command line for both disks: the
-// Debian disk's root device, and a Kairos disk's own command line with no
-// root device of the runner's, its panic= overridden so that a panic ends
-// QEMU, and the scenario's arguments last.
-func TestKernelArgs(t *testing.T) {
-	for name, tc := range map[string]struct {
-		opts VMOptions
-		want []string
-	}{
-		"debian disk": {
-			opts: VMOptions{KernelArgs: []string{"rootdelay=20"}},
-			want: []string{"root=/dev/vda", "rw", "console=ttyS0", "panic=-1", "rootdelay=20"},
-		},
-		"disk with its own command line": {
-			opts: VMOptions{
-				Disk:       Disk{Cmdline: []string{"root=LABEL=COS_ACTIVE", "cos-img/filename=/cOS/active.img", "panic=5"}},
-				KernelArgs: []string{"rd.debug"},
-			},
-			want: []string{"root=LABEL=COS_ACTIVE", "cos-img/filename=/cOS/active.img", "panic=5", "console=ttyS0", "panic=-1", "rd.debug"},
-		},
-	} {
-		t.Run(name, func(t *testing.T) {
-			got := kernelArgs(tc.opts, "/dev/vda")
-			if !slices.Equal(got, tc.want) {
-				t.Errorf("kernelArgs = %q, want %q", got, tc.want)
-			}
-		})
+// TestBootArgs checks how QEMU boots each disk: the Debian disk with its
+// kernel, initramfs and the runner's command line (the root device, the
+// serial console, panic=-1, then the scenario's arguments); a bootable disk
+// (the Kairos disk, grub on it) with none of them, through the firmware
+// from the root drive as its first boot device, and refusing kernel
+// arguments it could not pass.
+func TestBootArgs(t *testing.T) {
+	debian := Disk{Dir: "/disks/debian"}
+	got, err := bootArgs(VMOptions{Disk: debian, KernelArgs: []string{"rootdelay=20"}}, "/dev/vda")
+	if err != nil {
+		t.Fatal(err)
 	}
-	// Guests of one disk share its command line: one guest's arguments
-	// must not be written into it, where the next guest's would replace
-	// them.
-	disk := Disk{Cmdline: append(make([]string, 0, 8), "root=LABEL=COS_ACTIVE")}
-	first := kernelArgs(VMOptions{Disk: disk, KernelArgs: []string{"first"}}, "/dev/vda")
-	_ = kernelArgs(VMOptions{Disk: disk, KernelArgs: []string{"second"}}, "/dev/vda")
-	if got := first[len(first)-1]; got != "first" {
-		t.Errorf("the first guest's last argument became %q: kernelArgs appends into the disk's command line", got)
+	want := []string{"-kernel", "/disks/debian/vmlinuz", "-initrd", "/disks/debian/initrd.img",
+		"-append", "root=/dev/vda rw console=ttyS0 panic=-1 rootdelay=20"}
+	if !slices.Equal(got, want) {
+		t.Errorf("the Debian disk boots with %q, want %q", got, want)
+	}
+
+	kairos := Disk{Dir: "/disks/kairos", Bootable: true}
+	got, err = bootArgs(VMOptions{Name: "kairos", Disk: kairos}, "/dev/vda")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 0 {
+		t.Errorf("a bootable disk is given %q: QEMU must not load a kernel for it", got)
+	}
+	if _, err := bootArgs(VMOptions{Name: "kairos", Disk: kairos, KernelArgs: []string{"rd.debug"}}, "/dev/vda"); err == nil {
+		t.Error("kernel arguments for a bootable disk were accepted, and would be lost")
+	}
+
+	for bus, want := range map[string][]string{
+		"virtio": {"-drive", "file=d,if=none,id=root", "-device", "virtio-blk-pci,drive=root,bootindex=1"},
+		"sata":   {"-drive", "file=d,if=none,id=root", "-device", "ide-hd,drive=root,bus=ide.0,bootindex=1"},
+		"scsi": {"-device", "virtio-scsi-pci,id=scsi0",
+			"-drive", "file=d,if=none,id=root", "-device", "scsi-hd,drive=root,bus=scsi0.0,bootindex=1"},
+	} {
+		got, _, err := rootDiskArgs(bus, "file=d", true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("a bootable root on %s is attached with %q, want %q", bus, got, want)
+		}
+	}
+	if got, _, _ := rootDiskArgs("virtio", "file=d", false); !slices.Equal(got, []string{"-drive", "file=d,if=virtio"}) {
+		t.Errorf("the Debian disk's root is attached with %q, want it unchanged", got)
 	}
 }
